@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import build_tree, commit_all, git_env
+
+
+@pytest.fixture(autouse=True)
+def _isolated_git(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every test talks to git with a pinned author and no user configuration,
+    and without gitrun settings from the caller's environment."""
+    home = tmp_path_factory.mktemp("home")
+    for key in list(os.environ):
+        if key.startswith(("GIT_", "GITRUN_")):
+            monkeypatch.delenv(key)
+    for key, value in git_env(home).items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.fixture
+def git_repo(tmp_path: Path) -> Iterator[Path]:
+    """A real repository with one commit, its root as the current directory."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    build_tree(repo, {"README.md": "# sample\n"})
+    commit_all(repo, "initial")
+    cwd = Path.cwd()
+    os.chdir(repo)
+    try:
+        yield repo
+    finally:
+        os.chdir(cwd)

@@ -1,0 +1,133 @@
+"""Loading a run: schema errors, TOML errors and configuration precedence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gitrun.errors import DefinitionError, GitrunError
+from gitrun.runs import load_run
+from gitrun.settings import parse_duration
+from tests.helpers import build_tree, write_run
+
+TASKS = [{"id": "t1", "outputs": ["out/t1.json"]}]
+
+
+def _load_error(repo: Path) -> list[str]:
+    with pytest.raises(DefinitionError) as info:
+        load_run(repo, "r", environ={})
+    return info.value.lines
+
+
+def test_toml_syntax_error_names_file_line_and_column(git_repo: Path) -> None:
+    run_dir = write_run(git_repo, "r", TASKS)
+    (run_dir / "packet.toml").write_text('[run]\nid = "r"\n[limits]\nconcurrency = = 4\n')
+    [line] = _load_error(git_repo)
+    assert line.startswith(".gitrun/runs/r/packet.toml:4:")
+    assert "invalid TOML" in line
+
+
+def test_unknown_field_names_line_dotted_path_and_suggestion(git_repo: Path) -> None:
+    run_dir = write_run(git_repo, "r", TASKS)
+    (run_dir / "packet.toml").write_text(
+        '[run]\nid = "r"\n\n[limits]\nconcurency = 4\n\n[model]\ndefault = "m"\n'
+    )
+    [line] = _load_error(git_repo)
+    assert line == (
+        ".gitrun/runs/r/packet.toml:5: limits.concurency: unknown field; remove it or fix "
+        "the spelling (did you mean 'concurrency'?)"
+    )
+
+
+def test_every_broken_field_is_listed(git_repo: Path) -> None:
+    run_dir = write_run(git_repo, "r", TASKS)
+    (run_dir / "packet.toml").write_text(
+        '[run]\nid = "r"\n[limits]\nconcurrency = 0\ntimeout = "soon"\n'
+    )
+    lines = _load_error(git_repo)
+    assert len(lines) == 2
+    assert any("limits.concurrency" in ln and ":4:" in ln for ln in lines)
+    assert any("limits.timeout" in ln and "'soon' is not a duration" in ln for ln in lines)
+
+
+def test_task_errors_name_the_task(git_repo: Path) -> None:
+    write_run(git_repo, "r", [*TASKS, {"id": "Bad Id", "outputs": []}, {"id": "t3"}])
+    lines = _load_error(git_repo)
+    assert any(
+        ln.startswith(".gitrun/runs/r/tasks.toml:8: task[1] (id 'Bad Id').id: 'Bad Id' is not")
+        for ln in lines
+    )
+    assert any(
+        ":9: task[1] (id 'Bad Id').outputs: list should have at least 1" in ln for ln in lines
+    )
+    assert any(":11: task[2] (id 't3').outputs: required field is missing" in ln for ln in lines)
+    assert all(ln.startswith(".gitrun/runs/r/tasks.toml:") for ln in lines)
+
+
+def test_run_id_must_match_directory(git_repo: Path) -> None:
+    write_run(git_repo, "r", TASKS, {"run": {"id": "other"}})
+    [line] = _load_error(git_repo)
+    assert "run.id is 'other' but the run directory is 'r'" in line
+
+
+def test_missing_run_names_existing_ones(git_repo: Path) -> None:
+    write_run(git_repo, "r", TASKS)
+    with pytest.raises(GitrunError, match=r"no run 'nope'.*runs here: r.*gitrun new nope"):
+        load_run(git_repo, "nope", environ={})
+
+
+def test_invalid_validator_kind_and_regex(git_repo: Path) -> None:
+    validators = {"a": {"kind": "jsn"}, "b": {"kind": "regex", "pattern": "("}}
+    write_run(git_repo, "r", TASKS, {"validators": validators})
+    lines = _load_error(git_repo)
+    assert any("validators.a" in ln and "unknown validator kind 'jsn'" in ln for ln in lines)
+    assert any("validators.b.pattern" in ln and "regular expression" in ln for ln in lines)
+
+
+def test_precedence_env_over_packet_over_config_over_defaults(git_repo: Path) -> None:
+    build_tree(
+        git_repo,
+        {
+            ".gitrun/config.toml": "[limits]\nconcurrency = 2\ncanary = 2\nmax_attempts = 5\n"
+            '[model]\ndefault = "config-model"\n'
+        },
+    )
+    write_run(git_repo, "r", TASKS, {"limits": {"concurrency": 3, "canary": 0}})
+    run = load_run(git_repo, "r", environ={})
+    limits = run.packet.limits
+    assert (limits.concurrency, limits.canary, limits.max_attempts) == (3, 0, 5)
+    assert limits.payload_budget == 65536  # built-in default
+    assert run.packet.model.default == "test-model"  # the packet beats the config
+    env = {"GITRUN_CONCURRENCY": "7", "GITRUN_MODEL": "env-model", "GITRUN_TIMEOUT": "90s"}
+    run = load_run(git_repo, "r", environ=env)
+    assert run.packet.limits.concurrency == 7
+    assert run.packet.model.default == "env-model"
+    assert run.packet.limits.timeout == 90
+
+
+def test_bad_environment_value_names_the_variable(git_repo: Path) -> None:
+    write_run(git_repo, "r", TASKS)
+    with pytest.raises(DefinitionError) as info:
+        load_run(git_repo, "r", environ={"GITRUN_CONCURRENCY": "lots"})
+    assert "GITRUN_CONCURRENCY='lots'" in info.value.lines[0]
+
+
+def test_config_file_errors_name_the_config(git_repo: Path) -> None:
+    build_tree(git_repo, {".gitrun/config.toml": "[limits]\nmax_atempts = 2\n"})
+    write_run(git_repo, "r", TASKS)
+    [line] = _load_error(git_repo)
+    assert line.startswith(".gitrun/config.toml:2: limits.max_atempts: unknown field")
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("20m", 1200), ("90s", 90), ("1h30m", 5400), ("1.5h", 5400), (45, 45)]
+)
+def test_durations(text: object, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["soon", "", "-5", "0", "10x", True])
+def test_bad_durations(text: object) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)
