@@ -1,0 +1,442 @@
+"""The pre-launch proof: every problem that would make a run unsafe or unrunnable.
+
+``check_run`` never stops at the first problem; it returns them all, each a
+sentence naming the tasks, a concrete path and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from gitrun import git
+from gitrun.executor import command_template, executor_problems, literal_models
+from gitrun.ownership import OWNS, READS, Claim, OwnerIndex, find_meetings
+from gitrun.patterns import Pattern, PatternError, intersect, literal_path, matches, parse
+from gitrun.pointer import render_pointer
+from gitrun.runs import GITRUN_DIR, RunDef
+from gitrun.settings import BUILTIN_VALIDATORS
+
+RESERVED = (".git", GITRUN_DIR)
+
+
+@dataclass(frozen=True)
+class Problem:
+    code: str
+    message: str
+    tasks: tuple[str, ...] = ()
+    path: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        data = asdict(self)
+        data["tasks"] = list(self.tasks)
+        return data
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    problems: list[Problem]
+    tasks: int
+    stages: int
+    claims: int
+    pointer_bytes: int
+    payload_budget: int
+
+    @property
+    def summary(self) -> str:
+        return (
+            f"{_count(self.tasks, 'task')} in {_count(self.stages, 'stage')}, "
+            f"{_count(self.claims, 'owned pattern')}, no overlaps; pointers take {self.pointer_bytes:,} "
+            f"of {self.payload_budget:,} bytes"
+        )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'s' if n != 1 else ''}"
+
+
+def check_run(run: RunDef, *, check_dirty: bool = True) -> CheckReport:
+    problems: list[Problem] = []
+    problems += _definition_problems(run)
+    owned, read = _claims(run, problems)
+    problems += _place_problems(run, owned)
+    problems += _overlap_problems(owned + read)
+    problems += _output_problems(run, owned, problems)
+    if check_dirty:
+        problems += _dirty_problems(run, owned)
+    pointer_bytes, pointer_problems = _pointer_problems(run)
+    problems += pointer_problems
+    problems += _executor_model_problems(run)
+    return CheckReport(
+        problems=problems,
+        tasks=len(run.tasks),
+        stages=len(run.packet.stages),
+        claims=len(owned),
+        pointer_bytes=pointer_bytes,
+        payload_budget=run.packet.limits.payload_budget,
+    )
+
+
+def _definition_problems(run: RunDef) -> list[Problem]:
+    out: list[Problem] = []
+    where = run.tasks_path
+    if not run.tasks:
+        out.append(Problem("no-tasks", f"{where}: the run has no tasks; add [[task]] tables"))
+    for task_id, count in Counter(t.id for t in run.tasks).items():
+        if count > 1:
+            out.append(
+                Problem(
+                    "duplicate-task",
+                    f"{where}: task id {task_id!r} is used {count} times; give each task its own id",
+                    (task_id,),
+                )
+            )
+    stage_names = run.stage_names
+    for name, count in Counter(stage_names).items():
+        if count > 1:
+            out.append(
+                Problem(
+                    "duplicate-stage", f"{run.packet_path}: stage {name!r} is listed {count} times"
+                )
+            )
+    known = ", ".join(stage_names)
+    for task in run.tasks:
+        if task.stage is not None and task.stage not in stage_names:
+            out.append(
+                Problem(
+                    "unknown-stage",
+                    f"{where}: task {task.id} names stage {task.stage!r}, which the packet does not "
+                    f"list (stages: {known}); add it to [[stages]] or fix the name",
+                    (task.id,),
+                )
+            )
+    for stage in run.packet.model.stages:
+        if stage not in stage_names:
+            out.append(
+                Problem(
+                    "unknown-stage",
+                    f"{run.packet_path}: [model.stages] names stage {stage!r}, which [[stages]] "
+                    f"does not list (stages: {known})",
+                )
+            )
+    out += _validator_problems(run)
+    for task in run.tasks:
+        if task.bundle and not (run.repo / task.bundle).is_file():
+            out.append(
+                Problem(
+                    "missing-bundle",
+                    f"{where}: task {task.id}: bundle {task.bundle} does not exist; regenerate the "
+                    "tasks or remove `bundle`",
+                    (task.id,),
+                    task.bundle,
+                )
+            )
+    return out
+
+
+def _validator_problems(run: RunDef) -> list[Problem]:
+    out: list[Problem] = []
+    declared = run.packet.validators
+    known = sorted({*BUILTIN_VALIDATORS, *declared})
+    reported: set[tuple[str, str]] = set()
+    for name in run.packet.outputs.validators:
+        if name not in known:
+            out.append(
+                Problem(
+                    "unknown-validator",
+                    f"{run.packet_path}: [outputs] validators names {name!r}, which is neither "
+                    f"built in nor declared (known: {', '.join(known)}); declare "
+                    f"[validators.{name}] or fix the name",
+                )
+            )
+    for task in run.tasks:
+        for output in run.outputs_of(task):
+            for name in output.validators or []:
+                if name not in known and (task.id, name) not in reported:
+                    reported.add((task.id, name))
+                    out.append(
+                        Problem(
+                            "unknown-validator",
+                            f"{run.tasks_path}: task {task.id}: output {output.path} names "
+                            f"validator {name!r}, which is neither built in nor declared "
+                            f"(known: {', '.join(known)}); declare [validators.{name}] in the "
+                            "packet or fix the name",
+                            (task.id,),
+                            output.path,
+                        )
+                    )
+    for name, validator in declared.items():
+        schema = getattr(validator, "schema_path", None)
+        if schema is not None and not (run.repo / schema).is_file():
+            out.append(
+                Problem(
+                    "unknown-validator",
+                    f"{run.packet_path}: [validators.{name}] schema {schema} does not exist; "
+                    "give a path relative to the repository root",
+                    path=schema,
+                )
+            )
+    return out
+
+
+def _claims(run: RunDef, problems: list[Problem]) -> tuple[list[Claim], list[Claim]]:
+    owned: list[Claim] = []
+    read: list[Claim] = []
+    for task in run.tasks:
+        stage = run.stage_of(task)
+        for kind, texts in ((OWNS, run.owns_of(task)), (READS, task.inputs)):
+            verb = "owns" if kind == OWNS else "reads"
+            for text in texts:
+                try:
+                    pattern = parse(text)
+                except PatternError as exc:
+                    problems.append(
+                        Problem(
+                            exc.code,
+                            f"{run.tasks_path}: task {task.id} {verb} {text!r}, which {exc.reason}",
+                            (task.id,),
+                            text,
+                        )
+                    )
+                    continue
+                claim = Claim(task.id, text, pattern, kind, stage)
+                (owned if kind == OWNS else read).append(claim)
+    return owned, read
+
+
+def _place_problems(run: RunDef, owned: list[Claim]) -> list[Problem]:
+    """Owned patterns that escape through symlinks, cover .git/ or gitrun's files,
+    or cover a protected path."""
+    out: list[Problem] = []
+    root = run.repo.resolve()
+    link_cache: dict[str, str | None] = {}
+    reserved = [parse(name) for name in RESERVED]
+    protected: list[tuple[str, Pattern]] = []
+    for text in run.packet.protected:
+        try:
+            protected.append((text, parse(text)))
+        except PatternError as exc:
+            out.append(
+                Problem(
+                    exc.code,
+                    f"{run.packet_path}: [ownership] protected {text!r} {exc.reason}",
+                    path=text,
+                )
+            )
+    for claim in owned:
+        escape = _symlink_escape(root, claim.pattern.literal_prefix, link_cache)
+        if escape:
+            out.append(
+                Problem(
+                    "outside-repo",
+                    f"{run.tasks_path}: task {claim.task} owns {claim.text!r}, which passes through "
+                    f"{escape}; own a path inside the repository",
+                    (claim.task,),
+                    claim.text,
+                )
+            )
+        for name, pattern in zip(RESERVED, reserved, strict=True):
+            witness = intersect(claim.pattern, pattern)
+            if witness is not None:
+                out.append(
+                    Problem(
+                        "reserved-path",
+                        f"{run.tasks_path}: task {claim.task} owns {claim.text!r}, which covers "
+                        f"{witness} inside {name}/ (git's or gitrun's own files); own something "
+                        "narrower",
+                        (claim.task,),
+                        witness,
+                    )
+                )
+        for _text, pattern in protected:
+            witness = intersect(claim.pattern, pattern)
+            if witness is not None:
+                out.append(
+                    Problem(
+                        "protected",
+                        f"{run.tasks_path}: task {claim.task} owns {claim.text!r}, which covers "
+                        f"the protected shared file {witness}; no task may own it — narrow the "
+                        "pattern (or change [ownership] protected in the packet)",
+                        (claim.task,),
+                        witness,
+                    )
+                )
+    return out
+
+
+def _symlink_escape(root: Path, names: tuple[str, ...], cache: dict[str, str | None]) -> str | None:
+    """A description of the first symlink on the path that leads outside ``root``."""
+    current = ""
+    for name in names:
+        current = f"{current}/{name}" if current else name
+        if current not in cache:
+            cache[current] = None
+            full = root / current
+            if os.path.islink(full):
+                target = full.resolve()
+                if not target.is_relative_to(root):
+                    cache[current] = (
+                        f"the symlink {current} -> {os.readlink(full)} (outside the repository)"
+                    )
+                elif target == root / ".git" or target.is_relative_to(root / ".git"):
+                    cache[current] = f"the symlink {current} into .git/"
+            elif not full.exists():
+                break
+        if cache[current]:
+            return cache[current]
+    return None
+
+
+def _overlap_problems(claims: list[Claim]) -> list[Problem]:
+    out: list[Problem] = []
+    seen: set[tuple[str, str, str]] = set()
+
+    def conflicts(a: Claim, b: Claim) -> bool:
+        if a.kind == OWNS and b.kind == OWNS:
+            return True
+        return a.stage == b.stage
+
+    for meeting in find_meetings(claims, conflicts):
+        a, b = meeting.first, meeting.second
+        if a.kind == READS or (b.kind == OWNS and b.task < a.task):
+            a, b = b, a
+        key = (a.task, b.task, b.kind)
+        if key in seen:
+            continue
+        seen.add(key)
+        path = meeting.witness
+        if b.kind == OWNS:
+            message = (
+                f"tasks {a.task} and {b.task} can both write {path} ({a.task} owns {a.text!r}, "
+                f"{b.task} owns {b.text!r}); give every path to one task only"
+            )
+            code = "overlap"
+        else:
+            message = (
+                f"task {b.task} reads {path} ({b.text!r}), which task {a.task} of the same stage "
+                f"{a.stage!r} writes ({a.text!r}); move the reader to a later stage"
+            )
+            code = "input-race"
+        out.append(Problem(code, message, (a.task, b.task), path))
+    return out
+
+
+def _output_problems(run: RunDef, owned: list[Claim], problems: list[Problem]) -> list[Problem]:
+    out: list[Problem] = []
+    by_task: dict[str, list[Claim]] = {}
+    for claim in owned:
+        by_task.setdefault(claim.task, []).append(claim)
+    for task in run.tasks:
+        for output in run.outputs_of(task):
+            try:
+                pattern = parse(output.path)
+            except PatternError as exc:
+                out.append(
+                    Problem(
+                        exc.code,
+                        f"{run.tasks_path}: task {task.id}: output {output.path!r} {exc.reason}",
+                        (task.id,),
+                        output.path,
+                    )
+                )
+                continue
+            path = literal_path(pattern)
+            if path is None:
+                out.append(
+                    Problem(
+                        "invalid-output",
+                        f"{run.tasks_path}: task {task.id}: output {output.path!r} has a wildcard; "
+                        "outputs are the exact files that prove the task done",
+                        (task.id,),
+                        output.path,
+                    )
+                )
+                continue
+            if task.owns is not None and not any(
+                matches(c.pattern, path) for c in by_task.get(task.id, [])
+            ):
+                out.append(
+                    Problem(
+                        "output-not-owned",
+                        f"{run.tasks_path}: task {task.id}: output {path} is not covered by its own "
+                        f"owns ({', '.join(task.owns) or 'none'}); add it to owns",
+                        (task.id,),
+                        path,
+                    )
+                )
+    return out
+
+
+def _dirty_problems(run: RunDef, owned: list[Claim]) -> list[Problem]:
+    index = OwnerIndex(owned)
+    out: list[Problem] = []
+    for path in git.changed_paths(run.repo):
+        owners = sorted({c.task for c in index.owners(path)})
+        if owners:
+            who = owners[0] if len(owners) == 1 else ", ".join(owners)
+            out.append(
+                Problem(
+                    "dirty-owned",
+                    f"{path} has uncommitted changes or is untracked, and task {who} owns it; "
+                    "commit, stash or remove it first (the run would commit it as task output)",
+                    tuple(owners),
+                    path,
+                )
+            )
+    return out
+
+
+def _pointer_problems(run: RunDef) -> tuple[int, list[Problem]]:
+    out: list[Problem] = []
+    total = 0
+    for task in run.tasks:
+        pointer = render_pointer(run, task)
+        total += len(pointer.encode()) + 1
+        if pointer.count("\n") > 1:
+            out.append(
+                Problem(
+                    "pointer-lines",
+                    f"{run.tasks_path}: task {task.id}: its pointer is {pointer.count(chr(10)) + 1} "
+                    "lines, not two; keep `note` to one line and paths free of line breaks",
+                    (task.id,),
+                )
+            )
+    budget = run.packet.limits.payload_budget
+    if total > budget:
+        out.append(
+            Problem(
+                "payload-budget",
+                f"{run.packet_path}: the {len(run.tasks)} pointers take {total:,} bytes, over "
+                f"limits.payload_budget = {budget:,}; shorten notes, group inputs into bundles "
+                "(`gitrun new --per-task N`) or split the run",
+            )
+        )
+    return total, out
+
+
+def _executor_model_problems(run: RunDef) -> list[Problem]:
+    executor = run.packet.executor
+    out = [Problem("executor", f"{run.packet_path}: {msg}") for msg in executor_problems(executor)]
+    template = command_template(executor) if executor.kind == "command" else None
+    if template is not None:
+        for name in literal_models(template):
+            out.append(
+                Problem(
+                    "literal-model",
+                    f"{run.packet_path}: [executor] command names the model {name!r} literally; "
+                    "write {model} there and set [model] default (or GITRUN_MODEL)",
+                )
+            )
+    for stage in run.stage_names:
+        if not run.packet.model_for(stage):
+            out.append(
+                Problem(
+                    "no-model",
+                    f"{run.packet_path}: no model is configured for stage {stage!r}; set [model] "
+                    "default in the packet or .gitrun/config.toml, or GITRUN_MODEL",
+                )
+            )
+            break
+    return out

@@ -1,0 +1,37 @@
+"""The two-line pointer dispatched to a worker for one task.
+
+It names the run, the packet, the task, its inputs and its outputs, nothing
+else: the shared rules stay in the packet file, which workers read from disk.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from gitrun.resources import template_text
+from gitrun.runs import RunDef, Task
+
+POINTER_TEMPLATE = "pointer.txt"
+
+
+@cache
+def _template() -> str:
+    return template_text(POINTER_TEMPLATE).rstrip("\n")
+
+
+def render_pointer(run: RunDef, task: Task) -> str:
+    outputs = [o.path for o in run.outputs_of(task)]
+    if task.bundle:
+        inputs = f"listed in {task.bundle}"
+    else:
+        inputs = ", ".join(task.inputs) if task.inputs else "none"
+    return _template().format(
+        run=run.id,
+        task=task.id,
+        stage=run.stage_of(task),
+        packet=run.packet_path,
+        note=f" {task.note}" if task.note else "",
+        inputs=inputs,
+        outputs=", ".join(outputs),
+        done_when="it exists and validates" if len(outputs) == 1 else "they exist and validate",
+    )
