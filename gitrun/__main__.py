@@ -1,0 +1,3 @@
+from gitrun.cli import main
+
+raise SystemExit(main())

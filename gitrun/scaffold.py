@@ -1,0 +1,140 @@
+"""Creating files for the user: ``gitrun init`` and ``gitrun new``.
+
+``new`` with ``--inputs`` is the mechanical pre-pass of a fan-out: it expands
+a glob (sorted, so the same tree always gives the same tasks), groups the
+inputs, and writes one task per group that owns exactly its outputs.
+"""
+
+from __future__ import annotations
+
+import glob
+import string
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from gitrun.errors import GitrunError, UsageError
+from gitrun.resources import template_text
+from gitrun.runs import CONFIG_FILE, GITRUN_DIR, PACKET_NAME, RUNS_DIR, TASKS_NAME, check_run_id
+from gitrun.tomlfile import write_atomic, write_toml
+
+OUTPUT_PLACEHOLDERS = ("task", "stem", "name", "n")
+
+
+@dataclass(frozen=True)
+class Created:
+    paths: list[str]
+    tasks: int
+    message: str
+
+
+def init_repo(repo: Path) -> Created:
+    target = repo / CONFIG_FILE
+    if target.exists():
+        return Created([], 0, f"{CONFIG_FILE} already exists; left it unchanged")
+    write_atomic(target, template_text("config.toml").encode())
+    return Created([CONFIG_FILE], 0, f"created {CONFIG_FILE} with commented defaults")
+
+
+def new_run(
+    repo: Path,
+    run_id: str,
+    *,
+    inputs: str | None = None,
+    output: str | None = None,
+    per_task: int = 1,
+    executor: str = "command",
+    description: str = "",
+) -> Created:
+    check_run_id(run_id)
+    if (inputs is None) != (output is None):
+        raise UsageError("--inputs and --output go together; give both or neither")
+    if per_task < 1:
+        raise UsageError("--per-task must be 1 or more")
+    if executor not in ("command", "external"):
+        raise UsageError(f"--executor must be command or external, not {executor!r}")
+    run_dir = repo / RUNS_DIR / run_id
+    if run_dir.exists():
+        raise GitrunError(
+            f"run {run_id!r} already exists at {RUNS_DIR}/{run_id}; pick another id or delete "
+            "that directory"
+        )
+    tasks: list[dict[str, Any]] | None = None
+    bundles: dict[str, list[str]] = {}
+    if inputs is not None and output is not None:
+        tasks, bundles = _generate(repo, run_id, inputs, output, per_task)
+
+    executor_block = (
+        'kind = "external"          # an orchestrating session dispatches the pointers'
+        if executor == "external"
+        else 'kind = "command"\npreset = "claude"         # claude, codex, gemini, aider or shell'
+    )
+    values = {
+        "run": run_id,
+        "description": description.replace('"', "'"),
+        "executor": executor_block,
+    }
+    packet = string.Template(template_text("packet.toml")).substitute(values)
+    created = [f"{RUNS_DIR}/{run_id}/{PACKET_NAME}", f"{RUNS_DIR}/{run_id}/{TASKS_NAME}"]
+    for path, lines in bundles.items():
+        write_atomic(repo / path, "".join(f"{line}\n" for line in lines).encode())
+    write_atomic(run_dir / PACKET_NAME, packet.encode())
+    if tasks is None:
+        write_atomic(
+            run_dir / TASKS_NAME,
+            string.Template(template_text("tasks.toml")).substitute(values).encode(),
+        )
+        count = 1
+    else:
+        write_toml(run_dir / TASKS_NAME, {"task": tasks})
+        count = len(tasks)
+    created += sorted(bundles)
+    return Created(created, count, f"created run {run_id!r} with {count} task{'s' * (count != 1)}")
+
+
+def _generate(
+    repo: Path, run_id: str, pattern: str, output: str, per_task: int
+) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
+    if pattern.startswith("/") or ".." in PurePosixPath(pattern).parts:
+        raise UsageError(f"--inputs {pattern!r} must be relative to the repository root, inside it")
+    found = sorted(
+        p
+        for p in glob.glob(pattern, root_dir=repo, recursive=True)
+        if (repo / p).is_file() and PurePosixPath(p).parts[0] not in (".git", GITRUN_DIR)
+    )
+    if not found:
+        raise GitrunError(
+            f"--inputs {pattern!r} matches no files under the repository root; check the pattern "
+            "(quote it so the shell does not expand it)"
+        )
+    groups = [found[i : i + per_task] for i in range(0, len(found), per_task)]
+    width = max(4, len(str(len(groups))))
+    tasks: list[dict[str, Any]] = []
+    bundles: dict[str, list[str]] = {}
+    seen: dict[str, str] = {}
+    for n, group in enumerate(groups, start=1):
+        task_id = f"t{n:0{width}d}"
+        first = PurePosixPath(group[0])
+        values = {"task": task_id, "stem": first.stem, "name": first.name, "n": f"{n:0{width}d}"}
+        try:
+            out_path = output.format_map(values)
+        except (KeyError, ValueError, IndexError) as exc:
+            raise UsageError(
+                f"--output {output!r} uses an unknown placeholder ({exc}); use "
+                + ", ".join("{" + p + "}" for p in OUTPUT_PLACEHOLDERS)
+            ) from exc
+        if out_path in seen:
+            raise UsageError(
+                f"--output {output!r} gives {out_path} for both {seen[out_path]} and {task_id}; "
+                "include {task} or {n} in the pattern"
+            )
+        seen[out_path] = task_id
+        task: dict[str, Any] = {"id": task_id, "inputs": group}
+        if per_task > 1:
+            bundle = f"{RUNS_DIR}/{run_id}/bundles/{task_id}.txt"
+            bundles[bundle] = group
+            task["bundle"] = bundle
+        task["outputs"] = [out_path]
+        task["owns"] = [out_path]
+        tasks.append(task)
+    return tasks, bundles

@@ -1,0 +1,208 @@
+"""The command line, in-process and as the real installed program."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomli_w
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from gitrun.cli import app
+from tests.helpers import build_tree, write_run
+
+runner = CliRunner()
+
+
+def _gitrun(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gitrun", *args], cwd=cwd, capture_output=True, text=True
+    )
+
+
+@pytest.mark.parametrize("command", ["init", "new", "check"])
+def test_every_command_has_help(command: str) -> None:
+    result = runner.invoke(app, [command, "--help"])
+    assert result.exit_code == 0
+    assert "Usage:" in result.output
+    assert len(result.output.splitlines()) > 4
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.startswith("gitrun ")
+
+
+def test_init_outside_a_repository_refuses_politely(tmp_path: Path) -> None:
+    proc = _gitrun("init", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("gitrun: error: ")
+    assert "not inside a git repository" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_usage_error_exits_2(git_repo: Path) -> None:
+    proc = _gitrun("check", cwd=git_repo)
+    assert proc.returncode == 2
+    proc = _gitrun("new", "x", "--inputs", "*.md", cwd=git_repo)
+    assert proc.returncode == 2
+    assert "gitrun: error: --inputs and --output go together" in proc.stderr
+
+
+def test_new_then_check_as_a_user_would(git_repo: Path) -> None:
+    build_tree(git_repo, {"docs/one.md": "1", "docs/two.md": "2"})
+    proc = _gitrun(
+        "new", "sums", "--inputs", "docs/*.md", "--output", "out/{stem}.json", cwd=git_repo
+    )
+    assert proc.returncode == 0, proc.stderr
+    proc = _gitrun("check", "sums", cwd=git_repo)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "run 'sums' is ready: 2 tasks in 1 stage" in proc.stdout
+
+
+def test_check_lists_problems_and_exits_1(git_repo: Path) -> None:
+    tasks = [
+        {"id": "ta", "outputs": ["out/a.json"], "owns": ["out/*.json"]},
+        {"id": "tb", "outputs": ["out/a.json"]},
+    ]
+    write_run(git_repo, "r", tasks)
+    result = runner.invoke(app, ["check", "r"])
+    assert result.exit_code == 1
+    assert "[overlap] tasks ta and tb can both write out/a.json" in result.output
+    result = runner.invoke(app, ["check", "r", "--json"])
+    assert result.exit_code == 1
+    [problem] = json.loads(result.output)
+    assert problem["code"] == "overlap"
+    assert problem["tasks"] == ["ta", "tb"] and problem["path"] == "out/a.json"
+
+
+def test_check_json_on_a_broken_packet(git_repo: Path) -> None:
+    run_dir = write_run(git_repo, "r", [{"id": "t1", "outputs": ["a"]}])
+    (run_dir / "packet.toml").write_text("[run\n")
+    result = runner.invoke(app, ["check", "r", "--json"])
+    assert result.exit_code == 1
+    [problem] = json.loads(result.output)
+    assert problem["code"] == "definition"
+    assert problem["message"].startswith(".gitrun/runs/r/packet.toml:1:")
+
+
+def test_broken_packet_is_one_sentence_per_field_without_traceback(git_repo: Path) -> None:
+    run_dir = write_run(git_repo, "r", [{"id": "t1", "outputs": ["a"]}])
+    (run_dir / "packet.toml").write_text('[run]\nid = "r"\n[limits]\nconcurrency = "four"\n')
+    proc = _gitrun("check", "r", cwd=git_repo)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
+        "gitrun: error: .gitrun/runs/r/packet.toml:4: limits.concurrency: input should be a "
+        "valid integer, unable to parse string as an integer (got 'four')"
+    )
+
+
+def test_dash_c_runs_elsewhere(git_repo: Path, tmp_path: Path) -> None:
+    write_run(git_repo, "r", [{"id": "t1", "outputs": ["a.json"]}])
+    proc = _gitrun("-C", str(git_repo), "check", "r", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+
+
+# --- property: random mutations of a valid run never produce a traceback ------
+
+_VALID_PACKET: dict[str, object] = {
+    "run": {"id": "r", "description": "d"},
+    "rules": {"text": "t", "acceptance": ["a"]},
+    "limits": {"concurrency": 4, "timeout": "20m", "payload_budget": 65536},
+    "model": {"default": "m", "stages": {"work": "m2"}},
+    "executor": {"kind": "command", "preset": "claude"},
+    "ownership": {"protected": ["CHANGELOG.md"]},
+    "stages": [{"name": "work"}],
+    "validators": {"v": {"kind": "regex", "pattern": "x"}},
+}
+_VALID_TASKS: dict[str, object] = {
+    "task": [
+        {"id": "t1", "inputs": ["docs/a.md"], "owns": ["out/*.json"], "outputs": ["out/a.json"]},
+        {"id": "t2", "outputs": [{"path": "out2/b.json", "validators": ["v"]}], "note": "n"},
+    ]
+}
+_junk = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 10**6),
+    st.text(max_size=12),
+    st.lists(st.text(max_size=6), max_size=3),
+    st.dictionaries(st.text(max_size=6), st.integers(), max_size=2),
+    st.sampled_from(["/etc/x", "../up", "**", ".git/x", "TODO.md", "a\nb", "{model}", "20x"]),
+)
+
+
+def _mutate(value: object, data: st.DataObject, depth: int = 0) -> object:
+    if isinstance(value, dict) and value and depth < 4:
+        out = dict(value)
+        key = data.draw(st.sampled_from(sorted(out)))
+        action = data.draw(st.sampled_from(["drop", "replace", "recurse", "add"]))
+        if action == "drop":
+            del out[key]
+        elif action == "replace":
+            out[key] = data.draw(_junk)
+        elif action == "add":
+            out[data.draw(st.text(min_size=1, max_size=8))] = data.draw(_junk)
+        else:
+            out[key] = _mutate(out[key], data, depth + 1)
+        return out
+    if isinstance(value, list) and value and depth < 4:
+        out_list = list(value)
+        index = data.draw(st.integers(0, len(out_list) - 1))
+        out_list[index] = _mutate(out_list[index], data, depth + 1)
+        return out_list
+    return data.draw(_junk)
+
+
+def _toml(value: object) -> str:
+    try:
+        return tomli_w.dumps(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return "garbage = [\n"
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(st.data())
+def test_mutated_runs_never_produce_a_traceback(git_repo: Path, data: st.DataObject) -> None:
+    packet = _mutate(_VALID_PACKET, data) if data.draw(st.booleans()) else _VALID_PACKET
+    tasks = _mutate(_VALID_TASKS, data) if data.draw(st.booleans()) else _VALID_TASKS
+    run_dir = git_repo / ".gitrun" / "runs" / "r"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "packet.toml").write_text(_toml(packet))
+    text = _toml(tasks)
+    if data.draw(st.booleans()):
+        cut = data.draw(st.integers(0, len(text)))
+        text = (
+            text[:cut] + data.draw(st.sampled_from(["", "=", "[", '"', "\x00", "]]"])) + text[cut:]
+        )
+    (run_dir / "tasks.toml").write_text(text)
+    for args in (["check", "r"], ["check", "r", "--json"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code in (0, 1), (result.output, result.exception)
+        assert "Traceback" not in result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+        if "--json" in args:
+            json.loads(result.output)
+
+
+def test_installed_console_script_finds_templates(git_repo: Path) -> None:
+    """The real `gitrun` program (as installed) scaffolds from its shipped templates."""
+    exe = Path(sys.executable).parent / "gitrun"
+    if not exe.exists():
+        pytest.skip("no gitrun console script next to this interpreter")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [str(exe), "new", "tpl"], cwd=git_repo, capture_output=True, text=True, env=env
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (git_repo / ".gitrun/runs/tpl/packet.toml").is_file()
