@@ -191,6 +191,167 @@ def check(
     raise typer.Exit(1 if report.problems else 0)
 
 
+EXIT_CODES_HELP = (
+    "Exit codes: 0 every task done; 1 some task failed for good; 2 usage error; "
+    "130 or 143 stopped by Ctrl-C or SIGTERM (resume continues)."
+)
+
+
+def _event(line: str) -> None:
+    typer.echo(f"gitrun: {line}", err=True)
+
+
+def _drive(ctx: typer.Context, run: str, as_json: bool, resume: bool) -> None:
+    from gitrun.driver import resume_run, start_run
+
+    repo = _repo(ctx)
+    outcome = (resume_run if resume else start_run)(repo, run, _event)
+    if as_json:
+        data = outcome.status.to_json()
+        data["exit_code"] = outcome.exit_code
+        data["stopped_by"] = outcome.stopped_by
+        typer.echo(json.dumps(data, indent=2))
+    else:
+        from gitrun.report import format_summary
+
+        typer.echo(format_summary(outcome.status, outcome.stopped_by))
+    raise typer.Exit(outcome.exit_code)
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def start(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(help="The run to start.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the final status as JSON.")
+    ] = False,
+) -> None:
+    """Check a run, create its branch gitrun/RUN, and drive it to the end.
+
+    Attempts run as child processes, at most `concurrency` at once. A task is
+    done only when its outputs exist and validate; valid outputs are
+    committed on gitrun/RUN as they land. Refuses when the branch exists.
+    """
+    _drive(ctx, run, as_json, resume=False)
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def resume(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(help="The run to continue.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the final status as JSON.")
+    ] = False,
+) -> None:
+    """Continue a run after any pause, crash or move to another machine.
+
+    Stops workers a dead driver left behind, commits valid outputs that
+    reached the disk but not a commit, quarantines invalid ones, and
+    dispatches only the tasks whose outputs are missing or invalid. On a
+    fresh clone it picks the run up from origin's gitrun/RUN.
+    """
+    _drive(ctx, run, as_json, resume=True)
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    run: Annotated[str | None, typer.Argument(help="The run; all runs when omitted.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
+    show_all: Annotated[bool, typer.Option("--all", help="List every task not done.")] = False,
+) -> None:
+    """Show a run's progress: counts per stage, attempts, spawns and yield.
+
+    Derived from the run branch, the ledger and the files on disk; safe to
+    run while the run is being driven.
+    """
+    from gitrun.report import format_status, format_status_line
+    from gitrun.runs import list_runs
+    from gitrun.state import read_status
+
+    repo = _repo(ctx)
+    if run is None:
+        statuses = [read_status(repo, r) for r in list_runs(repo)]
+        if as_json:
+            typer.echo(json.dumps([st.to_json() for st in statuses], indent=2))
+        elif not statuses:
+            typer.echo("no runs here; create one with `gitrun new RUN`")
+        for st in statuses if not as_json else []:
+            typer.echo(format_status_line(st))
+        return
+    st = read_status(repo, run)
+    if as_json:
+        typer.echo(json.dumps(st.to_json(), indent=2))
+    else:
+        typer.echo(format_status(st, limit=None if show_all else 20))
+
+
+@app.command()
+def log(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(help="The run.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the history as JSON.")] = False,
+) -> None:
+    """Show a run's history from its branch: when, which tasks, which attempt."""
+    from gitrun.committer import branch_ref
+    from gitrun.git import rev_parse
+    from gitrun.history import read_history
+    from gitrun.runs import check_run_id
+
+    repo = _repo(ctx)
+    check_run_id(run)
+    if rev_parse(repo, branch_ref(run)) is None:
+        raise GitrunError(
+            f"run {run!r} has no branch gitrun/{run} yet; start it with `gitrun start {run}`"
+        )
+    entries = read_history(repo, run)
+    if as_json:
+        typer.echo(json.dumps([e.to_json() for e in entries], indent=2))
+        return
+    for entry in entries:
+        attempts = " ".join(f"{t}#{n}" for t, n in entry.attempts.items())
+        typer.echo(
+            f"{entry.date}  {entry.commit[:10]}  {entry.subject}"
+            + (f"  [{attempts}]" if attempts else "")
+        )
+
+
+@app.command()
+def land(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(help="The run to land.")],
+    squash: Annotated[
+        bool, typer.Option("--squash", help="One squashed commit instead of a merge.")
+    ] = False,
+) -> None:
+    """Bring a run's results into the current branch as one merge (or squash).
+
+    Untracked files identical to the run's committed artifacts do not block
+    it; anything else that would be overwritten stops it with nothing changed.
+    """
+    from gitrun.land import land_run
+
+    typer.echo(land_run(_repo(ctx), run, squash=squash))
+
+
+@app.command()
+def retry(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(help="The run.")],
+    tasks: Annotated[
+        list[str] | None, typer.Argument(help="Tasks to retry; default every failed one.")
+    ] = None,
+) -> None:
+    """Give tasks that used up their attempts a fresh set; then `gitrun resume RUN`."""
+    from gitrun.retry import retry_tasks
+
+    chosen = retry_tasks(_repo(ctx), run, list(tasks or []))
+    if not chosen:
+        typer.echo(f"run {run!r} has no failed tasks")
+        return
+    typer.echo(f"{', '.join(chosen)}: fresh attempts granted; continue with `gitrun resume {run}`")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point."""
     try:

@@ -114,3 +114,14 @@ def render_argv(
 
         out.append(_PLACEHOLDER.sub(fill, arg))
     return out
+
+
+_SHELLS = {"sh", "bash", "dash", "zsh", "ksh"}
+
+
+def render_command(template: list[str], values: Mapping[str, str]) -> list[str]:
+    """Fill a command template; in ``sh -c SCRIPT`` the script's values are shell-quoted."""
+    if len(template) >= 3 and template[0].rsplit("/", 1)[-1] in _SHELLS and template[1] == "-c":
+        script = render_argv([template[2]], values, shell_quote=True)
+        return [template[0], "-c", *script, *render_argv(template[3:], values)]
+    return render_argv(template, values)

@@ -44,3 +44,110 @@ def changed_paths(repo: Path) -> list[str]:
         if len(entry) > 3:
             paths.append(entry[3:])
     return paths
+
+
+def rev_parse(repo: Path, ref: str) -> str | None:
+    """The commit a ref names, or None when it does not exist."""
+    proc = run_cmd(
+        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        check=False,
+    )
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.decode().strip() or None
+
+
+def remote_refs(repo: Path, suffix: str) -> list[str]:
+    """Remote-tracking refs ending in ``/<suffix>`` (e.g. origin/gitrun/<run>)."""
+    out = git(repo, "for-each-ref", "--format=%(refname)", "refs/remotes/")
+    return [ref for ref in out.decode().split() if ref.endswith("/" + suffix)]
+
+
+def object_format(repo: Path) -> str:
+    out = run_cmd(["git", "-C", str(repo), "rev-parse", "--show-object-format"], check=False)
+    return out.stdout.decode().strip() or "sha1"
+
+
+def ls_tree(repo: Path, commit: str, paths: list[str] | None = None) -> dict[str, tuple[str, str]]:
+    """Files of ``commit`` (all, or those under ``paths``): path -> (mode, blob id)."""
+    extra = ["--", *paths] if paths else []
+    out = git(repo, "ls-tree", "-r", "-z", "--full-tree", commit, *extra)
+    files: dict[str, tuple[str, str]] = {}
+    for entry in out.decode(errors="surrogateescape").split("\0"):
+        if not entry:
+            continue
+        meta, path = entry.split("\t", 1)
+        mode, _kind, sha = meta.split(" ")
+        files[path] = (mode, sha)
+    return files
+
+
+def cat_blob(repo: Path, sha: str) -> bytes:
+    return git(repo, "cat-file", "blob", sha)
+
+
+def hash_files(repo: Path, paths: list[str]) -> list[str]:
+    """Write the files at ``paths`` (relative to the root) as blobs; their ids in order.
+
+    ``--no-filters`` stores the bytes as they are on disk, which are the bytes
+    gitrun validated (the caller compares the ids with its own hashes).
+    """
+    if not paths:
+        return []
+    data = "".join(f"{p}\n" for p in paths).encode(errors="surrogateescape")
+    out = git(repo, "hash-object", "-w", "--no-filters", "--stdin-paths", input=data)
+    return out.decode().split()
+
+
+def hash_bytes(repo: Path, data: bytes) -> str:
+    return git(repo, "hash-object", "-w", "--no-filters", "--stdin", input=data).decode().strip()
+
+
+def tree_with(
+    repo: Path, base: str | None, entries: list[tuple[str, str, str]], index: Path
+) -> str:
+    """A tree: ``base``'s tree with ``(mode, blob, path)`` entries added or replaced.
+
+    Uses a private index file, never the user's.
+    """
+    env = {"GIT_INDEX_FILE": str(index)}
+    index.unlink(missing_ok=True)
+    if base:
+        _git_env(repo, env, "read-tree", base)
+    info = "".join(f"{mode} {sha}\t{path}\n" for mode, sha, path in entries)
+    _git_env(repo, env, "update-index", "--add", "--index-info", input=info.encode())
+    tree = _git_env(repo, env, "write-tree").decode().strip()
+    index.unlink(missing_ok=True)
+    return tree
+
+
+def commit_tree(repo: Path, tree: str, parents: list[str], message: str) -> str:
+    args = ["commit-tree", tree]
+    for parent in parents:
+        args += ["-p", parent]
+    try:
+        return git(repo, *args, "-F", "-", input=message.encode()).decode().strip()
+    except CommandError as exc:
+        if "tell me who you are" not in exc.output and "empty ident" not in exc.output:
+            raise
+    # No identity configured: commit as gitrun rather than fail a run.
+    ident = {
+        "GIT_AUTHOR_NAME": "gitrun",
+        "GIT_AUTHOR_EMAIL": "gitrun@localhost",
+        "GIT_COMMITTER_NAME": "gitrun",
+        "GIT_COMMITTER_EMAIL": "gitrun@localhost",
+    }
+    return _git_env(repo, ident, *args, "-F", "-", input=message.encode()).decode().strip()
+
+
+def update_ref(repo: Path, ref: str, new: str, old: str | None) -> bool:
+    """Compare-and-swap ``ref`` from ``old`` (None: must not exist) to ``new``."""
+    expected = old or ""  # empty: the ref must not exist yet
+    proc = run_cmd(["git", "-C", str(repo), "update-ref", ref, new, expected], check=False)
+    return proc.returncode == 0
+
+
+def _git_env(repo: Path, extra: dict[str, str], *args: str, input: bytes | None = None) -> bytes:
+    from gitrun.proc import clean_env
+
+    return run_cmd(["git", "-C", str(repo), *args], input=input, env=clean_env(extra)).stdout

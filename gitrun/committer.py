@@ -1,0 +1,219 @@
+"""Committing validated outputs to the run's branch with git plumbing.
+
+A commit is built from the exact bytes that were validated (their blob ids
+are compared with git's), on a tree derived from the branch's tree in a
+private index file, and published with ``update-ref <new> <old>``: a
+compare-and-swap that, when another process moved the branch meanwhile, is
+retried on top of the new tip. The user's HEAD, index and work tree are never
+touched. ``git commit --only`` is avoided on purpose: it rewrites the user's
+index and can drop entries staged at the same moment.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gitrun import git
+from gitrun.errors import GitrunError
+from gitrun.local import LocalPaths
+from gitrun.outputs import OutputCheck, blob_id
+
+BRANCH_PREFIX = "gitrun/"
+MAX_RACES = 50
+
+
+def branch_ref(run_id: str) -> str:
+    return f"refs/heads/{BRANCH_PREFIX}{run_id}"
+
+
+@dataclass(frozen=True)
+class Landing:
+    """A validated task ready to commit."""
+
+    task: str
+    attempt: int
+    files: list[OutputCheck]
+
+
+@dataclass
+class Committed:
+    commit: str
+    tasks: list[str] = field(default_factory=list)
+
+
+def trailers(run_id: str, landings: list[Landing], extra: dict[str, str] | None = None) -> str:
+    lines = [f"Gitrun-Run: {run_id}"]
+    lines += [f"{key}: {value}" for key, value in (extra or {}).items()]
+    lines += [f"Gitrun-Task: {landing.task}" for landing in landings]
+    lines += [f"Gitrun-Attempt: {landing.task}={landing.attempt}" for landing in landings]
+    return "\n".join(lines)
+
+
+def landing_message(run_id: str, landings: list[Landing]) -> str:
+    ids = [landing.task for landing in landings]
+    if not ids:
+        subject = f"gitrun({run_id}): update the ledger"
+    else:
+        shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        subject = f"gitrun({run_id}): {shown} done"
+    return f"{subject}\n\n{trailers(run_id, landings)}\n"
+
+
+class Committer:
+    """Publishes commits on ``refs/heads/gitrun/<run>``; safe across processes."""
+
+    def __init__(self, repo: Path, run_id: str, local: LocalPaths) -> None:
+        self.repo = repo
+        self.run_id = run_id
+        self.local = local
+        self.ref = branch_ref(run_id)
+        self.object_format = git.object_format(repo)
+
+    def commit(
+        self,
+        landings: list[Landing],
+        own_files: dict[str, bytes],
+        message: str,
+        parent_required: bool = True,
+    ) -> str:
+        """Commit the landings' files and gitrun's own files; returns the new tip."""
+        from filelock import FileLock
+
+        entries = self._blobs(landings, own_files)
+        self.local.root.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.local.commit_lock)):
+            for _ in range(MAX_RACES):
+                old = git.rev_parse(self.repo, self.ref)
+                if old is None and parent_required:
+                    raise GitrunError(
+                        f"branch gitrun/{self.run_id} has disappeared; gitrun will not recreate "
+                        f"it behind your back — restore it (e.g. from the reflog) or start over"
+                    )
+                tree = git.tree_with(self.repo, old, entries, self.local.index)
+                new = git.commit_tree(self.repo, tree, [old] if old else [], message)
+                if git.update_ref(self.repo, self.ref, new, old):
+                    return new
+        raise GitrunError(
+            f"could not publish a commit on gitrun/{self.run_id}: the branch kept moving "
+            f"({MAX_RACES} tries); is another program rewriting it?"
+        )
+
+    def start_branch(self, base: str, own_files: dict[str, bytes], message: str) -> str:
+        """The run's first commit: ``base`` plus the run definition."""
+        from filelock import FileLock
+
+        entries = self._blobs([], own_files)
+        self.local.root.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.local.commit_lock)):
+            tree = git.tree_with(self.repo, base, entries, self.local.index)
+            new = git.commit_tree(self.repo, tree, [base], message)
+            if not git.update_ref(self.repo, self.ref, new, None):
+                raise GitrunError(
+                    f"branch gitrun/{self.run_id} appeared while starting the run; continue it "
+                    f"with `gitrun resume {self.run_id}`"
+                )
+            return new
+
+    def _blobs(
+        self, landings: list[Landing], own_files: dict[str, bytes]
+    ) -> list[tuple[str, str, str]]:
+        """Write blobs; one ``hash-object`` call for all files that still match on disk."""
+        wanted: list[tuple[str, str, bytes]] = []  # (mode, path, bytes)
+        for landing in landings:
+            for check in landing.files:
+                assert check.data is not None
+                wanted.append((check.mode, check.path, check.data))
+        wanted += [("100644", path, data) for path, data in own_files.items()]
+        on_disk = [path for _, path, _ in wanted if (self.repo / path).is_file()]
+        ids = dict(zip(on_disk, git.hash_files(self.repo, on_disk), strict=True))
+        entries = []
+        for mode, path, data in wanted:
+            expected = blob_id(data, self.object_format)
+            # When the file changed after validation (or is not on disk), store
+            # the validated bytes themselves.
+            sha = expected if ids.get(path) == expected else git.hash_bytes(self.repo, data)
+            entries.append((mode, sha, path))
+        return entries
+
+
+class CommitQueue:
+    """A background thread that commits landings as they arrive.
+
+    Landings that arrive while a commit is being built share the next one,
+    so a burst of finished tasks becomes one commit.
+    """
+
+    def __init__(
+        self,
+        committer: Committer,
+        own_files: Callable[[], dict[str, bytes]],
+        on_commit: Callable[[Committed], None],
+    ) -> None:
+        self.committer = committer
+        self.own_files = own_files
+        self.on_commit = on_commit
+        self._pending: list[Landing] = []
+        self._cond = threading.Condition()
+        self._closing = False
+        self._busy = False
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="gitrun-committer", daemon=True)
+        self._thread.start()
+
+    def put(self, landing: Landing) -> None:
+        with self._cond:
+            self._pending.append(landing)
+            self._cond.notify_all()
+
+    def flush(self) -> None:
+        """Commit everything queued so far, plus the current ledger."""
+        with self._cond:
+            while (self._pending or self._busy) and self.error is None:
+                self._cond.wait(0.1)
+        self._commit([])
+
+    def close(self) -> None:
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closing:
+                    self._cond.wait()
+                if not self._pending and self._closing:
+                    return
+                batch, self._pending = self._pending, []
+                self._busy = True
+            try:
+                self._commit(batch)
+            except BaseException as exc:  # reported by the driver, which stops the run
+                self.error = exc
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+
+    def _commit(self, batch: list[Landing]) -> None:
+        own = self.own_files()
+        if not batch and not self._changed(own):
+            return
+        message = landing_message(self.committer.run_id, batch)
+        commit = self.committer.commit(batch, own, message)
+        self.on_commit(Committed(commit, [landing.task for landing in batch]))
+
+    def _changed(self, own: dict[str, bytes]) -> bool:
+        tip = git.rev_parse(self.committer.repo, self.committer.ref)
+        if tip is None:
+            return True
+        tree = git.ls_tree(self.committer.repo, tip, sorted(own))
+        fmt = self.committer.object_format
+        return any(tree.get(path, ("", ""))[1] != blob_id(data, fmt) for path, data in own.items())

@@ -1,0 +1,133 @@
+"""Bringing a run's results into the current branch: ``gitrun land``.
+
+One merge commit (or one squashed commit). Untracked files that are
+byte-identical to what the run committed do not block it (workers leave
+exactly those behind); anything else git would overwrite stops it before any
+change, and the user's work is left as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from gitrun import git
+from gitrun.committer import branch_ref
+from gitrun.errors import CommandError, GitrunError
+from gitrun.local import LocalPaths
+from gitrun.outputs import blob_id
+from gitrun.proc import run_cmd
+
+
+def land_run(repo: Path, run_id: str, squash: bool = False) -> str:
+    """Merge (or squash) ``gitrun/<run>`` into the current branch; returns a summary."""
+    ref = branch_ref(run_id)
+    tip = git.rev_parse(repo, ref)
+    if tip is None:
+        raise GitrunError(f"run {run_id!r} has no branch gitrun/{run_id}; nothing to land")
+    head = git.rev_parse(repo, "HEAD")
+    if head is None:
+        raise GitrunError("the current branch has no commits; check out the branch to land into")
+    if _is_ancestor(repo, tip, head):
+        return f"run {run_id!r} is already landed in the current branch"
+    if (
+        squash
+        and run_cmd(["git", "-C", str(repo), "diff", "--cached", "--quiet"], check=False).returncode
+    ):
+        raise GitrunError(
+            "you have staged changes; commit or unstage them first (a squashed landing would "
+            "take them into its commit)"
+        )
+    base = git.git(repo, "merge-base", head, tip).decode().strip()
+    incoming = _incoming_files(repo, base, tip)
+    fmt = git.object_format(repo)
+    aside_dir = LocalPaths.of(repo, run_id).root / "land-aside"
+    identical: list[str] = []
+    blocking: list[str] = []
+    for path in _untracked(repo, sorted(incoming)):
+        try:
+            same = blob_id((repo / path).read_bytes(), fmt) == incoming[path]
+        except OSError:
+            same = False
+        (identical if same else blocking).append(path)
+    if blocking:
+        shown = ", ".join(blocking[:5]) + (
+            f" and {len(blocking) - 5} more" if len(blocking) > 5 else ""
+        )
+        raise GitrunError(
+            f"untracked {shown} would be overwritten by the run's different version; move "
+            "them away or delete them, then land again"
+        )
+    moved = _move_aside(repo, identical, aside_dir)
+    message = f"gitrun: land run {run_id}\n\nGitrun-Run: {run_id}\n"
+    try:
+        if squash:
+            git.git(repo, "merge", "--squash", ref)
+            git.git(repo, "commit", "-q", "-m", message)
+        else:
+            git.git(repo, "merge", "--no-ff", "--no-edit", "-m", message, ref)
+    except CommandError as exc:
+        _undo_merge(repo, squash)
+        _restore(repo, moved, aside_dir)
+        raise GitrunError(
+            f"landing run {run_id!r} stopped and changed nothing: {_git_says(exc)}"
+        ) from exc
+    shutil.rmtree(aside_dir, ignore_errors=True)
+    how = "squashed into one commit" if squash else "merged"
+    return f"run {run_id!r} {how} into the current branch ({len(incoming)} files)"
+
+
+def _is_ancestor(repo: Path, commit: str, of: str) -> bool:
+    proc = run_cmd(["git", "-C", str(repo), "merge-base", "--is-ancestor", commit, of], check=False)
+    return proc.returncode == 0
+
+
+def _incoming_files(repo: Path, base: str, tip: str) -> dict[str, str]:
+    """Files the run added or changed since ``base``: path -> blob id at the tip."""
+    out = git.git(repo, "diff", "--name-only", "-z", "--no-renames", "--diff-filter=AM", base, tip)
+    paths = [p for p in out.decode(errors="surrogateescape").split("\0") if p]
+    tree = git.ls_tree(repo, tip, paths) if paths else {}
+    return {p: tree[p][1] for p in paths if p in tree}
+
+
+def _untracked(repo: Path, paths: list[str]) -> list[str]:
+    found = [p for p in paths if os.path.lexists(repo / p)]
+    if not found:
+        return []
+    tracked = git.git(repo, "ls-files", "-z", "--", *found).decode(errors="surrogateescape")
+    known = set(filter(None, tracked.split("\0")))
+    return [p for p in found if p not in known]
+
+
+def _move_aside(repo: Path, paths: list[str], aside_dir: Path) -> list[str]:
+    for path in paths:
+        target = aside_dir / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(repo / path, target)
+    return paths
+
+
+def _restore(repo: Path, paths: list[str], aside_dir: Path) -> None:
+    for path in paths:
+        source = aside_dir / path
+        if source.exists() and not os.path.lexists(repo / path):
+            (repo / path).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(source, repo / path)
+    shutil.rmtree(aside_dir, ignore_errors=True)
+
+
+def _undo_merge(repo: Path, squash: bool) -> None:
+    merge_head = git.git_dir(repo) / "MERGE_HEAD"
+    if merge_head.exists():
+        run_cmd(["git", "-C", str(repo), "merge", "--abort"], check=False)
+    elif squash:
+        # A squash that stopped on a conflict leaves no MERGE_HEAD; reset the
+        # index and files it touched (the index held no staged change before).
+        run_cmd(["git", "-C", str(repo), "reset", "--merge"], check=False)
+
+
+def _git_says(exc: CommandError) -> str:
+    lines = [ln.strip() for ln in exc.output.splitlines() if ln.strip()]
+    interesting = [ln for ln in lines if not ln.startswith(("hint:", "Aborting"))]
+    return " ".join(interesting[:4]) or str(exc)

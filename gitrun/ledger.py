@@ -1,0 +1,108 @@
+"""The run's ledger: one JSON line per attempt, append-only, committed with the run.
+
+It lives at ``.gitrun/runs/<run>/ledger.jsonl``. Besides attempts it holds
+``retry`` events (``gitrun retry`` gives a task new attempts). Lines a crash
+cut short are skipped when reading.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Outcomes decided from disk after an attempt.
+VALID = "valid"
+MISSING = "missing"
+INVALID = "invalid"
+# The attempt was stopped by gitrun (Ctrl-C, SIGTERM) or lost with a dead driver;
+# neither uses up one of the task's attempts.
+INTERRUPTED = "interrupted"
+ABANDONED = "abandoned"
+COUNTED = (MISSING, INVALID)
+
+
+@dataclass
+class TaskHistory:
+    attempts: int = 0  # the highest attempt number used so far
+    used: int = 0  # attempts that count against max_attempts (since the last retry)
+    spawns: int = 0
+    last_outcome: str | None = None
+    last_reason: str | None = None
+
+
+@dataclass
+class LedgerSummary:
+    tasks: dict[str, TaskHistory] = field(default_factory=dict)
+
+    @property
+    def spawns(self) -> int:
+        return sum(h.spawns for h in self.tasks.values())
+
+    def of(self, task: str) -> TaskHistory:
+        return self.tasks.get(task) or TaskHistory()
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    return parse_lines(text)
+
+
+def parse_lines(text: str) -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a crash
+        if isinstance(record, dict) and isinstance(record.get("task"), str):
+            records.append(record)
+    return records
+
+
+def summarize(records: list[dict[str, Any]]) -> LedgerSummary:
+    summary = LedgerSummary()
+    for record in records:
+        history = summary.tasks.setdefault(record["task"], TaskHistory())
+        if record.get("event") == "retry":
+            history.used = 0
+            continue
+        number = record.get("attempt")
+        if isinstance(number, int):
+            history.attempts = max(history.attempts, number)
+        history.spawns += 1
+        outcome = record.get("outcome")
+        if outcome in COUNTED:
+            history.used += 1
+        history.last_outcome = outcome if isinstance(outcome, str) else None
+        reason = record.get("reason")
+        history.last_reason = reason if isinstance(reason, str) else None
+    return summary
+
+
+def append(path: Path, record: dict[str, Any]) -> None:
+    """Append one record as one line. Only the run's driver writes the ledger."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(line)
+
+
+def merge_text(local: str, committed: str) -> str:
+    """The union of two copies of a ledger, keeping the local order.
+
+    The local copy normally extends the committed one; lines only the
+    committed copy has (say, the local file was deleted or is older) are kept.
+    """
+    local_lines = [ln for ln in local.splitlines() if ln.strip()]
+    seen = set(local_lines)
+    missing = [ln for ln in committed.splitlines() if ln.strip() and ln not in seen]
+    if not missing:
+        return local if local.endswith("\n") or not local else local + "\n"
+    return "".join(f"{ln}\n" for ln in missing + local_lines)

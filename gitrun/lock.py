@@ -1,0 +1,129 @@
+"""One driver per run: a file lock with an owner record.
+
+The lock is an ``flock`` (through filelock), which the kernel releases when
+its holder dies, also by ``kill -9``: a lock left by a dead process is simply
+taken over, with no manual unlock step. The owner record next to it says who
+holds it (pid, host, start, heartbeat) so a refused second driver can name it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from gitrun.errors import GitrunError
+from gitrun.local import LocalPaths
+from gitrun.tomlfile import write_atomic
+
+
+@dataclass(frozen=True)
+class Owner:
+    pid: int
+    host: str
+    started: float
+    heartbeat: float
+
+    @property
+    def age(self) -> float:
+        return time.time() - self.started
+
+    @property
+    def silence(self) -> float:
+        return time.time() - self.heartbeat
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "host": self.host,
+            "started": self.started,
+            "heartbeat": self.heartbeat,
+        }
+
+
+class RunBusy(GitrunError):
+    def __init__(self, run_id: str, owner: Owner | None) -> None:
+        self.owner = owner
+        if owner is None:
+            who = "another gitrun process"
+        else:
+            who = (
+                f"pid {owner.pid} on host {owner.host} (started {_ago(owner.age)} ago, "
+                f"last heartbeat {_ago(owner.silence)} ago)"
+            )
+        super().__init__(
+            f"run {run_id!r} is already being driven by {who}; wait for it to finish or stop it "
+            "(Ctrl-C in its terminal, or `kill` that pid), then `gitrun resume "
+            f"{run_id}`"
+        )
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def read_owner(local: LocalPaths) -> Owner | None:
+    try:
+        data = json.loads(local.owner.read_text())
+        return Owner(
+            int(data["pid"]), str(data["host"]), float(data["started"]), float(data["heartbeat"])
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+class RunLock:
+    """The held lock; ``beat()`` refreshes the heartbeat in the owner record."""
+
+    def __init__(self, local: LocalPaths) -> None:
+        self.local = local
+        self.owner = Owner(os.getpid(), socket.gethostname(), time.time(), time.time())
+
+    def beat(self) -> None:
+        self.owner = Owner(self.owner.pid, self.owner.host, self.owner.started, time.time())
+        write_atomic(self.local.owner, json.dumps(self.owner.to_json()).encode())
+
+
+@contextmanager
+def run_locked(local: LocalPaths, run_id: str) -> Iterator[RunLock]:
+    """Hold the run's driver lock, or raise RunBusy naming its holder."""
+    from filelock import FileLock, Timeout  # lazy: filelock imports asyncio (~50 ms)
+
+    local.root.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(local.lock), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise RunBusy(run_id, read_owner(local)) from None
+    held = RunLock(local)
+    try:
+        held.beat()
+        yield held
+    finally:
+        local.owner.unlink(missing_ok=True)
+        lock.release()
+
+
+def is_locked(local: LocalPaths) -> bool:
+    """Whether a live process holds the run's driver lock right now."""
+    from filelock import FileLock, Timeout
+
+    if not local.lock.exists():
+        return False
+    lock = FileLock(str(local.lock), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        return True
+    lock.release()
+    return False

@@ -1,0 +1,236 @@
+"""Deciding from disk whether a task is done, and quarantining what is not.
+
+An output counts only when it is a regular file inside the repository (not
+a symlink, not a directory), non-empty, different from what was there at
+launch, and accepted by every validator. A worker's exit status plays no
+part (DESIGN.md rule 1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from gitrun.runs import OutputSpec, RunDef, Task
+from gitrun.settings import (
+    CommandValidator,
+    JsonSchemaValidator,
+    MinBytesValidator,
+    RegexValidator,
+    Validator,
+)
+
+COMMAND_VALIDATOR_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    path: str
+    state: str  # "valid", "missing" or "invalid"
+    reason: str = ""
+    data: bytes | None = None  # the exact bytes validated (valid outputs)
+    mode: str = "100644"
+
+
+@dataclass(frozen=True)
+class TaskCheck:
+    outputs: list[OutputCheck]
+
+    @property
+    def outcome(self) -> str:
+        states = {o.state for o in self.outputs}
+        if states == {"valid"}:
+            return "valid"
+        return "invalid" if "invalid" in states else "missing"
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(f"{o.path}: {o.reason}" for o in self.outputs if o.state != "valid")
+
+
+def blob_id(data: bytes, object_format: str = "sha1") -> str:
+    """The id git gives these bytes as a blob."""
+    header = f"blob {len(data)}\0".encode()
+    return hashlib.new(object_format, header + data).hexdigest()
+
+
+def check_task(
+    run: RunDef,
+    task: Task,
+    before: Mapping[str, str | None] | None = None,
+    object_format: str = "sha1",
+) -> TaskCheck:
+    """Check every output of ``task``. ``before`` maps each output to the blob
+    id of its content at launch (None when it did not exist)."""
+    checks = []
+    for output in run.outputs_of(task):
+        prior = (before or {}).get(output.path)
+        checks.append(check_output(run, output, prior, object_format))
+    return TaskCheck(checks)
+
+
+def check_output(
+    run: RunDef, output: OutputSpec, prior: str | None, object_format: str = "sha1"
+) -> OutputCheck:
+    path = output.path
+    full = run.repo / path
+    try:
+        info = os.lstat(full)
+    except FileNotFoundError:
+        return OutputCheck(path, "missing", "does not exist")
+    except NotADirectoryError:
+        return OutputCheck(path, "missing", "a parent is not a directory")
+    if stat.S_ISLNK(info.st_mode):
+        return OutputCheck(path, "invalid", "is a symlink, not a regular file")
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        return OutputCheck(path, "invalid", f"is {kind}")
+    root = run.repo.resolve()
+    if not full.resolve().is_relative_to(root):
+        return OutputCheck(path, "invalid", "lies outside the repository (through a symlink)")
+    try:
+        data = full.read_bytes()
+    except OSError as exc:
+        return OutputCheck(path, "invalid", f"cannot be read ({exc.strerror})")
+    if not data:
+        return OutputCheck(path, "invalid", "is empty")
+    if prior is not None and blob_id(data, object_format) == prior:
+        return OutputCheck(path, "missing", "is unchanged since launch")
+    for name in run.validators_of(output):
+        problem = run_validator(run, name, path, data)
+        if problem:
+            return OutputCheck(path, "invalid", problem)
+    mode = "100755" if info.st_mode & stat.S_IXUSR else "100644"
+    return OutputCheck(path, "valid", data=data, mode=mode)
+
+
+def run_validator(run: RunDef, name: str, path: str, data: bytes) -> str | None:
+    """None when ``data`` passes validator ``name``, else the reason."""
+    declared = run.packet.validators.get(name)
+    if declared is not None:
+        return _run_declared(run, declared, path, data)
+    kind = _auto_kind(path) if name == "auto" else name
+    return _run_builtin(kind, data)
+
+
+def _auto_kind(path: str) -> str:
+    suffix = Path(path).suffix.lower()
+    return {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".toml": "toml"}.get(
+        suffix, "nonempty"
+    )
+
+
+def _run_builtin(kind: str, data: bytes) -> str | None:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None if kind == "nonempty" else "is not UTF-8 text"
+    if kind == "json":
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as exc:
+            return f"is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+    elif kind == "jsonl":
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    json.loads(line)
+                except json.JSONDecodeError as exc:
+                    return f"line {number} is not valid JSON ({exc.msg})"
+    elif kind == "toml":
+        try:
+            tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            return f"is not valid TOML ({exc})"
+    return None
+
+
+def _run_declared(run: RunDef, validator: Validator, path: str, data: bytes) -> str | None:
+    if isinstance(validator, MinBytesValidator):
+        if len(data) < validator.min:
+            return f"has {len(data)} bytes, fewer than {validator.min}"
+        return None
+    if isinstance(validator, RegexValidator):
+        text = data.decode("utf-8", errors="replace")
+        if re.search(validator.pattern, text) is None:
+            return f"does not match /{validator.pattern}/"
+        return None
+    if isinstance(validator, JsonSchemaValidator):
+        return _check_schema(run, validator, data)
+    if isinstance(validator, CommandValidator):
+        return _check_command(run, validator, path)
+    return _run_builtin(validator.kind, data)
+
+
+def _check_schema(run: RunDef, validator: JsonSchemaValidator, data: bytes) -> str | None:
+    import jsonschema  # lazy: 75 ms to import, only runs that use schemas pay
+
+    problem = _run_builtin("json", data)
+    if problem:
+        return problem
+    try:
+        schema = json.loads((run.repo / validator.schema_path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        return f"cannot be checked: schema {validator.schema_path} is unreadable ({exc})"
+    errors = sorted(
+        jsonschema.Draft202012Validator(schema).iter_errors(json.loads(data)),
+        key=lambda e: list(e.path),
+    )
+    if errors:
+        first = errors[0]
+        where = "/".join(str(p) for p in first.path) or "(root)"
+        return f"fails schema {validator.schema_path} at {where}: {first.message}"
+    return None
+
+
+def _check_command(run: RunDef, validator: CommandValidator, path: str) -> str | None:
+    import subprocess
+
+    from gitrun.proc import clean_env
+
+    argv = [*validator.command, path]
+    try:
+        proc = subprocess.run(
+            argv,
+            cwd=run.repo,
+            env=clean_env(),
+            capture_output=True,
+            timeout=COMMAND_VALIDATOR_TIMEOUT,
+            check=False,
+        )
+    except FileNotFoundError:
+        return f"cannot be checked: validator command {validator.command[0]!r} not found"
+    except subprocess.TimeoutExpired:
+        return f"validator command timed out after {COMMAND_VALIDATOR_TIMEOUT:.0f} s"
+    if proc.returncode != 0:
+        said = (proc.stderr or proc.stdout).decode(errors="replace").strip().splitlines()
+        detail = f": {said[-1]}" if said else ""
+        return f"rejected by `{' '.join(argv)}` (status {proc.returncode}){detail}"
+    return None
+
+
+def quarantine(repo: Path, quarantine_dir: Path, checks: list[OutputCheck]) -> list[str]:
+    """Move invalid outputs under ``quarantine_dir``, keeping their paths; returns them."""
+    moved: list[str] = []
+    for check in checks:
+        if check.state != "invalid":
+            continue
+        source = repo / check.path
+        if not os.path.lexists(source):
+            continue
+        target = quarantine_dir / check.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(source, target)
+        except OSError:
+            shutil.move(str(source), str(target))
+        moved.append(check.path)
+    return moved

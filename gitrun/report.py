@@ -1,0 +1,72 @@
+"""Plain-text renderings of a run's status for the terminal."""
+
+from __future__ import annotations
+
+from gitrun.state import DONE, RunStatus
+
+
+def _counts_text(counts: dict[str, int]) -> str:
+    return ", ".join(f"{counts[k]} {k}" for k in ("done", "running", "pending", "failed"))
+
+
+def _yield_text(status: RunStatus) -> str:
+    ratio = status.yield_ratio
+    shown = f"{ratio:.0%}" if ratio is not None else "n/a"
+    return f"{status.spawns} spawns for {status.usable} usable outputs (yield {shown})"
+
+
+def format_status_line(status: RunStatus) -> str:
+    state = "driving" if status.driver else ("started" if status.started else "not started")
+    return f"{status.run}: {state}; {_counts_text(status.counts())}; {_yield_text(status)}"
+
+
+def format_summary(status: RunStatus, stopped_by: str | None = None) -> str:
+    total = len(status.tasks)
+    lines = [
+        f"run {status.run!r}: {_counts_text(status.counts())} of {total} tasks; {_yield_text(status)}"
+    ]
+    failed = [t for t in status.tasks.values() if t.status == "failed"]
+    for task in failed[:20]:
+        lines.append(
+            f"  failed for good: {task.id} ({task.attempts} attempts: {task.reason or 'no output'})"
+        )
+    if len(failed) > 20:
+        lines.append(
+            f"  ... and {len(failed) - 20} more failed (`gitrun status {status.run} --all`)"
+        )
+    if stopped_by:
+        lines.append(f"stopped by {stopped_by}; continue with `gitrun resume {status.run}`")
+    elif failed:
+        lines.append(
+            f"give them new attempts with `gitrun retry {status.run}`, then `gitrun resume {status.run}`"
+        )
+    elif status.counts()[DONE] == total:
+        lines.append(f"all done; bring the results in with `gitrun land {status.run}`")
+    return "\n".join(lines)
+
+
+def format_status(status: RunStatus, limit: int | None = 20) -> str:
+    lines = []
+    if status.driver:
+        d = status.driver
+        lines.append(
+            f"run {status.run!r}: driven by pid {d.pid} on {d.host}, heartbeat {d.silence:.0f} s ago"
+        )
+    else:
+        lines.append(
+            f"run {status.run!r}: {'no driver running' if status.started else 'not started'}"
+        )
+    for stage in status.stages:
+        lines.append(f"  stage {stage}: {_counts_text(status.counts(stage))}")
+    lines.append(f"  total: {_counts_text(status.counts())}; {_yield_text(status)}")
+    open_tasks = [t for t in status.tasks.values() if t.status != DONE]
+    shown = open_tasks if limit is None else open_tasks[:limit]
+    for task in shown:
+        missing = ", ".join(task.missing)
+        last = f"; last: {task.reason}" if task.reason else ""
+        lines.append(
+            f"  {task.id:<12} {task.status:<8} attempts {task.attempts}  missing {missing}{last}"
+        )
+    if len(shown) < len(open_tasks):
+        lines.append(f"  ... and {len(open_tasks) - len(shown)} more (--all lists them)")
+    return "\n".join(lines)
