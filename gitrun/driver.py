@@ -201,6 +201,7 @@ class Driver:
         self.limits = run.packet.limits
         self.tasks = {task.id: task for task in run.tasks}
         self.ledger_path = self.repo / run.dir / LEDGER_NAME
+        ledger.repair_tail(self.ledger_path)
         summary = ledger.summarize(ledger.read_lines(self.ledger_path))
         self.history = {tid: summary.of(tid) for tid in self.tasks}
         tip = git.rev_parse(self.repo, committer.ref)

@@ -38,7 +38,17 @@ def changed_paths(repo: Path) -> list[str]:
     One ``git status -z`` call; renames list both the old and the new path.
     Untracked directories are listed file by file.
     """
-    out = git(repo, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
+    # --no-optional-locks: status would otherwise refresh the user's index
+    # under index.lock and make a concurrent `git add` of theirs fail.
+    out = git(
+        repo,
+        "--no-optional-locks",
+        "status",
+        "--porcelain=v1",
+        "-z",
+        "--untracked-files=all",
+        "--no-renames",
+    )
     paths: list[str] = []
     for entry in out.decode(errors="surrogateescape").split("\0"):
         if len(entry) > 3:

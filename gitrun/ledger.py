@@ -106,3 +106,17 @@ def merge_text(local: str, committed: str) -> str:
     if not missing:
         return local if local.endswith("\n") or not local else local + "\n"
     return "".join(f"{ln}\n" for ln in missing + local_lines)
+
+
+def repair_tail(path: Path) -> None:
+    """End a line a crash cut short, so the next record starts on its own line."""
+    try:
+        with path.open("rb+") as handle:
+            handle.seek(0, 2)
+            if handle.tell() == 0:
+                return
+            handle.seek(-1, 2)
+            if handle.read(1) != b"\n":
+                handle.write(b"\n")
+    except FileNotFoundError:
+        return

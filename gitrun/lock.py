@@ -82,6 +82,26 @@ def read_owner(local: LocalPaths) -> Owner | None:
         return None
 
 
+def _live_owner(local: LocalPaths, patience: float = 2.0) -> Owner | None:
+    """The owner record of the lock's live holder.
+
+    The holder writes its record just after taking the lock, so a record
+    naming a dead process is the previous holder's: wait for the new one.
+    """
+    import psutil
+
+    deadline = time.time() + patience
+    owner = read_owner(local)
+    while time.time() < deadline:
+        if owner is not None and (
+            owner.host != socket.gethostname() or psutil.pid_exists(owner.pid)
+        ):
+            return owner
+        time.sleep(0.05)
+        owner = read_owner(local)
+    return owner
+
+
 class RunLock:
     """The held lock; ``beat()`` refreshes the heartbeat in the owner record."""
 
@@ -104,7 +124,7 @@ def run_locked(local: LocalPaths, run_id: str) -> Iterator[RunLock]:
     try:
         lock.acquire()
     except Timeout:
-        raise RunBusy(run_id, read_owner(local)) from None
+        raise RunBusy(run_id, _live_owner(local)) from None
     held = RunLock(local)
     try:
         held.beat()

@@ -30,9 +30,9 @@ def git_env(home: Path) -> dict[str, str]:
 
 
 def git(repo: Path, *args: str) -> str:
-    out = subprocess.run(
-        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
-    )
+    out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed ({out.returncode}): {out.stderr}")
     return out.stdout
 
 
@@ -70,3 +70,50 @@ def write_run(
     (run_dir / "packet.toml").write_text(tomli_w.dumps(data))
     (run_dir / "tasks.toml").write_text(tomli_w.dumps({"task": tasks}))
     return run_dir
+
+
+FAKE_WORKER = Path(__file__).resolve().parent / "fake_worker.py"
+
+
+def fake_worker_run(
+    repo: Path,
+    run_id: str,
+    count: int,
+    spec: dict[str, object],
+    packet: Mapping[str, object] | None = None,
+) -> Path:
+    """A run of ``count`` tasks (t01, t02, ...) whose worker is the fake agent.
+
+    Each task owns out/<id>.json. Returns the spec file's path.
+    """
+    import json
+    import sys
+
+    spec_path = repo.parent / f"{run_id}-spec.json"
+    spec_path.write_text(json.dumps(spec))
+    width = max(2, len(str(count)))
+    tasks: list[dict[str, object]] = [
+        {"id": f"t{i:0{width}d}", "outputs": [f"out/t{i:0{width}d}.json"]}
+        for i in range(1, count + 1)
+    ]
+    data: dict[str, object] = {
+        "executor": {"command": [sys.executable, str(FAKE_WORKER), str(spec_path)]},
+        "limits": {"timeout": "60s"},
+    }
+    data.update(packet or {})
+    write_run(repo, run_id, tasks, data)
+    return spec_path
+
+
+def spawn_events(spec_path: Path) -> list[tuple[str, int, str, float]]:
+    """(task, attempt, event, time) lines the fake workers logged."""
+    import json
+
+    log = json.loads(spec_path.read_text()).get("spawn_log")
+    if not log or not Path(log).exists():
+        return []
+    events = []
+    for line in Path(log).read_text().splitlines():
+        task, attempt, event, at = line.split()
+        events.append((task, int(attempt), event, float(at)))
+    return events

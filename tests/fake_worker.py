@@ -1,0 +1,83 @@
+"""A stand-in for an agent CLI, driven by a JSON spec file (argv[1]).
+
+The spec maps task ids to behaviours (``default`` for the rest):
+
+- ``write``: write a valid JSON output, exit 0
+- ``write_then_fail``: write it, then report a throttle and exit 1
+- ``nowrite``: exit 0 without writing
+- ``invalid``: write broken JSON, exit 0
+- ``invalid_then_write``: broken on attempt 1, valid afterwards
+- ``hang_unless_allowed``: broken on attempt 1; later attempts hang unless
+  the file ``ALLOW`` exists in the working directory, then write
+- ``stray``: write the output and a file outside the task's owns
+
+``sleep`` (seconds, or [min, max] for a random pick) delays every worker;
+``spawn_log`` names a file where each worker appends "start" and, once its
+output is in place, "wrote" lines. Outputs are written to a temporary file
+and renamed, so they are either whole or absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+
+def _log(spec: dict[str, object], event: str) -> None:
+    log = spec.get("spawn_log")
+    if isinstance(log, str):
+        line = f"{os.environ['GITRUN_TASK']} {os.environ['GITRUN_ATTEMPT']} {event} {time.time():.6f}\n"
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.write(fd, line.encode())
+        os.close(fd)
+
+
+def _write(path: str, text: str) -> None:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, target)
+
+
+def main() -> int:
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    task = os.environ["GITRUN_TASK"]
+    attempt = int(os.environ["GITRUN_ATTEMPT"])
+    outputs = [p for p in os.environ["GITRUN_OUTPUTS"].split("\n") if p]
+    mode = spec.get("tasks", {}).get(task, spec.get("default", "write"))
+    _log(spec, "start")
+    delay = spec.get("sleep", 0)
+    if isinstance(delay, list):
+        delay = random.uniform(*delay)
+    time.sleep(float(delay))
+    valid = json.dumps({"task": task, "attempt": attempt}) + "\n"
+    if mode == "nowrite":
+        print("all done!")
+        return 0
+    if mode == "invalid" or (
+        mode in ("invalid_then_write", "hang_unless_allowed") and attempt == 1
+    ):
+        for path in outputs:
+            _write(path, "{not json")
+        return 0
+    if mode == "hang_unless_allowed":
+        while not Path("ALLOW").exists():
+            time.sleep(0.05)
+    for path in outputs:
+        _write(path, valid)
+    _log(spec, "wrote")
+    if mode == "stray":
+        _write(f"stray/{task}.txt", "not mine to write")
+    if mode == "write_then_fail":
+        print("Server is temporarily limiting requests (not your usage limit)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

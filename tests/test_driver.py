@@ -1,0 +1,245 @@
+"""Driving runs with real child processes, real git and real signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gitrun.driver import CheckFailed, resume_run, start_run
+from gitrun.errors import GitrunError
+from gitrun.local import LocalPaths
+from gitrun.state import read_status
+from tests.helpers import fake_worker_run, git, spawn_events
+
+quiet = print if os.environ.get("GITRUN_TEST_VERBOSE") else (lambda _line: None)
+
+
+def _ledger(repo: Path, run_id: str = "r") -> list[dict[str, object]]:
+    path = repo / ".gitrun/runs" / run_id / "ledger.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _branch_files(repo: Path, run_id: str = "r") -> set[str]:
+    return set(git(repo, "ls-tree", "-r", "--name-only", f"gitrun/{run_id}").split())
+
+
+def test_lying_workers_are_judged_by_their_files(git_repo: Path, tmp_path: Path) -> None:
+    spec = {
+        "tasks": {"t01": "write_then_fail", "t02": "nowrite", "t03": "invalid_then_write"},
+        "spawn_log": str(tmp_path / "spawns.log"),
+    }
+    spec_path = fake_worker_run(git_repo, "r", 3, spec, {"limits": {"max_attempts": 2}})
+    outcome = start_run(git_repo, "r", quiet)
+    tasks = outcome.status.tasks
+    assert tasks["t01"].status == "done"
+    assert tasks["t02"].status == "failed" and tasks["t02"].attempts == 2
+    assert tasks["t03"].status == "done"
+    assert outcome.exit_code == 1
+    spawns = [(t, a) for t, a, e, _ in spawn_events(spec_path) if e == "start"]
+    assert spawns.count(("t01", 1)) == 1 and [t for t, _ in spawns].count("t01") == 1
+    assert [t for t, _ in spawns].count("t02") == 2
+    assert [t for t, _ in spawns].count("t03") == 2
+    quarantined = LocalPaths.of(git_repo, "r").quarantine_of("t03", 1) / "out/t03.json"
+    assert quarantined.read_text() == "{not json"
+    ledger = _ledger(git_repo)
+    t03 = [r for r in ledger if r["task"] == "t03"]
+    assert [r["outcome"] for r in t03] == ["invalid", "valid"]
+    assert "not valid JSON" in str(t03[0]["reason"])
+    assert [r["exit"] for r in ledger if r["task"] == "t01"] == [1]
+    assert {"out/t01.json", "out/t03.json"} <= _branch_files(git_repo)
+    assert "out/t02.json" not in _branch_files(git_repo)
+
+
+def test_commits_carry_trailers_and_the_ledger(git_repo: Path) -> None:
+    fake_worker_run(git_repo, "r", 5, {})
+    assert start_run(git_repo, "r", quiet).exit_code == 0
+    log = git(git_repo, "log", "--format=%B%x00", "gitrun/r")
+    bodies = [b for b in log.split("\0") if "Gitrun-Task" in b]
+    tasks = [
+        ln.split(": ")[1] for b in bodies for ln in b.splitlines() if ln.startswith("Gitrun-Task:")
+    ]
+    assert sorted(tasks) == ["t01", "t02", "t03", "t04", "t05"]
+    assert all("Gitrun-Run: r" in b for b in bodies)
+    assert all("Gitrun-Attempt: " in b for b in bodies)
+    committed = git(git_repo, "show", "gitrun/r:.gitrun/runs/r/ledger.jsonl")
+    assert len(committed.splitlines()) == 5
+    subjects = git(git_repo, "log", "--reverse", "--format=%s", "HEAD..gitrun/r").splitlines()
+    assert subjects[0] == "gitrun(r): start run"
+    assert len(subjects) == len(bodies) + 1  # linear: the start, then the landings
+    fork = git(git_repo, "rev-parse", f"gitrun/r~{len(subjects)}")
+    assert fork == git(git_repo, "rev-parse", "HEAD")
+
+
+def test_start_refuses_a_failing_check_and_an_existing_branch(git_repo: Path) -> None:
+    fake_worker_run(git_repo, "r", 2, {}, {"ownership": {"protected": ["out/t01.json"]}})
+    with pytest.raises(CheckFailed, match=r"\[protected\]"):
+        start_run(git_repo, "r", quiet)
+    assert git(git_repo, "branch", "--list", "gitrun/r") == ""
+    fake_worker_run(git_repo, "r", 2, {})
+    start_run(git_repo, "r", quiet)
+    with pytest.raises(GitrunError, match="gitrun resume r"):
+        start_run(git_repo, "r", quiet)
+
+
+def test_stages_run_in_order(git_repo: Path, tmp_path: Path) -> None:
+    spec = {"spawn_log": str(tmp_path / "spawns.log"), "sleep": 0.05}
+    spec_path = fake_worker_run(
+        git_repo, "r", 4, spec, {"stages": [{"name": "work"}, {"name": "review"}]}
+    )
+    tasks_file = git_repo / ".gitrun/runs/r/tasks.toml"
+    text = tasks_file.read_text()
+    # t03 and t04 review the work of t01 and t02.
+    text = text.replace('id = "t03"', 'id = "t03"\nstage = "review"\ninputs = ["out/t01.json"]')
+    text = text.replace('id = "t04"', 'id = "t04"\nstage = "review"\ninputs = ["out/t02.json"]')
+    tasks_file.write_text(text)
+    assert start_run(git_repo, "r", quiet).exit_code == 0
+    events = spawn_events(spec_path)
+    work_done = max(at for t, _, e, at in events if e == "wrote" and t in ("t01", "t02"))
+    review_start = min(at for t, _, e, at in events if e == "start" and t in ("t03", "t04"))
+    assert work_done < review_start
+
+
+def test_concurrency_is_capped(git_repo: Path, tmp_path: Path) -> None:
+    spec = {"spawn_log": str(tmp_path / "spawns.log"), "sleep": 0.2}
+    spec_path = fake_worker_run(git_repo, "r", 9, spec, {"limits": {"concurrency": 3}})
+    assert start_run(git_repo, "r", quiet).exit_code == 0
+    events = sorted((at, e) for _, _, e, at in spawn_events(spec_path))
+    # A worker counts as running from its "start" to its "wrote" line.
+    running = peak = 0
+    for _, event in events:
+        running += 1 if event == "start" else -1
+        peak = max(peak, running)
+    assert peak == 3
+
+
+def test_child_environment(git_repo: Path) -> None:
+    script = (
+        'printf "%s|%s|%s|%s|%s|%s" "$GITRUN_RUN" "$GITRUN_TASK" "$GITRUN_ATTEMPT" '
+        '"$GITRUN_MODEL" "$GITRUN_PACKET" "$GITRUN_OUTPUTS" > out/env.txt; '
+        'printf "%s" "$GITRUN_POINTER" > out/pointer.txt; echo {task} {model} > out/argv.txt'
+    )
+    from tests.helpers import write_run
+
+    tasks = [{"id": "t1", "outputs": ["out/env.txt", "out/pointer.txt", "out/argv.txt"]}]
+    write_run(git_repo, "r", tasks, {"executor": {"command": ["sh", "-c", script]}})
+    assert start_run(git_repo, "r", quiet).exit_code == 0
+    env = (git_repo / "out/env.txt").read_text()
+    assert (
+        env
+        == "r|t1|1|test-model|.gitrun/runs/r/packet.toml|out/env.txt\nout/pointer.txt\nout/argv.txt"
+    )
+    assert (git_repo / "out/pointer.txt").read_text().startswith("gitrun run r, task t1: follow")
+    assert (git_repo / "out/argv.txt").read_text() == "t1 test-model\n"
+
+
+def test_timeout_kills_the_whole_process_group(git_repo: Path, tmp_path: Path) -> None:
+    from tests.helpers import write_run
+
+    pidfile = tmp_path / "grandchild.pid"
+    script = f"sleep 1000 & echo $! > {pidfile}; wait"
+    write_run(
+        git_repo,
+        "r",
+        [{"id": "t1", "outputs": ["out/t1.json"]}],
+        {
+            "executor": {"command": ["sh", "-c", script]},
+            "limits": {"timeout": "1s", "max_attempts": 1},
+        },
+    )
+    started = time.time()
+    outcome = start_run(git_repo, "r", quiet)
+    assert time.time() - started < 10
+    assert outcome.status.tasks["t1"].status == "failed"
+    assert not _alive(int(pidfile.read_text()))
+    [record] = _ledger(git_repo)
+    assert record["timed_out"] is True and record["outcome"] == "missing"
+
+
+def test_worker_that_wrote_then_hung_is_done(git_repo: Path) -> None:
+    from tests.helpers import write_run
+
+    script = "echo '{}' > out/t1.json; sleep 1000"
+    write_run(
+        git_repo,
+        "r",
+        [{"id": "t1", "outputs": ["out/t1.json"]}],
+        {"executor": {"command": ["sh", "-c", script]}, "limits": {"timeout": "1s"}},
+    )
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.exit_code == 0
+    assert _ledger(git_repo)[0]["timed_out"] is True
+
+
+def _alive(pid: int) -> bool:
+    """Running, as opposed to gone or a zombie nobody reaped yet (a container's
+    init may never reap the orphans it inherits)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _driver(repo: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gitrun", *args],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for(predicate: object, timeout: float = 20.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+def test_sigterm_stops_starts_commits_what_validated_and_resume_finishes(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    spec = {"spawn_log": str(tmp_path / "spawns.log"), "sleep": [0.2, 0.6]}
+    spec_path = fake_worker_run(git_repo, "r", 12, spec, {"limits": {"concurrency": 3}})
+    proc = _driver(git_repo, "start", "r")
+    _wait_for(lambda: sum(e == "wrote" for _, _, e, _ in spawn_events(spec_path)) >= 3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    status = read_status(git_repo, "r")
+    assert status.counts()["running"] == 0
+    done_then = {t for t, s in status.tasks.items() if s.status == "done"}
+    assert len(done_then) >= 3
+    assert resume_run(git_repo, "r", quiet).exit_code == 0
+    restarted = {t for t, _, e, _ in spawn_events(spec_path) if e == "start"}
+    assert restarted == {f"t{i:02d}" for i in range(1, 13)}
+    starts = [t for t, _, e, _ in spawn_events(spec_path) if e == "start"]
+    assert all(starts.count(t) == 1 for t in done_then)
+
+
+def test_two_resumes_at_once_one_drives_the_other_names_it(git_repo: Path, tmp_path: Path) -> None:
+    spec = {"sleep": 0.3, "spawn_log": str(tmp_path / "spawns.log")}
+    spec_path = fake_worker_run(git_repo, "r", 6, spec, {"limits": {"concurrency": 2}})
+    first = _driver(git_repo, "start", "r")
+    _wait_for(lambda: any(e == "start" for _, _, e, _ in spawn_events(spec_path)))
+    first.kill()
+    first.wait()
+    a, b = _driver(git_repo, "resume", "r"), _driver(git_repo, "resume", "r")
+    results = [(p.wait(timeout=60), *p.communicate()) for p in (a, b)]
+    codes = sorted(code for code, _, _ in results)
+    assert codes == [0, 1], results
+    loser = next(err for code, _, err in results if code == 1)
+    winner_pid = a.pid if a.returncode == 0 else b.pid
+    assert f"pid {winner_pid} on host {os.uname().nodename}" in loser
+    assert loser.startswith("gitrun: error: run 'r' is already being driven by")

@@ -1,0 +1,146 @@
+"""Crashes, concurrent users and other machines: resume continues from what is committed."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from gitrun.driver import resume_run
+from tests.helpers import build_tree, fake_worker_run, git, spawn_events
+
+quiet = lambda _line: None  # noqa: E731
+
+
+def _gitrun(repo: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gitrun", *args],
+        cwd=repo,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def _commits_per_path(repo: Path, ref: str) -> Counter[str]:
+    out = git(repo, "log", "--format=", "--name-only", f"HEAD..{ref}")
+    return Counter(line for line in out.splitlines() if line)
+
+
+def test_kill_9_at_random_moments_then_resume(git_repo: Path, tmp_path: Path) -> None:
+    seed = random.randrange(1 << 30)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    spawn_log = tmp_path / "spawns.log"
+    spec = {"sleep": [0.05, 0.3], "spawn_log": str(spawn_log)}
+    spec_path = fake_worker_run(git_repo, "r", 40, spec, {"limits": {"concurrency": 4}})
+    driver = _gitrun(git_repo, "start", "r")
+    for _ in range(6):
+        time.sleep(rng.uniform(0.2, 1.2))
+        driver.kill()  # SIGKILL: no handler runs, workers are orphaned
+        driver.wait()
+        driver = _gitrun(git_repo, "resume", "r")
+    assert driver.wait(timeout=120) == 0, f"seed {seed}"
+
+    # Every output committed exactly once on the run branch.
+    per_path = _commits_per_path(git_repo, "gitrun/r")
+    outputs = [f"out/t{i:02d}.json" for i in range(1, 41)]
+    assert all(per_path[p] == 1 for p in outputs), (seed, per_path)
+    # No task whose valid output reached the disk was dispatched again.
+    events = spawn_events(spec_path)
+    for task in {t for t, _, _, _ in events}:
+        wrote = [at for t, _, e, at in events if t == task and e == "wrote"]
+        starts = [at for t, _, e, at in events if t == task and e == "start"]
+        if wrote:
+            assert all(s < min(wrote) for s in starts), (seed, task, events)
+    assert git(git_repo, "fsck", "--no-progress").strip() == ""
+
+
+def test_user_commits_on_their_branch_while_the_run_commits(git_repo: Path, tmp_path: Path) -> None:
+    fake_worker_run(git_repo, "r", 200, {}, {"limits": {"concurrency": 4}})
+    build_tree(git_repo, {"user/staged-before.txt": "staged before the run\n"})
+    git(git_repo, "add", "user/staged-before.txt")
+    head_before = git(git_repo, "rev-parse", "HEAD").strip()
+    driver = _gitrun(git_repo, "start", "r")
+    user_commits = []
+    staged_only = []
+    i = 0
+    while driver.poll() is None or i < 5:
+        build_tree(git_repo, {f"user/c{i}.txt": f"{i}\n", f"user/s{i}.txt": f"staged {i}\n"})
+        git(git_repo, "add", f"user/c{i}.txt")
+        git(git_repo, "commit", "-q", "-m", f"user {i}", "--", f"user/c{i}.txt")
+        user_commits.append(git(git_repo, "rev-parse", "HEAD").strip())
+        git(git_repo, "add", f"user/s{i}.txt")
+        staged_only.append(f"user/s{i}.txt")
+        i += 1
+    assert driver.returncode == 0
+    # HEAD moved only through the user's own commits.
+    chain = git(git_repo, "rev-list", f"{head_before}..HEAD").split()
+    assert chain[::-1] == user_commits
+    # Every entry the user staged is still staged.
+    staged = set(git(git_repo, "diff", "--cached", "--name-only").split())
+    assert staged == {"user/staged-before.txt", *staged_only}
+    # No user path in any gitrun commit.
+    per_path = _commits_per_path(git_repo, "gitrun/r")
+    assert not [p for p in per_path if p.startswith("user/")]
+    assert sum(1 for p in per_path if p.startswith("out/")) == 200
+
+
+def test_resume_on_a_fresh_clone_carries_attempt_counts(git_repo: Path, tmp_path: Path) -> None:
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(git_repo, "remote", "add", "origin", str(remote))
+    git(git_repo, "push", "-q", "origin", "HEAD")
+    # t01 writes broken JSON first and then waits for an ALLOW file that only
+    # the other machine has; the other tasks just finish.
+    spec = {"tasks": {"t01": "hang_unless_allowed"}, "sleep": 0.05}
+    fake_worker_run(git_repo, "r", 6, spec, {"limits": {"concurrency": 2}})
+    driver = _gitrun(git_repo, "start", "r")
+
+    def committed_ledger() -> list[dict[str, object]]:
+        proc = subprocess.run(
+            ["git", "-C", str(git_repo), "show", "gitrun/r:.gitrun/runs/r/ledger.jsonl"],
+            capture_output=True,
+            text=True,
+        )
+        return [json.loads(ln) for ln in proc.stdout.splitlines() if ln.strip()]
+
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        records = committed_ledger()
+        if any(r["task"] == "t01" for r in records) and len(records) >= 6:
+            break
+        time.sleep(0.05)
+    git(git_repo, "push", "-q", "origin", "gitrun/r")  # mid-run: t01 is hanging in attempt 2
+    driver.kill()
+    driver.wait()
+
+    clone = tmp_path / "elsewhere"
+    git(tmp_path, "clone", "-q", str(remote), str(clone))
+    assert not (clone / ".gitrun").exists()
+    (clone / "ALLOW").write_text("")
+    outcome = resume_run(clone, "r", quiet)
+    assert outcome.exit_code == 0
+    ledger = [
+        json.loads(ln)
+        for ln in (clone / ".gitrun/runs/r/ledger.jsonl").read_text().splitlines()
+        if ln.strip()
+    ]
+    t01 = [(r["attempt"], r["outcome"]) for r in ledger if r["task"] == "t01"]
+    assert t01 == [(1, "invalid"), (2, "valid")]
+    assert outcome.status.tasks["t01"].last_attempt == 2
+    trailer = git(
+        clone,
+        "log",
+        "-1",
+        "--format=%(trailers:key=Gitrun-Attempt,valueonly)",
+        "gitrun/r",
+        "--",
+        "out/t01.json",
+    )
+    assert trailer.strip() == "t01=2"
+    assert all(t.status == "done" for t in outcome.status.tasks.values())
