@@ -57,7 +57,9 @@ def test_kill_9_at_random_moments_then_resume(git_repo: Path, tmp_path: Path) ->
         starts = [at for t, _, e, at in events if t == task and e == "start"]
         if wrote:
             assert all(s < min(wrote) for s in starts), (seed, task, events)
-    assert git(git_repo, "fsck", "--no-progress").strip() == ""
+    # Integrity and connectivity; objects a killed driver built but never
+    # published are dangling garbage for `git gc`, not damage.
+    assert git(git_repo, "fsck", "--no-progress", "--no-dangling").strip() == ""
 
 
 def test_user_commits_on_their_branch_while_the_run_commits(git_repo: Path, tmp_path: Path) -> None:
