@@ -1,0 +1,115 @@
+"""Landing a run into the user's branch; reading its status, history and retries."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gitrun.cli import app
+from gitrun.driver import start_run
+from gitrun.errors import GitrunError
+from gitrun.land import land_run
+from tests.helpers import build_tree, fake_worker_run, git
+
+quiet = lambda _line: None  # noqa: E731
+runner = CliRunner()
+
+
+@pytest.fixture
+def finished(git_repo: Path) -> Path:
+    fake_worker_run(git_repo, "r", 3, {})
+    assert start_run(git_repo, "r", quiet).exit_code == 0
+    return git_repo
+
+
+def test_land_merges_with_identical_untracked_artifacts_present(finished: Path) -> None:
+    # The workers' files are still in the work tree, untracked and identical.
+    assert (finished / "out/t01.json").exists()
+    message = land_run(finished, "r")
+    assert "merged" in message
+    parents = git(finished, "log", "-1", "--format=%P").split()
+    assert len(parents) == 2
+    assert git(finished, "status", "--porcelain", "--untracked-files=all", "out").strip() == ""
+    assert "already landed" in land_run(finished, "r")
+
+
+def test_land_refuses_a_different_untracked_file_and_changes_nothing(finished: Path) -> None:
+    (finished / "out/t02.json").write_text('{"mine": true}\n')
+    head = git(finished, "rev-parse", "HEAD")
+    with pytest.raises(GitrunError, match=r"untracked out/t02.json would be overwritten"):
+        land_run(finished, "r")
+    assert git(finished, "rev-parse", "HEAD") == head
+    assert (finished / "out/t02.json").read_text() == '{"mine": true}\n'
+    assert (finished / "out/t01.json").exists()
+
+
+def test_land_stops_on_a_conflicting_tracked_change(finished: Path) -> None:
+    build_tree(finished, {"out/t03.json": "tracked by the user\n"})
+    git(finished, "add", "out/t03.json")
+    git(finished, "commit", "-q", "-m", "user's own t03")
+    build_tree(finished, {"out/t03.json": "edited, not committed\n"})
+    head = git(finished, "rev-parse", "HEAD")
+    with pytest.raises(GitrunError, match="changed nothing"):
+        land_run(finished, "r")
+    assert git(finished, "rev-parse", "HEAD") == head
+    assert (finished / "out/t03.json").read_text() == "edited, not committed\n"
+    assert (finished / "out/t01.json").exists()
+
+
+def test_land_squash_is_one_commit_and_refuses_staged_changes(finished: Path) -> None:
+    build_tree(finished, {"notes.txt": "staged\n"})
+    git(finished, "add", "notes.txt")
+    with pytest.raises(GitrunError, match="staged changes"):
+        land_run(finished, "r", squash=True)
+    git(finished, "reset", "-q", "notes.txt")
+    land_run(finished, "r", squash=True)
+    assert len(git(finished, "log", "-1", "--format=%P").split()) == 1
+    files = git(finished, "show", "--name-only", "--format=", "HEAD").split()
+    assert {"out/t01.json", "out/t02.json", "out/t03.json"} <= set(files)
+
+
+def test_status_json_and_log_json(finished: Path) -> None:
+    result = runner.invoke(app, ["status", "r", "--json"])
+    assert result.exit_code == 0
+    data = json.loads(result.output)
+    assert data["run"] == "r"
+    assert data["counts"] == {"done": 3, "pending": 0, "running": 0, "failed": 0}
+    assert data["spawns"] == 3 and data["usable"] == 3 and data["yield"] == 1.0
+    assert data["tasks"]["t01"]["status"] == "done" and data["tasks"]["t01"]["attempts"] == 0
+    result = runner.invoke(app, ["log", "r", "--json"])
+    entries = json.loads(result.output)
+    landed = sorted(t for e in entries for t in e["tasks"])
+    assert landed == ["t01", "t02", "t03"]
+    assert all(e["attempts"][t] == 1 for e in entries for t in e["tasks"])
+    plain = runner.invoke(app, ["status"]).output
+    assert plain.startswith("r: started; 3 done")
+
+
+def test_retry_gives_failed_tasks_new_attempts(git_repo: Path) -> None:
+    spec_path = fake_worker_run(
+        git_repo, "r", 2, {"tasks": {"t02": "nowrite"}}, {"limits": {"max_attempts": 1}}
+    )
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.status.tasks["t02"].status == "failed"
+    result = runner.invoke(app, ["retry", "r", "t01"])
+    assert result.exit_code == 1 and "t01 already done" in result.output
+    spec_path.write_text(json.dumps({}))  # the worker behaves now
+    result = runner.invoke(app, ["retry", "r"])
+    assert result.exit_code == 0 and "t02" in result.output
+    result = runner.invoke(app, ["resume", "r", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["counts"]["done"] == 2
+    assert data["tasks"]["t02"]["last_attempt"] == 2
+
+
+def test_status_of_a_run_not_started(git_repo: Path) -> None:
+    fake_worker_run(git_repo, "r", 2, {})
+    result = runner.invoke(app, ["status", "r", "--json"])
+    data = json.loads(result.output)
+    assert data["started"] is False and data["counts"]["pending"] == 2
+    result = runner.invoke(app, ["resume", "r"])
+    assert result.exit_code == 1 and "gitrun start r" in result.output

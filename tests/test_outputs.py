@@ -1,0 +1,137 @@
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from gitrun.outputs import blob_id, check_task, quarantine
+from gitrun.runs import RunDef, load_run
+from tests.helpers import build_tree, git, write_run
+
+
+def _run(repo: Path, outputs: list[object], validators: dict[str, object] | None = None) -> RunDef:
+    packet: dict[str, object] = {"validators": validators} if validators else {}
+    write_run(repo, "r", [{"id": "t1", "outputs": outputs, "owns": ["out/**"]}], packet)
+    return load_run(repo, "r", environ={})
+
+
+def _state(
+    repo: Path, outputs: list[object], files: dict[str, str | bytes], **kw: object
+) -> tuple[str, str]:
+    run = _run(repo, outputs, kw.get("validators"))  # type: ignore[arg-type]
+    build_tree(repo, files)
+    check = check_task(run, run.tasks[0], kw.get("before"))  # type: ignore[arg-type]
+    return check.outcome, check.reason
+
+
+def test_auto_validators_by_extension(git_repo: Path) -> None:
+    files = {
+        "out/a.json": '{"ok": 1}',
+        "out/b.jsonl": '{"a": 1}\n\n{"b": 2}\n',
+        "out/c.toml": "x = 1",
+        "out/d.md": "# hi",
+    }
+    assert _state(git_repo, list(files), files) == ("valid", "")
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "reason"),
+    [
+        ("out/a.json", "{broken", "is not valid JSON"),
+        ("out/a.jsonl", '{"a": 1}\nnope\n', "line 2 is not valid JSON"),
+        ("out/a.toml", "x = = 1", "is not valid TOML"),
+        ("out/a.json", "", "is empty"),
+        ("out/a.json", b"\xff\xfe", "is not UTF-8 text"),
+    ],
+)
+def test_invalid_contents(git_repo: Path, name: str, content: str | bytes, reason: str) -> None:
+    outcome, why = _state(git_repo, [name], {name: content})
+    assert outcome == "invalid"
+    assert reason in why and name in why
+
+
+def test_missing_and_unchanged(git_repo: Path) -> None:
+    assert _state(git_repo, ["out/a.json"], {})[0] == "missing"
+    data = b'{"same": true}'
+    outcome, why = _state(
+        git_repo, ["out/a.json"], {"out/a.json": data}, before={"out/a.json": blob_id(data)}
+    )
+    assert (outcome, why) == ("missing", "out/a.json: is unchanged since launch")
+
+
+def test_symlinks_and_directories_are_not_outputs(git_repo: Path, tmp_path: Path) -> None:
+    (tmp_path / "elsewhere.json").write_text("{}")
+    (git_repo / "out").mkdir()
+    os.symlink(tmp_path / "elsewhere.json", git_repo / "out/link.json")
+    (git_repo / "out/dir.json").mkdir()
+    run = _run(git_repo, ["out/link.json", "out/dir.json"])
+    check = check_task(run, run.tasks[0])
+    assert [(o.state, o.reason) for o in check.outputs] == [
+        ("invalid", "is a symlink, not a regular file"),
+        ("invalid", "is a directory"),
+    ]
+
+
+def test_output_through_a_symlinked_directory_to_outside(git_repo: Path, tmp_path: Path) -> None:
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside/a.json").write_text("{}")
+    os.symlink(tmp_path / "outside", git_repo / "out")
+    outcome, why = _state(git_repo, ["out/a.json"], {})
+    assert outcome == "invalid" and "outside the repository" in why
+
+
+def test_declared_validators(git_repo: Path) -> None:
+    schema = (
+        '{"type": "object", "required": ["title"], "properties": {"title": {"type": "string"}}}'
+    )
+    build_tree(git_repo, {"schemas/s.json": schema})
+    script = git_repo.parent / "check.py"
+    script.write_text(
+        "import sys\nsys.exit(0 if open(sys.argv[1]).read().startswith('ok') else 3)\n"
+    )
+    validators = {
+        "titled": {"kind": "json_schema", "schema": "schemas/s.json"},
+        "big": {"kind": "min_bytes", "min": 10},
+        "hello": {"kind": "regex", "pattern": "^hello"},
+        "script": {"kind": "command", "command": [sys.executable, str(script)]},
+    }
+    outputs = [
+        {"path": "out/a.json", "validators": ["titled"]},
+        {"path": "out/b.txt", "validators": ["big", "hello"]},
+        {"path": "out/c.txt", "validators": ["script"]},
+    ]
+    good = {"out/a.json": '{"title": "x"}', "out/b.txt": "hello world", "out/c.txt": "ok"}
+    assert _state(git_repo, outputs, good, validators=validators) == ("valid", "")
+    bad = {"out/a.json": '{"title": 3}', "out/b.txt": "hello", "out/c.txt": "no"}
+    outcome, why = _state(git_repo, outputs, bad, validators=validators)
+    assert outcome == "invalid"
+    assert "fails schema schemas/s.json at title: 3 is not of type 'string'" in why
+    assert "has 5 bytes, fewer than 10" in why
+    assert "(status 3)" in why
+
+
+def test_quarantine_keeps_paths_and_bytes(git_repo: Path, tmp_path: Path) -> None:
+    run = _run(git_repo, ["out/sub/a.json"])
+    build_tree(git_repo, {"out/sub/a.json": "{bad"})
+    check = check_task(run, run.tasks[0])
+    moved = quarantine(git_repo, tmp_path / "q", check.outputs)
+    assert moved == ["out/sub/a.json"]
+    assert (tmp_path / "q/out/sub/a.json").read_text() == "{bad"
+    assert not (git_repo / "out/sub/a.json").exists()
+
+
+def test_executable_bit_is_kept(git_repo: Path) -> None:
+    run = _run(git_repo, ["out/run.sh"])
+    build_tree(git_repo, {"out/run.sh": "#!/bin/sh\n"})
+    os.chmod(git_repo / "out/run.sh", 0o755 | stat.S_IFREG)
+    [output] = check_task(run, run.tasks[0]).outputs
+    assert output.mode == "100755"
+
+
+def test_blob_id_matches_git(git_repo: Path) -> None:
+    path = git_repo / "blob.bin"
+    path.write_bytes(b"some bytes\x00\n")
+    assert blob_id(path.read_bytes()) == git(git_repo, "hash-object", str(path)).strip()
