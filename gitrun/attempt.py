@@ -1,25 +1,29 @@
-"""One attempt as a child process: its own process group, a bounded log, a clean stop.
+"""Attempts as child processes: their own process group, a bounded log, a clean stop.
 
-A thread per attempt copies the child's output into its log and blocks in
-``wait()``; the driver enforces deadlines and stops by signalling the whole
-process group, so no grandchild outlives its attempt.
+One :class:`Monitor` watches every running attempt from the driver's thread
+with a selector over each worker's output pipe and, on Linux, a pidfd that
+becomes readable when the worker exits — no thread per attempt and no
+polling. Elsewhere exits are polled each tick. Deadlines and stops signal the
+whole process group, so no grandchild outlives its attempt.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import queue
+import selectors
 import signal
 import subprocess
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 LOG_LIMIT = 1 << 20  # bytes kept from the start of a worker's output
 LOG_TAIL = 64 << 10  # bytes kept from its end once the limit is passed
 TERM_GRACE = 5.0  # seconds between SIGTERM and SIGKILL
+EOF_GRACE = 2.0  # seconds to wait for the pipe to close after the worker exited
+POLL_TICK = 0.05  # exit polling interval where pidfds are not available
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,109 @@ class AttemptEnd:
 
 
 class Attempt:
-    def __init__(
+    """A started worker. Create it with :meth:`Monitor.launch`."""
+
+    def __init__(self, task: str, number: int, timeout: float) -> None:
+        self.task = task
+        self.number = number
+        self.started = time.time()
+        self.deadline = self.started + timeout
+        self.timed_out = False
+        self.stopped = False
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.pid = 0
+        self.status: int | None = None  # set once reaped
+        self.exited_at = 0.0
+        self.eof = False
+        self._kill_at: float | None = None
+        self._log: IO[bytes] | None = None
+        self._written = 0
+        self._dropped = 0
+        self._tail = bytearray()
+        self.failure: str | None = None  # why it could not start
+
+    # -- stopping --------------------------------------------------------------
+
+    def expire(self) -> None:
+        """The deadline passed: terminate the group (SIGKILL follows after a grace)."""
+        if not self.timed_out and self.status is None:
+            self.timed_out = True
+            self._terminate()
+
+    def stop(self) -> None:
+        """gitrun is stopping: terminate the group."""
+        if not self.stopped and self.status is None:
+            self.stopped = True
+            self._terminate()
+
+    def escalate(self, now: float) -> None:
+        """SIGKILL a group that ignored SIGTERM for the grace period."""
+        if self._kill_at is not None and now >= self._kill_at:
+            self.signal_group(signal.SIGKILL)
+            self._kill_at = None
+
+    @property
+    def next_event(self) -> float:
+        if self.status is not None:
+            return self.exited_at + EOF_GRACE
+        return self._kill_at if self._kill_at is not None else self.deadline
+
+    def _terminate(self) -> None:
+        self.signal_group(signal.SIGTERM)
+        self._kill_at = time.time() + TERM_GRACE
+
+    def signal_group(self, sig: int) -> None:
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, sig)
+
+    # -- output and exit -------------------------------------------------------------
+
+    def take_output(self, chunk: bytes) -> None:
+        self._tail += chunk
+        if len(self._tail) > LOG_TAIL:
+            del self._tail[: len(self._tail) - LOG_TAIL]
+        room = LOG_LIMIT - self._written
+        if room > 0:
+            assert self._log is not None
+            self._log.write(chunk[:room])
+            self._written += min(room, len(chunk))
+        self._dropped += max(0, len(chunk) - max(room, 0))
+
+    def close_log(self) -> None:
+        if self._log is None:
+            return
+        if self._dropped:
+            note = f"\n[gitrun: {self._dropped} bytes dropped; the last ones follow]\n"
+            self._log.write(note.encode() + bytes(self._tail))
+        self._log.close()
+        self._log = None
+
+    def end(self) -> AttemptEnd:
+        status = self.status if self.status is not None else 127
+        return AttemptEnd(
+            self.task,
+            self.number,
+            self.started,
+            self.exited_at or time.time(),
+            status if status >= 0 else None,
+            -status if status < 0 else None,
+            self.timed_out,
+            self.stopped,
+            self.failure or bytes(self._tail[-4096:]).decode(errors="replace"),
+        )
+
+
+class Monitor:
+    """Starts attempts and reports the ones that ended."""
+
+    def __init__(self) -> None:
+        self._selector = selectors.DefaultSelector()
+        self._use_pidfd = hasattr(os, "pidfd_open")
+        self._live: set[Attempt] = set()
+        self._failed: list[Attempt] = []
+
+    def launch(
         self,
         task: str,
         number: int,
@@ -49,21 +155,11 @@ class Attempt:
         cwd: Path,
         log_path: Path,
         timeout: float,
-        done: queue.Queue[AttemptEnd],
-    ) -> None:
-        self.task = task
-        self.number = number
-        self.started = time.time()
-        self.deadline = self.started + timeout
-        self.timed_out = False
-        self.stopped = False
-        self._kill_at: float | None = None
-        self._done = done
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = log_path.open("wb")
-        self.proc: subprocess.Popen[bytes] | None
+    ) -> Attempt:
+        attempt = Attempt(task, number, timeout)
+        log = log_path.open("wb")
         try:
-            self.proc = subprocess.Popen(
+            proc = subprocess.Popen(
                 argv,
                 cwd=cwd,
                 env=env,
@@ -73,107 +169,94 @@ class Attempt:
                 start_new_session=True,  # its own process group, led by the worker
             )
         except OSError as exc:
-            self._log.write(f"gitrun: cannot start {argv[0]!r}: {exc.strerror}\n".encode())
-            self._log.close()
-            self.proc = None
-            reason = f"{argv[0]}: {exc.strerror}"
-            end = AttemptEnd(
-                task, number, self.started, time.time(), 127, None, False, False, reason
-            )
-            done.put(end)
-            return
-        self.pid = self.proc.pid
-        self._tail = bytearray()
-        self._reader = threading.Thread(target=self._copy_output, daemon=True)
-        self._reader.start()
-        threading.Thread(target=self._wait, daemon=True).start()
+            attempt.failure = f"{argv[0]}: {exc.strerror}"
+            log.write(f"gitrun: cannot start {argv[0]!r}: {exc.strerror}\n".encode())
+            log.close()
+            attempt.status = 127
+            attempt.exited_at = time.time()
+            self._failed.append(attempt)
+            return attempt
+        attempt.proc, attempt.pid, attempt._log = proc, proc.pid, log
+        assert proc.stdout is not None
+        os.set_blocking(proc.stdout.fileno(), False)
+        self._selector.register(proc.stdout, selectors.EVENT_READ, (attempt, "out"))
+        if self._use_pidfd:
+            try:
+                pidfd = os.pidfd_open(proc.pid)
+                self._selector.register(pidfd, selectors.EVENT_READ, (attempt, "exit"))
+            except OSError:
+                self._use_pidfd = False
+        self._live.add(attempt)
+        return attempt
 
-    # -- stopping --------------------------------------------------------------
-
-    def expire(self) -> None:
-        """The deadline passed: terminate the group (SIGKILL follows after a grace)."""
-        if not self.timed_out:
-            self.timed_out = True
-            self._terminate()
-
-    def stop(self) -> None:
-        """gitrun is stopping: terminate the group."""
-        if not self.stopped:
-            self.stopped = True
-            self._terminate()
-
-    def escalate(self, now: float) -> None:
-        """Send SIGKILL to a group that ignored SIGTERM for the grace period."""
-        if self._kill_at is not None and now >= self._kill_at:
-            self._signal_group(signal.SIGKILL)
-            self._kill_at = None
+    def poll(self, timeout: float) -> list[AttemptEnd]:
+        """Wait up to ``timeout`` seconds; return the attempts that ended."""
+        ended = [a.end() for a in self._failed]
+        self._failed.clear()
+        if ended:
+            timeout = 0
+        if not self._use_pidfd:
+            timeout = min(timeout, POLL_TICK)
+        if self._selector.get_map():
+            events = self._selector.select(max(0.0, timeout))
+        else:
+            time.sleep(max(0.0, timeout))
+            events = []
+        for key, _mask in events:
+            attempt, kind = key.data
+            if kind == "out":
+                self._read(attempt, key.fileobj)
+            else:
+                self._selector.unregister(key.fileobj)
+                os.close(key.fd)
+                self._reap(attempt)
+        now = time.time()
+        for attempt in list(self._live):
+            if attempt.status is None and not self._use_pidfd:
+                self._reap(attempt, block=False)
+            if attempt.status is not None and (attempt.eof or now >= attempt.exited_at + EOF_GRACE):
+                self._finish(attempt)
+                ended.append(attempt.end())
+        return ended
 
     @property
-    def next_event(self) -> float:
-        return self._kill_at if self._kill_at is not None else self.deadline
+    def running(self) -> set[Attempt]:
+        return set(self._live)
 
-    def _terminate(self) -> None:
-        self._signal_group(signal.SIGTERM)
-        self._kill_at = time.time() + TERM_GRACE
-
-    def _signal_group(self, sig: int) -> None:
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, sig)
-
-    # -- threads ---------------------------------------------------------------
-
-    def _copy_output(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        written = 0
-        dropped = 0
+    def _read(self, attempt: Attempt, stream: Any) -> None:
+        fd = stream.fileno()
         while True:
             try:
                 chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                return
             except OSError:
-                break
+                chunk = b""
             if not chunk:
-                break
-            self._tail += chunk
-            if len(self._tail) > LOG_TAIL:
-                del self._tail[: len(self._tail) - LOG_TAIL]
-            room = LOG_LIMIT - written
-            if room > 0:
-                self._log.write(chunk[:room])
-                written += min(room, len(chunk))
-            dropped += max(0, len(chunk) - max(room, 0))
-        if dropped:
-            self._log.write(f"\n[gitrun: {dropped} bytes dropped; the last ones follow]\n".encode())
-            self._log.write(bytes(self._tail))
-        self._log.close()
+                attempt.eof = True
+                self._selector.unregister(stream)
+                return
+            attempt.take_output(chunk)
 
-    def _wait(self) -> None:
-        assert self.proc is not None
-        status = self.proc.wait()
+    def _reap(self, attempt: Attempt, block: bool = True) -> None:
+        assert attempt.proc is not None
+        if block:
+            status = attempt.proc.wait()
+        else:
+            polled = attempt.proc.poll()
+            if polled is None:
+                return
+            status = polled
+        attempt.status = status
+        attempt.exited_at = time.time()
         # Whatever the worker left behind in its group goes with it.
-        self._signal_group(signal.SIGKILL)
-        self._reader.join(timeout=2.0)
-        if self._reader.is_alive():  # a grandchild escaped the group and holds the pipe
-            try:
-                assert self.proc.stdout is not None
-                self.proc.stdout.close()
-            except OSError:
-                pass
-        code = status if status >= 0 else None
-        sig = -status if status < 0 else None
-        tail = bytes(self._tail[-4096:]).decode(errors="replace")
-        self._done.put(
-            AttemptEnd(
-                self.task,
-                self.number,
-                self.started,
-                time.time(),
-                code,
-                sig,
-                self.timed_out,
-                self.stopped,
-                tail,
-            )
-        )
+        attempt.signal_group(signal.SIGKILL)
+
+    def _finish(self, attempt: Attempt) -> None:
+        self._live.discard(attempt)
+        assert attempt.proc is not None and attempt.proc.stdout is not None
+        if not attempt.eof:  # a grandchild escaped the group and holds the pipe
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(attempt.proc.stdout)
+        attempt.proc.stdout.close()
+        attempt.close_log()

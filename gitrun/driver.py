@@ -11,7 +11,6 @@ quarantined, and only the rest is dispatched again.
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import threading
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gitrun import git, ledger
-from gitrun.attempt import Attempt, AttemptEnd
+from gitrun.attempt import Attempt, AttemptEnd, Monitor
 from gitrun.check import Problem, check_run
 from gitrun.committer import (
     BRANCH_PREFIX,
@@ -202,6 +201,8 @@ class Driver:
         self.tasks = {task.id: task for task in run.tasks}
         self.ledger_path = self.repo / run.dir / LEDGER_NAME
         ledger.repair_tail(self.ledger_path)
+        self.ledger = ledger.LineWriter(self.ledger_path)
+        self.journal: ledger.LineWriter | None = None  # opened when driving starts
         summary = ledger.summarize(ledger.read_lines(self.ledger_path))
         self.history = {tid: summary.of(tid) for tid in self.tasks}
         tip = git.rev_parse(self.repo, committer.ref)
@@ -222,7 +223,9 @@ class Driver:
                 self.queues[run.stage_of(task)].append(task.id)
         self.running: dict[str, Attempt] = {}
         self.before: dict[str, dict[str, str | None]] = {}
-        self.events: queue.Queue[AttemptEnd] = queue.Queue()
+        self.monitor = Monitor()
+        self.base_env = clean_env()
+        self.made_dirs: set[Path] = set()
         self.stop_signal: int | None = None
         self.stopping = False
         self.template = command_template(run.packet.executor)
@@ -256,7 +259,6 @@ class Driver:
                 self.report(
                     f"{tid} attempt {number}: left running by a dead driver; stopped ({outcome})"
                 )
-            (self.local.running / f"{tid}.json").unlink(missing_ok=True)
 
     def reconcile(self) -> None:
         """Commit valid outputs already on disk; quarantine invalid ones."""
@@ -292,6 +294,9 @@ class Driver:
     # -- the loop ---------------------------------------------------------------------
 
     def drive(self) -> RunOutcome:
+        # Orphans are handled (recover_orphans) before a new journal begins.
+        self.local.running.unlink(missing_ok=True)
+        self.journal = ledger.LineWriter(self.local.running)
         commits = CommitQueue(self.committer, self._own_files, self._on_commit)
         last_beat = time.time()
         with _signals_to(self._on_signal):
@@ -326,6 +331,8 @@ class Driver:
                     attempt.stop()
                 commits.flush()
                 commits.close()
+                self.journal.close()
+                self.ledger.close()
         if commits.error is not None:
             raise commits.error
         status = read_status(self.repo, self.run.id, self.run)
@@ -340,17 +347,14 @@ class Driver:
 
     def _wait_and_finish(self, commits: CommitQueue) -> None:
         next_event = min(a.next_event for a in self.running.values())
-        timeout = max(0.01, min(TICK, next_event - time.time()))
-        try:
-            end = self.events.get(timeout=timeout)
-        except queue.Empty:
-            return
-        while True:
+        timeout = max(0.0, min(TICK, next_event - time.time()))
+        for end in self.monitor.poll(timeout):
             self._finish(end, commits)
-            try:
-                end = self.events.get_nowait()
-            except queue.Empty:
-                return
+
+    def _mkdir(self, path: Path) -> None:
+        if path not in self.made_dirs:
+            path.mkdir(parents=True, exist_ok=True)
+            self.made_dirs.add(path)
 
     def _current_stage(self) -> str | None:
         return next((stage for stage in self.run.stage_names if self.open[stage]), None)
@@ -383,7 +387,7 @@ class Driver:
         }
         self.before[task.id] = before
         for path in outputs:  # workers should not have to create the directories
-            (self.repo / path).parent.mkdir(parents=True, exist_ok=True)
+            self._mkdir((self.repo / path).parent)
         stage = self.run.stage_of(task)
         pointer = render_pointer(self.run, task)
         values = {
@@ -398,23 +402,19 @@ class Driver:
         }
         assert self.template is not None  # check_run refuses a command executor without one
         argv = render_command(self.template, values)
-        env = clean_env({f"GITRUN_{k.upper()}": v for k, v in values.items()})
+        env = dict(self.base_env)
+        env.update({f"GITRUN_{k.upper()}": v for k, v in values.items()})
         env.update(self.run.packet.executor.env)
-        attempt = Attempt(
-            task.id,
-            number,
-            argv,
-            env,
-            self.repo,
-            self.local.log_of(task.id, number),
-            self.limits.timeout,
-            self.events,
+        log = self.local.log_of(task.id, number)
+        self._mkdir(log.parent)
+        attempt = self.monitor.launch(
+            task.id, number, argv, env, self.repo, log, self.limits.timeout
         )
         self.running[task.id] = attempt
         self._set_status(task.id, "running")
         if attempt.proc is not None:
-            _write_json(
-                self.local.running / f"{task.id}.json",
+            assert self.journal is not None
+            self.journal.write(
                 {
                     "task": task.id,
                     "attempt": number,
@@ -451,7 +451,8 @@ class Driver:
             outcome,
             check.reason,
         )
-        (self.local.running / f"{end.task}.json").unlink(missing_ok=True)
+        assert self.journal is not None
+        self.journal.write({"task": end.task, "attempt": end.attempt, "end": True})
         if outcome == "valid":
             self._mark_done(end.task)
             commits.put(Landing(end.task, end.attempt, check.outputs))
@@ -494,7 +495,7 @@ class Driver:
         }
         if reason:
             record["reason"] = reason
-        ledger.append(self.ledger_path, record)
+        self.ledger.write(record)
         history = self.history.setdefault(tid, ledger.TaskHistory())
         history.attempts = max(history.attempts, number)
         history.spawns += 1
@@ -530,12 +531,6 @@ def _blob_on_disk(path: Path, object_format: str) -> str | None:
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    import json
-
-    write_atomic(path, json.dumps(data).encode())
 
 
 def _create_time(pid: int) -> float | None:

@@ -86,12 +86,31 @@ def summarize(records: list[dict[str, Any]]) -> LedgerSummary:
     return summary
 
 
+def _line(record: dict[str, Any]) -> str:
+    return json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+
+
 def append(path: Path, record: dict[str, Any]) -> None:
-    """Append one record as one line. Only the run's driver writes the ledger."""
+    """Append one record as one line (opening the file for it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
     with path.open("a", encoding="utf-8") as handle:
-        handle.write(line)
+        handle.write(_line(record))
+
+
+class LineWriter:
+    """Appends JSON lines to a file it keeps open, each line flushed at once
+    (the page cache keeps it when the process is killed)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._handle = path.open("a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._handle.write(_line(record))
+        self._handle.flush()
+
+    def close(self) -> None:
+        self._handle.close()
 
 
 def merge_text(local: str, committed: str) -> str:

@@ -39,7 +39,9 @@ class LocalPaths:
 
     @property
     def running(self) -> Path:
-        return self.root / "running"
+        """Journal of attempts started and ended, so a new driver can stop the
+        workers of a dead one."""
+        return self.root / "running.jsonl"
 
     @property
     def logs(self) -> Path:
@@ -50,7 +52,7 @@ class LocalPaths:
         return self.root / "quarantine"
 
     def log_of(self, task: str, attempt: int) -> Path:
-        return self.logs / task / f"{attempt}.log"
+        return self.logs / f"{task}.{attempt}.log"
 
     def quarantine_of(self, task: str, attempt: int) -> Path:
         return self.quarantine / task / str(attempt)

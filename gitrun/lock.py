@@ -111,7 +111,7 @@ class RunLock:
 
     def beat(self) -> None:
         self.owner = Owner(self.owner.pid, self.owner.host, self.owner.started, time.time())
-        write_atomic(self.local.owner, json.dumps(self.owner.to_json()).encode())
+        write_atomic(self.local.owner, json.dumps(self.owner.to_json()).encode(), durable=False)
 
 
 @contextmanager

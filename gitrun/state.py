@@ -8,7 +8,6 @@ ledger); *running* when a live driver has an attempt out for it; otherwise
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,15 +107,13 @@ def committed_tasks(run: RunDef, tip: str, base: str | None) -> set[str]:
 
 
 def running_records(local: LocalPaths) -> dict[str, dict[str, Any]]:
+    """Attempts the running journal shows started and not ended, by task."""
     records: dict[str, dict[str, Any]] = {}
-    if not local.running.is_dir():
-        return records
-    for path in local.running.glob("*.json"):
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict) and isinstance(record.get("task"), str):
+    for record in ledger.read_lines(local.running):
+        if record.get("end"):
+            if records.get(record["task"], {}).get("attempt") == record.get("attempt"):
+                del records[record["task"]]
+        else:
             records[record["task"]] = record
     return records
 

@@ -44,15 +44,21 @@ def read_toml(path: Path, shown: str | None = None) -> dict[str, Any]:
         ) from exc
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_atomic(path: Path, data: bytes, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename.
+
+    ``durable=False`` skips the fsync, for machine-local records that only
+    need to survive the process, not the machine.
+    """
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -39,12 +39,26 @@ def test_kill_9_at_random_moments_then_resume(git_repo: Path, tmp_path: Path) ->
     spec = {"sleep": [0.05, 0.3], "spawn_log": str(spawn_log)}
     spec_path = fake_worker_run(git_repo, "r", 40, spec, {"limits": {"concurrency": 4}})
     driver = _gitrun(git_repo, "start", "r")
+    # (A start killed before it made the branch has not started: resume says
+    # so and names `gitrun start`. Kill it only once it is under way.)
+    deadline = time.time() + 30
+    while not (git_repo / ".git/refs/heads/gitrun/r").exists() and time.time() < deadline:
+        time.sleep(0.01)
     for _ in range(6):
         time.sleep(rng.uniform(0.2, 1.2))
         driver.kill()  # SIGKILL: no handler runs, workers are orphaned
         driver.wait()
         driver = _gitrun(git_repo, "resume", "r")
-    assert driver.wait(timeout=120) == 0, f"seed {seed}"
+    time.sleep(rng.uniform(0.2, 1.2))
+    driver.kill()
+    driver.wait()
+    final = subprocess.run(
+        [sys.executable, "-m", "gitrun", "resume", "r"],
+        cwd=git_repo,
+        capture_output=True,
+        text=True,
+    )
+    assert final.returncode == 0, (seed, final.stdout, final.stderr[-3000:])
 
     # Every output committed exactly once on the run branch.
     per_path = _commits_per_path(git_repo, "gitrun/r")
