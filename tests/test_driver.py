@@ -243,3 +243,58 @@ def test_two_resumes_at_once_one_drives_the_other_names_it(git_repo: Path, tmp_p
     winner_pid = a.pid if a.returncode == 0 else b.pid
     assert f"pid {winner_pid} on host {os.uname().nodename}" in loser
     assert loser.startswith("gitrun: error: run 'r' is already being driven by")
+
+
+def test_resume_commits_valid_outputs_on_disk_and_quarantines_invalid(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    spec = {"default": "nowrite", "spawn_log": str(tmp_path / "spawns.log")}
+    spec_path = fake_worker_run(git_repo, "r", 3, spec, {"limits": {"max_attempts": 1}})
+    assert start_run(git_repo, "r", quiet).exit_code == 1
+    # The outputs arrive after all (a worker finished late, or a person wrote one).
+    (git_repo / "out/t01.json").write_text('{"late": true}\n')
+    (git_repo / "out/t02.json").write_text("{half written")
+    spec_path.write_text(json.dumps({"default": "nowrite", "spawn_log": spec["spawn_log"]}))
+    outcome = resume_run(git_repo, "r", quiet)
+    assert outcome.status.tasks["t01"].status == "done"
+    assert "out/t01.json" in _branch_files(git_repo)
+    assert not (git_repo / "out/t02.json").exists()
+    assert (LocalPaths.of(git_repo, "r").quarantine_of("t02", 1) / "out/t02.json").exists()
+    starts = [t for t, _, e, _ in spawn_events(spec_path) if e == "start"]
+    assert sorted(starts) == ["t01", "t02", "t03"]  # only the first run's attempts
+
+
+def test_worker_log_is_bounded(git_repo: Path) -> None:
+    from gitrun.attempt import LOG_LIMIT, LOG_TAIL
+    from tests.helpers import write_run
+
+    script = "head -c 3000000 /dev/zero | tr '\\0' x; echo THE-END; echo '{}' > out/t1.json"
+    write_run(
+        git_repo,
+        "r",
+        [{"id": "t1", "outputs": ["out/t1.json"]}],
+        {"executor": {"command": ["sh", "-c", script]}},
+    )
+    assert start_run(git_repo, "r", quiet).exit_code == 0
+    log = LocalPaths.of(git_repo, "r").log_of("t1", 1).read_bytes()
+    assert LOG_LIMIT < len(log) <= LOG_LIMIT + LOG_TAIL + 200
+    assert b"bytes dropped" in log and log.rstrip().endswith(b"THE-END")
+
+
+def test_missing_command_is_recorded_not_a_traceback(git_repo: Path) -> None:
+    from tests.helpers import write_run
+
+    write_run(
+        git_repo,
+        "r",
+        [{"id": "t1", "outputs": ["out/t1.json"]}],
+        {
+            "executor": {"command": ["no-such-agent-cli", "{pointer}"]},
+            "limits": {"max_attempts": 2},
+        },
+    )
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.exit_code == 1
+    records = _ledger(git_repo)
+    assert [r["exit"] for r in records] == [127, 127]
+    assert "no-such-agent-cli" in LocalPaths.of(git_repo, "r").log_of("t1", 1).read_text()
