@@ -46,8 +46,11 @@ class AttemptEnd:
 class Attempt:
     """A started worker. Create it with :meth:`Monitor.launch`."""
 
-    def __init__(self, task: str, number: int, timeout: float) -> None:
+    def __init__(
+        self, task: str, number: int, timeout: float, kill_grace: float = TERM_GRACE
+    ) -> None:
         self.task = task
+        self.kill_grace = kill_grace
         self.number = number
         self.started = time.time()
         self.deadline = self.started + timeout
@@ -93,7 +96,7 @@ class Attempt:
 
     def _terminate(self) -> None:
         self.signal_group(signal.SIGTERM)
-        self._kill_at = time.time() + TERM_GRACE
+        self._kill_at = time.time() + self.kill_grace
 
     def signal_group(self, sig: int) -> None:
         if self.proc is not None:
@@ -140,7 +143,8 @@ class Attempt:
 class Monitor:
     """Starts attempts and reports the ones that ended."""
 
-    def __init__(self) -> None:
+    def __init__(self, kill_grace: float = TERM_GRACE) -> None:
+        self.kill_grace = kill_grace
         self._selector = selectors.DefaultSelector()
         self._use_pidfd = hasattr(os, "pidfd_open")
         self._live: set[Attempt] = set()
@@ -156,7 +160,7 @@ class Monitor:
         log_path: Path,
         timeout: float,
     ) -> Attempt:
-        attempt = Attempt(task, number, timeout)
+        attempt = Attempt(task, number, timeout, self.kill_grace)
         log = log_path.open("wb")
         try:
             proc = subprocess.Popen(
@@ -260,3 +264,54 @@ class Monitor:
                 self._selector.unregister(attempt.proc.stdout)
         attempt.proc.stdout.close()
         attempt.close_log()
+
+
+def kill_recorded_group(record: dict[str, Any]) -> None:
+    """SIGKILL the process group of an attempt a dead driver recorded, if its
+    leader is still the same process (psutil compares start times, so a
+    reused pid is left alone), and wait briefly for the group to go."""
+    import psutil
+
+    pid = record.get("pid")
+    if not isinstance(pid, int):
+        return
+    try:
+        proc = psutil.Process(pid)
+        created = record.get("create_time")
+        if created is not None and abs(proc.create_time() - created) > 0.01:
+            return  # the pid was reused by another process
+    except psutil.Error:
+        pass  # the leader is gone; members of its group may remain
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return
+        if all(_is_zombie(p) for p in _group_members(pid)):
+            return
+        time.sleep(0.02)
+
+
+def _group_members(pgid: int) -> list[int]:
+    import psutil
+
+    members = []
+    for proc in psutil.process_iter(["pid"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(proc.pid) == pgid:
+                members.append(proc.pid)
+    return members
+
+
+def _is_zombie(pid: int) -> bool:
+    import psutil
+
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return True

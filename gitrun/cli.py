@@ -202,7 +202,7 @@ def _event(line: str) -> None:
 
 
 def _drive(ctx: typer.Context, run: str, as_json: bool, resume: bool) -> None:
-    from gitrun.driver import resume_run, start_run
+    from gitrun.session import resume_run, start_run
 
     repo = _repo(ctx)
     outcome = (resume_run if resume else start_run)(repo, run, _event)

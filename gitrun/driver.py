@@ -1,56 +1,65 @@
-"""Driving a run: ``start`` and ``resume``.
+"""The driver: launching attempts, judging them from disk, handing them to the committer.
 
-The driver launches attempts with at most ``concurrency`` running, decides
-each attempt's outcome from the files on disk alone, records it in the
-ledger, and hands valid tasks to a background committer. ``resume`` first
-stops the workers a dead driver left behind, then reconciles: committed
-outputs are done, valid outputs on disk are committed now, invalid ones are
-quarantined, and only the rest is dispatched again.
+At most the governor's number of attempts run at once, stage by stage. Each
+attempt's outcome comes from the files on disk alone (throttled when it
+failed and its output says so); it is recorded in the ledger, valid tasks go
+to the background committer, and the governor decides when to back off and
+when to halt. :mod:`gitrun.session` sets a driver up for start and resume.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from gitrun import git, ledger
-from gitrun.attempt import Attempt, AttemptEnd, Monitor
-from gitrun.check import Problem, check_run
-from gitrun.committer import (
-    BRANCH_PREFIX,
-    CommitQueue,
-    Committed,
-    Committer,
-    Landing,
-    branch_ref,
-    landing_message,
-    trailers,
-)
-from gitrun.errors import GitrunError
+from gitrun.attempt import Attempt, AttemptEnd, Monitor, kill_recorded_group
+from gitrun.audit import Audit, Violation
+from gitrun.committer import CommitQueue, Committed, Committer, Landing, landing_message
 from gitrun.executor import command_template, render_command
+from gitrun.governor import STRICT, EndFacts, Governor, Halt, is_throttled, last_line
 from gitrun.history import find_base
 from gitrun.local import LocalPaths
-from gitrun.lock import RunLock, run_locked
+from gitrun.lock import RunLock
 from gitrun.outputs import blob_id, check_task, quarantine
 from gitrun.pointer import render_pointer
 from gitrun.proc import clean_env
-from gitrun.runs import CONFIG_FILE, LEDGER_NAME, RunDef, Task, load_run
+from gitrun.runs import CONFIG_FILE, LEDGER_NAME, RunDef, Task
 from gitrun.state import RunStatus, committed_tasks, read_status, running_records
-from gitrun.tomlfile import write_atomic
 
 HEARTBEAT = 2.0  # seconds between owner-record heartbeats
 TICK = 0.5  # longest wait before the loop looks at deadlines and signals again
+AUDIT_EVERY = 2.0  # seconds between stray-write audits while attempts end
+
+EXIT_DONE = 0
+EXIT_FAILED = 1
+EXIT_HALTED = 3
 
 Reporter = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A snapshot for live views."""
+
+    counts: dict[str, int]
+    running: list[tuple[str, int, float]]  # task, attempt, seconds running
+    concurrency: int
+    max_concurrency: int
+    backoff: float  # seconds until starts may resume
+    waiting_for_load: bool
+    canary: list[str]
+    spawns: int
+    usable: int
+    eta: float | None
 
 
 @dataclass
@@ -58,66 +67,8 @@ class RunOutcome:
     status: RunStatus
     exit_code: int
     stopped_by: str | None = None
-
-
-class CheckFailed(GitrunError):
-    def __init__(self, run_id: str, problems: list[Problem]) -> None:
-        self.problems = problems
-        lines = [f"run {run_id!r} did not pass `gitrun check` ({len(problems)} problems):"]
-        lines += [f"  [{p.code}] {p.message}" for p in problems]
-        super().__init__("\n".join(lines))
-
-
-def start_run(repo: Path, run_id: str, report: Reporter) -> RunOutcome:
-    """Check the run, create its branch with the definition, and drive it."""
-    run = load_run(repo, run_id)
-    local = LocalPaths.of(repo, run_id)
-    with run_locked(local, run_id) as lock:
-        if git.rev_parse(repo, branch_ref(run_id)) or git.remote_refs(repo, BRANCH_PREFIX + run_id):
-            raise GitrunError(
-                f"run {run_id!r} has already started (branch gitrun/{run_id} exists); continue it "
-                f"with `gitrun resume {run_id}`"
-            )
-        problems = check_run(run).problems
-        if problems:
-            raise CheckFailed(run_id, problems)
-        head = git.rev_parse(repo, "HEAD")
-        if head is None:
-            raise GitrunError(
-                "the repository has no commits yet; commit something first so the run has a "
-                "point to fork from"
-            )
-        _retire_stale_ledger(run, local)
-        committer = Committer(repo, run_id, local)
-        files = definition_files(run)
-        base_tree = git.ls_tree(repo, head, sorted(files))
-        fmt = committer.object_format
-        files = {
-            p: d
-            for p, d in files.items()
-            if p != CONFIG_FILE or base_tree.get(p, ("", ""))[1] != blob_id(d, fmt)
-        }
-        message = f"gitrun({run_id}): start run\n\n{trailers(run_id, [], {'Gitrun-Base': head})}\n"
-        committer.start_branch(head, files, message)
-        report(f"run {run_id}: started on branch gitrun/{run_id} from {head[:10]}")
-        return Driver(run, local, lock, committer, report).drive()
-
-
-def resume_run(repo: Path, run_id: str, report: Reporter) -> RunOutcome:
-    """Reconcile a run with what is committed and on disk, then drive it on."""
-    local = LocalPaths.of(repo, run_id)
-    with run_locked(local, run_id) as lock:
-        tip = _ensure_branch(repo, run_id, report)
-        _restore_definition(repo, run_id, tip, report)
-        run = load_run(repo, run_id)
-        problems = check_run(run, check_dirty=False).problems
-        if problems:
-            raise CheckFailed(run_id, problems)
-        committer = Committer(repo, run_id, local)
-        driver = Driver(run, local, lock, committer, report)
-        driver.recover_orphans()
-        driver.reconcile()
-        return driver.drive()
+    halt: Halt | None = None
+    violations: list[Violation] = field(default_factory=list)
 
 
 def definition_files(run: RunDef) -> dict[str, bytes]:
@@ -133,55 +84,6 @@ def definition_files(run: RunDef) -> dict[str, bytes]:
     return files
 
 
-def _retire_stale_ledger(run: RunDef, local: LocalPaths) -> None:
-    """A ledger without a branch is left from a run whose branch was deleted."""
-    stale = run.repo / run.dir / LEDGER_NAME
-    if stale.exists():
-        local.root.mkdir(parents=True, exist_ok=True)
-        os.replace(stale, local.root / f"ledger.{int(time.time())}.jsonl")
-
-
-def _ensure_branch(repo: Path, run_id: str, report: Reporter) -> str:
-    ref = branch_ref(run_id)
-    tip = git.rev_parse(repo, ref)
-    if tip:
-        return tip
-    remotes = git.remote_refs(repo, BRANCH_PREFIX + run_id)
-    if not remotes:
-        raise GitrunError(
-            f"run {run_id!r} has not started (no branch gitrun/{run_id} here or on a remote); "
-            f"start it with `gitrun start {run_id}`"
-        )
-    tip = git.rev_parse(repo, remotes[0])
-    assert tip is not None
-    git.update_ref(repo, ref, tip, None)
-    report(
-        f"run {run_id}: branch gitrun/{run_id} created from {remotes[0].removeprefix('refs/remotes/')}"
-    )
-    return tip
-
-
-def _restore_definition(repo: Path, run_id: str, tip: str, report: Reporter) -> None:
-    """Bring back run files that exist on the branch but not on disk (a fresh
-    clone, say), and merge the committed ledger into the local one."""
-    run_dir = f".gitrun/runs/{run_id}"
-    tree = git.ls_tree(repo, tip, [run_dir, CONFIG_FILE])
-    restored = 0
-    for path, (_mode, sha) in tree.items():
-        target = repo / path
-        if path.endswith("/" + LEDGER_NAME):
-            committed = git.cat_blob(repo, sha).decode("utf-8", errors="replace")
-            local_text = target.read_text(encoding="utf-8") if target.exists() else ""
-            merged = ledger.merge_text(local_text, committed)
-            if merged != local_text:
-                write_atomic(target, merged.encode())
-        elif not target.exists():
-            write_atomic(target, git.cat_blob(repo, sha))
-            restored += 1
-    if restored:
-        report(f"run {run_id}: restored {restored} run files from the branch")
-
-
 class Driver:
     def __init__(
         self,
@@ -190,6 +92,7 @@ class Driver:
         lock: RunLock,
         committer: Committer,
         report: Reporter,
+        progress: Callable[[Progress], None] | None = None,
     ) -> None:
         self.run = run
         self.repo = run.repo
@@ -197,6 +100,7 @@ class Driver:
         self.lock = lock
         self.committer = committer
         self.report = report
+        self.progress = progress
         self.limits = run.packet.limits
         self.tasks = {task.id: task for task in run.tasks}
         self.ledger_path = self.repo / run.dir / LEDGER_NAME
@@ -223,42 +127,46 @@ class Driver:
                 self.queues[run.stage_of(task)].append(task.id)
         self.running: dict[str, Attempt] = {}
         self.before: dict[str, dict[str, str | None]] = {}
-        self.monitor = Monitor()
+        self.monitor = Monitor(kill_grace=self.limits.kill_grace)
         self.base_env = clean_env()
         self.made_dirs: set[Path] = set()
         self.stop_signal: int | None = None
         self.stopping = False
         self.template = command_template(run.packet.executor)
+        self.started_at = time.time()
+        self.finished_here = 0
+        self.governor = Governor(
+            self.limits,
+            tasks=len(run.tasks),
+            spawns=summary.spawns,
+            canary=[],
+            failed=sum(1 for s in self.status.values() if s == "failed"),
+            usable=len(done),
+        )
+        self.audit: Audit | None = None
+        self.violations: list[Violation] = []
 
     # -- before driving -----------------------------------------------------------
 
     def recover_orphans(self) -> None:
         """Stop workers a dead driver left running and record their attempts."""
-        records = running_records(self.local)
-        for tid, record in records.items():
-            _kill_recorded_group(record)
+        for tid, record in running_records(self.local).items():
+            kill_recorded_group(record)
             task = self.tasks.get(tid)
+            if task is None:
+                continue
             number = int(record.get("attempt", 0))
-            if task is not None:
-                prior = record.get("before") or {}
-                check = check_task(self.run, task, prior, self.committer.object_format)
-                outcome = "valid" if check.outcome == "valid" else ledger.ABANDONED
-                if check.outcome == "invalid":
-                    quarantine(self.repo, self.local.quarantine_of(tid, number), check.outputs)
-                self._record(
-                    tid,
-                    number,
-                    float(record.get("started", time.time())),
-                    time.time(),
-                    None,
-                    None,
-                    False,
-                    outcome,
-                    check.reason if outcome != "valid" else "",
-                )
-                self.report(
-                    f"{tid} attempt {number}: left running by a dead driver; stopped ({outcome})"
-                )
+            prior = record.get("before") or {}
+            check = check_task(self.run, task, prior, self.committer.object_format)
+            outcome = "valid" if check.outcome == "valid" else ledger.ABANDONED
+            if check.outcome == "invalid":
+                quarantine(self.repo, self.local.quarantine_of(tid, number), check.outputs)
+            started = float(record.get("started", time.time()))
+            reason = check.reason if outcome != "valid" else ""
+            self._record(tid, number, started, time.time(), None, None, False, outcome, reason)
+            self.report(
+                f"{tid} attempt {number}: left running by a dead driver; stopped ({outcome})"
+            )
 
     def reconcile(self) -> None:
         """Commit valid outputs already on disk; quarantine invalid ones."""
@@ -277,55 +185,56 @@ class Driver:
             history = self.history[tid]
             if check.outcome == "valid":
                 landings.append(Landing(tid, history.attempts, check.outputs))
-                self._mark_done(tid)
+                self._set_status(tid, "done")
+                self.governor.usable += 1
             elif check.outcome == "invalid":
-                moved = quarantine(
-                    self.repo, self.local.quarantine_of(tid, history.attempts), check.outputs
-                )
+                where = self.local.quarantine_of(tid, history.attempts)
+                moved = quarantine(self.repo, where, check.outputs)
                 self.report(f"{tid}: quarantined {', '.join(moved)} ({check.reason})")
         if landings:
-            self.committer.commit(
-                landings, self._own_files(), landing_message(self.run.id, landings)
-            )
+            message = landing_message(self.run.id, landings)
+            self.committer.commit(landings, self._own_files(), message)
             self.report(
                 f"reconciled: committed {len(landings)} tasks whose valid outputs were on disk"
             )
 
-    # -- the loop ---------------------------------------------------------------------
+    # -- the loop -----------------------------------------------------------------------
 
     def drive(self) -> RunOutcome:
         # Orphans are handled (recover_orphans) before a new journal begins.
         self.local.running.unlink(missing_ok=True)
         self.journal = ledger.LineWriter(self.local.running)
+        self.audit = Audit(self.run)
+        self._choose_canary()
         commits = CommitQueue(self.committer, self._own_files, self._on_commit)
-        last_beat = time.time()
+        last_beat = last_audit = 0.0
+        halted_reported = False
         with _signals_to(self._on_signal):
             try:
                 while True:
-                    if self.stop_signal is not None and not self.stopping:
-                        self.stopping = True
-                        self.report(
-                            f"stopping ({signal.Signals(self.stop_signal).name}): terminating {len(self.running)} attempts"
-                        )
-                        for attempt in self.running.values():
-                            attempt.stop()
-                    if commits.error is not None and not self.stopping:
-                        self.stopping = True
-                        for attempt in self.running.values():
-                            attempt.stop()
-                    if not self.stopping:
-                        self._launch_ready()
-                    if not self.running:
+                    now = time.time()
+                    self._handle_stops(commits)
+                    halt = self.governor.halt
+                    if halt is not None and not halted_reported:
+                        halted_reported = True
+                        self.report(f"halted: {halt.message}")
+                    if not self.stopping and halt is None:
+                        self._launch_ready(now)
+                    if not self.running and not self._waiting(now):
                         break
-                    self._wait_and_finish(commits)
+                    self._wait_and_finish(commits, now)
                     now = time.time()
                     for attempt in self.running.values():
                         if now >= attempt.deadline:
                             attempt.expire()
                         attempt.escalate(now)
+                    if now - last_audit >= AUDIT_EVERY:
+                        self._audit()
+                        last_audit = now
                     if now - last_beat >= HEARTBEAT:
-                        self.lock.beat()
+                        self._beat()
                         last_beat = now
+                self._audit()  # before the last commit, so violations reach the ledger
             finally:
                 for attempt in self.running.values():
                     attempt.stop()
@@ -335,26 +244,52 @@ class Driver:
                 self.ledger.close()
         if commits.error is not None:
             raise commits.error
+        return self._outcome()
+
+    def _handle_stops(self, commits: CommitQueue) -> None:
+        if self.stopping:
+            return
+        reason = None
+        if self.stop_signal is not None:
+            reason = f"stopping ({signal.Signals(self.stop_signal).name})"
+        elif commits.error is not None:
+            reason = f"stopping: committing failed ({commits.error})"
+        if reason:
+            self.stopping = True
+            self.report(f"{reason}: terminating {len(self.running)} attempts")
+            for attempt in self.running.values():
+                attempt.stop()
+
+    def _waiting(self, now: float) -> bool:
+        """Nothing runs: is there still work that may start later (after a backoff
+        or once the load drops)?"""
+        if self.stopping or self.governor.halt is not None or self._current_stage() is None:
+            return False
+        return self.governor.next_wake(now) is not None
+
+    def _outcome(self) -> RunOutcome:
         status = read_status(self.repo, self.run.id, self.run)
-        counts = status.counts()
+        halt = self.governor.halt
+        stopped = None
         if self.stop_signal is not None:
             code = 128 + self.stop_signal
             stopped = signal.Signals(self.stop_signal).name
+        elif halt is not None:
+            code = EXIT_HALTED
         else:
-            code = 0 if counts["done"] == len(self.tasks) else 1
-            stopped = None
-        return RunOutcome(status, code, stopped)
+            code = EXIT_DONE if status.counts()["done"] == len(self.tasks) else EXIT_FAILED
+        return RunOutcome(status, code, stopped, halt, self.violations)
 
-    def _wait_and_finish(self, commits: CommitQueue) -> None:
-        next_event = min(a.next_event for a in self.running.values())
-        timeout = max(0.0, min(TICK, next_event - time.time()))
+    def _wait_and_finish(self, commits: CommitQueue, now: float) -> None:
+        wakes = [a.next_event for a in self.running.values()]
+        governor_wake = self.governor.next_wake(now)
+        if governor_wake is not None:
+            wakes.append(governor_wake)
+        timeout = max(0.0, min([TICK, *(w - now for w in wakes)]))
         for end in self.monitor.poll(timeout):
             self._finish(end, commits)
-
-    def _mkdir(self, path: Path) -> None:
-        if path not in self.made_dirs:
-            path.mkdir(parents=True, exist_ok=True)
-            self.made_dirs.add(path)
+        if self.progress is not None:
+            self.progress(self._progress(time.time()))
 
     def _current_stage(self) -> str | None:
         return next((stage for stage in self.run.stage_names if self.open[stage]), None)
@@ -365,33 +300,51 @@ class Driver:
         self.open[stage] += (status in ("pending", "running")) - (old in ("pending", "running"))
         self.status[tid] = status
 
-    def _launch_ready(self) -> None:
-        if len(self.running) >= self.limits.concurrency:
+    def _choose_canary(self) -> None:
+        """The first `canary` pending tasks run alone until one validates,
+        unless some task already produced valid output."""
+        if self.limits.canary == 0 or any(s == "done" for s in self.status.values()):
+            return
+        stage = self._current_stage()
+        if stage is None:
+            return
+        self.governor.canary = list(self.queues[stage])[: self.limits.canary]
+        if self.governor.canary:
+            self.report(f"canary: {', '.join(self.governor.canary)} run alone first")
+
+    def _launch_ready(self, now: float) -> None:
+        slots = self.governor.slots(len(self.running), now)
+        if slots <= 0:
             return
         stage = self._current_stage()
         if stage is None:
             return
         pending = self.queues[stage]
-        while pending and len(self.running) < self.limits.concurrency:
+        skipped: list[str] = []
+        while pending and slots > 0:
             tid = pending.popleft()
-            if self.status[tid] == "pending":
-                self._launch(self.tasks[tid])
+            if self.status[tid] != "pending":
+                continue
+            if not self.governor.eligible(tid):
+                skipped.append(tid)
+                continue
+            self._launch(self.tasks[tid])
+            slots -= 1
+        pending.extendleft(reversed(skipped))
 
     def _launch(self, task: Task) -> None:
         history = self.history[task.id]
         history.attempts += 1
         number = history.attempts
         outputs = [o.path for o in self.run.outputs_of(task)]
-        before = {
-            path: _blob_on_disk(self.repo / path, self.committer.object_format) for path in outputs
-        }
+        fmt = self.committer.object_format
+        before = {path: _blob_on_disk(self.repo / path, fmt) for path in outputs}
         self.before[task.id] = before
         for path in outputs:  # workers should not have to create the directories
             self._mkdir((self.repo / path).parent)
         stage = self.run.stage_of(task)
-        pointer = render_pointer(self.run, task)
         values = {
-            "pointer": pointer,
+            "pointer": render_pointer(self.run, task),
             "task": task.id,
             "run": self.run.id,
             "model": self.run.packet.model_for(stage),
@@ -401,19 +354,21 @@ class Driver:
             "stage": stage,
         }
         assert self.template is not None  # check_run refuses a command executor without one
-        argv = render_command(self.template, values)
         env = dict(self.base_env)
         env.update({f"GITRUN_{k.upper()}": v for k, v in values.items()})
         env.update(self.run.packet.executor.env)
         log = self.local.log_of(task.id, number)
         self._mkdir(log.parent)
+        argv = render_command(self.template, values)
         attempt = self.monitor.launch(
             task.id, number, argv, env, self.repo, log, self.limits.timeout
         )
         self.running[task.id] = attempt
         self._set_status(task.id, "running")
+        self.governor.started()
+        assert self.audit is not None and self.journal is not None
+        self.audit.running(task.id)
         if attempt.proc is not None:
-            assert self.journal is not None
             self.journal.write(
                 {
                     "task": task.id,
@@ -421,8 +376,9 @@ class Driver:
                     "pid": attempt.pid,
                     "create_time": _create_time(attempt.pid),
                     "started": attempt.started,
+                    "deadline": attempt.deadline,
                     "before": before,
-                },
+                }
             )
         self.report(f"{task.id} attempt {number}: started")
 
@@ -435,37 +391,46 @@ class Driver:
         outcome = check.outcome
         if outcome == "invalid":
             quarantine(self.repo, self.local.quarantine_of(end.task, end.attempt), check.outputs)
-        if outcome != "valid" and end.stopped and not end.timed_out:
-            outcome = ledger.INTERRUPTED
+        if outcome != "valid":
+            if is_throttled(end.exit_code, end.tail, self.limits.throttle_patterns):
+                outcome = ledger.THROTTLED
+            elif end.stopped and not end.timed_out:
+                outcome = ledger.INTERRUPTED
         how = f"signal {end.signal}" if end.signal else f"exit {end.exit_code}"
         if end.timed_out:
             how += ", timed out"
-        self._record(
-            end.task,
-            end.attempt,
-            end.started,
-            end.ended,
-            end.exit_code,
-            end.signal,
-            end.timed_out,
-            outcome,
-            check.reason,
-        )
+        self._record(end.task, end.attempt, end.started, end.ended, end.exit_code, end.signal,
+                     end.timed_out, outcome, check.reason)  # fmt: skip
         assert self.journal is not None
         self.journal.write({"task": end.task, "attempt": end.attempt, "end": True})
+        self.finished_here += 1
+        history = self.history[end.task]
+        failed_for_good = outcome != "valid" and history.used >= self.limits.max_attempts
+        facts = EndFacts(
+            end.task,
+            outcome,
+            end.duration,
+            end.exit_code,
+            end.signal,
+            all(o.reason == "does not exist" for o in check.outputs),
+            last_line(end.tail),
+        )
+        self.governor.ended(facts, time.time(), failed_for_good)
         if outcome == "valid":
-            self._mark_done(end.task)
+            self._set_status(end.task, "done")
             commits.put(Landing(end.task, end.attempt, check.outputs))
             self.report(f"{end.task} attempt {end.attempt}: valid ({how}, {end.duration:.1f} s)")
             return
-        history = self.history[end.task]
-        if history.used >= self.limits.max_attempts:
+        if failed_for_good:
             self._set_status(end.task, "failed")
             verdict = f"failed for good after {history.used} attempts"
         else:
             self._set_status(end.task, "pending")
             self.queues[self.run.stage_of(task)].append(end.task)
-            verdict = "will retry" if outcome in ledger.COUNTED else "pending"
+            verdict = {
+                ledger.THROTTLED: f"throttled; concurrency now {self.governor.concurrency}",
+                ledger.INTERRUPTED: "pending",
+            }.get(outcome, "will retry")
         detail = f": {check.reason}" if check.reason else ""
         self.report(f"{end.task} attempt {end.attempt}: {outcome} ({how}){detail} — {verdict}")
 
@@ -484,7 +449,7 @@ class Driver:
         record: dict[str, Any] = {
             "task": tid,
             "attempt": number,
-            "stage": self.run.stage_of(self.tasks[tid]) if tid in self.tasks else None,
+            "stage": self.run.stage_of(self.tasks[tid]),
             "started": _iso(started),
             "ended": _iso(ended),
             "duration": round(ended - started, 3),
@@ -496,7 +461,7 @@ class Driver:
         if reason:
             record["reason"] = reason
         self.ledger.write(record)
-        history = self.history.setdefault(tid, ledger.TaskHistory())
+        history = self.history[tid]
         history.attempts = max(history.attempts, number)
         history.spawns += 1
         if outcome in ledger.COUNTED:
@@ -504,8 +469,47 @@ class Driver:
         history.last_outcome = outcome
         history.last_reason = reason or None
 
-    def _mark_done(self, tid: str) -> None:
-        self._set_status(tid, "done")
+    def _audit(self) -> None:
+        if self.audit is None:
+            return
+        for violation in self.audit.check(self.running):
+            self.violations.append(violation)
+            self.ledger.write(violation.to_record())
+            self.report(f"ownership violation: {violation.describe()}")
+            if self.run.packet.ownership.strict:
+                self.governor.stop_for(Halt(STRICT, f"ownership violation: {violation.describe()}"))
+
+    def _beat(self) -> None:
+        state = self.governor.snapshot()
+        state["running"] = [
+            {"task": a.task, "attempt": a.number, "started": a.started, "deadline": a.deadline}
+            for a in self.running.values()
+        ]
+        self.lock.beat(state)
+
+    def _progress(self, now: float) -> Progress:
+        counts = dict.fromkeys(("done", "running", "pending", "failed"), 0)
+        for status in self.status.values():
+            counts[status] += 1
+        rate = self.finished_here / max(1e-6, now - self.started_at)
+        left = counts["pending"] + counts["running"]
+        return Progress(
+            counts=counts,
+            running=[(a.task, a.number, now - a.started) for a in self.running.values()],
+            concurrency=self.governor.concurrency,
+            max_concurrency=self.limits.concurrency,
+            backoff=max(0.0, self.governor.backoff_until - now),
+            waiting_for_load=self.governor.waiting_for_load,
+            canary=list(self.governor.canary),
+            spawns=self.governor.spawns,
+            usable=counts["done"],
+            eta=left / rate if rate > 0 and self.finished_here >= 3 else None,
+        )
+
+    def _mkdir(self, path: Path) -> None:
+        if path not in self.made_dirs:
+            path.mkdir(parents=True, exist_ok=True)
+            self.made_dirs.add(path)
 
     def _own_files(self) -> dict[str, bytes]:
         files = definition_files(self.run)
@@ -540,35 +544,6 @@ def _create_time(pid: int) -> float | None:
         return float(psutil.Process(pid).create_time())
     except psutil.Error:
         return None
-
-
-def _kill_recorded_group(record: dict[str, Any]) -> None:
-    """SIGKILL the process group of a recorded attempt, if it is still the same process."""
-    import psutil
-
-    pid = record.get("pid")
-    if not isinstance(pid, int):
-        return
-    try:
-        proc = psutil.Process(pid)
-        if (
-            record.get("create_time") is not None
-            and abs(proc.create_time() - record["create_time"]) > 0.01
-        ):
-            return  # the pid was reused by another process
-    except psutil.Error:
-        pass  # the leader is gone; members of its group may remain
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        return
-    deadline = time.time() + 5
-    while time.time() < deadline:
-        try:
-            os.killpg(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.02)
 
 
 @contextmanager

@@ -20,6 +20,9 @@ INVALID = "invalid"
 # neither uses up one of the task's attempts.
 INTERRUPTED = "interrupted"
 ABANDONED = "abandoned"
+# The worker was throttled by its API (exit 75 or a throttle message) and its
+# outputs did not validate: it backs off and does not use up an attempt.
+THROTTLED = "throttled"
 COUNTED = (MISSING, INVALID)
 
 
@@ -61,7 +64,9 @@ def parse_lines(text: str) -> list[dict[str, Any]]:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue  # a line cut short by a crash
-        if isinstance(record, dict) and isinstance(record.get("task"), str):
+        if isinstance(record, dict) and (
+            isinstance(record.get("task"), str) or isinstance(record.get("event"), str)
+        ):
             records.append(record)
     return records
 
@@ -69,6 +74,8 @@ def parse_lines(text: str) -> list[dict[str, Any]]:
 def summarize(records: list[dict[str, Any]]) -> LedgerSummary:
     summary = LedgerSummary()
     for record in records:
+        if not isinstance(record.get("task"), str):
+            continue  # run-level events, such as ownership violations
         history = summary.tasks.setdefault(record["task"], TaskHistory())
         if record.get("event") == "retry":
             history.used = 0

@@ -14,7 +14,7 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gitrun.errors import GitrunError
@@ -28,6 +28,7 @@ class Owner:
     host: str
     started: float
     heartbeat: float
+    state: dict[str, Any] = field(default_factory=dict)  # the driver's live state
 
     @property
     def age(self) -> float:
@@ -109,8 +110,14 @@ class RunLock:
         self.local = local
         self.owner = Owner(os.getpid(), socket.gethostname(), time.time(), time.time())
 
-    def beat(self) -> None:
-        self.owner = Owner(self.owner.pid, self.owner.host, self.owner.started, time.time())
+    def beat(self, state: dict[str, Any] | None = None) -> None:
+        self.owner = Owner(
+            self.owner.pid,
+            self.owner.host,
+            self.owner.started,
+            time.time(),
+            state if state is not None else self.owner.state,
+        )
         write_atomic(self.local.owner, json.dumps(self.owner.to_json()).encode(), durable=False)
 
 

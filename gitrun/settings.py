@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -76,14 +77,73 @@ class Rules(Strict):
     acceptance: list[str] = []
 
 
+DEFAULT_THROTTLE_PATTERNS = [
+    r"rate.?limit",
+    r"temporarily limiting requests",
+    r"\b429\b",
+    r"overloaded",
+    r"\b529\b",
+]
+_HALT = re.compile(r"^fail=(\d+)(%?)$")
+
+
+def _check_halt(value: str | None) -> str | None:
+    if value is not None and not _HALT.match(value.replace(" ", "")):
+        raise ValueError(f'{value!r} is not a halt policy; write "fail=5" or "fail=10%"')
+    return value
+
+
+def _check_patterns(value: list[str]) -> list[str]:
+    for pattern in value:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"{pattern!r} is not a valid regular expression ({exc})") from exc
+    return value
+
+
 class Limits(Strict):
     concurrency: PositiveInt = 4
     canary: Annotated[int, Field(ge=0)] = 1
     max_attempts: PositiveInt = 3
     max_spawns: Annotated[int, Field(ge=0)] = 0  # 0 means 3 x the number of tasks
     timeout: Duration = 1200.0
+    kill_grace: Duration = 5.0  # SIGTERM, then SIGKILL this much later
     max_load: Annotated[float, Field(gt=0)] | None = None  # None means 2 x CPU count
     payload_budget: PositiveInt = 65536
+    # Throttles: exit status 75 or output matching one of these (case-insensitive).
+    throttle_patterns: Annotated[list[str], AfterValidator(_check_patterns)] = Field(
+        default_factory=lambda: list(DEFAULT_THROTTLE_PATTERNS)
+    )
+    backoff_base: Duration = 2.0
+    backoff_cap: Duration = 300.0
+    grow_after: PositiveInt = 3  # valid completions before concurrency grows by one
+    # Environment-fault breaker: this many attempts in a row (0: max(3, concurrency))
+    # ending faster than breaker_fast with no output and one diagnostic halt the run.
+    breaker_window: Annotated[int, Field(ge=0)] = 0
+    breaker_fast: Duration = 3.0
+    halt: Annotated[str | None, AfterValidator(_check_halt)] = None  # "fail=N" or "fail=P%"
+
+    @property
+    def breaker_size(self) -> int:
+        return self.breaker_window or max(3, self.concurrency)
+
+    def spawn_budget(self, tasks: int) -> int:
+        return self.max_spawns or 3 * tasks
+
+    def load_bound(self) -> float:
+        return self.max_load or 2.0 * (os.cpu_count() or 1)
+
+    def halt_after(self, tasks: int) -> int | None:
+        """Failed-for-good tasks that stop new starts, from ``halt``."""
+        if self.halt is None:
+            return None
+        found = _HALT.match(self.halt.replace(" ", ""))
+        assert found is not None
+        number = int(found[1])
+        if found[2]:
+            return max(1, -(-number * tasks // 100))
+        return max(1, number)
 
 
 class ModelSection(Strict):
@@ -220,6 +280,7 @@ ENV_OVERRIDES: dict[str, tuple[str, str]] = {
     "GITRUN_TIMEOUT": ("limits", "timeout"),
     "GITRUN_MAX_LOAD": ("limits", "max_load"),
     "GITRUN_PAYLOAD_BUDGET": ("limits", "payload_budget"),
+    "GITRUN_HALT": ("limits", "halt"),
 }
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.driver import CheckFailed, resume_run, start_run
 from gitrun.errors import GitrunError
 from gitrun.local import LocalPaths
+from gitrun.session import CheckFailed, resume_run, start_run
 from gitrun.state import read_status
 from tests.helpers import fake_worker_run, git, spawn_events
 
@@ -249,7 +249,8 @@ def test_resume_commits_valid_outputs_on_disk_and_quarantines_invalid(
     git_repo: Path, tmp_path: Path
 ) -> None:
     spec = {"default": "nowrite", "spawn_log": str(tmp_path / "spawns.log")}
-    spec_path = fake_worker_run(git_repo, "r", 3, spec, {"limits": {"max_attempts": 1}})
+    limits = {"max_attempts": 1, "canary": 0}
+    spec_path = fake_worker_run(git_repo, "r", 3, spec, {"limits": limits})
     assert start_run(git_repo, "r", quiet).exit_code == 1
     # The outputs arrive after all (a worker finished late, or a person wrote one).
     (git_repo / "out/t01.json").write_text('{"late": true}\n')
@@ -294,7 +295,7 @@ def test_missing_command_is_recorded_not_a_traceback(git_repo: Path) -> None:
         },
     )
     outcome = start_run(git_repo, "r", quiet)
-    assert outcome.exit_code == 1
+    assert outcome.exit_code == 3  # the canary used up its attempts: halted
     records = _ledger(git_repo)
     assert [r["exit"] for r in records] == [127, 127]
     assert "no-such-agent-cli" in LocalPaths.of(git_repo, "r").log_of("t1", 1).read_text()

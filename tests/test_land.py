@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from gitrun.cli import app
-from gitrun.driver import start_run
 from gitrun.errors import GitrunError
 from gitrun.land import land_run
+from gitrun.session import start_run
 from tests.helpers import build_tree, fake_worker_run, git
 
 quiet = lambda _line: None  # noqa: E731

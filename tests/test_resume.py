@@ -10,7 +10,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from gitrun.driver import resume_run
+from gitrun.session import resume_run
 from tests.helpers import build_tree, fake_worker_run, git, spawn_events
 
 quiet = lambda _line: None  # noqa: E731

@@ -1,0 +1,141 @@
+"""Starting and resuming a run: the branch, the definition, then the driver.
+
+``start`` checks the run, creates ``gitrun/<run>`` at HEAD with a commit
+holding the run definition, and drives it. ``resume`` takes the branch from
+a remote when only that exists, restores run files missing on disk, stops
+the workers a dead driver left behind, reconciles with what is committed
+and on disk, and drives on.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gitrun import git, ledger
+from gitrun.check import Problem, check_run
+from gitrun.committer import BRANCH_PREFIX, Committer, branch_ref, trailers
+from gitrun.driver import Driver, Progress, Reporter, RunOutcome, definition_files
+from gitrun.errors import GitrunError
+from gitrun.local import LocalPaths
+from gitrun.lock import run_locked
+from gitrun.outputs import blob_id
+from gitrun.runs import CONFIG_FILE, LEDGER_NAME, RunDef, load_run
+from gitrun.tomlfile import write_atomic
+
+
+class CheckFailed(GitrunError):
+    def __init__(self, run_id: str, problems: list[Problem]) -> None:
+        self.problems = problems
+        lines = [f"run {run_id!r} did not pass `gitrun check` ({len(problems)} problems):"]
+        lines += [f"  [{p.code}] {p.message}" for p in problems]
+        super().__init__("\n".join(lines))
+
+
+def start_run(
+    repo: Path, run_id: str, report: Reporter, progress: Callable[[Progress], None] | None = None
+) -> RunOutcome:
+    """Check the run, create its branch with the definition, and drive it."""
+    run = load_run(repo, run_id)
+    local = LocalPaths.of(repo, run_id)
+    with run_locked(local, run_id) as lock:
+        if git.rev_parse(repo, branch_ref(run_id)) or git.remote_refs(repo, BRANCH_PREFIX + run_id):
+            raise GitrunError(
+                f"run {run_id!r} has already started (branch gitrun/{run_id} exists); continue it "
+                f"with `gitrun resume {run_id}`"
+            )
+        problems = check_run(run).problems
+        if problems:
+            raise CheckFailed(run_id, problems)
+        head = git.rev_parse(repo, "HEAD")
+        if head is None:
+            raise GitrunError(
+                "the repository has no commits yet; commit something first so the run has a "
+                "point to fork from"
+            )
+        _retire_stale_ledger(run, local)
+        committer = Committer(repo, run_id, local)
+        files = definition_files(run)
+        base_tree = git.ls_tree(repo, head, sorted(files))
+        fmt = committer.object_format
+        files = {
+            p: d
+            for p, d in files.items()
+            if p != CONFIG_FILE or base_tree.get(p, ("", ""))[1] != blob_id(d, fmt)
+        }
+        message = f"gitrun({run_id}): start run\n\n{trailers(run_id, [], {'Gitrun-Base': head})}\n"
+        committer.start_branch(head, files, message)
+        report(f"run {run_id}: started on branch gitrun/{run_id} from {head[:10]}")
+        driver = Driver(run, local, lock, committer, report, progress)
+        driver.recover_orphans()  # workers of an earlier life of this run id
+        return driver.drive()
+
+
+def resume_run(
+    repo: Path, run_id: str, report: Reporter, progress: Callable[[Progress], None] | None = None
+) -> RunOutcome:
+    """Reconcile a run with what is committed and on disk, then drive it on."""
+    local = LocalPaths.of(repo, run_id)
+    with run_locked(local, run_id) as lock:
+        tip = _ensure_branch(repo, run_id, report)
+        _restore_definition(repo, run_id, tip, report)
+        run = load_run(repo, run_id)
+        problems = check_run(run, check_dirty=False).problems
+        if problems:
+            raise CheckFailed(run_id, problems)
+        committer = Committer(repo, run_id, local)
+        driver = Driver(run, local, lock, committer, report, progress)
+        driver.recover_orphans()
+        driver.reconcile()
+        return driver.drive()
+
+
+def _retire_stale_ledger(run: RunDef, local: LocalPaths) -> None:
+    """A ledger without a branch is left from a run whose branch was deleted."""
+    stale = run.repo / run.dir / LEDGER_NAME
+    if stale.exists():
+        local.root.mkdir(parents=True, exist_ok=True)
+        os.replace(stale, local.root / f"ledger.{int(time.time())}.jsonl")
+
+
+def _ensure_branch(repo: Path, run_id: str, report: Reporter) -> str:
+    ref = branch_ref(run_id)
+    tip = git.rev_parse(repo, ref)
+    if tip:
+        return tip
+    remotes = git.remote_refs(repo, BRANCH_PREFIX + run_id)
+    if not remotes:
+        raise GitrunError(
+            f"run {run_id!r} has not started (no branch gitrun/{run_id} here or on a remote); "
+            f"start it with `gitrun start {run_id}`"
+        )
+    tip = git.rev_parse(repo, remotes[0])
+    assert tip is not None
+    git.update_ref(repo, ref, tip, None)
+    report(
+        f"run {run_id}: branch gitrun/{run_id} created from {remotes[0].removeprefix('refs/remotes/')}"
+    )
+    return tip
+
+
+def _restore_definition(repo: Path, run_id: str, tip: str, report: Reporter) -> None:
+    """Bring back run files that exist on the branch but not on disk (a fresh
+    clone, say), and merge the committed ledger into the local one."""
+    run_dir = f".gitrun/runs/{run_id}"
+    tree = git.ls_tree(repo, tip, [run_dir, CONFIG_FILE])
+    restored = 0
+    for path, (_mode, sha) in tree.items():
+        target = repo / path
+        if path.endswith("/" + LEDGER_NAME):
+            committed = git.cat_blob(repo, sha).decode("utf-8", errors="replace")
+            local_text = target.read_text(encoding="utf-8") if target.exists() else ""
+            merged = ledger.merge_text(local_text, committed)
+            if merged != local_text:
+                write_atomic(target, merged.encode())
+        elif not target.exists():
+            write_atomic(target, git.cat_blob(repo, sha))
+            restored += 1
+    if restored:
+        report(f"run {run_id}: restored {restored} run files from the branch")
