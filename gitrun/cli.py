@@ -193,7 +193,9 @@ def check(
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 every task done; 1 some task failed for good; 2 usage error; "
-    "130 or 143 stopped by Ctrl-C or SIGTERM (resume continues)."
+    "3 halted (canary failed, environment fault, spawn budget, halt policy, strict "
+    "ownership); 130 or 143 stopped by Ctrl-C or SIGTERM. `gitrun resume` continues "
+    "in every case."
 )
 
 
@@ -201,21 +203,39 @@ def _event(line: str) -> None:
     typer.echo(f"gitrun: {line}", err=True)
 
 
-def _drive(ctx: typer.Context, run: str, as_json: bool, resume: bool) -> None:
+def _drive(ctx: typer.Context, run: str, as_json: bool, quiet: bool, resume: bool) -> None:
     from gitrun.session import resume_run, start_run
 
     repo = _repo(ctx)
-    outcome = (resume_run if resume else start_run)(repo, run, _event)
+    drive = resume_run if resume else start_run
+    if quiet or as_json:
+        outcome = drive(repo, run, lambda _line: None)
+    elif sys.stderr.isatty() and sys.stdout.isatty():
+        from gitrun.view import LiveView
+
+        with LiveView(run) as view:
+            outcome = drive(repo, run, view.event, view.progress)
+    else:
+        outcome = drive(repo, run, _event)
     if as_json:
         data = outcome.status.to_json()
         data["exit_code"] = outcome.exit_code
         data["stopped_by"] = outcome.stopped_by
+        data["halt"] = (
+            {"kind": outcome.halt.kind, "message": outcome.halt.message} if outcome.halt else None
+        )
+        data["violations"] = [v.to_record() for v in outcome.violations]
         typer.echo(json.dumps(data, indent=2))
     else:
         from gitrun.report import format_summary
 
-        typer.echo(format_summary(outcome.status, outcome.stopped_by))
+        typer.echo(
+            format_summary(outcome.status, outcome.stopped_by, outcome.halt, outcome.violations)
+        )
     raise typer.Exit(outcome.exit_code)
+
+
+_QUIET = typer.Option("--quiet", "-q", help="Print only the summary at the end.")
 
 
 @app.command(epilog=EXIT_CODES_HELP)
@@ -225,14 +245,18 @@ def start(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the final status as JSON.")
     ] = False,
+    quiet: Annotated[bool, _QUIET] = False,
 ) -> None:
     """Check a run, create its branch gitrun/RUN, and drive it to the end.
 
-    Attempts run as child processes, at most `concurrency` at once. A task is
-    done only when its outputs exist and validate; valid outputs are
-    committed on gitrun/RUN as they land. Refuses when the branch exists.
+    Attempts run as child processes, at most `concurrency` at once, after a
+    canary. A task is done only when its outputs exist and validate; valid
+    outputs are committed on gitrun/RUN as they land. Throttled attempts back
+    off; an environment fault, the spawn budget or the halt policy halt the
+    run. On a terminal a live view shows progress; otherwise one line per
+    event. Refuses when the branch exists.
     """
-    _drive(ctx, run, as_json, resume=False)
+    _drive(ctx, run, as_json, quiet, resume=False)
 
 
 @app.command(epilog=EXIT_CODES_HELP)
@@ -242,6 +266,7 @@ def resume(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the final status as JSON.")
     ] = False,
+    quiet: Annotated[bool, _QUIET] = False,
 ) -> None:
     """Continue a run after any pause, crash or move to another machine.
 
@@ -250,7 +275,7 @@ def resume(
     dispatches only the tasks whose outputs are missing or invalid. On a
     fresh clone it picks the run up from origin's gitrun/RUN.
     """
-    _drive(ctx, run, as_json, resume=True)
+    _drive(ctx, run, as_json, quiet, resume=True)
 
 
 @app.command()
@@ -350,6 +375,47 @@ def retry(
         typer.echo(f"run {run!r} has no failed tasks")
         return
     typer.echo(f"{', '.join(chosen)}: fresh attempts granted; continue with `gitrun resume {run}`")
+
+
+@app.command()
+def watchdog(
+    ctx: typer.Context,
+    stale: Annotated[
+        str, typer.Option(help="Heartbeat age that counts as stuck, e.g. 90s, 5m.")
+    ] = "2m",
+    kill: Annotated[
+        bool, typer.Option("--kill", help="End stale drivers so `resume` can take over.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON.")] = False,
+) -> None:
+    """Find stuck runs: exit 0 when every run is healthy, 1 when any is stale.
+
+    For each run: is a driver alive, how old is its heartbeat, are attempts
+    past their deadline, did a dead driver leave workers running. Meant for
+    cron, e.g. `*/10 * * * * cd /path/to/repo && gitrun watchdog --kill`.
+    """
+    from gitrun.errors import UsageError
+    from gitrun.settings import parse_duration
+    from gitrun.watchdog import inspect_runs, kill_stale
+
+    try:
+        stale_after = parse_duration(stale)
+    except ValueError as exc:
+        raise UsageError(f"--stale {stale!r}: {exc}") from None
+    repo = _repo(ctx)
+    findings = inspect_runs(repo, stale_after)
+    if as_json:
+        typer.echo(json.dumps([h.to_json() for h in findings], indent=2))
+    else:
+        if not findings:
+            typer.echo("no runs here")
+        for health in findings:
+            typer.echo(health.describe())
+    stale_runs = [h for h in findings if h.stale]
+    if kill:
+        for health in stale_runs:
+            typer.echo(kill_stale(repo, health), err=as_json)
+    raise typer.Exit(1 if stale_runs else 0)
 
 
 def main(argv: list[str] | None = None) -> int:

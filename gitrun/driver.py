@@ -481,6 +481,7 @@ class Driver:
 
     def _beat(self) -> None:
         state = self.governor.snapshot()
+        state["kill_grace"] = self.limits.kill_grace
         state["running"] = [
             {"task": a.task, "attempt": a.number, "started": a.started, "deadline": a.deadline}
             for a in self.running.values()

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gitrun.state import DONE, RunStatus
+
+if TYPE_CHECKING:
+    from gitrun.audit import Violation
+    from gitrun.governor import Halt
 
 
 def _counts_text(counts: dict[str, int]) -> str:
@@ -20,11 +26,20 @@ def format_status_line(status: RunStatus) -> str:
     return f"{status.run}: {state}; {_counts_text(status.counts())}; {_yield_text(status)}"
 
 
-def format_summary(status: RunStatus, stopped_by: str | None = None) -> str:
+def format_summary(
+    status: RunStatus,
+    stopped_by: str | None = None,
+    halt: Halt | None = None,
+    violations: list[Violation] | None = None,
+) -> str:
     total = len(status.tasks)
     lines = [
         f"run {status.run!r}: {_counts_text(status.counts())} of {total} tasks; {_yield_text(status)}"
     ]
+    if halt is not None:
+        lines.append(f"halted: {halt.message}")
+    for violation in (violations or [])[:10]:
+        lines.append(f"  ownership violation: {violation.describe()}")
     failed = [t for t in status.tasks.values() if t.status == "failed"]
     for task in failed[:20]:
         lines.append(
@@ -36,6 +51,8 @@ def format_summary(status: RunStatus, stopped_by: str | None = None) -> str:
         )
     if stopped_by:
         lines.append(f"stopped by {stopped_by}; continue with `gitrun resume {status.run}`")
+    elif halt is not None:
+        pass  # the halt message says what to do
     elif failed:
         lines.append(
             f"give them new attempts with `gitrun retry {status.run}`, then `gitrun resume {status.run}`"
@@ -52,6 +69,7 @@ def format_status(status: RunStatus, limit: int | None = 20) -> str:
         lines.append(
             f"run {status.run!r}: driven by pid {d.pid} on {d.host}, heartbeat {d.silence:.0f} s ago"
         )
+        lines.append(f"  {_live_state(d.state)}")
     else:
         lines.append(
             f"run {status.run!r}: {'no driver running' if status.started else 'not started'}"
@@ -59,6 +77,9 @@ def format_status(status: RunStatus, limit: int | None = 20) -> str:
     for stage in status.stages:
         lines.append(f"  stage {stage}: {_counts_text(status.counts(stage))}")
     lines.append(f"  total: {_counts_text(status.counts())}; {_yield_text(status)}")
+    for violation in status.violations[:10]:
+        who = ", ".join(violation.get("tasks") or []) or "no task"
+        lines.append(f"  ownership violation: {violation.get('path')} (running: {who})")
     open_tasks = [t for t in status.tasks.values() if t.status != DONE]
     shown = open_tasks if limit is None else open_tasks[:limit]
     for task in shown:
@@ -70,3 +91,21 @@ def format_status(status: RunStatus, limit: int | None = 20) -> str:
     if len(shown) < len(open_tasks):
         lines.append(f"  ... and {len(open_tasks) - len(shown)} more (--all lists them)")
     return "\n".join(lines)
+
+
+def _live_state(state: dict[str, object]) -> str:
+    import time
+
+    parts = [f"concurrency {state.get('concurrency', '?')}/{state.get('max_concurrency', '?')}"]
+    until = state.get("backoff_until")
+    if isinstance(until, int | float) and until > time.time():
+        parts.append(f"backing off for {until - time.time():.0f} s")
+    if state.get("waiting_for_load"):
+        parts.append("waiting for load")
+    canary = state.get("canary")
+    if isinstance(canary, list) and canary:
+        parts.append(f"canary {', '.join(str(c) for c in canary)} running alone")
+    halt = state.get("halt")
+    if isinstance(halt, dict):
+        parts.append(f"halting: {halt.get('message')}")
+    return "; ".join(parts)

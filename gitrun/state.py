@@ -58,6 +58,7 @@ class RunStatus:
     tasks: dict[str, TaskStatus]
     spawns: int
     driver: Owner | None = None
+    violations: list[dict[str, Any]] = field(default_factory=list)
 
     def counts(self, stage: str | None = None) -> dict[str, int]:
         out = dict.fromkeys(STATUSES, 0)
@@ -84,6 +85,7 @@ class RunStatus:
             "usable": self.usable,
             "yield": self.yield_ratio,
             "driver": self.driver.to_json() if self.driver else None,
+            "violations": self.violations,
             "tasks": {tid: task.to_json() for tid, task in self.tasks.items()},
         }
 
@@ -122,7 +124,8 @@ def read_status(repo: Path, run_id: str, run: RunDef | None = None) -> RunStatus
     run = run or load_run(repo, run_id)
     tip = git.rev_parse(repo, branch_ref(run_id))
     done = committed_tasks(run, tip, find_base(repo, run_id)) if tip else set()
-    summary = ledger.summarize(ledger.read_lines(ledger_path(run)))
+    records = ledger.read_lines(ledger_path(run))
+    summary = ledger.summarize(records)
     local = LocalPaths.of(repo, run_id)
     live = is_locked(local)
     running = running_records(local) if live else {}
@@ -150,4 +153,5 @@ def read_status(repo: Path, run_id: str, run: RunDef | None = None) -> RunStatus
         tasks=tasks,
         spawns=summary.spawns,
         driver=read_owner(local) if live else None,
+        violations=[r for r in records if r.get("event") == "violation"],
     )

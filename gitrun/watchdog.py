@@ -1,0 +1,133 @@
+"""Finding stuck runs: ``gitrun watchdog``.
+
+For every run of the repository: is a driver holding the run lock, how old is
+its heartbeat, are attempts past their deadline, and did a dead driver leave
+workers running? Anything stale makes the watchdog exit 1 (for cron and
+alerts); ``--kill`` ends a stale driver so that the next ``resume`` takes over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gitrun import git
+from gitrun.attempt import kill_recorded_group
+from gitrun.local import LocalPaths
+from gitrun.lock import is_locked, read_owner
+from gitrun.runs import list_runs
+from gitrun.state import running_records
+
+DEFAULT_STALE = 120.0  # seconds without a heartbeat (the driver beats every 2 s)
+
+
+@dataclass
+class RunHealth:
+    run: str
+    driver: str  # "alive", "dead" (nobody holds the lock) or "elsewhere" (another host)
+    pid: int | None = None
+    host: str | None = None
+    heartbeat_age: float | None = None
+    overdue: list[str] = field(default_factory=list)  # attempts past their deadline
+    orphans: list[str] = field(default_factory=list)  # workers left by a dead driver
+    stale: bool = False
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        if self.driver == "dead":
+            state = "no driver"
+        else:
+            age = f"{self.heartbeat_age:.0f} s" if self.heartbeat_age is not None else "unknown"
+            state = f"driver pid {self.pid} on {self.host}, heartbeat {age} ago"
+        verdict = f"STALE: {self.reason}" if self.stale else "ok"
+        return f"{self.run}: {state}; {verdict}"
+
+
+def _runs_here(repo: Path) -> list[str]:
+    names = set(list_runs(repo))
+    local_root = git.git_dir(repo) / "gitrun"
+    if local_root.is_dir():
+        names |= {p.name for p in local_root.iterdir() if p.is_dir()}
+    return sorted(names)
+
+
+def inspect_runs(repo: Path, stale_after: float = DEFAULT_STALE) -> list[RunHealth]:
+    now = time.time()
+    found = []
+    for run_id in _runs_here(repo):
+        local = LocalPaths.of(repo, run_id)
+        if is_locked(local):
+            found.append(_inspect_live(run_id, local, stale_after, now))
+        else:
+            found.append(_inspect_dead(run_id, local))
+    return found
+
+
+def _inspect_live(run_id: str, local: LocalPaths, stale_after: float, now: float) -> RunHealth:
+    owner = read_owner(local)
+    if owner is None:
+        return RunHealth(run_id, "alive", stale=False, reason="lock held, no owner record yet")
+    here = owner.host == socket.gethostname()
+    health = RunHealth(
+        run_id, "alive" if here else "elsewhere", owner.pid, owner.host, now - owner.heartbeat
+    )
+    grace = float(owner.state.get("kill_grace", 5.0)) + 30.0
+    for attempt in owner.state.get("running", []):
+        deadline = attempt.get("deadline")
+        if isinstance(deadline, int | float) and now > deadline + grace:
+            health.overdue.append(f"{attempt.get('task')}#{attempt.get('attempt')}")
+    reasons = []
+    if health.heartbeat_age is not None and health.heartbeat_age > stale_after:
+        reasons.append(f"no heartbeat for {health.heartbeat_age:.0f} s")
+    if health.overdue:
+        reasons.append(f"attempts past their deadline: {', '.join(health.overdue)}")
+    health.stale = bool(reasons)
+    health.reason = "; ".join(reasons)
+    return health
+
+
+def _inspect_dead(run_id: str, local: LocalPaths) -> RunHealth:
+    import psutil
+
+    health = RunHealth(run_id, "dead")
+    for task, record in running_records(local).items():
+        pid = record.get("pid")
+        if isinstance(pid, int) and psutil.pid_exists(pid):
+            with contextlib.suppress(psutil.Error):
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    health.orphans.append(f"{task}#{record.get('attempt')} (pid {pid})")
+    if health.orphans:
+        health.stale = True
+        health.reason = f"workers left running by a dead driver: {', '.join(health.orphans)}"
+    return health
+
+
+def kill_stale(repo: Path, health: RunHealth) -> str:
+    """End a stale run's driver (its process group when it leads one) and the
+    workers it recorded, so that `gitrun resume` can take over."""
+    local = LocalPaths.of(repo, health.run)
+    if health.driver == "elsewhere":
+        return f"{health.run}: the driver runs on {health.host}; kill it there"
+    if health.pid is not None and health.driver == "alive":
+        try:
+            if os.getpgid(health.pid) == health.pid and health.pid != os.getpgid(0):
+                os.killpg(health.pid, signal.SIGKILL)
+            else:
+                os.kill(health.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        deadline = time.time() + 10
+        while is_locked(local) and time.time() < deadline:
+            time.sleep(0.05)
+    for record in running_records(local).values():
+        kill_recorded_group(record)
+    return f"{health.run}: stopped; continue it with `gitrun resume {health.run}`"
