@@ -144,6 +144,7 @@ class Driver:
             usable=len(done),
         )
         self.audit: Audit | None = None
+        self.audit_due = False  # an attempt ended since the last audit
         self.violations: list[Violation] = []
 
     # -- before driving -----------------------------------------------------------
@@ -228,9 +229,13 @@ class Driver:
                         if now >= attempt.deadline:
                             attempt.expire()
                         attempt.escalate(now)
-                    if now - last_audit >= AUDIT_EVERY:
+                    # Strict ownership audits after every attempt, so it halts on
+                    # the first violation; otherwise every few seconds.
+                    strict = self.run.packet.ownership.strict
+                    if (strict and self.audit_due) or now - last_audit >= AUDIT_EVERY:
                         self._audit()
                         last_audit = now
+                        self.audit_due = False
                     if now - last_beat >= HEARTBEAT:
                         self._beat()
                         last_beat = now
@@ -385,9 +390,8 @@ class Driver:
     def _finish(self, end: AttemptEnd, commits: CommitQueue) -> None:
         self.running.pop(end.task, None)
         task = self.tasks[end.task]
-        check = check_task(
-            self.run, task, self.before.pop(end.task, None), self.committer.object_format
-        )
+        before = self.before.pop(end.task, None)
+        check = check_task(self.run, task, before, self.committer.object_format)
         outcome = check.outcome
         if outcome == "invalid":
             quarantine(self.repo, self.local.quarantine_of(end.task, end.attempt), check.outputs)
@@ -396,16 +400,9 @@ class Driver:
                 outcome = ledger.THROTTLED
             elif end.stopped and not end.timed_out:
                 outcome = ledger.INTERRUPTED
-        how = f"signal {end.signal}" if end.signal else f"exit {end.exit_code}"
-        if end.timed_out:
-            how += ", timed out"
-        self._record(end.task, end.attempt, end.started, end.ended, end.exit_code, end.signal,
-                     end.timed_out, outcome, check.reason)  # fmt: skip
-        assert self.journal is not None
-        self.journal.write({"task": end.task, "attempt": end.attempt, "end": True})
-        self.finished_here += 1
         history = self.history[end.task]
-        failed_for_good = outcome != "valid" and history.used >= self.limits.max_attempts
+        counted = outcome in ledger.COUNTED
+        failed_for_good = counted and history.used + 1 >= self.limits.max_attempts
         facts = EndFacts(
             end.task,
             outcome,
@@ -416,6 +413,26 @@ class Driver:
             last_line(end.tail),
         )
         self.governor.ended(facts, time.time(), failed_for_good)
+        extra = {"concurrency": self.governor.concurrency} if outcome == ledger.THROTTLED else {}
+        self._record(
+            end.task,
+            end.attempt,
+            end.started,
+            end.ended,
+            end.exit_code,
+            end.signal,
+            end.timed_out,
+            outcome,
+            check.reason,
+            extra,
+        )
+        assert self.journal is not None
+        self.journal.write({"task": end.task, "attempt": end.attempt, "end": True})
+        self.finished_here += 1
+        self.audit_due = True
+        how = f"signal {end.signal}" if end.signal else f"exit {end.exit_code}"
+        if end.timed_out:
+            how += ", timed out"
         if outcome == "valid":
             self._set_status(end.task, "done")
             commits.put(Landing(end.task, end.attempt, check.outputs))
@@ -445,6 +462,7 @@ class Driver:
         timed_out: bool,
         outcome: str,
         reason: str,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         record: dict[str, Any] = {
             "task": tid,
@@ -460,6 +478,7 @@ class Driver:
         }
         if reason:
             record["reason"] = reason
+        record.update(extra or {})
         self.ledger.write(record)
         history = self.history[tid]
         history.attempts = max(history.attempts, number)

@@ -10,6 +10,8 @@ The spec maps task ids to behaviours (``default`` for the rest):
 - ``hang_unless_allowed``: broken on attempt 1; later attempts hang unless
   the file ``ALLOW`` exists in the working directory, then write
 - ``stray``: write the output and a file outside the task's owns
+- ``crowd``: exit 75 (throttled) when more than ``crowd_limit`` copies run at
+  once, counted with lock files in ``crowd_dir``; otherwise write
 
 ``sleep`` (seconds, or [min, max] for a random pick) delays every worker;
 ``spawn_log`` names a file where each worker appends "start" and, once its
@@ -51,6 +53,8 @@ def main() -> int:
     outputs = [p for p in os.environ["GITRUN_OUTPUTS"].split("\n") if p]
     mode = spec.get("tasks", {}).get(task, spec.get("default", "write"))
     _log(spec, "start")
+    if mode == "crowd":
+        return _crowd(spec, outputs, task, attempt)
     delay = spec.get("sleep", 0)
     if isinstance(delay, list):
         delay = random.uniform(*delay)
@@ -77,6 +81,25 @@ def main() -> int:
         print("Server is temporarily limiting requests (not your usage limit)", file=sys.stderr)
         return 1
     return 0
+
+
+def _crowd(spec: dict[str, object], outputs: list[str], task: str, attempt: int) -> int:
+    crowd = Path(str(spec["crowd_dir"]))
+    crowd.mkdir(parents=True, exist_ok=True)
+    mine = crowd / f"{os.getpid()}"
+    mine.write_text(task)
+    try:
+        time.sleep(0.05)  # let the crowd gather
+        if len(list(crowd.iterdir())) > int(spec.get("crowd_limit", 2)):  # type: ignore[call-overload]
+            print("Error: 429 Too Many Requests (rate limited)", file=sys.stderr)
+            return 75
+        time.sleep(float(spec.get("sleep", 0.1)))  # type: ignore[arg-type]
+        for path in outputs:
+            _write(path, json.dumps({"task": task, "attempt": attempt}) + "\n")
+        _log(spec, "wrote")
+        return 0
+    finally:
+        mine.unlink()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,228 @@
+"""Fan-out protection with real child processes: throttles, breaker, canary,
+budgets, halt policy, stray writes, the load gate and the watchdog."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gitrun import governor
+from gitrun.governor import EndFacts, Governor
+from gitrun.session import resume_run, start_run
+from gitrun.settings import Limits
+from tests.helpers import fake_worker_run, git, spawn_events, write_run
+
+quiet = lambda _line: None  # noqa: E731
+
+
+def _ledger(repo: Path) -> list[dict[str, object]]:
+    text = (repo / ".gitrun/runs/r/ledger.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_throttled_workers_back_off_and_shrink_concurrency(git_repo: Path, tmp_path: Path) -> None:
+    spec = {
+        "default": "crowd",
+        "crowd_dir": str(tmp_path / "crowd"),
+        "crowd_limit": 2,
+        "sleep": 0.15,
+    }
+    limits = {"concurrency": 4, "backoff_base": "0.05s", "backoff_cap": "0.5s", "max_attempts": 2}
+    fake_worker_run(git_repo, "r", 16, spec, {"limits": limits})
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.exit_code == 0
+    assert outcome.status.counts()["failed"] == 0
+    records = [r for r in _ledger(git_repo) if "outcome" in r]
+    throttled = [r for r in records if r["outcome"] == "throttled"]
+    assert throttled, "the crowd never formed"
+    assert min(int(r["concurrency"]) for r in throttled) < 4  # type: ignore[call-overload]
+    # Throttles used up no attempts: no task saw a second counted failure.
+    assert all(r["outcome"] in ("valid", "throttled") for r in records)
+
+
+def test_missing_executor_trips_the_breaker_after_exactly_its_window(git_repo: Path) -> None:
+    tasks = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(10)]
+    packet = {
+        "executor": {"command": ["no-such-agent-cli", "-p", "{pointer}"]},
+        "limits": {"canary": 0, "concurrency": 4, "max_attempts": 5},
+    }
+    write_run(git_repo, "r", tasks, packet)
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.exit_code == 3
+    assert outcome.halt is not None and outcome.halt.kind == governor.ENVIRONMENT
+    assert outcome.halt.message.startswith("environment fault: 4 of 4 attempts exited within")
+    assert "status 127" in outcome.halt.message
+    assert "no-such-agent-cli: No such file or directory" in outcome.halt.message
+    assert outcome.status.spawns == 4
+
+
+def test_canary_that_never_validates_halts_before_the_fan_out(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    spec = {"tasks": {"t01": "invalid"}, "spawn_log": str(tmp_path / "spawns.log")}
+    spec_path = fake_worker_run(git_repo, "r", 8, spec, {"limits": {"max_attempts": 2}})
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.exit_code == 3
+    assert outcome.halt is not None and outcome.halt.kind == governor.CANARY
+    assert "canary failed: t01 used up its attempts" in outcome.halt.message
+    assert {t for t, _, _, _ in spawn_events(spec_path)} == {"t01"}
+    assert outcome.status.spawns == 2
+
+
+def test_canary_passes_then_the_fan_out_widens(git_repo: Path, tmp_path: Path) -> None:
+    spec = {"sleep": 0.2, "spawn_log": str(tmp_path / "spawns.log")}
+    spec_path = fake_worker_run(git_repo, "r", 6, spec, {"limits": {"concurrency": 3}})
+    assert start_run(git_repo, "r", quiet).exit_code == 0
+    events = spawn_events(spec_path)
+    t01_wrote = next(at for t, _, e, at in events if t == "t01" and e == "wrote")
+    others = [at for t, _, e, at in events if t != "t01" and e == "start"]
+    assert min(others) > t01_wrote
+
+
+def test_spawn_budget_halts_with_the_numbers(git_repo: Path) -> None:
+    limits = {"canary": 0, "max_spawns": 5, "concurrency": 1, "max_attempts": 3}
+    fake_worker_run(git_repo, "r", 10, {"default": "invalid"}, {"limits": limits})
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.exit_code == 3
+    assert outcome.halt is not None
+    assert outcome.halt.message.startswith("retry storm: 5 spawns for 0 usable outputs")
+    assert outcome.status.spawns == 5
+    # Resuming does not spend past the budget either.
+    again = resume_run(git_repo, "r", quiet)
+    assert again.exit_code == 3 and again.status.spawns == 5
+
+
+def test_halt_policy_stops_new_starts(git_repo: Path) -> None:
+    limits = {"canary": 0, "concurrency": 1, "max_attempts": 1, "halt": "fail=2"}
+    fake_worker_run(git_repo, "r", 10, {"default": "invalid"}, {"limits": limits})
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.exit_code == 3
+    assert outcome.halt is not None
+    assert outcome.halt.message == "halt policy fail=2: 2 of 10 tasks failed for good"
+    assert outcome.status.spawns == 2
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_writes_outside_owns_are_violations_never_committed(git_repo: Path, strict: bool) -> None:
+    limits = {"concurrency": 1}
+    packet = {"limits": limits, "ownership": {"strict": strict}}
+    fake_worker_run(git_repo, "r", 4, {"tasks": {"t02": "stray"}}, packet)
+    outcome = start_run(git_repo, "r", quiet)
+    [violation] = outcome.violations
+    assert violation.path == "stray/t02.txt"
+    assert "t02" in violation.tasks
+    committed = git(git_repo, "log", "--format=", "--name-only", "HEAD..gitrun/r")
+    assert "stray/" not in committed
+    assert any(r.get("event") == "violation" for r in _ledger(git_repo))
+    if strict:
+        assert outcome.exit_code == 3
+        assert outcome.halt is not None and outcome.halt.kind == governor.STRICT
+        assert outcome.status.counts()["done"] < 4
+    else:
+        assert outcome.exit_code == 0
+
+
+def test_load_gate_waits_then_starts(git_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    readings = iter([99.0] * 4)
+    monkeypatch.setattr(governor, "read_load", lambda: next(readings, 0.0))
+    fake_worker_run(git_repo, "r", 2, {}, {"limits": {"max_load": 4.0}})
+    seen = []
+    outcome = start_run(git_repo, "r", quiet, lambda p: seen.append(p.waiting_for_load))
+    assert outcome.exit_code == 0
+    assert seen[0] is True and seen[-1] is False
+
+
+def test_sigstopped_driver_is_stale_and_watchdog_kill_lets_resume_finish(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    spec = {"sleep": 0.3, "spawn_log": str(tmp_path / "spawns.log")}
+    spec_path = fake_worker_run(git_repo, "r", 6, spec, {"limits": {"concurrency": 2}})
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "gitrun", "start", "r", "--quiet"],
+        cwd=git_repo,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.time() + 30
+    while (
+        not any(e == "wrote" for _, _, e, _ in spawn_events(spec_path)) and time.time() < deadline
+    ):
+        time.sleep(0.02)
+    os.kill(driver.pid, signal.SIGSTOP)
+    try:
+        time.sleep(2.5)
+        check = subprocess.run(
+            [sys.executable, "-m", "gitrun", "watchdog", "--stale", "1s", "--json"],
+            cwd=git_repo,
+            capture_output=True,
+            text=True,
+        )
+        assert check.returncode == 1, check.stderr
+        [health] = json.loads(check.stdout)
+        assert health["stale"] is True and health["pid"] == driver.pid
+        assert "no heartbeat" in health["reason"]
+        kill = subprocess.run(
+            [sys.executable, "-m", "gitrun", "watchdog", "--stale", "1s", "--kill"],
+            cwd=git_repo,
+            capture_output=True,
+            text=True,
+        )
+        assert "gitrun resume r" in kill.stdout
+        assert driver.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    outcome = resume_run(git_repo, "r", quiet)
+    assert outcome.exit_code == 0
+    healthy = subprocess.run(
+        [sys.executable, "-m", "gitrun", "watchdog"], cwd=git_repo, capture_output=True, text=True
+    )
+    assert healthy.returncode == 0, healthy.stdout
+
+
+# --- the governor's arithmetic ----------------------------------------------------
+
+
+def _facts(
+    outcome: str, duration: float = 1.0, said: str = "", wrote_nothing: bool = True
+) -> EndFacts:
+    return EndFacts("t", outcome, duration, 1, None, wrote_nothing, said)
+
+
+def test_backoff_is_full_jitter_under_an_exponential_ceiling() -> None:
+    limits = Limits(concurrency=8, backoff_base=1.0, backoff_cap=5.0, grow_after=2)
+    gov = Governor(limits, tasks=10, spawns=0, canary=[], rng=random.Random(1))
+    waits = []
+    for _ in range(5):
+        gov.backoff_until = 0
+        gov.ended(_facts("throttled"), now=100.0)
+        waits.append(gov.backoff_until - 100.0)
+    ceilings = [1, 2, 4, 5, 5]
+    assert all(0 <= w <= c for w, c in zip(waits, ceilings, strict=True))
+    assert gov.concurrency == 1  # 8 -> 4 -> 2 -> 1 -> 1
+    for _ in range(4):
+        gov.ended(_facts("valid"), now=200.0)
+    assert gov.concurrency == 3  # one step per two valid completions
+
+
+def test_breaker_needs_one_repeated_diagnostic() -> None:
+    gov = Governor(Limits(concurrency=2), tasks=10, spawns=0, canary=[])
+    gov.ended(_facts("missing", 0.1, "boom"), now=0)
+    gov.ended(_facts("missing", 0.1, "something else"), now=0)
+    gov.ended(_facts("missing", 0.1, "something else"), now=0)
+    assert gov.halt is None  # the complaint changed: the streak restarted
+    gov.ended(_facts("missing", 0.1, "something else"), now=0)
+    assert gov.halt is not None and "3 of 3 attempts" in gov.halt.message
+    slow = Governor(Limits(concurrency=2), tasks=10, spawns=0, canary=[])
+    for _ in range(5):
+        slow.ended(_facts("missing", 10.0, "boom"), now=0)
+    assert slow.halt is None  # slow failures are the task's, not the environment's
