@@ -147,6 +147,8 @@ def new(
     if len(result.paths) > 5:
         typer.echo(f"  ... and {len(result.paths) - 5} more")
     typer.echo(f"next: edit the packet's [rules], then `gitrun check {run}`")
+    if executor == "external":
+        typer.echo("\n" + _orchestrator_guide())
 
 
 @app.command()
@@ -204,9 +206,12 @@ def _event(line: str) -> None:
 
 
 def _drive(ctx: typer.Context, run: str, as_json: bool, quiet: bool, resume: bool) -> None:
+    from gitrun.runs import load_run
     from gitrun.session import resume_run, start_run
 
     repo = _repo(ctx)
+    if load_run(repo, run).packet.executor.kind == "external":
+        _drive_external(repo, run, as_json, resume)
     drive = resume_run if resume else start_run
     if quiet or as_json:
         outcome = drive(repo, run, lambda _line: None)
@@ -236,6 +241,114 @@ def _drive(ctx: typer.Context, run: str, as_json: bool, quiet: bool, resume: boo
 
 
 _QUIET = typer.Option("--quiet", "-q", help="Print only the summary at the end.")
+
+
+def _drive_external(repo: Path, run: str, as_json: bool, resume: bool) -> None:
+    """start/resume of an external run: the branch (start), a collect (resume), a batch."""
+    from gitrun.external import external_run
+    from gitrun.session import prepare_external
+
+    prepare_external(repo, run, _event, resume)
+    with external_run(repo, run) as ext:
+        if resume:
+            collected = ext.collect([])
+            if not as_json:
+                _print_collected(collected)
+        batch = ext.next_batch(None, agents=False)
+    _print_batch(run, batch, as_json)
+
+
+def _print_batch(run: str, batch: Any, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(batch.leased, indent=2))
+    for item in batch.leased if not as_json else []:
+        typer.echo(item["pointer"] + "\n")
+    if batch.leased:
+        if not as_json:
+            typer.echo(
+                f"leased {len(batch.leased)}: dispatch each pointer above as one subagent, wait for "
+                f"them, then `gitrun collect {run}`"
+            )
+        raise typer.Exit(0)
+    typer.echo(batch.reason, err=as_json)
+    raise typer.Exit(0 if batch.done else 1)
+
+
+def _print_collected(collected: Any) -> None:
+    for label in ("done", "missing", "invalid", "throttled", "failed"):
+        items = getattr(collected, label)
+        if not items:
+            continue
+        shown = [
+            f"{t} ({collected.reasons[t]})" if t in collected.reasons and label != "done" else t
+            for t in items
+        ]
+        typer.echo(f"{label}: {', '.join(shown)}")
+    typer.echo(f"next: {collected.next_step}")
+
+
+def _orchestrator_guide() -> str:
+    from gitrun.resources import template_text
+
+    try:
+        return template_text("orchestrator.md")
+    except FileNotFoundError:  # pragma: no cover - a broken installation
+        return ""
+
+
+@app.command("next", epilog=_orchestrator_guide())
+def next_batch(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(help="The run (its [executor] kind is external).")],
+    max_tasks: Annotated[int | None, typer.Option("--max", help="Lease at most this many.")] = None,
+    agents: Annotated[
+        bool,
+        typer.Option("--agents", help="Also write .claude/agents/gitrun-RUN-TASK.md per task."),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the batch as JSON.")] = False,
+) -> None:
+    """Lease the next batch of tasks and print their two-line pointers.
+
+    As many as the free concurrency allows; while the canary has not produced
+    valid output, only the canary. Leases expire after the task timeout.
+    Nothing to hand out: says why and exits 0 when every task is done, else 1.
+    """
+    from gitrun.external import external_run
+
+    if max_tasks is not None and max_tasks < 1:
+        from gitrun.errors import UsageError
+
+        raise UsageError("--max must be 1 or more")
+    with external_run(_repo(ctx), run) as ext:
+        batch = ext.next_batch(max_tasks, agents)
+    _print_batch(run, batch, as_json)
+
+
+@app.command()
+def collect(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(help="The run (its [executor] kind is external).")],
+    throttled: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--throttled", help="A leased task whose subagent was rate-limited (repeatable)."
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Judge every leased task from the disk: commit what validated, release the rest.
+
+    Missing or invalid outputs use up an attempt (invalid files are
+    quarantined); tasks named with --throttled back off without using one.
+    """
+    from gitrun.external import external_run
+
+    with external_run(_repo(ctx), run) as ext:
+        collected = ext.collect(list(throttled or []))
+    if as_json:
+        typer.echo(json.dumps(collected.to_json(), indent=2))
+    else:
+        _print_collected(collected)
 
 
 @app.command(epilog=EXIT_CODES_HELP)
@@ -416,6 +529,104 @@ def watchdog(
         for health in stale_runs:
             typer.echo(kill_stale(repo, health), err=as_json)
     raise typer.Exit(1 if stale_runs else 0)
+
+
+hook_app = typer.Typer(
+    cls=_Group,
+    help="The hooks gitrun installs (they read the agent's JSON on stdin).",
+    no_args_is_help=True,
+)
+app.add_typer(hook_app, name="hook")
+
+
+def _emit(result: Any) -> None:
+    if result.stdout:
+        sys.stdout.write(result.stdout + "\n")
+    if result.stderr:
+        sys.stderr.write(result.stderr if result.stderr.endswith("\n") else result.stderr + "\n")
+    raise typer.Exit(result.code)
+
+
+@hook_app.command("pre-write")
+def hook_pre_write() -> None:
+    """Claude Code PreToolUse hook: deny a task's writes outside its owns."""
+    from gitrun.hooks import pre_write
+
+    _emit(pre_write(sys.stdin.read(), dict(os.environ)))
+
+
+@hook_app.command("subagent-stop")
+def hook_subagent_stop() -> None:
+    """Claude Code SubagentStop hook: keep a subagent working until its outputs validate."""
+    from gitrun.hooks import subagent_stop
+
+    _emit(subagent_stop(sys.stdin.read(), dict(os.environ)))
+
+
+@hook_app.command("pre-commit")
+def hook_pre_commit() -> None:
+    """git pre-commit hook: reject a worker's commit outside its task's owns."""
+    from gitrun.hooks import pre_commit
+
+    _emit(pre_commit(dict(os.environ)))
+
+
+hooks_app = typer.Typer(
+    cls=_Group, help="Install or remove gitrun's git and Claude Code hooks.", no_args_is_help=True
+)
+app.add_typer(hooks_app, name="hooks")
+
+
+def _which_hooks(git_hook: bool, claude: bool) -> tuple[bool, bool]:
+    return (git_hook, claude) if git_hook or claude else (True, True)
+
+
+@hooks_app.command("install")
+def hooks_install(
+    ctx: typer.Context,
+    git_hook: Annotated[bool, typer.Option("--git", help="The git pre-commit hook.")] = False,
+    claude: Annotated[
+        bool, typer.Option("--claude", help="Claude Code hooks in .claude/settings.json.")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Write into a core.hooksPath elsewhere.")
+    ] = False,
+) -> None:
+    """Install the hooks (both kinds unless one is named); installing twice changes nothing.
+
+    The git hook keeps an existing pre-commit hook (renamed, still called);
+    the Claude Code hooks are merged next to existing entries.
+    """
+    from gitrun.install import install_claude, install_git
+
+    repo = _repo(ctx)
+    do_git, do_claude = _which_hooks(git_hook, claude)
+    if do_git:
+        typer.echo(install_git(repo, force))
+    if do_claude:
+        typer.echo(install_claude(repo))
+
+
+@hooks_app.command("uninstall")
+def hooks_uninstall(
+    ctx: typer.Context,
+    git_hook: Annotated[bool, typer.Option("--git", help="The git pre-commit hook.")] = False,
+    claude: Annotated[
+        bool, typer.Option("--claude", help="Claude Code hooks in .claude/settings.json.")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Also in a core.hooksPath elsewhere.")
+    ] = False,
+) -> None:
+    """Remove only what gitrun installed (a chained hook is put back)."""
+    from gitrun.install import uninstall_claude, uninstall_git
+
+    repo = _repo(ctx)
+    do_git, do_claude = _which_hooks(git_hook, claude)
+    if do_git:
+        typer.echo(uninstall_git(repo, force))
+    if do_claude:
+        typer.echo(uninstall_claude(repo))
 
 
 def main(argv: list[str] | None = None) -> int:

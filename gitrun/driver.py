@@ -16,7 +16,6 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from gitrun.governor import STRICT, EndFacts, Governor, Halt, is_throttled, last
 from gitrun.history import find_base
 from gitrun.local import LocalPaths
 from gitrun.lock import RunLock
-from gitrun.outputs import blob_id, check_task, quarantine
+from gitrun.outputs import blob_on_disk, check_task, quarantine
 from gitrun.pointer import render_pointer
 from gitrun.proc import clean_env
 from gitrun.runs import CONFIG_FILE, LEDGER_NAME, RunDef, Task
@@ -343,7 +342,7 @@ class Driver:
         number = history.attempts
         outputs = [o.path for o in self.run.outputs_of(task)]
         fmt = self.committer.object_format
-        before = {path: _blob_on_disk(self.repo / path, fmt) for path in outputs}
+        before = {path: blob_on_disk(self.repo / path, fmt) for path in outputs}
         self.before[task.id] = before
         for path in outputs:  # workers should not have to create the directories
             self._mkdir((self.repo / path).parent)
@@ -468,8 +467,8 @@ class Driver:
             "task": tid,
             "attempt": number,
             "stage": self.run.stage_of(self.tasks[tid]),
-            "started": _iso(started),
-            "ended": _iso(ended),
+            "started": ledger.iso(started),
+            "ended": ledger.iso(ended),
             "duration": round(ended - started, 3),
             "exit": exit_code,
             "signal": sig,
@@ -542,19 +541,6 @@ class Driver:
 
     def _on_signal(self, signum: int) -> None:
         self.stop_signal = signum
-
-
-def _blob_on_disk(path: Path, object_format: str) -> str | None:
-    try:
-        if path.is_symlink() or not path.is_file():
-            return None
-        return blob_id(path.read_bytes(), object_format)
-    except OSError:
-        return None
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
 
 
 def _create_time(pid: int) -> float | None:

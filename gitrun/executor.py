@@ -42,18 +42,39 @@ _MODEL_NAME = re.compile(
 )
 # Short aliases count only as a whole argument or a --model value.
 _MODEL_ALIASES = {"opus", "sonnet", "haiku", "o1", "o3", "o4-mini", "gpt-5"}
-_MODEL_FLAG = re.compile(r"(?:^|\s)(?:--model|-m)(?:=|\s+)(\S+)")
+# `--model X` anywhere; `-m` is ambiguous (`python -m`, `git commit -m`), so
+# its value counts only when it looks like a model name.
+_MODEL_FLAG = re.compile(r"(?:^|\s)--model(?:=|\s+)(\S+)")
 
 
 def command_template(executor: Executor) -> list[str] | None:
-    """The argv template for a command executor; None when there is none."""
+    """The argv template for a command executor; None when there is none.
+
+    `command` replaces the preset entirely; `args` are appended either way.
+    The claude preset also gets gitrun's write-time hooks through
+    `--settings`, so ownership is enforced while the agent writes.
+    """
     if executor.command is not None:
-        return list(executor.command)
-    if executor.preset == SHELL_PRESET:
-        return ["sh", "-c", executor.shell] if executor.shell else None
-    if executor.preset in PRESETS:
-        return list(PRESETS[executor.preset])
-    return None
+        base = list(executor.command)
+    elif executor.preset == SHELL_PRESET:
+        if not executor.shell:
+            return None
+        base = ["sh", "-c", executor.shell]
+    elif executor.preset in PRESETS:
+        base = list(PRESETS[executor.preset])
+        if executor.preset == "claude":
+            base += ["--settings", claude_settings()]
+    else:
+        return None
+    return base + list(executor.args)
+
+
+def claude_settings() -> str:
+    import json
+
+    from gitrun.install import claude_hooks
+
+    return json.dumps({"hooks": claude_hooks()}, separators=(",", ":"))
 
 
 def executor_problems(executor: Executor) -> list[str]:
@@ -79,8 +100,11 @@ def literal_models(argv: list[str]) -> list[str]:
     """Model names written into a command instead of ``{model}``."""
     found: list[str] = []
     for i, arg in enumerate(argv):
-        if arg in ("--model", "-m") and i + 1 < len(argv) and argv[i + 1] != "{model}":
-            found.append(argv[i + 1])
+        value = argv[i + 1] if i + 1 < len(argv) else "{model}"
+        if arg == "--model" and value != "{model}":
+            found.append(value)
+        if arg == "-m" and (value.lower() in _MODEL_ALIASES or _MODEL_NAME.fullmatch(value)):
+            found.append(value)
         for value in _MODEL_FLAG.findall(arg):
             if value.strip("'\"") != "{model}":
                 found.append(value.strip("'\""))

@@ -161,3 +161,9 @@ def _git_env(repo: Path, extra: dict[str, str], *args: str, input: bytes | None 
     from gitrun.proc import clean_env
 
     return run_cmd(["git", "-C", str(repo), *args], input=input, env=clean_env(extra)).stdout
+
+
+def run_git_quiet(repo: Path, *args: str) -> str:
+    """Stdout of a git command that may fail (then ""), e.g. reading unset config."""
+    proc = run_cmd(["git", "-C", str(repo), *args], check=False)
+    return proc.stdout.decode().strip() if proc.returncode == 0 else ""

@@ -210,6 +210,28 @@ class Governor:
         if self.halt is None:
             self.halt = halt
 
+    def export(self) -> dict[str, Any]:
+        """What must outlive one process (external dispatch calls gitrun per batch)."""
+        return {
+            "concurrency": self.concurrency,
+            "backoff_until": self.backoff_until,
+            "throttles": self._throttles,
+            "valid_run": self._valid_run,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        concurrency = state.get("concurrency")
+        if isinstance(concurrency, int) and 1 <= concurrency <= self.limits.concurrency:
+            self.concurrency = concurrency
+        for key, attr in (
+            ("backoff_until", "backoff_until"),
+            ("throttles", "_throttles"),
+            ("valid_run", "_valid_run"),
+        ):
+            value = state.get(key)
+            if isinstance(value, int | float):
+                setattr(self, attr, type(getattr(self, attr))(value))
+
     def snapshot(self) -> dict[str, Any]:
         return {
             "concurrency": self.concurrency,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,11 @@ def summarize(records: list[dict[str, Any]]) -> LedgerSummary:
         reason = record.get("reason")
         history.last_reason = reason if isinstance(reason, str) else None
     return summary
+
+
+def iso(ts: float) -> str:
+    """A ledger timestamp: UTC, milliseconds."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
 
 
 def _line(record: dict[str, Any]) -> str:

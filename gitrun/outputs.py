@@ -62,6 +62,16 @@ def blob_id(data: bytes, object_format: str = "sha1") -> str:
     return hashlib.new(object_format, header + data).hexdigest()
 
 
+def blob_on_disk(path: Path, object_format: str = "sha1") -> str | None:
+    """The blob id of a regular file's content now, or None when there is none."""
+    try:
+        if path.is_symlink() or not path.is_file():
+            return None
+        return blob_id(path.read_bytes(), object_format)
+    except OSError:
+        return None
+
+
 def check_task(
     run: RunDef,
     task: Task,

@@ -34,6 +34,54 @@ class CheckFailed(GitrunError):
         super().__init__("\n".join(lines))
 
 
+def prepare_external(repo: Path, run_id: str, report: Reporter, resume: bool) -> None:
+    """The branch for an external run: created by start, taken over by resume."""
+    run = load_run(repo, run_id)
+    local = LocalPaths.of(repo, run_id)
+    with run_locked(local, run_id):
+        if resume:
+            tip = _ensure_branch(repo, run_id, report)
+            _restore_definition(repo, run_id, tip, report)
+            problems = check_run(load_run(repo, run_id), check_dirty=False).problems
+            if problems:
+                raise CheckFailed(run_id, problems)
+        else:
+            _create_branch(repo, run, local, report)
+
+
+def _create_branch(repo: Path, run: RunDef, local: LocalPaths, report: Reporter) -> Committer:
+    """Check the run and give it its branch, at HEAD, with the definition."""
+    run_id = run.id
+    if git.rev_parse(repo, branch_ref(run_id)) or git.remote_refs(repo, BRANCH_PREFIX + run_id):
+        raise GitrunError(
+            f"run {run_id!r} has already started (branch gitrun/{run_id} exists); continue it "
+            f"with `gitrun resume {run_id}`"
+        )
+    problems = check_run(run).problems
+    if problems:
+        raise CheckFailed(run_id, problems)
+    head = git.rev_parse(repo, "HEAD")
+    if head is None:
+        raise GitrunError(
+            "the repository has no commits yet; commit something first so the run has a "
+            "point to fork from"
+        )
+    _retire_stale_ledger(run, local)
+    committer = Committer(repo, run_id, local)
+    files = definition_files(run)
+    base_tree = git.ls_tree(repo, head, sorted(files))
+    fmt = committer.object_format
+    files = {
+        p: d
+        for p, d in files.items()
+        if p != CONFIG_FILE or base_tree.get(p, ("", ""))[1] != blob_id(d, fmt)
+    }
+    message = f"gitrun({run_id}): start run\n\n{trailers(run_id, [], {'Gitrun-Base': head})}\n"
+    committer.start_branch(head, files, message)
+    report(f"run {run_id}: started on branch gitrun/{run_id} from {head[:10]}")
+    return committer
+
+
 def start_run(
     repo: Path, run_id: str, report: Reporter, progress: Callable[[Progress], None] | None = None
 ) -> RunOutcome:
@@ -41,33 +89,7 @@ def start_run(
     run = load_run(repo, run_id)
     local = LocalPaths.of(repo, run_id)
     with run_locked(local, run_id) as lock:
-        if git.rev_parse(repo, branch_ref(run_id)) or git.remote_refs(repo, BRANCH_PREFIX + run_id):
-            raise GitrunError(
-                f"run {run_id!r} has already started (branch gitrun/{run_id} exists); continue it "
-                f"with `gitrun resume {run_id}`"
-            )
-        problems = check_run(run).problems
-        if problems:
-            raise CheckFailed(run_id, problems)
-        head = git.rev_parse(repo, "HEAD")
-        if head is None:
-            raise GitrunError(
-                "the repository has no commits yet; commit something first so the run has a "
-                "point to fork from"
-            )
-        _retire_stale_ledger(run, local)
-        committer = Committer(repo, run_id, local)
-        files = definition_files(run)
-        base_tree = git.ls_tree(repo, head, sorted(files))
-        fmt = committer.object_format
-        files = {
-            p: d
-            for p, d in files.items()
-            if p != CONFIG_FILE or base_tree.get(p, ("", ""))[1] != blob_id(d, fmt)
-        }
-        message = f"gitrun({run_id}): start run\n\n{trailers(run_id, [], {'Gitrun-Base': head})}\n"
-        committer.start_branch(head, files, message)
-        report(f"run {run_id}: started on branch gitrun/{run_id} from {head[:10]}")
+        committer = _create_branch(repo, run, local, report)
         driver = Driver(run, local, lock, committer, report, progress)
         driver.recover_orphans()  # workers of an earlier life of this run id
         return driver.drive()

@@ -156,6 +156,7 @@ class Executor(Strict):
     preset: str | None = None
     command: list[str] | None = None
     shell: str | None = None  # the command line of the "shell" preset
+    args: list[str] = []  # appended to the preset's (or command's) arguments
     env: dict[str, str] = {}
 
     @field_validator("command")

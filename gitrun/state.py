@@ -128,7 +128,11 @@ def read_status(repo: Path, run_id: str, run: RunDef | None = None) -> RunStatus
     summary = ledger.summarize(records)
     local = LocalPaths.of(repo, run_id)
     live = is_locked(local)
-    running = running_records(local) if live else {}
+    running: dict[str, Any] = running_records(local) if live else {}
+    if run.packet.executor.kind == "external":
+        from gitrun.external import read_leases
+
+        running = dict(read_leases(local))
     max_attempts = run.packet.limits.max_attempts
     tasks: dict[str, TaskStatus] = {}
     for task in run.tasks:

@@ -7,6 +7,7 @@ The spec maps task ids to behaviours (``default`` for the rest):
 - ``nowrite``: exit 0 without writing
 - ``invalid``: write broken JSON, exit 0
 - ``invalid_then_write``: broken on attempt 1, valid afterwards
+- ``nowrite_then_write``: nothing on attempt 1, valid afterwards
 - ``hang_unless_allowed``: broken on attempt 1; later attempts hang unless
   the file ``ALLOW`` exists in the working directory, then write
 - ``stray``: write the output and a file outside the task's owns
@@ -60,7 +61,7 @@ def main() -> int:
         delay = random.uniform(*delay)
     time.sleep(float(delay))
     valid = json.dumps({"task": task, "attempt": attempt}) + "\n"
-    if mode == "nowrite":
+    if mode == "nowrite" or (mode == "nowrite_then_write" and attempt == 1):
         print("all done!")
         return 0
     if mode == "invalid" or (

@@ -1,0 +1,262 @@
+"""Write-time ownership: the hooks agents and git run while workers write.
+
+- ``pre_write``: a Claude Code PreToolUse hook for Write, Edit, MultiEdit and
+  NotebookEdit. In a task's context (``GITRUN_RUN``/``GITRUN_TASK`` in the
+  environment, or an agent type ``gitrun-<run>-<task>``) it denies writes
+  outside the task's owns; any subagent is denied the protected files of a
+  started run; with no gitrun context at all it allows everything, so
+  unrelated sessions never break. In a task's context its own failures
+  block (fail closed).
+- ``subagent_stop``: blocks a subagent's stop while its task's outputs are
+  missing or invalid (once: ``stop_hook_active`` lets it go).
+- ``pre_commit``: a git pre-commit hook rejecting a worker's commit of paths
+  outside its owns or of protected files.
+
+Each returns (exit code, stdout, stderr) for the CLI to emit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gitrun.patterns import PatternError, matches, parse
+from gitrun.runs import GITRUN_DIR, RunDef, Task, list_runs, load_run
+
+WRITE_TOOLS = ("Write", "Edit", "MultiEdit", "NotebookEdit")
+
+
+@dataclass(frozen=True)
+class HookResult:
+    code: int = 0
+    stdout: str = ""
+    stderr: str = ""
+
+
+class HookFailure(Exception):
+    """The hook cannot decide; in a task context that blocks the write."""
+
+
+def _deny(reason: str) -> HookResult:
+    out = {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "deny",
+            "permissionDecisionReason": reason,
+        }
+    }
+    return HookResult(0, json.dumps(out))
+
+
+def _context(
+    repo: Path | None, data: dict[str, Any] | None, environ: dict[str, str]
+) -> tuple[RunDef, Task] | None:
+    """The task this hook call acts for, or None when no gitrun task applies."""
+    run_id, task_id = environ.get("GITRUN_RUN"), environ.get("GITRUN_TASK")
+    if repo is None:
+        if run_id and task_id:
+            raise HookFailure("not inside a git repository")
+        return None
+    if run_id and task_id:
+        run = load_run(repo, run_id)
+        for task in run.tasks:
+            if task.id == task_id:
+                return run, task
+        raise HookFailure(f"run {run_id!r} has no task {task_id!r}")
+    agent_type = (data or {}).get("agent_type")
+    if isinstance(agent_type, str) and agent_type:
+        from gitrun.agents import task_of_agent
+
+        return task_of_agent(repo, agent_type)
+    return None
+
+
+def _repo_of(cwd: str | None) -> Path | None:
+    from gitrun.errors import GitrunError
+    from gitrun.git import find_repo_root
+
+    try:
+        return find_repo_root(Path(cwd) if cwd else None)
+    except GitrunError:
+        return None
+
+
+def _relative(repo: Path, target: str, cwd: str | None) -> str | None:
+    """The path relative to the repository root, or None when it lies outside."""
+    path = Path(target)
+    if not path.is_absolute():
+        path = Path(cwd or os.getcwd()) / path
+    resolved = Path(os.path.realpath(path))
+    root = Path(os.path.realpath(repo))
+    if not resolved.is_relative_to(root):
+        return None
+    return resolved.relative_to(root).as_posix()
+
+
+def _owned(run: RunDef, task: Task, path: str) -> bool:
+    for text in run.owns_of(task):
+        try:
+            if matches(parse(text), path):
+                return True
+        except PatternError:
+            continue
+    return False
+
+
+def _protected(run: RunDef, path: str) -> bool:
+    for text in run.packet.protected:
+        try:
+            if matches(parse(text), path):
+                return True
+        except PatternError:
+            continue
+    return False
+
+
+def pre_write(stdin: str, environ: dict[str, str]) -> HookResult:
+    in_task = bool(environ.get("GITRUN_TASK"))
+    try:
+        data = json.loads(stdin)
+        if not isinstance(data, dict):
+            raise ValueError("the hook input is not a JSON object")
+    except ValueError as exc:
+        if in_task:
+            return HookResult(2, stderr=f"gitrun: malformed hook input ({exc}); write blocked")
+        return HookResult(0)  # not ours to judge
+    try:
+        return _pre_write(data, environ)
+    except Exception as exc:
+        if in_task or str(data.get("agent_type", "")).startswith("gitrun-"):
+            return HookResult(2, stderr=f"gitrun: cannot check this write ({exc}); write blocked")
+        return HookResult(0)
+
+
+def _pre_write(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
+    if data.get("tool_name") not in WRITE_TOOLS:
+        return HookResult(0)
+    cwd = data.get("cwd") if isinstance(data.get("cwd"), str) else None
+    tool_input = data.get("tool_input")
+    target = None
+    if isinstance(tool_input, dict):
+        target = tool_input.get("file_path") or tool_input.get("notebook_path")
+    repo = _repo_of(cwd)
+    context = _context(repo, data, environ)
+    if context is None:
+        return _check_protected_for_subagents(repo, data, target, cwd)
+    run, task = context
+    assert repo is not None
+    if not isinstance(target, str) or not target:
+        raise HookFailure(f"{data.get('tool_name')} input names no file_path")
+    owns = ", ".join(run.owns_of(task))
+    path = _relative(repo, target, cwd)
+    if path is None:
+        return _deny(
+            f"gitrun task {task.id} may write only {owns}; {target} is outside the repository"
+        )
+    if path == ".git" or path.startswith((".git/", GITRUN_DIR + "/")) or path == GITRUN_DIR:
+        return _deny(
+            f"gitrun task {task.id} may write only {owns}; {path} belongs to git or gitrun"
+        )
+    if _protected(run, path):
+        return _deny(
+            f"gitrun task {task.id} may not write the shared file {path}; write only {owns}"
+        )
+    if not _owned(run, task, path):
+        return _deny(f"gitrun task {task.id} may write only {owns}; {path} is not among them")
+    return HookResult(0)
+
+
+def _check_protected_for_subagents(
+    repo: Path | None, data: dict[str, Any], target: object, cwd: str | None
+) -> HookResult:
+    """No task context: only a subagent writing a started run's protected file is denied."""
+    if repo is None or not data.get("agent_type") or not isinstance(target, str):
+        return HookResult(0)
+    path = _relative(repo, target, cwd)
+    if path is None:
+        return HookResult(0)
+    from gitrun.committer import branch_ref
+    from gitrun.git import rev_parse
+
+    for run_id in list_runs(repo):
+        if rev_parse(repo, branch_ref(run_id)) is None:
+            continue
+        run = load_run(repo, run_id)
+        if _protected(run, path):
+            return _deny(
+                f"{path} is a protected shared file of the gitrun run {run_id!r}; subagents may not "
+                "write it (the lead updates it)"
+            )
+    return HookResult(0)
+
+
+def subagent_stop(stdin: str, environ: dict[str, str]) -> HookResult:
+    try:
+        data = json.loads(stdin)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+    except ValueError:
+        return HookResult(0)
+    if data.get("stop_hook_active"):
+        return HookResult(0)  # it was held once already: never loop
+    cwd = data.get("cwd") if isinstance(data.get("cwd"), str) else None
+    repo = _repo_of(cwd)
+    try:
+        context = _context(repo, data, environ)
+    except Exception:
+        return HookResult(0)
+    if context is None:
+        return HookResult(0)
+    run, task = context
+    from gitrun.outputs import check_task
+
+    check = check_task(run, task)
+    if check.outcome == "valid":
+        return HookResult(0)
+    outputs = ", ".join(o.path for o in run.outputs_of(task))
+    reason = (
+        f"gitrun task {task.id} is not done: {check.reason}. Write {outputs} as "
+        f"{run.packet_path} asks, then stop."
+    )
+    return HookResult(0, json.dumps({"decision": "block", "reason": reason}))
+
+
+def pre_commit(environ: dict[str, str]) -> HookResult:
+    """Reject a worker's commit (GITRUN_TASK set) that touches paths outside its owns."""
+    if not environ.get("GITRUN_TASK"):
+        return HookResult(0)
+    from gitrun.proc import run_cmd
+
+    repo = _repo_of(None)
+    try:
+        context = _context(repo, None, environ)
+    except Exception as exc:
+        return HookResult(1, stderr=f"gitrun: cannot check this commit ({exc}); commit rejected\n")
+    if context is None or repo is None:
+        return HookResult(
+            1, stderr="gitrun: GITRUN_TASK is set but names no task here; commit rejected\n"
+        )
+    run, task = context
+    # The index being committed: git exports GIT_INDEX_FILE to the hook (for
+    # `git commit <paths>` it is a temporary one), so keep the environment.
+    staged = run_cmd(
+        ["git", "diff", "--cached", "--name-only", "-z", "--no-renames"],
+        repo,
+        env=dict(os.environ),
+        check=False,
+    ).stdout.decode(errors="surrogateescape")
+    outside = [
+        p for p in staged.split("\0") if p and (_protected(run, p) or not _owned(run, task, p))
+    ]
+    if not outside:
+        return HookResult(0)
+    owns = ", ".join(run.owns_of(task))
+    shown = "\n".join(f"  {p}" for p in outside)
+    return HookResult(
+        1,
+        stderr=f"gitrun: commit rejected: task {task.id} may write only {owns}; these paths are "
+        f"outside its owns or protected:\n{shown}\n",
+    )

@@ -1,0 +1,159 @@
+"""External dispatch end to end: next -> fake agents -> collect, until done."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+from tests.helpers import FAKE_WORKER, git, write_run
+
+
+def _gitrun(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gitrun", *args], cwd=repo, capture_output=True, text=True
+    )
+
+
+def _dispatch(repo: Path, spec: Path, batch: list[dict[str, object]]) -> None:
+    """Run one fake agent per leased task, in parallel, as an orchestrator would."""
+    agents = []
+    for item in batch:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}
+        outputs = item["outputs"]
+        assert isinstance(outputs, list)
+        env.update(
+            GITRUN_TASK=str(item["task"]),
+            GITRUN_ATTEMPT=str(item["attempt"]),
+            GITRUN_OUTPUTS="\n".join(str(o) for o in outputs),
+        )
+        agents.append(
+            subprocess.Popen(
+                [sys.executable, str(FAKE_WORKER), str(spec)],
+                cwd=repo,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+    for agent in agents:
+        agent.wait()  # whatever they report
+
+
+def test_next_collect_loop_until_done(git_repo: Path, tmp_path: Path) -> None:
+    tasks = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(1, 9)]
+    write_run(
+        git_repo, "r", tasks, {"executor": {"kind": "external"}, "limits": {"concurrency": 4}}
+    )
+    spec = tmp_path / "spec.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "tasks": {
+                    "t2": "write_then_fail",
+                    "t3": "nowrite_then_write",
+                    "t4": "invalid_then_write",
+                    "t5": "nowrite_then_write",
+                },
+                "spawn_log": str(tmp_path / "spawns.log"),
+            }
+        )
+    )
+    started = _gitrun(git_repo, "start", "r", "--json")
+    assert started.returncode == 0, started.stderr
+    batch = json.loads(started.stdout)
+    assert [b["task"] for b in batch] == ["t1"]  # the canary, alone
+    assert batch[0]["pointer"].count("\n") == 1
+    handed: list[list[str]] = []
+    collected_done: set[str] = set()
+    throttled_once = False
+    for _ in range(20):
+        names_now = [str(b["task"]) for b in batch]
+        assert not collected_done & set(names_now), (names_now, collected_done)
+        handed.append(names_now)
+        _dispatch(git_repo, spec, batch)
+        # t5's first attempt is reported by its agent as rate-limited.
+        throttle = ["t5"] if not throttled_once and any(b["task"] == "t5" for b in batch) else []
+        throttled_once = throttled_once or bool(throttle)
+        args = ["collect", "r", "--json"] + [a for t in throttle for a in ("--throttled", t)]
+        collected = _gitrun(git_repo, *args)
+        assert collected.returncode == 0, collected.stderr
+        result = json.loads(collected.stdout)
+        collected_done |= set(result["done"])
+        if throttle:
+            assert result["throttled"] == ["t5"]
+        nxt = _gitrun(git_repo, "next", "r", "--json")
+        if nxt.returncode == 0 and json.loads(nxt.stdout) == []:
+            assert "every task is done" in nxt.stderr
+            break
+        batch = json.loads(nxt.stdout)
+        if not batch:  # backing off after the throttle
+            assert "throttled: wait" in nxt.stderr
+            import time
+
+            time.sleep(2.5)
+            batch = json.loads(_gitrun(git_repo, "next", "r", "--json").stdout)
+        if throttle:
+            throttle_batch = len(batch)
+    else:
+        raise AssertionError(f"never finished: {handed}")
+
+    # The ones that wrote nothing or garbage came back once; the others never.
+    counts = Counter(t for r in handed for t in r)
+    assert counts["t3"] == 2 and counts["t4"] == 2
+    assert counts["t5"] >= 2  # throttled once, then nothing, then valid
+    assert counts["t2"] == 1  # wrote, then reported failure: done
+    # The throttle shrank the batch after it.
+    assert throttle_batch <= 2
+    # Everything committed exactly once.
+    names = git(git_repo, "log", "--format=", "--name-only", "HEAD..gitrun/r").split()
+    per_path = Counter(n for n in names if n.startswith("out/"))
+    assert per_path == Counter({f"out/t{i}.json": 1 for i in range(1, 9)})
+    status = json.loads(_gitrun(git_repo, "status", "r", "--json").stdout)
+    assert status["counts"]["done"] == 8
+
+
+def test_next_refuses_command_runs_and_explains_an_unstarted_run(git_repo: Path) -> None:
+    write_run(git_repo, "c", [{"id": "t1", "outputs": ["a.json"]}])
+    proc = _gitrun(git_repo, "next", "c")
+    assert proc.returncode == 1 and "gitrun start c" in proc.stderr
+    write_run(
+        git_repo, "e", [{"id": "t1", "outputs": ["a.json"]}], {"executor": {"kind": "external"}}
+    )
+    proc = _gitrun(git_repo, "next", "e")
+    assert proc.returncode == 1 and "has not started" in proc.stderr
+
+
+def test_agents_flag_writes_per_task_definitions(git_repo: Path) -> None:
+    write_run(
+        git_repo,
+        "e",
+        [{"id": "t1", "outputs": ["a.json"]}, {"id": "t2", "outputs": ["b.json"]}],
+        {"executor": {"kind": "external"}, "limits": {"canary": 0}},
+    )
+    assert _gitrun(git_repo, "start", "e").returncode == 0
+    _gitrun(git_repo, "collect", "e")
+    nxt = _gitrun(git_repo, "next", "e", "--agents", "--json")
+    batch = json.loads(nxt.stdout)
+    assert {b["agent"] for b in batch} == {"gitrun-e-t1", "gitrun-e-t2"}
+    text = (git_repo / ".claude/agents/gitrun-e-t1.md").read_text()
+    assert text.startswith("---\nname: gitrun-e-t1\n") and "model: test-model" in text
+    assert "Write only a.json" in text
+    (git_repo / "a.json").write_text("{}")
+    (git_repo / "b.json").write_text("{}")
+    _gitrun(git_repo, "collect", "e")
+    assert not (git_repo / ".claude/agents/gitrun-e-t1.md").exists()
+
+
+def test_resume_in_external_mode_collects_and_hands_out_the_next_batch(git_repo: Path) -> None:
+    tasks = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(1, 4)]
+    write_run(git_repo, "e", tasks, {"executor": {"kind": "external"}, "limits": {"canary": 0}})
+    assert _gitrun(git_repo, "start", "e").returncode == 0
+    (git_repo / "out/t2.json").write_text('{"ok": true}')  # one subagent finished before the pause
+    proc = _gitrun(git_repo, "resume", "e")
+    assert proc.returncode == 0, proc.stderr
+    assert "done: t2" in proc.stdout
+    assert "task t1" in proc.stdout and "task t3" in proc.stdout

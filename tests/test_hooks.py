@@ -1,0 +1,230 @@
+"""Write-time ownership: the hooks as installed, run as real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gitrun.install import install_claude, install_git, uninstall_claude, uninstall_git
+from tests.helpers import build_tree, git, write_run
+
+TASKS = [
+    {"id": "t1", "outputs": ["out/t1.json"], "owns": ["out/t1.json", "notes/t1/**"]},
+    {"id": "t2", "outputs": ["out/t2.json"]},
+]
+
+
+def _hook_command(repo: Path, event: str) -> str:
+    settings = json.loads((repo / ".claude/settings.json").read_text())
+    [entry] = [e for e in settings["hooks"][event] if "gitrun" in json.dumps(e)]
+    return str(entry["hooks"][0]["command"])
+
+
+def _run_hook(
+    repo: Path, command: str, payload: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}
+    full_env.update(env)
+    return subprocess.run(
+        ["sh", "-c", command], input=payload, cwd=repo, capture_output=True, text=True, env=full_env
+    )
+
+
+def _pre_tool_use(repo: Path, path: str, tool: str = "Write", **extra: object) -> str:
+    payload = {
+        "session_id": "s1",
+        "transcript_path": "/tmp/transcript.jsonl",
+        "cwd": str(repo),
+        "hook_event_name": "PreToolUse",
+        "tool_name": tool,
+        "tool_input": {"file_path": str(repo / path), "content": "{}"},
+        **extra,
+    }
+    return json.dumps(payload)
+
+
+def _decision(proc: subprocess.CompletedProcess[str]) -> str | None:
+    if not proc.stdout.strip():
+        return None
+    return str(json.loads(proc.stdout)["hookSpecificOutput"]["permissionDecision"])
+
+
+@pytest.fixture
+def hooked(git_repo: Path) -> Path:
+    write_run(git_repo, "r", TASKS)
+    install_claude(git_repo)
+    return git_repo
+
+
+def test_pre_write_in_a_child_process_task(hooked: Path) -> None:
+    command = _hook_command(hooked, "PreToolUse")
+    env = {"GITRUN_RUN": "r", "GITRUN_TASK": "t1"}
+    inside = _run_hook(hooked, command, _pre_tool_use(hooked, "out/t1.json"), **env)
+    assert (inside.returncode, _decision(inside)) == (0, None)
+    nested = _run_hook(hooked, command, _pre_tool_use(hooked, "notes/t1/a/b.md", "Edit"), **env)
+    assert (nested.returncode, _decision(nested)) == (0, None)
+    outside = _run_hook(hooked, command, _pre_tool_use(hooked, "out/t2.json"), **env)
+    assert outside.returncode == 0 and _decision(outside) == "deny"
+    reason = json.loads(outside.stdout)["hookSpecificOutput"]["permissionDecisionReason"]
+    assert "out/t1.json, notes/t1/**" in reason and "out/t2.json" in reason
+    protected = _run_hook(hooked, command, _pre_tool_use(hooked, "TODO.md"), **env)
+    assert _decision(protected) == "deny"
+    escape = _run_hook(hooked, command, _pre_tool_use(hooked, "../elsewhere.txt"), **env)
+    assert _decision(escape) == "deny"
+    malformed = _run_hook(hooked, command, "{not json", **env)
+    assert malformed.returncode == 2 and "malformed" in malformed.stderr
+
+
+def test_pre_write_for_a_subagent_found_by_agent_type(hooked: Path) -> None:
+    command = _hook_command(hooked, "PreToolUse")
+    agent = {"agent_id": "a-1", "agent_type": "gitrun-r-t2"}
+    ok = _run_hook(hooked, command, _pre_tool_use(hooked, "out/t2.json", **agent))
+    assert (ok.returncode, _decision(ok)) == (0, None)
+    denied = _run_hook(hooked, command, _pre_tool_use(hooked, "out/t1.json", **agent))
+    assert _decision(denied) == "deny"
+
+
+def test_pre_write_without_task_context_allows(hooked: Path) -> None:
+    command = _hook_command(hooked, "PreToolUse")
+    lead = _run_hook(hooked, command, _pre_tool_use(hooked, "anything/at/all.txt"))
+    assert (lead.returncode, _decision(lead)) == (0, None)
+    garbage = _run_hook(hooked, command, "{not json")
+    assert (garbage.returncode, garbage.stdout) == (0, "")
+    other_tool = _run_hook(hooked, command, json.dumps({"tool_name": "Bash", "tool_input": {}}))
+    assert other_tool.returncode == 0
+
+
+def test_any_subagent_is_denied_a_started_runs_protected_file(hooked: Path) -> None:
+    command = _hook_command(hooked, "PreToolUse")
+    payload = _pre_tool_use(hooked, "PROGRESS.md", agent_type="general-purpose", agent_id="x")
+    assert _decision(_run_hook(hooked, command, payload)) is None  # the run has not started
+    git(hooked, "branch", "gitrun/r")
+    assert _decision(_run_hook(hooked, command, payload)) == "deny"
+    lead = _pre_tool_use(hooked, "PROGRESS.md")  # the lead itself may
+    assert _decision(_run_hook(hooked, command, lead)) is None
+
+
+def test_subagent_stop_blocks_until_outputs_validate(hooked: Path) -> None:
+    command = _hook_command(hooked, "SubagentStop")
+    payload = {
+        "cwd": str(hooked),
+        "hook_event_name": "SubagentStop",
+        "agent_type": "gitrun-r-t1",
+        "agent_id": "a",
+        "stop_hook_active": False,
+    }
+    held = _run_hook(hooked, command, json.dumps(payload))
+    decision = json.loads(held.stdout)
+    assert decision["decision"] == "block" and "out/t1.json: does not exist" in decision["reason"]
+    again = _run_hook(hooked, command, json.dumps({**payload, "stop_hook_active": True}))
+    assert (again.returncode, again.stdout) == (0, "")
+    build_tree(hooked, {"out/t1.json": "{}"})
+    done = _run_hook(hooked, command, json.dumps(payload))
+    assert (done.returncode, done.stdout) == (0, "")
+
+
+def test_settings_merge_keeps_other_hooks_is_idempotent_and_uninstalls_cleanly(
+    git_repo: Path,
+) -> None:
+    original = {
+        "permissions": {"allow": ["Bash(ls:*)"]},
+        "hooks": {
+            "PreToolUse": [
+                {"matcher": "Bash", "hooks": [{"type": "command", "command": "audit.sh"}]}
+            ],
+            "Stop": [{"hooks": [{"type": "command", "command": "notify.sh"}]}],
+        },
+    }
+    build_tree(git_repo, {".claude/settings.json": json.dumps(original, indent=2)})
+    install_claude(git_repo)
+    once = json.loads((git_repo / ".claude/settings.json").read_text())
+    assert once["hooks"]["PreToolUse"][0] == original["hooks"]["PreToolUse"][0]
+    assert once["hooks"]["Stop"] == original["hooks"]["Stop"]
+    assert len(once["hooks"]["PreToolUse"]) == 2 and "SubagentStop" in once["hooks"]
+    assert "already there" in install_claude(git_repo)
+    assert json.loads((git_repo / ".claude/settings.json").read_text()) == once
+    uninstall_claude(git_repo)
+    assert json.loads((git_repo / ".claude/settings.json").read_text()) == original
+
+
+def test_settings_created_by_install_are_removed_by_uninstall(git_repo: Path) -> None:
+    install_claude(git_repo)
+    assert (git_repo / ".claude/settings.json").exists()
+    uninstall_claude(git_repo)
+    assert not (git_repo / ".claude/settings.json").exists()
+
+
+def test_broken_settings_are_not_overwritten(git_repo: Path) -> None:
+    from gitrun.errors import GitrunError
+
+    build_tree(git_repo, {".claude/settings.json": "{oops"})
+    with pytest.raises(GitrunError, match="not valid JSON"):
+        install_claude(git_repo)
+    assert (git_repo / ".claude/settings.json").read_text() == "{oops"
+
+
+def _commit(repo: Path, paths: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    for path in paths:
+        build_tree(repo, {path: f"{path}\n"})
+    subprocess.run(["git", "-C", str(repo), "add", *paths], check=True)
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}
+    full_env.update(env)
+    return subprocess.run(
+        ["git", "-C", str(repo), "commit", "-q", "-m", "worker commit"],
+        capture_output=True,
+        text=True,
+        env=full_env,
+    )
+
+
+def test_git_pre_commit_rejects_a_workers_commit_outside_its_owns(git_repo: Path) -> None:
+    write_run(git_repo, "r", TASKS)
+    hooks = git_repo / ".git/hooks"
+    (hooks / "pre-commit").write_text(f"#!/bin/sh\necho ran >> {git_repo.parent / 'chained.log'}\n")
+    (hooks / "pre-commit").chmod(0o755)
+    assert "still runs" in install_git(git_repo)
+    worker = {"GITRUN_RUN": "r", "GITRUN_TASK": "t1"}
+    rejected = _commit(git_repo, ["out/t1.json", "src/other.py"], **worker)
+    assert rejected.returncode != 0
+    assert (
+        "src/other.py" in rejected.stderr
+        and "out/t1.json" not in rejected.stderr.split("outside")[-1]
+    )
+    git(git_repo, "reset", "-q")
+    accepted = _commit(git_repo, ["out/t1.json"], **worker)
+    assert accepted.returncode == 0, accepted.stderr
+    user = _commit(git_repo, ["src/mine.py"])
+    assert user.returncode == 0
+    assert (git_repo.parent / "chained.log").read_text() == "ran\nran\n"
+    assert "already there" in install_git(git_repo)
+    uninstall_git(git_repo)
+    assert "gitrun" not in (hooks / "pre-commit").read_text()
+
+
+def test_git_hook_install_respects_core_hooks_path(git_repo: Path, tmp_path: Path) -> None:
+    from gitrun.errors import GitrunError
+
+    elsewhere = tmp_path / "shared-hooks"
+    git(git_repo, "config", "core.hooksPath", str(elsewhere))
+    with pytest.raises(GitrunError, match=r"core\.hooksPath"):
+        install_git(git_repo)
+    assert not elsewhere.exists()
+    install_git(git_repo, force=True)
+    assert (elsewhere / "pre-commit").exists()
+
+
+def test_hook_cli_entry_points(hooked: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "gitrun", "hook", "pre-write"],
+        input=_pre_tool_use(hooked, "out/t2.json"),
+        cwd=hooked,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GITRUN_RUN": "r", "GITRUN_TASK": "t1"},
+    )
+    assert proc.returncode == 0 and _decision(proc) == "deny"
