@@ -1,3 +1,3 @@
-from gitrun.cli import main
+from gitrun.entry import main
 
 raise SystemExit(main())

@@ -531,6 +531,28 @@ def watchdog(
     raise typer.Exit(1 if stale_runs else 0)
 
 
+@app.command()
+def demo(
+    directory: Annotated[
+        Path | None,
+        typer.Option("--dir", help="Where to create the demo repository (new or empty)."),
+    ] = None,
+    tasks: Annotated[int, typer.Option(help="How many tasks the demo run has.")] = 24,
+    seed: Annotated[int, typer.Option(help="Seed of the simulated agents' misbehaviour.")] = 7,
+) -> None:
+    """Watch gitrun survive a misbehaving fan-out, offline, in under a minute.
+
+    Creates a throwaway repository (in a temporary directory unless --dir)
+    with a run of simulated agents that lie about their exit status, fail,
+    write invalid JSON and get throttled; kills its own driver halfway as a
+    lost session would, resumes, lands the run and shows what happened.
+    """
+    from gitrun.demo import run_demo
+
+    result = run_demo(directory, tasks, seed, typer.echo)
+    raise typer.Exit(result.exit_code)
+
+
 hook_app = typer.Typer(
     cls=_Group,
     help="The hooks gitrun installs (they read the agent's JSON on stdin).",
