@@ -31,12 +31,16 @@ def main() -> int:
     }
     results = {}
     for name, argv in rows.items():
-        median, _ = median_seconds(lambda argv=argv: subprocess.run(argv, capture_output=True, check=True), args.repeat)
+        median, _ = median_seconds(
+            lambda argv=argv: subprocess.run(argv, capture_output=True, check=True), args.repeat
+        )
         results[name] = median
         print(f"{name:<20} median {median * 1000:7.1f} ms")
     ratio = results["gitrun --version"] / results["python3 -c pass"]
     print(f"gitrun --version / python3 -c pass: {ratio:.1f}x (target <= 6)")
-    print(f"gitrun --help / python3 -c pass:    {results['gitrun --help'] / results['python3 -c pass']:.1f}x")
+    print(
+        f"gitrun --help / python3 -c pass:    {results['gitrun --help'] / results['python3 -c pass']:.1f}x"
+    )
     print(f"machine: {machine()}")
     return 0 if ratio <= 6 else 1
 

@@ -53,6 +53,23 @@ def _write(path: str, text: str) -> None:
     os.replace(tmp, target)  # whole or absent, never half-written
 
 
+def _crowd_size(crowd: Path) -> int:
+    """Copies running now; lock files of copies killed without cleanup (gone,
+    or zombies nobody reaped) are dropped."""
+    import psutil
+
+    alive = 0
+    for lock in crowd.iterdir():
+        try:
+            if psutil.Process(int(lock.name)).status() != psutil.STATUS_ZOMBIE:
+                alive += 1
+                continue
+        except (ValueError, psutil.Error):
+            pass
+        lock.unlink(missing_ok=True)
+    return alive
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gitrun.simagent", description=__doc__)
     parser.add_argument("--seed", type=int, default=7)
@@ -74,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         mine.write_text(task)
     try:
         time.sleep(rng.uniform(*args.think))
-        if args.crowd is not None and len(list(args.crowd.iterdir())) > args.crowd_limit:
+        if args.crowd is not None and _crowd_size(args.crowd) > args.crowd_limit:
             print(f"Error: 429 {THROTTLE_MESSAGE}", file=sys.stderr)
             return 75
         if kind == "hanger" and attempt == 1:

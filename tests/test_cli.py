@@ -206,3 +206,34 @@ def test_installed_console_script_finds_templates(git_repo: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert (git_repo / ".gitrun/runs/tpl/packet.toml").is_file()
+
+
+def test_demo_runs_offline_and_tells_the_story(tmp_path: Path) -> None:
+    where = tmp_path / "demo"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gitrun",
+            "demo",
+            "--dir",
+            str(where),
+            "--tasks",
+            "8",
+            "--seed",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    assert "The session is lost now: driver killed with SIGKILL" in out
+    assert "spawns for 8 usable outputs" in out
+    assert "Gitrun-Task: t0001" in out and "Gitrun-Attempt:" in out
+    assert f"The repository is {where}" in out
+    merged = subprocess.run(
+        ["git", "-C", str(where), "log", "-1", "--format=%s"], capture_output=True, text=True
+    )
+    assert merged.stdout.strip() == "gitrun: land run demo"
