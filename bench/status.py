@@ -88,6 +88,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     print(f"machine: {machine()}")
+    beside = Path(sys.executable).parent / "snakemake"
+    snakemake = str(beside) if beside.exists() else shutil.which("snakemake")
     with tempfile.TemporaryDirectory() as tmp:
         for n in (int(s) for s in args.sizes.split(",")):
             repo = make_repo(Path(tmp) / f"r{n}")
@@ -102,8 +104,11 @@ def main() -> int:
             print(
                 f"{n:>7} tasks ({n // 2} done): status median {median:.3f} s, peak {max(peaks):.0f} MB  (runs: {', '.join(f'{t:.2f}' for t in times)})"
             )
-            if shutil.which("snakemake"):
-                print(f"{'':>7} snakemake -n: {snakemake_dry_run(Path(tmp) / f's{n}', n):.2f} s")
+            if snakemake:
+                peer = snakemake_dry_run(snakemake, Path(tmp) / f"s{n}", n)
+                print(
+                    f"{'':>7} snakemake -n on the same fan-out: {peer:.2f} s ({peer / median:.1f}x gitrun status)"
+                )
             else:
                 print("        snakemake is not installed: skipped (pip install snakemake)")
     return 0
@@ -129,7 +134,7 @@ def measure(repo: Path) -> tuple[float, float]:
     return elapsed, usage.ru_maxrss / 1024
 
 
-def snakemake_dry_run(where: Path, n: int) -> float:
+def snakemake_dry_run(snakemake: str, where: Path, n: int) -> float:
     where.mkdir(parents=True)
     (where / "Snakefile").write_text(
         f"N = {n}\nrule all:\n    input: expand('out/t{{i:06d}}.json', i=range(N))\n"
@@ -140,7 +145,9 @@ def snakemake_dry_run(where: Path, n: int) -> float:
     for i in range(n // 2):
         (out / f"t{i:06d}.json").write_text("{}")
     start = time.perf_counter()
-    subprocess.run(["snakemake", "-n", "--cores", "1", "--quiet"], cwd=where, capture_output=True)
+    subprocess.run(
+        [snakemake, "-n", "--cores", "1", "--quiet"], cwd=where, capture_output=True, check=True
+    )
     return time.perf_counter() - start
 
 

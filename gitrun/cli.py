@@ -90,6 +90,11 @@ def _root(
     ctx.obj = directory
 
 
+def _json(value: object) -> str:
+    """Indented for a person at a terminal; compact (and C-fast) for programs."""
+    return json.dumps(value, indent=2 if sys.stdout.isatty() else None)
+
+
 def _repo(ctx: typer.Context) -> Path:
     from gitrun.git import find_repo_root
 
@@ -419,7 +424,7 @@ def status(
         return
     st = read_status(repo, run)
     if as_json:
-        typer.echo(json.dumps(st.to_json(), indent=2))
+        typer.echo(_json(st.to_json()))
     else:
         typer.echo(format_status(st, limit=None if show_all else 20))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -148,7 +150,7 @@ def load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None = None) 
             f"(or generate them with `gitrun new {run_id} --inputs GLOB --output PATTERN`)"
         )
     else:
-        tasks_text, tasks_raw = _read(run_dir / TASKS_NAME, tasks_name, errors)
+        tasks_text, tasks_raw = _read_cached(repo, run_id, run_dir / TASKS_NAME, tasks_name, errors)
         if tasks_text or tasks_raw:
             try:
                 table = validate_layer(TaskFile, tasks_raw, tasks_name, tasks_text, "task")
@@ -158,6 +160,38 @@ def load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None = None) 
     if errors or packet is None:
         raise DefinitionError(errors or [f"{packet_name}: could not be loaded"], path=packet_name)
     return RunDef(repo=repo, id=run_id, packet=packet, tasks=tasks)
+
+
+CACHE_ABOVE = 64 * 1024  # bytes of TOML worth caching as JSON
+
+
+def _read_cached(
+    repo: Path, run_id: str, path: Path, shown: str, errors: list[str]
+) -> tuple[str, dict[str, Any]]:
+    """Like _read, for big task tables: tomllib is pure Python (~15 us a task),
+    so the parsed table is kept as JSON under .git/gitrun/<run>/, keyed by the
+    file's content hash, and parsed again only when the file changes."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return _read(path, shown, errors)
+    git_dir = repo / ".git"
+    if len(data) < CACHE_ABOVE or not git_dir.is_dir():
+        return _read(path, shown, errors)
+    digest = hashlib.sha1(data).hexdigest()
+    cache = git_dir / "gitrun" / run_id / "tasks.cache.json"
+    try:
+        cached = json.loads(cache.read_bytes())
+        if cached.get("sha1") == digest and isinstance(cached.get("data"), dict):
+            return data.decode("utf-8", errors="replace"), cached["data"]
+    except (OSError, ValueError):
+        pass
+    text, raw = _read(path, shown, errors)
+    if raw:
+        from gitrun.tomlfile import write_atomic
+
+        write_atomic(cache, json.dumps({"sha1": digest, "data": raw}).encode(), durable=False)
+    return text, raw
 
 
 def _read(path: Path, shown: str, errors: list[str]) -> tuple[str, dict[str, Any]]:
