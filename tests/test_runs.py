@@ -131,3 +131,17 @@ def test_durations(text: object, seconds: float) -> None:
 def test_bad_durations(text: object) -> None:
     with pytest.raises(ValueError):
         parse_duration(text)
+
+
+def test_big_task_tables_are_cached_and_reparsed_when_changed(git_repo: Path) -> None:
+    tasks = [{"id": f"t{i:05d}", "outputs": [f"out/t{i:05d}.json"]} for i in range(1500)]
+    run_dir = write_run(git_repo, "r", tasks)
+    assert len(load_run(git_repo, "r", environ={}).tasks) == 1500
+    cache = git_repo / ".git/gitrun/r/tasks.cache.json"
+    assert cache.exists()
+    text = (run_dir / "tasks.toml").read_text()
+    (run_dir / "tasks.toml").write_text(text.replace('id = "t00000"', 'id = "renamed"'))
+    assert load_run(git_repo, "r", environ={}).tasks[0].id == "renamed"
+    (run_dir / "tasks.toml").write_text(text.replace('id = "t00000"', 'id = "Not Valid"'))
+    with pytest.raises(DefinitionError, match="not a valid id"):
+        load_run(git_repo, "r", environ={})
