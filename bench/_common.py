@@ -22,6 +22,28 @@ def make_repo(path: Path) -> Path:
     return path
 
 
+def write_bench_run(
+    repo: Path,
+    tasks: list[dict[str, object]],
+    executor: dict[str, object] | None = None,
+    **limits: object,
+) -> Path:
+    """A run "bench" with these tasks; its worker is `true` unless given."""
+    import tomli_w
+
+    run_dir = repo / ".gitrun" / "runs" / "bench"
+    run_dir.mkdir(parents=True)
+    packet = {
+        "run": {"id": "bench"},
+        "limits": {"payload_budget": 100_000_000, **limits},
+        "model": {"default": "bench-model"},
+        "executor": executor or {"kind": "command", "command": ["true", "{pointer}"]},
+    }
+    (run_dir / "packet.toml").write_text(tomli_w.dumps(packet))
+    (run_dir / "tasks.toml").write_text(tomli_w.dumps({"task": tasks}))
+    return run_dir
+
+
 def git_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "GITRUN_"))}
     env.update(

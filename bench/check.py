@@ -15,10 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-import tomli_w
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import git_env, gitrun_argv, machine, make_repo, median_seconds
+from _common import git_env, gitrun_argv, machine, make_repo, median_seconds, write_bench_run
 
 
 def build_run(repo: Path, n: int) -> None:
@@ -33,16 +31,7 @@ def build_run(repo: Path, n: int) -> None:
         if i % 50 == 0:
             task["owns"] = [f"out/t{i:05d}.json", f"logs/t{i:05d}/**", f"cache/t{i:05d}-*.bin"]
         tasks.append(task)
-    run_dir = repo / ".gitrun" / "runs" / "bench"
-    run_dir.mkdir(parents=True)
-    packet = {
-        "run": {"id": "bench"},
-        "limits": {"payload_budget": 100_000_000},
-        "model": {"default": "bench-model"},
-        "executor": {"kind": "command", "command": ["true", "{pointer}"]},
-    }
-    (run_dir / "packet.toml").write_text(tomli_w.dumps(packet))
-    (run_dir / "tasks.toml").write_text(tomli_w.dumps({"task": tasks}))
+    write_bench_run(repo, tasks)
 
 
 def main() -> int:

@@ -19,10 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-import tomli_w
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import git_env, gitrun_argv, machine, make_repo, median_seconds
+from _common import git_env, gitrun_argv, machine, make_repo, median_seconds, write_bench_run
 
 SCRIPT = 'printf \'{"task": "%s"}\\n\' {task} > {outputs}'
 
@@ -33,17 +31,12 @@ def shell_command(task: str) -> str:
 
 def setup_gitrun(root: Path, n: int) -> Path:
     repo = make_repo(root)
-    run_dir = repo / ".gitrun" / "runs" / "bench"
-    run_dir.mkdir(parents=True)
-    packet = {
-        "run": {"id": "bench"},
-        "limits": {"concurrency": 4, "payload_budget": 10_000_000},
-        "model": {"default": "bench-model"},
-        "executor": {"kind": "command", "command": ["sh", "-c", SCRIPT]},
-    }
-    tasks = [{"id": f"t{i:04d}", "outputs": [f"out/t{i:04d}.json"]} for i in range(n)]
-    (run_dir / "packet.toml").write_text(tomli_w.dumps(packet))
-    (run_dir / "tasks.toml").write_text(tomli_w.dumps({"task": tasks}))
+    tasks: list[dict[str, object]] = [
+        {"id": f"t{i:04d}", "outputs": [f"out/t{i:04d}.json"]} for i in range(n)
+    ]
+    write_bench_run(
+        repo, tasks, {"kind": "command", "command": ["sh", "-c", SCRIPT]}, concurrency=4
+    )
     return repo
 
 

@@ -21,25 +21,16 @@ import tempfile
 import time
 from pathlib import Path
 
-import tomli_w
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import git_env, gitrun_argv, machine, make_repo
+from _common import git_env, gitrun_argv, machine, make_repo, write_bench_run
 
 
 def build(repo: Path, n: int) -> None:
     env = git_env()
-    run_dir = repo / ".gitrun/runs/bench"
-    run_dir.mkdir(parents=True)
-    packet = {
-        "run": {"id": "bench"},
-        "limits": {"payload_budget": 100_000_000},
-        "model": {"default": "bench-model"},
-        "executor": {"kind": "command", "command": ["true", "{pointer}"]},
-    }
-    tasks = [{"id": f"t{i:06d}", "outputs": [f"out/t{i:06d}.json"]} for i in range(n)]
-    (run_dir / "packet.toml").write_text(tomli_w.dumps(packet))
-    (run_dir / "tasks.toml").write_text(tomli_w.dumps({"task": tasks}))
+    tasks: list[dict[str, object]] = [
+        {"id": f"t{i:06d}", "outputs": [f"out/t{i:06d}.json"]} for i in range(n)
+    ]
+    run_dir = write_bench_run(repo, tasks)
     head = subprocess.run(
         ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, env=env
     ).stdout.strip()

@@ -604,56 +604,51 @@ hooks_app = typer.Typer(
 app.add_typer(hooks_app, name="hooks")
 
 
-def _which_hooks(git_hook: bool, claude: bool) -> tuple[bool, bool]:
-    return (git_hook, claude) if git_hook or claude else (True, True)
+_GitHook = Annotated[bool, typer.Option("--git", help="The git pre-commit hook.")]
+_ClaudeHooks = Annotated[
+    bool, typer.Option("--claude", help="Claude Code hooks in .claude/settings.json.")
+]
+_Force = Annotated[bool, typer.Option("--force", help="Also when core.hooksPath points elsewhere.")]
+
+
+def _hooks_action(
+    ctx: typer.Context, git_hook: bool, claude: bool, force: bool, install: bool
+) -> None:
+    """Both kinds of hook unless one is named."""
+    from gitrun import install as installer
+
+    repo = _repo(ctx)
+    if git_hook or not claude:
+        action = installer.install_git if install else installer.uninstall_git
+        typer.echo(action(repo, force))
+    if claude or not git_hook:
+        typer.echo((installer.install_claude if install else installer.uninstall_claude)(repo))
 
 
 @hooks_app.command("install")
 def hooks_install(
     ctx: typer.Context,
-    git_hook: Annotated[bool, typer.Option("--git", help="The git pre-commit hook.")] = False,
-    claude: Annotated[
-        bool, typer.Option("--claude", help="Claude Code hooks in .claude/settings.json.")
-    ] = False,
-    force: Annotated[
-        bool, typer.Option("--force", help="Write into a core.hooksPath elsewhere.")
-    ] = False,
+    git_hook: _GitHook = False,
+    claude: _ClaudeHooks = False,
+    force: _Force = False,
 ) -> None:
     """Install the hooks (both kinds unless one is named); installing twice changes nothing.
 
     The git hook keeps an existing pre-commit hook (renamed, still called);
     the Claude Code hooks are merged next to existing entries.
     """
-    from gitrun.install import install_claude, install_git
-
-    repo = _repo(ctx)
-    do_git, do_claude = _which_hooks(git_hook, claude)
-    if do_git:
-        typer.echo(install_git(repo, force))
-    if do_claude:
-        typer.echo(install_claude(repo))
+    _hooks_action(ctx, git_hook, claude, force, install=True)
 
 
 @hooks_app.command("uninstall")
 def hooks_uninstall(
     ctx: typer.Context,
-    git_hook: Annotated[bool, typer.Option("--git", help="The git pre-commit hook.")] = False,
-    claude: Annotated[
-        bool, typer.Option("--claude", help="Claude Code hooks in .claude/settings.json.")
-    ] = False,
-    force: Annotated[
-        bool, typer.Option("--force", help="Also in a core.hooksPath elsewhere.")
-    ] = False,
+    git_hook: _GitHook = False,
+    claude: _ClaudeHooks = False,
+    force: _Force = False,
 ) -> None:
     """Remove only what gitrun installed (a chained hook is put back)."""
-    from gitrun.install import uninstall_claude, uninstall_git
-
-    repo = _repo(ctx)
-    do_git, do_claude = _which_hooks(git_hook, claude)
-    if do_git:
-        typer.echo(uninstall_git(repo, force))
-    if do_claude:
-        typer.echo(uninstall_claude(repo))
+    _hooks_action(ctx, git_hook, claude, force, install=False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -96,24 +96,22 @@ def _relative(repo: Path, target: str, cwd: str | None) -> str | None:
     return resolved.relative_to(root).as_posix()
 
 
-def _owned(run: RunDef, task: Task, path: str) -> bool:
-    for text in run.owns_of(task):
+def _covered(patterns: list[str], path: str) -> bool:
+    for text in patterns:
         try:
             if matches(parse(text), path):
                 return True
         except PatternError:
-            continue
+            continue  # `gitrun check` reports it
     return False
+
+
+def _owned(run: RunDef, task: Task, path: str) -> bool:
+    return _covered(run.owns_of(task), path)
 
 
 def _protected(run: RunDef, path: str) -> bool:
-    for text in run.packet.protected:
-        try:
-            if matches(parse(text), path):
-                return True
-        except PatternError:
-            continue
-    return False
+    return _covered(run.packet.protected, path)
 
 
 def pre_write(stdin: str, environ: dict[str, str]) -> HookResult:

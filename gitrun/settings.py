@@ -93,13 +93,16 @@ def _check_halt(value: str | None) -> str | None:
     return value
 
 
+def _check_regex(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"{pattern!r} is not a valid regular expression ({exc})") from exc
+    return pattern
+
+
 def _check_patterns(value: list[str]) -> list[str]:
-    for pattern in value:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ValueError(f"{pattern!r} is not a valid regular expression ({exc})") from exc
-    return value
+    return [_check_regex(pattern) for pattern in value]
 
 
 class Limits(Strict):
@@ -206,11 +209,7 @@ class RegexValidator(Strict):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"is not a valid regular expression ({exc})") from exc
-        return value
+        return _check_regex(value)
 
 
 class JsonSchemaValidator(Strict):

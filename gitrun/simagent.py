@@ -36,7 +36,8 @@ def temperament(seed: int, task: str, hangs: bool) -> str:
     return rng.choice(kinds)
 
 
-def _log(event: str) -> None:
+def log_event(event: str) -> None:
+    """Append "<task> <attempt> <event> <time>" to $GITRUN_SIM_LOG, if set."""
     path = os.environ.get("GITRUN_SIM_LOG")
     if path:
         line = f"{os.environ['GITRUN_TASK']} {os.environ['GITRUN_ATTEMPT']} {event} {time.time():.6f}\n"
@@ -45,7 +46,7 @@ def _log(event: str) -> None:
         os.close(fd)
 
 
-def _write(path: str, text: str) -> None:
+def write_whole(path: str, text: str) -> None:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     outputs = [p for p in os.environ.get("GITRUN_OUTPUTS", "").split("\n") if p]
     kind = temperament(args.seed, task, args.hangs)
     rng = random.Random(f"{args.seed}:{task}:{attempt}")
-    _log("start")
+    log_event("start")
     mine = None
     if args.crowd is not None:
         args.crowd.mkdir(parents=True, exist_ok=True)
@@ -101,13 +102,13 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if kind == "sloppy" and attempt == 1:
             for path in outputs:
-                _write(path, '{"task": "' + task + '", "summary": ')
+                write_whole(path, '{"task": "' + task + '", "summary": ')
             print("Done! The summary is written.")
             return 0
         summary = {"task": task, "attempt": attempt, "summary": f"{task} read and summarised"}
         for path in outputs:
-            _write(path, json.dumps(summary) + "\n")
-        _log("wrote")
+            write_whole(path, json.dumps(summary) + "\n")
+        log_event("wrote")
         if kind == "liar":
             print(f"API Error: {THROTTLE_MESSAGE}", file=sys.stderr)
             return 1

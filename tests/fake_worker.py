@@ -29,22 +29,14 @@ import sys
 import time
 from pathlib import Path
 
+from gitrun.simagent import log_event, write_whole
+
 
 def _log(spec: dict[str, object], event: str) -> None:
     log = spec.get("spawn_log")
     if isinstance(log, str):
-        line = f"{os.environ['GITRUN_TASK']} {os.environ['GITRUN_ATTEMPT']} {event} {time.time():.6f}\n"
-        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.write(fd, line.encode())
-        os.close(fd)
-
-
-def _write(path: str, text: str) -> None:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, target)
+        os.environ["GITRUN_SIM_LOG"] = log
+        log_event(event)
 
 
 def main() -> int:
@@ -68,16 +60,16 @@ def main() -> int:
         mode in ("invalid_then_write", "hang_unless_allowed") and attempt == 1
     ):
         for path in outputs:
-            _write(path, "{not json")
+            write_whole(path, "{not json")
         return 0
     if mode == "hang_unless_allowed":
         while not Path("ALLOW").exists():
             time.sleep(0.05)
     for path in outputs:
-        _write(path, valid)
+        write_whole(path, valid)
     _log(spec, "wrote")
     if mode == "stray":
-        _write(f"stray/{task}.txt", "not mine to write")
+        write_whole(f"stray/{task}.txt", "not mine to write")
     if mode == "write_then_fail":
         print("Server is temporarily limiting requests (not your usage limit)", file=sys.stderr)
         return 1
@@ -96,7 +88,7 @@ def _crowd(spec: dict[str, object], outputs: list[str], task: str, attempt: int)
             return 75
         time.sleep(float(spec.get("sleep", 0.1)))  # type: ignore[arg-type]
         for path in outputs:
-            _write(path, json.dumps({"task": task, "attempt": attempt}) + "\n")
+            write_whole(path, json.dumps({"task": task, "attempt": attempt}) + "\n")
         _log(spec, "wrote")
         return 0
     finally:

@@ -117,3 +117,15 @@ def spawn_events(spec_path: Path) -> list[tuple[str, int, str, float]]:
         task, attempt, event, at = line.split()
         events.append((task, int(attempt), event, float(at)))
     return events
+
+
+def gitrun_process(repo: Path, *args: str, capture: bool = True) -> subprocess.Popen[str]:
+    """gitrun as a real child process in ``repo``. With ``capture`` its output
+    is piped for the test to read; a test that never reads it passes False
+    (a full pipe would stall the child)."""
+    import sys
+
+    where = subprocess.PIPE if capture else subprocess.DEVNULL
+    return subprocess.Popen(
+        [sys.executable, "-m", "gitrun", *args], cwd=repo, stdout=where, stderr=where, text=True
+    )

@@ -14,20 +14,14 @@ from pathlib import Path
 
 import tomli_w
 
-from tests.helpers import build_tree, git
+from tests.helpers import build_tree, git, gitrun_process
 
 TASKS = 60
 KILLS = 10
 
 
 def _gitrun(repo: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "gitrun", *args, "--quiet"],
-        cwd=repo,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return gitrun_process(repo, *args, "--quiet")
 
 
 def _events(log: Path) -> list[tuple[str, int, str, float]]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +14,7 @@ from gitrun.errors import GitrunError
 from gitrun.local import LocalPaths
 from gitrun.session import CheckFailed, resume_run, start_run
 from gitrun.state import read_status
-from tests.helpers import fake_worker_run, git, spawn_events
+from tests.helpers import fake_worker_run, git, gitrun_process, spawn_events
 
 quiet = print if os.environ.get("GITRUN_TEST_VERBOSE") else (lambda _line: None)
 
@@ -188,16 +186,6 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _driver(repo: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "gitrun", *args],
-        cwd=repo,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 def _wait_for(predicate: object, timeout: float = 20.0) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -212,7 +200,7 @@ def test_sigterm_stops_starts_commits_what_validated_and_resume_finishes(
 ) -> None:
     spec = {"spawn_log": str(tmp_path / "spawns.log"), "sleep": [0.2, 0.6]}
     spec_path = fake_worker_run(git_repo, "r", 12, spec, {"limits": {"concurrency": 3}})
-    proc = _driver(git_repo, "start", "r")
+    proc = gitrun_process(git_repo, "start", "r")
     _wait_for(lambda: sum(e == "wrote" for _, _, e, _ in spawn_events(spec_path)) >= 3)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
@@ -231,11 +219,11 @@ def test_sigterm_stops_starts_commits_what_validated_and_resume_finishes(
 def test_two_resumes_at_once_one_drives_the_other_names_it(git_repo: Path, tmp_path: Path) -> None:
     spec = {"sleep": 0.3, "spawn_log": str(tmp_path / "spawns.log")}
     spec_path = fake_worker_run(git_repo, "r", 6, spec, {"limits": {"concurrency": 2}})
-    first = _driver(git_repo, "start", "r")
+    first = gitrun_process(git_repo, "start", "r")
     _wait_for(lambda: any(e == "start" for _, _, e, _ in spawn_events(spec_path)))
     first.kill()
     first.wait()
-    a, b = _driver(git_repo, "resume", "r"), _driver(git_repo, "resume", "r")
+    a, b = gitrun_process(git_repo, "resume", "r"), gitrun_process(git_repo, "resume", "r")
     results = [(p.wait(timeout=60), *p.communicate()) for p in (a, b)]
     codes = sorted(code for code, _, _ in results)
     assert codes == [0, 1], results

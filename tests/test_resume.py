@@ -11,19 +11,9 @@ from collections import Counter
 from pathlib import Path
 
 from gitrun.session import resume_run
-from tests.helpers import build_tree, fake_worker_run, git, spawn_events
+from tests.helpers import build_tree, fake_worker_run, git, gitrun_process, spawn_events
 
 quiet = lambda _line: None  # noqa: E731
-
-
-def _gitrun(repo: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "gitrun", *args],
-        cwd=repo,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
 
 
 def _commits_per_path(repo: Path, ref: str) -> Counter[str]:
@@ -38,7 +28,7 @@ def test_kill_9_at_random_moments_then_resume(git_repo: Path, tmp_path: Path) ->
     spawn_log = tmp_path / "spawns.log"
     spec = {"sleep": [0.05, 0.3], "spawn_log": str(spawn_log)}
     spec_path = fake_worker_run(git_repo, "r", 40, spec, {"limits": {"concurrency": 4}})
-    driver = _gitrun(git_repo, "start", "r")
+    driver = gitrun_process(git_repo, "start", "r", capture=False)
     # (A start killed before it made the branch has not started: resume says
     # so and names `gitrun start`. Kill it only once it is under way.)
     deadline = time.time() + 30
@@ -48,7 +38,7 @@ def test_kill_9_at_random_moments_then_resume(git_repo: Path, tmp_path: Path) ->
         time.sleep(rng.uniform(0.2, 1.2))
         driver.kill()  # SIGKILL: no handler runs, workers are orphaned
         driver.wait()
-        driver = _gitrun(git_repo, "resume", "r")
+        driver = gitrun_process(git_repo, "resume", "r", capture=False)
     time.sleep(rng.uniform(0.2, 1.2))
     driver.kill()
     driver.wait()
@@ -81,7 +71,7 @@ def test_user_commits_on_their_branch_while_the_run_commits(git_repo: Path, tmp_
     build_tree(git_repo, {"user/staged-before.txt": "staged before the run\n"})
     git(git_repo, "add", "user/staged-before.txt")
     head_before = git(git_repo, "rev-parse", "HEAD").strip()
-    driver = _gitrun(git_repo, "start", "r")
+    driver = gitrun_process(git_repo, "start", "r", capture=False)
     user_commits = []
     staged_only = []
     i = 0
@@ -115,7 +105,7 @@ def test_resume_on_a_fresh_clone_carries_attempt_counts(git_repo: Path, tmp_path
     # the other machine has; the other tasks just finish.
     spec = {"tasks": {"t01": "hang_unless_allowed"}, "sleep": 0.05}
     fake_worker_run(git_repo, "r", 6, spec, {"limits": {"concurrency": 2}})
-    driver = _gitrun(git_repo, "start", "r")
+    driver = gitrun_process(git_repo, "start", "r", capture=False)
 
     def committed_ledger() -> list[dict[str, object]]:
         proc = subprocess.run(
