@@ -14,7 +14,15 @@ from pathlib import Path
 from gitrun import git
 from gitrun.executor import command_template, executor_problems, literal_models
 from gitrun.ownership import OWNS, READS, Claim, OwnerIndex, find_meetings
-from gitrun.patterns import Pattern, PatternError, intersect, literal_path, matches, parse
+from gitrun.patterns import (
+    Pattern,
+    PatternError,
+    escape,
+    intersect,
+    literal_path,
+    matches,
+    parse,
+)
 from gitrun.pointer import render_pointer
 from gitrun.runs import GITRUN_DIR, RunDef
 from gitrun.settings import BUILTIN_VALIDATORS
@@ -330,8 +338,19 @@ def _output_problems(run: RunDef, owned: list[Claim], problems: list[Problem]) -
         by_task.setdefault(claim.task, []).append(claim)
     for task in run.tasks:
         for output in run.outputs_of(task):
+            if "*" in output.path or "?" in output.path:
+                out.append(
+                    Problem(
+                        "invalid-output",
+                        f"{run.tasks_path}: task {task.id}: output {output.path!r} has a wildcard; "
+                        "outputs are the exact files that prove the task done",
+                        (task.id,),
+                        output.path,
+                    )
+                )
+                continue
             try:
-                pattern = parse(output.path)
+                pattern = parse(escape(output.path))
             except PatternError as exc:
                 out.append(
                     Problem(
@@ -343,17 +362,7 @@ def _output_problems(run: RunDef, owned: list[Claim], problems: list[Problem]) -
                 )
                 continue
             path = literal_path(pattern)
-            if path is None:
-                out.append(
-                    Problem(
-                        "invalid-output",
-                        f"{run.tasks_path}: task {task.id}: output {output.path!r} has a wildcard; "
-                        "outputs are the exact files that prove the task done",
-                        (task.id,),
-                        output.path,
-                    )
-                )
-                continue
+            assert path is not None  # escaped: no wildcard left
             if task.owns is not None and not any(
                 matches(c.pattern, path) for c in by_task.get(task.id, [])
             ):

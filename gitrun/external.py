@@ -297,9 +297,11 @@ class External:
                         result.failed.append(task_id)
         finally:
             writer.close()
-        own = definition_files(self.run)
-        own.pop(CONFIG_FILE, None)
-        self.committer.commit(landings, own, landing_message(self.run.id, landings))
+        recorded = result.done + result.missing + result.invalid + result.throttled
+        if recorded:  # nothing judged, nothing to commit
+            own = definition_files(self.run)
+            own.pop(CONFIG_FILE, None)
+            self.committer.commit(landings, own, landing_message(self.run.id, landings))
         self._save()
         result.next_step = self._next_step()
         return result

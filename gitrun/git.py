@@ -9,8 +9,12 @@ from gitrun.proc import run_cmd
 
 
 def git(repo: Path, *args: str, input: bytes | None = None) -> bytes:
-    """Run ``git -C repo args...`` and return its stdout."""
-    return run_cmd(["git", "-C", str(repo), *args], input=input).stdout
+    """Run ``git -C repo args...`` and return its stdout.
+
+    Paths gitrun passes are file names, never patterns: ``out/[a].json``
+    must not match ``out/a.json`` (--literal-pathspecs).
+    """
+    return run_cmd(["git", "--literal-pathspecs", "-C", str(repo), *args], input=input).stdout
 
 
 def find_repo_root(start: Path | None = None) -> Path:

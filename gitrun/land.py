@@ -93,10 +93,11 @@ def _incoming_files(repo: Path, base: str, tip: str) -> dict[str, str]:
 
 def _untracked(repo: Path, paths: list[str]) -> list[str]:
     found = [p for p in paths if os.path.lexists(repo / p)]
-    if not found:
-        return []
-    tracked = git.git(repo, "ls-files", "-z", "--", *found).decode(errors="surrogateescape")
-    known = set(filter(None, tracked.split("\0")))
+    known: set[str] = set()
+    for start in range(0, len(found), 500):  # command lines have limits
+        chunk = found[start : start + 500]
+        tracked = git.git(repo, "ls-files", "-z", "--", *chunk).decode(errors="surrogateescape")
+        known.update(filter(None, tracked.split("\0")))
     return [p for p in found if p not in known]
 
 

@@ -194,6 +194,11 @@ def _parse_class(part: str, start: int) -> tuple[CharClass, int] | None:
     return None
 
 
+def escape(path: str) -> str:
+    """A pattern that matches exactly ``path`` (its wildcard characters escaped)."""
+    return re.sub(r"([*?\[\\])", r"\\\1", path)
+
+
 def literal_path(pattern: Pattern) -> str | None:
     """The plain path a wildcard-free pattern names (escapes removed), else None."""
     if not pattern.is_literal:

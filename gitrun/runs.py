@@ -76,9 +76,13 @@ class RunDef:
         return [OutputSpec(path=o) if isinstance(o, str) else o for o in task.outputs]
 
     def owns_of(self, task: Task) -> list[str]:
+        """The task's owned patterns; by default exactly its outputs (escaped:
+        an output is a file name, not a pattern)."""
         if task.owns is not None:
             return list(task.owns)
-        return [o.path for o in self.outputs_of(task)]
+        from gitrun.patterns import escape
+
+        return [escape(o.path) for o in self.outputs_of(task)]
 
     def validators_of(self, output: OutputSpec) -> list[str]:
         if output.validators is not None:

@@ -157,3 +157,15 @@ def test_resume_in_external_mode_collects_and_hands_out_the_next_batch(git_repo:
     assert proc.returncode == 0, proc.stderr
     assert "done: t2" in proc.stdout
     assert "task t1" in proc.stdout and "task t3" in proc.stdout
+
+
+def test_collect_with_nothing_to_judge_makes_no_commit(git_repo: Path) -> None:
+    write_run(
+        git_repo, "e", [{"id": "t1", "outputs": ["a.json"]}], {"executor": {"kind": "external"}}
+    )
+    assert _gitrun(git_repo, "start", "e").returncode == 0
+    assert _gitrun(git_repo, "collect", "e").returncode == 0  # t1: missing, one attempt used
+    tip = git(git_repo, "rev-parse", "gitrun/e")
+    again = _gitrun(git_repo, "collect", "e")
+    assert again.returncode == 0
+    assert git(git_repo, "rev-parse", "gitrun/e") == tip

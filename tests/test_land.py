@@ -113,3 +113,19 @@ def test_status_of_a_run_not_started(git_repo: Path) -> None:
     assert data["started"] is False and data["counts"]["pending"] == 2
     result = runner.invoke(app, ["resume", "r"])
     assert result.exit_code == 1 and "gitrun start r" in result.output
+
+
+def test_outputs_with_glob_characters_are_literal_paths(git_repo: Path) -> None:
+    tasks = [
+        {"id": "t1", "outputs": ["out/[a].json"], "owns": ["out/\\[a\\].json"]},
+        {"id": "t2", "outputs": ["out/a.json"]},
+    ]
+    from tests.helpers import write_run
+
+    script = "for p in $GITRUN_OUTPUTS; do echo '{}' > \"$p\"; done"
+    write_run(git_repo, "g", tasks, {"executor": {"command": ["sh", "-c", script]}})
+    outcome = start_run(git_repo, "g", quiet)
+    assert outcome.exit_code == 0, outcome.status.to_json()
+    assert sorted(t for t, s in outcome.status.tasks.items() if s.status == "done") == ["t1", "t2"]
+    land_run(git_repo, "g")
+    assert git(git_repo, "ls-files", "--", ":(literal)out/[a].json").strip() == "out/[a].json"
