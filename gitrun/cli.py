@@ -113,7 +113,9 @@ def init(ctx: typer.Context) -> None:
 @app.command()
 def new(
     ctx: typer.Context,
-    run: Annotated[str, typer.Argument(help="Run id: lowercase letters, digits, '.', '_', '-'.")],
+    run: Annotated[
+        str, typer.Argument(metavar="RUN", help="Run id: lowercase letters, digits, '.', '_', '-'.")
+    ],
     inputs: Annotated[
         str | None,
         typer.Option(help="Glob of input files, relative to the repository root ('docs/**/*.md')."),
@@ -159,7 +161,7 @@ def new(
 @app.command()
 def check(
     ctx: typer.Context,
-    run: Annotated[str, typer.Argument(help="The run to check.")],
+    run: Annotated[str, typer.Argument(metavar="RUN", help="The run to check.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the problems as JSON.")] = False,
 ) -> None:
     """Prove a run is safe to launch; list every problem, not only the first.
@@ -304,7 +306,9 @@ def _orchestrator_guide() -> str:
 @app.command("next", epilog=_orchestrator_guide())
 def next_batch(
     ctx: typer.Context,
-    run: Annotated[str, typer.Argument(help="The run (its [executor] kind is external).")],
+    run: Annotated[
+        str, typer.Argument(metavar="RUN", help="The run (its [executor] kind is external).")
+    ],
     max_tasks: Annotated[int | None, typer.Option("--max", help="Lease at most this many.")] = None,
     agents: Annotated[
         bool,
@@ -332,7 +336,9 @@ def next_batch(
 @app.command()
 def collect(
     ctx: typer.Context,
-    run: Annotated[str, typer.Argument(help="The run (its [executor] kind is external).")],
+    run: Annotated[
+        str, typer.Argument(metavar="RUN", help="The run (its [executor] kind is external).")
+    ],
     throttled: Annotated[
         list[str] | None,
         typer.Option(
@@ -359,7 +365,7 @@ def collect(
 @app.command(epilog=EXIT_CODES_HELP)
 def start(
     ctx: typer.Context,
-    run: Annotated[str, typer.Argument(help="The run to start.")],
+    run: Annotated[str, typer.Argument(metavar="RUN", help="The run to start.")],
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the final status as JSON.")
     ] = False,
@@ -380,7 +386,7 @@ def start(
 @app.command(epilog=EXIT_CODES_HELP)
 def resume(
     ctx: typer.Context,
-    run: Annotated[str, typer.Argument(help="The run to continue.")],
+    run: Annotated[str, typer.Argument(metavar="RUN", help="The run to continue.")],
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the final status as JSON.")
     ] = False,
@@ -399,7 +405,9 @@ def resume(
 @app.command()
 def status(
     ctx: typer.Context,
-    run: Annotated[str | None, typer.Argument(help="The run; all runs when omitted.")] = None,
+    run: Annotated[
+        str | None, typer.Argument(metavar="RUN", help="The run; all runs when omitted.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
     show_all: Annotated[bool, typer.Option("--all", help="List every task not done.")] = False,
 ) -> None:
@@ -432,7 +440,7 @@ def status(
 @app.command()
 def log(
     ctx: typer.Context,
-    run: Annotated[str, typer.Argument(help="The run.")],
+    run: Annotated[str, typer.Argument(metavar="RUN", help="The run.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the history as JSON.")] = False,
 ) -> None:
     """Show a run's history from its branch: when, which tasks, which attempt."""
@@ -462,7 +470,7 @@ def log(
 @app.command()
 def land(
     ctx: typer.Context,
-    run: Annotated[str, typer.Argument(help="The run to land.")],
+    run: Annotated[str, typer.Argument(metavar="RUN", help="The run to land.")],
     squash: Annotated[
         bool, typer.Option("--squash", help="One squashed commit instead of a merge.")
     ] = False,
@@ -480,9 +488,10 @@ def land(
 @app.command()
 def retry(
     ctx: typer.Context,
-    run: Annotated[str, typer.Argument(help="The run.")],
+    run: Annotated[str, typer.Argument(metavar="RUN", help="The run.")],
     tasks: Annotated[
-        list[str] | None, typer.Argument(help="Tasks to retry; default every failed one.")
+        list[str] | None,
+        typer.Argument(metavar="TASK", help="Tasks to retry; default every failed one."),
     ] = None,
 ) -> None:
     """Give tasks that used up their attempts a fresh set; then `gitrun resume RUN`."""
