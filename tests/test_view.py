@@ -1,0 +1,44 @@
+"""The live view renders what the driver knows."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from gitrun.driver import Progress
+from gitrun.view import LiveView
+
+
+def _render(view: LiveView) -> str:
+    out = io.StringIO()
+    Console(file=out, width=100, color_system=None).print(view)
+    return out.getvalue()
+
+
+def test_live_view_shows_counts_running_tasks_concurrency_backoff_and_eta() -> None:
+    view = LiveView("summaries")
+    assert "starting" in _render(view)
+    view.event("t0003 attempt 1: throttled (exit 75) — throttled; concurrency now 2")
+    view.progress(
+        Progress(
+            counts={"done": 3, "running": 2, "pending": 5, "failed": 1},
+            running=[("t0005", 2, 12.0), ("t0006", 1, 75.0)],
+            concurrency=2,
+            max_concurrency=4,
+            backoff=3.2,
+            waiting_for_load=True,
+            canary=[],
+            spawns=9,
+            usable=3,
+            eta=130.0,
+        )
+    )
+    text = _render(view)
+    assert "gitrun summaries  3 done  2 running  5 pending  1 failed" in text
+    assert (
+        "concurrency 2/4 · backing off 3s · waiting for load · 9 spawns for 3 usable · ETA 2m10s"
+        in text
+    )
+    assert text.index("t0006 #1  1m15s") < text.index("t0005 #2  12s")  # longest-running first
+    assert "throttled; concurrency now 2" in text
