@@ -1,0 +1,126 @@
+"""The command line: the only package that knows typer.
+
+Each command calls the core and maps its result to output and an exit code.
+Errors: a known error prints ``gitrun: error: <sentence>`` and exits 1 (2 for
+usage); Ctrl-C exits 130; anything unexpected prints one line pointing at a
+log file holding the traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from gitrun import __version__
+from gitrun.errors import GitrunError
+
+EXIT_INTERNAL = 70  # EX_SOFTWARE
+
+
+class _Group(TyperGroup):
+    """Maps gitrun's errors to messages and exit codes for every command."""
+
+    def invoke(self, ctx: Any) -> Any:  # typer.Context; the base class names its own
+        try:
+            return super().invoke(ctx)
+        except GitrunError as exc:
+            for line in exc.lines:
+                typer.echo(f"gitrun: error: {line}", err=True)
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            typer.echo("gitrun: interrupted", err=True)
+            ctx.exit(130)
+        except (typer.Exit, typer.Abort, typer.TyperException):
+            raise  # typer's own exits and usage errors
+        except Exception as exc:
+            log = _write_crash_log()
+            typer.echo(
+                f"gitrun: internal error ({type(exc).__name__}: {exc}); the traceback is in {log}; "
+                "please report it",
+                err=True,
+            )
+            ctx.exit(EXIT_INTERNAL)
+
+
+def _write_crash_log() -> str:
+    fd, path = tempfile.mkstemp(prefix="gitrun-crash-", suffix=".log")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(traceback.format_exc())
+    return path
+
+
+app = typer.Typer(
+    cls=_Group,
+    name="gitrun",
+    help="A git-native, resumable run manager for large fan-outs of workers.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gitrun {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    directory: Annotated[
+        Path | None,
+        typer.Option("-C", help="Run as if gitrun was started in this directory."),
+    ] = None,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    ctx.obj = directory
+
+
+def _json(value: object) -> str:
+    """Indented for a person at a terminal; compact (and C-fast) for programs."""
+    return json.dumps(value, indent=2 if sys.stdout.isatty() else None)
+
+
+def _event(line: str) -> None:
+    """One plain line per driver event, on stderr (stdout stays for results)."""
+    typer.echo(f"gitrun: {line}", err=True)
+
+
+def _repo(ctx: typer.Context) -> Path:
+    from gitrun.git import find_repo_root
+
+    start = ctx.find_root().obj
+    return find_repo_root(Path(start) if start else None)
+
+
+def _orchestrator_guide() -> str:
+    from gitrun.resources import template_text
+
+    try:
+        return template_text("orchestrator.md")
+    except FileNotFoundError:  # pragma: no cover - a broken installation
+        return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point."""
+    try:
+        app(args=argv, prog_name="gitrun", standalone_mode=True)
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    return 0

@@ -1,0 +1,108 @@
+"""Defining runs: init, new, check."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from gitrun.cli.app import _orchestrator_guide, _repo, app
+
+
+@app.command()
+def init(ctx: typer.Context) -> None:
+    """Create .gitrun/config.toml with commented defaults in this repository."""
+    from gitrun.scaffold import init_repo
+
+    typer.echo(init_repo(_repo(ctx)).message)
+
+
+@app.command()
+def new(
+    ctx: typer.Context,
+    run: Annotated[
+        str, typer.Argument(metavar="RUN", help="Run id: lowercase letters, digits, '.', '_', '-'.")
+    ],
+    inputs: Annotated[
+        str | None,
+        typer.Option(help="Glob of input files, relative to the repository root ('docs/**/*.md')."),
+    ] = None,
+    output: Annotated[
+        str | None,
+        typer.Option(help="Output path per task; placeholders {task}, {stem}, {name}, {n}."),
+    ] = None,
+    per_task: Annotated[
+        int, typer.Option(help="Inputs per task (N > 1 writes a bundle file).")
+    ] = 1,
+    executor: Annotated[
+        str, typer.Option(help="command (gitrun launches workers) or external (a session does).")
+    ] = "command",
+    description: Annotated[str, typer.Option(help="One line describing the run.")] = "",
+) -> None:
+    """Scaffold a run in .gitrun/runs/RUN/ from the templates.
+
+    With --inputs and --output it writes one task per input file (or per
+    group of --per-task files), each owning exactly its output.
+    """
+    from gitrun.scaffold import new_run
+
+    result = new_run(
+        _repo(ctx),
+        run,
+        inputs=inputs,
+        output=output,
+        per_task=per_task,
+        executor=executor,
+        description=description,
+    )
+    typer.echo(result.message)
+    for path in result.paths[:5]:
+        typer.echo(f"  {path}")
+    if len(result.paths) > 5:
+        typer.echo(f"  ... and {len(result.paths) - 5} more")
+    typer.echo(f"next: edit the packet's [rules], then `gitrun check {run}`")
+    if executor == "external":
+        typer.echo("\n" + _orchestrator_guide())
+
+
+@app.command()
+def check(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(metavar="RUN", help="The run to check.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the problems as JSON.")] = False,
+) -> None:
+    """Prove a run is safe to launch; list every problem, not only the first.
+
+    Checks that no two tasks can write the same path, that owned paths stay
+    inside the repository and off protected files, that outputs are owned,
+    that owned paths hold no uncommitted changes, that pointers fit, and that
+    the model comes from configuration. Exit 0 when clean, 1 otherwise.
+    """
+    from gitrun.check import check_run
+    from gitrun.errors import DefinitionError
+    from gitrun.runs import load_run
+
+    repo = _repo(ctx)
+    try:
+        run_def = load_run(repo, run)
+    except DefinitionError as exc:
+        if not as_json:
+            raise
+        problems: list[dict[str, object]] = [
+            {"code": "definition", "message": line, "tasks": [], "path": exc.path}
+            for line in exc.lines
+        ]
+        typer.echo(json.dumps(problems, indent=2))
+        raise typer.Exit(1) from None
+    report = check_run(run_def)
+    if as_json:
+        typer.echo(json.dumps([p.to_json() for p in report.problems], indent=2))
+    elif report.problems:
+        count = len(report.problems)
+        typer.echo(f"run {run!r}: {count} problem{'s' * (count != 1)}:")
+        for problem in report.problems:
+            typer.echo(f"  [{problem.code}] {problem.message}")
+    else:
+        typer.echo(f"run {run!r} is ready: {report.summary}")
+    raise typer.Exit(1 if report.problems else 0)

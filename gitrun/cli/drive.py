@@ -1,0 +1,265 @@
+"""Driving and reading runs: start, resume, status, log, land, retry, watchdog, demo."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gitrun.cli.app import _event, _json, _repo, app
+from gitrun.errors import GitrunError
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 every task done; 1 some task failed for good; 2 usage error; "
+    "3 halted (canary failed, environment fault, spawn budget, halt policy, strict "
+    "ownership); 130 or 143 stopped by Ctrl-C or SIGTERM. `gitrun resume` continues "
+    "in every case."
+)
+
+
+def _drive(ctx: typer.Context, run: str, as_json: bool, quiet: bool, resume: bool) -> None:
+    from gitrun.runs import load_run
+    from gitrun.session import resume_run, start_run
+
+    repo = _repo(ctx)
+    if load_run(repo, run).packet.executor.kind == "external":
+        from gitrun.cli.external import _drive_external
+
+        _drive_external(repo, run, as_json, resume)
+    drive = resume_run if resume else start_run
+    if quiet or as_json:
+        outcome = drive(repo, run, lambda _line: None)
+    elif sys.stderr.isatty() and sys.stdout.isatty():
+        from gitrun.view import LiveView
+
+        with LiveView(run) as view:
+            outcome = drive(repo, run, view.event, view.progress)
+    else:
+        outcome = drive(repo, run, _event)
+    if as_json:
+        data = outcome.status.to_json()
+        data["exit_code"] = outcome.exit_code
+        data["stopped_by"] = outcome.stopped_by
+        data["halt"] = (
+            {"kind": outcome.halt.kind, "message": outcome.halt.message} if outcome.halt else None
+        )
+        data["violations"] = [v.to_record() for v in outcome.violations]
+        typer.echo(json.dumps(data, indent=2))
+    else:
+        from gitrun.report import format_summary
+
+        typer.echo(
+            format_summary(outcome.status, outcome.stopped_by, outcome.halt, outcome.violations)
+        )
+    raise typer.Exit(outcome.exit_code)
+
+
+_QUIET = typer.Option("--quiet", "-q", help="Print only the summary at the end.")
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def start(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(metavar="RUN", help="The run to start.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the final status as JSON.")
+    ] = False,
+    quiet: Annotated[bool, _QUIET] = False,
+) -> None:
+    """Check a run, create its branch gitrun/RUN, and drive it to the end.
+
+    Attempts run as child processes, at most `concurrency` at once, after a
+    canary. A task is done only when its outputs exist and validate; valid
+    outputs are committed on gitrun/RUN as they land. Throttled attempts back
+    off; an environment fault, the spawn budget or the halt policy halt the
+    run. On a terminal a live view shows progress; otherwise one line per
+    event. Refuses when the branch exists.
+    """
+    _drive(ctx, run, as_json, quiet, resume=False)
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def resume(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(metavar="RUN", help="The run to continue.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the final status as JSON.")
+    ] = False,
+    quiet: Annotated[bool, _QUIET] = False,
+) -> None:
+    """Continue a run after any pause, crash or move to another machine.
+
+    Stops workers a dead driver left behind, commits valid outputs that
+    reached the disk but not a commit, quarantines invalid ones, and
+    dispatches only the tasks whose outputs are missing or invalid. On a
+    fresh clone it picks the run up from origin's gitrun/RUN.
+    """
+    _drive(ctx, run, as_json, quiet, resume=True)
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    run: Annotated[
+        str | None, typer.Argument(metavar="RUN", help="The run; all runs when omitted.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
+    show_all: Annotated[bool, typer.Option("--all", help="List every task not done.")] = False,
+) -> None:
+    """Show a run's progress: counts per stage, attempts, spawns and yield.
+
+    Derived from the run branch, the ledger and the files on disk; safe to
+    run while the run is being driven.
+    """
+    from gitrun.report import format_status, format_status_line
+    from gitrun.runs import list_runs
+    from gitrun.state import read_status
+
+    repo = _repo(ctx)
+    if run is None:
+        statuses = [read_status(repo, r) for r in list_runs(repo)]
+        if as_json:
+            typer.echo(json.dumps([st.to_json() for st in statuses], indent=2))
+        elif not statuses:
+            typer.echo("no runs here; create one with `gitrun new RUN`")
+        for st in statuses if not as_json else []:
+            typer.echo(format_status_line(st))
+        return
+    st = read_status(repo, run)
+    if as_json:
+        typer.echo(_json(st.to_json()))
+    else:
+        typer.echo(format_status(st, limit=None if show_all else 20))
+
+
+@app.command()
+def log(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(metavar="RUN", help="The run.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the history as JSON.")] = False,
+) -> None:
+    """Show a run's history from its branch: when, which tasks, which attempt."""
+    from gitrun.committer import branch_ref
+    from gitrun.git import rev_parse
+    from gitrun.history import read_history
+    from gitrun.runs import check_run_id
+
+    repo = _repo(ctx)
+    check_run_id(run)
+    if rev_parse(repo, branch_ref(run)) is None:
+        raise GitrunError(
+            f"run {run!r} has no branch gitrun/{run} yet; start it with `gitrun start {run}`"
+        )
+    entries = read_history(repo, run)
+    if as_json:
+        typer.echo(json.dumps([e.to_json() for e in entries], indent=2))
+        return
+    for entry in entries:
+        attempts = " ".join(f"{t}#{n}" for t, n in entry.attempts.items())
+        typer.echo(
+            f"{entry.date}  {entry.commit[:10]}  {entry.subject}"
+            + (f"  [{attempts}]" if attempts else "")
+        )
+
+
+@app.command()
+def land(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(metavar="RUN", help="The run to land.")],
+    squash: Annotated[
+        bool, typer.Option("--squash", help="One squashed commit instead of a merge.")
+    ] = False,
+) -> None:
+    """Bring a run's results into the current branch as one merge (or squash).
+
+    Untracked files identical to the run's committed artifacts do not block
+    it; anything else that would be overwritten stops it with nothing changed.
+    """
+    from gitrun.land import land_run
+
+    typer.echo(land_run(_repo(ctx), run, squash=squash))
+
+
+@app.command()
+def retry(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(metavar="RUN", help="The run.")],
+    tasks: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="TASK", help="Tasks to retry; default every failed one."),
+    ] = None,
+) -> None:
+    """Give tasks that used up their attempts a fresh set; then `gitrun resume RUN`."""
+    from gitrun.retry import retry_tasks
+
+    chosen = retry_tasks(_repo(ctx), run, list(tasks or []))
+    if not chosen:
+        typer.echo(f"run {run!r} has no failed tasks")
+        return
+    typer.echo(f"{', '.join(chosen)}: fresh attempts granted; continue with `gitrun resume {run}`")
+
+
+@app.command()
+def watchdog(
+    ctx: typer.Context,
+    stale: Annotated[
+        str, typer.Option(help="Heartbeat age that counts as stuck, e.g. 90s, 5m.")
+    ] = "2m",
+    kill: Annotated[
+        bool, typer.Option("--kill", help="End stale drivers so `resume` can take over.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON.")] = False,
+) -> None:
+    """Find stuck runs: exit 0 when every run is healthy, 1 when any is stale.
+
+    For each run: is a driver alive, how old is its heartbeat, are attempts
+    past their deadline, did a dead driver leave workers running. Meant for
+    cron, e.g. `*/10 * * * * cd /path/to/repo && gitrun watchdog --kill`.
+    """
+    from gitrun.errors import UsageError
+    from gitrun.settings import parse_duration
+    from gitrun.watchdog import inspect_runs, kill_stale
+
+    try:
+        stale_after = parse_duration(stale)
+    except ValueError as exc:
+        raise UsageError(f"--stale {stale!r}: {exc}") from None
+    repo = _repo(ctx)
+    findings = inspect_runs(repo, stale_after)
+    if as_json:
+        typer.echo(json.dumps([h.to_json() for h in findings], indent=2))
+    else:
+        if not findings:
+            typer.echo("no runs here")
+        for health in findings:
+            typer.echo(health.describe())
+    stale_runs = [h for h in findings if h.stale]
+    if kill:
+        for health in stale_runs:
+            typer.echo(kill_stale(repo, health), err=as_json)
+    raise typer.Exit(1 if stale_runs else 0)
+
+
+@app.command()
+def demo(
+    directory: Annotated[
+        Path | None,
+        typer.Option("--dir", help="Where to create the demo repository (new or empty)."),
+    ] = None,
+    tasks: Annotated[int, typer.Option(help="How many tasks the demo run has.")] = 24,
+    seed: Annotated[int, typer.Option(help="Seed of the simulated agents' misbehaviour.")] = 7,
+) -> None:
+    """Watch gitrun survive a misbehaving fan-out, offline, in under a minute.
+
+    Creates a throwaway repository (in a temporary directory unless --dir)
+    with a run of simulated agents that lie about their exit status, fail,
+    write invalid JSON and get throttled; kills its own driver halfway as a
+    lost session would, resumes, lands the run and shows what happened.
+    """
+    from gitrun.demo import run_demo
+
+    result = run_demo(directory, tasks, seed, typer.echo)
+    raise typer.Exit(result.exit_code)
