@@ -292,7 +292,7 @@ def kill_recorded_group(record: dict[str, Any]) -> None:
             os.killpg(pid, 0)
         except ProcessLookupError:
             return
-        if all(_is_zombie(p) for p in _group_members(pid)):
+        if not any(is_running(p) for p in _group_members(pid)):
             return
         time.sleep(0.02)
 
@@ -308,10 +308,12 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
-def _is_zombie(pid: int) -> bool:
+def is_running(pid: int) -> bool:
+    """Whether ``pid`` runs: not gone, and not a zombie nobody reaped yet (a
+    container's init may never reap the orphans it inherits)."""
     import psutil
 
     try:
-        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
-        return True
+        return False

@@ -28,7 +28,7 @@ from gitrun.governor import STRICT, EndFacts, Governor, Halt, is_throttled, last
 from gitrun.history import find_base
 from gitrun.local import LocalPaths
 from gitrun.lock import RunLock
-from gitrun.outputs import blob_on_disk, check_task, quarantine
+from gitrun.outputs import check_task, prepare_outputs, prior_in_tree, quarantine
 from gitrun.pointer import render_pointer
 from gitrun.proc import clean_env
 from gitrun.runs import CONFIG_FILE, LEDGER_NAME, RunDef, Task
@@ -177,10 +177,7 @@ class Driver:
             if status == "done":
                 continue
             task = self.tasks[tid]
-            prior = {
-                o.path: at_base[o.path][1] if o.path in at_base else None
-                for o in self.run.outputs_of(task)
-            }
+            prior = prior_in_tree(self.run, task, at_base)
             check = check_task(self.run, task, prior, self.committer.object_format)
             history = self.history[tid]
             if check.outcome == "valid":
@@ -341,11 +338,8 @@ class Driver:
         history.attempts += 1
         number = history.attempts
         outputs = [o.path for o in self.run.outputs_of(task)]
-        fmt = self.committer.object_format
-        before = {path: blob_on_disk(self.repo / path, fmt) for path in outputs}
+        before = prepare_outputs(self.run, task, self.committer.object_format)
         self.before[task.id] = before
-        for path in outputs:  # workers should not have to create the directories
-            self._mkdir((self.repo / path).parent)
         stage = self.run.stage_of(task)
         values = {
             "pointer": render_pointer(self.run, task),

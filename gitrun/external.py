@@ -27,7 +27,7 @@ from gitrun.governor import EndFacts, Governor
 from gitrun.history import find_base
 from gitrun.local import LocalPaths
 from gitrun.lock import RunBusy, run_locked
-from gitrun.outputs import blob_on_disk, check_task, quarantine
+from gitrun.outputs import check_task, prepare_outputs, prior_in_tree, quarantine
 from gitrun.pointer import render_pointer
 from gitrun.runs import CONFIG_FILE, LEDGER_NAME, RunDef, load_run
 from gitrun.state import committed_tasks
@@ -186,10 +186,7 @@ class External:
         history = self.history[task_id]
         number = history.attempts + 1
         outputs = [o.path for o in self.run.outputs_of(task)]
-        fmt = self.committer.object_format
-        before = {p: blob_on_disk(self.repo / p, fmt) for p in outputs}
-        for path in outputs:
-            (self.repo / path).parent.mkdir(parents=True, exist_ok=True)
+        before = prepare_outputs(self.run, task, self.committer.object_format)
         pointer = render_pointer(self.run, task)
         stage = self.run.stage_of(task)
         agent = None
@@ -236,14 +233,7 @@ class External:
             for task_id in candidates:
                 task = tasks[task_id]
                 lease = self.leases.get(task_id)
-                prior = (
-                    lease.before
-                    if lease
-                    else {
-                        o.path: at_base[o.path][1] if o.path in at_base else None
-                        for o in self.run.outputs_of(task)
-                    }
-                )
+                prior = lease.before if lease else prior_in_tree(self.run, task, at_base)
                 check = check_task(self.run, task, prior, self.committer.object_format)
                 if lease is None and check.outcome != "valid":
                     continue  # not handed out, nothing there: not this call's business

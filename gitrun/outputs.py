@@ -72,6 +72,25 @@ def blob_on_disk(path: Path, object_format: str = "sha1") -> str | None:
         return None
 
 
+def prior_in_tree(
+    run: RunDef, task: Task, tree: Mapping[str, tuple[str, str]]
+) -> dict[str, str | None]:
+    """Each output's blob id in ``tree`` (a ``git.ls_tree`` listing), None where absent."""
+    return {o.path: tree[o.path][1] if o.path in tree else None for o in run.outputs_of(task)}
+
+
+def prepare_outputs(run: RunDef, task: Task, object_format: str = "sha1") -> dict[str, str | None]:
+    """Before an attempt: create the outputs' directories (workers should not
+    have to) and return each output's blob id now, to tell new content later."""
+    before = {}
+    for output in run.outputs_of(task):
+        path = run.repo / output.path
+        before[output.path] = blob_on_disk(path, object_format)
+        if not path.parent.is_dir():  # a stat; mkdir's EEXIST costs more on a hot path
+            path.parent.mkdir(parents=True, exist_ok=True)
+    return before
+
+
 def check_task(
     run: RunDef,
     task: Task,

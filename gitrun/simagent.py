@@ -57,17 +57,14 @@ def write_whole(path: str, text: str) -> None:
 def _crowd_size(crowd: Path) -> int:
     """Copies running now; lock files of copies killed without cleanup (gone,
     or zombies nobody reaped) are dropped."""
-    import psutil
+    from gitrun.attempt import is_running
 
     alive = 0
     for lock in crowd.iterdir():
-        try:
-            if psutil.Process(int(lock.name)).status() != psutil.STATUS_ZOMBIE:
-                alive += 1
-                continue
-        except (ValueError, psutil.Error):
-            pass
-        lock.unlink(missing_ok=True)
+        if lock.name.isdigit() and is_running(int(lock.name)):
+            alive += 1
+        else:
+            lock.unlink(missing_ok=True)
     return alive
 
 

@@ -8,7 +8,6 @@ alerts); ``--kill`` ends a stale driver so that the next ``resume`` takes over.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gitrun import git
-from gitrun.attempt import kill_recorded_group
+from gitrun.attempt import is_running, kill_recorded_group
 from gitrun.local import LocalPaths
 from gitrun.lock import is_locked, read_owner
 from gitrun.runs import list_runs
@@ -96,15 +95,11 @@ def _inspect_live(run_id: str, local: LocalPaths, stale_after: float, now: float
 
 
 def _inspect_dead(run_id: str, local: LocalPaths) -> RunHealth:
-    import psutil
-
     health = RunHealth(run_id, "dead")
     for task, record in running_records(local).items():
         pid = record.get("pid")
-        if isinstance(pid, int) and psutil.pid_exists(pid):
-            with contextlib.suppress(psutil.Error):
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    health.orphans.append(f"{task}#{record.get('attempt')} (pid {pid})")
+        if isinstance(pid, int) and is_running(pid):
+            health.orphans.append(f"{task}#{record.get('attempt')} (pid {pid})")
     if health.orphans:
         health.stale = True
         health.reason = f"workers left running by a dead driver: {', '.join(health.orphans)}"

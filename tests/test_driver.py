@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gitrun.attempt import is_running
 from gitrun.errors import GitrunError
 from gitrun.local import LocalPaths
 from gitrun.session import CheckFailed, resume_run, start_run
@@ -155,7 +156,7 @@ def test_timeout_kills_the_whole_process_group(git_repo: Path, tmp_path: Path) -
     outcome = start_run(git_repo, "r", quiet)
     assert time.time() - started < 10
     assert outcome.status.tasks["t1"].status == "failed"
-    assert not _alive(int(pidfile.read_text()))
+    assert not is_running(int(pidfile.read_text()))
     [record] = _ledger(git_repo)
     assert record["timed_out"] is True and record["outcome"] == "missing"
 
@@ -173,17 +174,6 @@ def test_worker_that_wrote_then_hung_is_done(git_repo: Path) -> None:
     outcome = start_run(git_repo, "r", quiet)
     assert outcome.exit_code == 0
     assert _ledger(git_repo)[0]["timed_out"] is True
-
-
-def _alive(pid: int) -> bool:
-    """Running, as opposed to gone or a zombie nobody reaped yet (a container's
-    init may never reap the orphans it inherits)."""
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _wait_for(predicate: object, timeout: float = 20.0) -> None:
