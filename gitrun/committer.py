@@ -90,6 +90,7 @@ class Committer:
         entries = self._blobs(landings, own_files)
         self.local.root.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.local.commit_lock)):
+            self._clear_dead_index_lock()
             for _ in range(MAX_RACES):
                 old = git.rev_parse(self.repo, self.ref)
                 if old is None and parent_required:
@@ -113,6 +114,7 @@ class Committer:
         entries = self._blobs([], own_files)
         self.local.root.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.local.commit_lock)):
+            self._clear_dead_index_lock()
             tree = git.tree_with(self.repo, base, entries, self.local.index)
             new = git.commit_tree(self.repo, tree, [base], message)
             if not git.update_ref(self.repo, self.ref, new, None):
@@ -121,6 +123,12 @@ class Committer:
                     f"with `gitrun resume {self.run_id}`"
                 )
             return new
+
+    def _clear_dead_index_lock(self) -> None:
+        """Only a committer holding commit.lock touches the private index, so
+        with that lock held, an index.lock is a dead committer's (a driver
+        killed while git wrote the index): remove it, never ask the user to."""
+        self.local.index.with_name(self.local.index.name + ".lock").unlink(missing_ok=True)
 
     def _blobs(
         self, landings: list[Landing], own_files: dict[str, bytes]

@@ -277,3 +277,15 @@ def test_missing_command_is_recorded_not_a_traceback(git_repo: Path) -> None:
     records = _ledger(git_repo)
     assert [r["exit"] for r in records] == [127, 127]
     assert "no-such-agent-cli" in LocalPaths.of(git_repo, "r").log_of("t1", 1).read_text()
+
+
+def test_a_dead_committers_index_lock_needs_no_manual_step(git_repo: Path) -> None:
+    limits = {"max_attempts": 1, "canary": 0}
+    fake_worker_run(git_repo, "r", 1, {"default": "nowrite"}, {"limits": limits})
+    start_run(git_repo, "r", quiet)
+    # A driver killed while git wrote gitrun's private index leaves its lock.
+    (LocalPaths.of(git_repo, "r").root / "index.lock").write_text("")
+    (git_repo / "out/t01.json").write_text('{"late": true}\n')
+    outcome = resume_run(git_repo, "r", quiet)
+    assert outcome.status.tasks["t01"].status == "done"
+    assert "out/t01.json" in _branch_files(git_repo)
