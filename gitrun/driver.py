@@ -9,6 +9,8 @@ when to halt. :mod:`gitrun.session` sets a driver up for start and resume.
 
 from __future__ import annotations
 
+import functools
+import os
 import signal
 import threading
 import time
@@ -142,6 +144,11 @@ class Driver:
             failed=sum(1 for s in self.status.values() if s == "failed"),
             usable=len(done),
         )
+        # psutil takes ~25 ms to import; imported now, the first attempt's
+        # journal record follows its start at once (a driver killed in between
+        # leaves a worker the next resume cannot stop).
+        import psutil  # noqa: F401
+
         self.audit: Audit | None = None
         self.audit_due = False  # an attempt ended since the last audit
         self.violations: list[Violation] = []
@@ -168,10 +175,15 @@ class Driver:
                 f"{tid} attempt {number}: left running by a dead driver; stopped ({outcome})"
             )
 
+    @functools.cached_property
+    def base_tree(self) -> dict[str, tuple[str, str]]:
+        """The files at the commit the run forked from (what "new content" means)."""
+        base = find_base(self.repo, self.run.id)
+        return git.ls_tree(self.repo, base) if base else {}
+
     def reconcile(self) -> None:
         """Commit valid outputs already on disk; quarantine invalid ones."""
-        base = find_base(self.repo, self.run.id)
-        at_base = git.ls_tree(self.repo, base) if base else {}
+        at_base = self.base_tree
         landings: list[Landing] = []
         for tid, status in self.status.items():
             if status == "done":
@@ -204,6 +216,7 @@ class Driver:
         self.audit = Audit(self.run)
         self._choose_canary()
         commits = CommitQueue(self.committer, self._own_files, self._on_commit)
+        self.commits = commits
         last_beat = last_audit = 0.0
         halted_reported = False
         with _signals_to(self._on_signal):
@@ -329,9 +342,28 @@ class Driver:
             if not self.governor.eligible(tid):
                 skipped.append(tid)
                 continue
+            if self._valid_on_disk(self.tasks[tid]):
+                continue
             self._launch(self.tasks[tid])
             slots -= 1
         pending.extendleft(reversed(skipped))
+
+    def _valid_on_disk(self, task: Task) -> bool:
+        """Rule 5 at the moment of dispatch: a task whose valid output is on
+        disk already (written by a worker of a driver that died before it
+        recorded it, or by a person) is committed, not dispatched again."""
+        outputs = self.run.outputs_of(task)
+        if not all(os.path.lexists(self.repo / o.path) for o in outputs):
+            return False  # the usual case, one stat per output
+        prior = prior_in_tree(self.run, task, self.base_tree)
+        check = check_task(self.run, task, prior, self.committer.object_format)
+        if check.outcome != "valid":
+            return False
+        self._set_status(task.id, "done")
+        self.governor.usable += 1
+        self.commits.put(Landing(task.id, self.history[task.id].attempts, check.outputs))
+        self.report(f"{task.id}: a valid output is already on disk; committed, not dispatched")
+        return True
 
     def _launch(self, task: Task) -> None:
         history = self.history[task.id]

@@ -289,3 +289,26 @@ def test_a_dead_committers_index_lock_needs_no_manual_step(git_repo: Path) -> No
     outcome = resume_run(git_repo, "r", quiet)
     assert outcome.status.tasks["t01"].status == "done"
     assert "out/t01.json" in _branch_files(git_repo)
+
+
+def test_a_valid_output_that_lands_before_dispatch_is_committed_not_rerun(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    """As an unrecorded worker of a killed driver would: t03's output appears
+    while the canary t01 runs, before t03's turn. t03 must never be spawned."""
+    from tests.helpers import write_run
+
+    spawns = tmp_path / "spawns.log"
+    script = (
+        f"echo {{task}} >> {spawns}; "
+        'if [ {task} = t01 ]; then echo \'{"by": "someone else"}\' > out/t03.json; sleep 0.3; fi; '
+        "echo '{\"ok\": true}' > {outputs}"
+    )
+    tasks = [{"id": f"t0{i}", "outputs": [f"out/t0{i}.json"]} for i in range(1, 5)]
+    write_run(git_repo, "r", tasks, {"executor": {"command": ["sh", "-c", script]}})
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.exit_code == 0
+    assert sorted(spawns.read_text().split()) == ["t01", "t02", "t04"]
+    assert "out/t03.json" in _branch_files(git_repo)
+    committed = git(git_repo, "show", "gitrun/r:out/t03.json")
+    assert committed == '{"by": "someone else"}\n'
