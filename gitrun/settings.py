@@ -31,7 +31,9 @@ from gitrun.tomlfile import find_line
 M = TypeVar("M", bound=BaseModel)
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
-DEFAULT_PROTECTED = ("PROGRESS.md", "TODO.md")
+# Shared tracking files, and files that change how git or the agents behave
+# (a task rewriting .claude/ could rewrite the hooks that confine it).
+DEFAULT_PROTECTED = ("PROGRESS.md", "TODO.md", ".claude/", ".gitattributes", ".gitmodules")
 BUILTIN_VALIDATORS = ("auto", "nonempty", "json", "jsonl", "toml")
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
