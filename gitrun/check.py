@@ -6,41 +6,34 @@ sentence naming the tasks, a concrete path and the fix.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 from gitrun import git
 from gitrun.executor import command_template, executor_problems, literal_models
 from gitrun.ownership import OWNS, READS, Claim, OwnerIndex, find_meetings
+from gitrun.paths import canonical_problem
 from gitrun.patterns import (
     Pattern,
     PatternError,
-    escape,
     intersect,
-    literal_path,
     matches,
     parse,
 )
+from gitrun.placement import (
+    BaseTree,
+    base_commit,
+    ignored_problems,
+    output_place_problems,
+    symlink_problems,
+)
 from gitrun.pointer import render_pointer
+from gitrun.problem import Problem
+from gitrun.runfiles import run_file_problems
 from gitrun.runs import GITRUN_DIR, RunDef
 from gitrun.settings import BUILTIN_VALIDATORS
 
 RESERVED = (".git", GITRUN_DIR)
-
-
-@dataclass(frozen=True)
-class Problem:
-    code: str
-    message: str
-    tasks: tuple[str, ...] = ()
-    path: str | None = None
-
-    def to_json(self) -> dict[str, object]:
-        data = asdict(self)
-        data["tasks"] = list(self.tasks)
-        return data
 
 
 @dataclass(frozen=True)
@@ -69,11 +62,20 @@ def check_run(run: RunDef, *, check_dirty: bool = True) -> CheckReport:
     problems: list[Problem] = []
     problems += _definition_problems(run)
     owned, read = _claims(run, problems)
-    problems += _place_problems(run, owned)
+    protected, protected_problems = _protected_entries(run)
+    problems += protected_problems
+    problems += _place_problems(run, owned, protected)
     problems += _overlap_problems(owned + read)
-    problems += _output_problems(run, owned, problems)
+    outputs, output_problems = _outputs(run, owned)
+    problems += output_problems
+    changed = git.changed_paths(run.repo)
+    base = BaseTree.of(run.repo, base_commit(run))
+    problems += symlink_problems(run, owned, protected, base, changed)
+    problems += output_place_problems(run, outputs, base)
+    problems += ignored_problems(run, outputs)
+    problems += run_file_problems(run)
     if check_dirty:
-        problems += _dirty_problems(run, owned)
+        problems += _dirty_problems(run, owned, changed)
     pointer_bytes, pointer_problems = _pointer_problems(run)
     problems += pointer_problems
     problems += _executor_model_problems(run)
@@ -131,7 +133,17 @@ def _definition_problems(run: RunDef) -> list[Problem]:
             )
     out += _validator_problems(run)
     for task in run.tasks:
-        if task.bundle and not (run.repo / task.bundle).is_file():
+        bad = canonical_problem(task.bundle, is_file=True) if task.bundle else None
+        if bad is not None:
+            out.append(
+                Problem(
+                    bad.code,
+                    f"{where}: task {task.id}: bundle {task.bundle!r} {bad.sentence()}",
+                    (task.id,),
+                    task.bundle,
+                )
+            )
+        elif task.bundle and not (run.repo / task.bundle).is_file():
             out.append(
                 Problem(
                     "missing-bundle",
@@ -196,7 +208,23 @@ def _claims(run: RunDef, problems: list[Problem]) -> tuple[list[Claim], list[Cla
         stage = run.stage_of(task)
         for kind, texts in ((OWNS, run.owns_of(task)), (READS, task.inputs)):
             verb = "owns" if kind == OWNS else "reads"
+            # A task without owns owns its outputs, which are checked as outputs.
+            written = kind == READS or task.owns is not None
             for text in texts:
+                bad = canonical_problem(text, is_file=False)
+                if bad is not None and not written:
+                    continue  # reported as an output
+                if bad is not None:
+                    problems.append(
+                        Problem(
+                            bad.code,
+                            f"{run.tasks_path}: task {task.id} {verb} {text!r}, which "
+                            f"{bad.sentence()}",
+                            (task.id,),
+                            text,
+                        )
+                    )
+                    continue
                 try:
                     pattern = parse(text)
                 except PatternError as exc:
@@ -214,37 +242,33 @@ def _claims(run: RunDef, problems: list[Problem]) -> tuple[list[Claim], list[Cla
     return owned, read
 
 
-def _place_problems(run: RunDef, owned: list[Claim]) -> list[Problem]:
-    """Owned patterns that escape through symlinks, cover .git/ or gitrun's files,
-    or cover a protected path."""
-    out: list[Problem] = []
-    root = run.repo.resolve()
-    link_cache: dict[str, str | None] = {}
-    reserved = [parse(name) for name in RESERVED]
+def _protected_entries(run: RunDef) -> tuple[list[tuple[str, Pattern]], list[Problem]]:
+    """The packet's protected entries, parsed; unusable ones become problems."""
     protected: list[tuple[str, Pattern]] = []
+    problems: list[Problem] = []
     for text in run.packet.protected:
+        bad = canonical_problem(text, is_file=False)
         try:
-            protected.append((text, parse(text)))
+            if bad is None:
+                protected.append((text, parse(text)))
+                continue
+            reason = bad.sentence()
+            code = bad.code
         except PatternError as exc:
-            out.append(
-                Problem(
-                    exc.code,
-                    f"{run.packet_path}: [ownership] protected {text!r} {exc.reason}",
-                    path=text,
-                )
-            )
+            reason, code = exc.reason, exc.code
+        problems.append(
+            Problem(code, f"{run.packet_path}: [ownership] protected {text!r} {reason}", path=text)
+        )
+    return protected, problems
+
+
+def _place_problems(
+    run: RunDef, owned: list[Claim], protected: list[tuple[str, Pattern]]
+) -> list[Problem]:
+    """Owned patterns that cover .git/, gitrun's files or a protected path."""
+    out: list[Problem] = []
+    reserved = [parse(name) for name in RESERVED]
     for claim in owned:
-        escape = _symlink_escape(root, claim.pattern.literal_prefix, link_cache)
-        if escape:
-            out.append(
-                Problem(
-                    "outside-repo",
-                    f"{run.tasks_path}: task {claim.task} owns {claim.text!r}, which passes through "
-                    f"{escape}; own a path inside the repository",
-                    (claim.task,),
-                    claim.text,
-                )
-            )
         for name, pattern in zip(RESERVED, reserved, strict=True):
             witness = intersect(claim.pattern, pattern)
             if witness is not None:
@@ -272,29 +296,6 @@ def _place_problems(run: RunDef, owned: list[Claim]) -> list[Problem]:
                     )
                 )
     return out
-
-
-def _symlink_escape(root: Path, names: tuple[str, ...], cache: dict[str, str | None]) -> str | None:
-    """A description of the first symlink on the path that leads outside ``root``."""
-    current = ""
-    for name in names:
-        current = f"{current}/{name}" if current else name
-        if current not in cache:
-            cache[current] = None
-            full = root / current
-            if os.path.islink(full):
-                target = full.resolve()
-                if not target.is_relative_to(root):
-                    cache[current] = (
-                        f"the symlink {current} -> {os.readlink(full)} (outside the repository)"
-                    )
-                elif target == root / ".git" or target.is_relative_to(root / ".git"):
-                    cache[current] = f"the symlink {current} into .git/"
-            elif not full.exists():
-                break
-        if cache[current]:
-            return cache[current]
-    return None
 
 
 def _overlap_problems(claims: list[Claim]) -> list[Problem]:
@@ -331,38 +332,39 @@ def _overlap_problems(claims: list[Claim]) -> list[Problem]:
     return out
 
 
-def _output_problems(run: RunDef, owned: list[Claim], problems: list[Problem]) -> list[Problem]:
+def _outputs(run: RunDef, owned: list[Claim]) -> tuple[list[tuple[str, str]], list[Problem]]:
+    """The outputs (task, path) fit for the later checks, and problems with the others."""
     out: list[Problem] = []
+    usable: list[tuple[str, str]] = []
     by_task: dict[str, list[Claim]] = {}
     for claim in owned:
         by_task.setdefault(claim.task, []).append(claim)
     for task in run.tasks:
         for output in run.outputs_of(task):
-            if "*" in output.path or "?" in output.path:
+            path = output.path
+            bad = canonical_problem(path, is_file=True)
+            if bad is not None:
+                out.append(
+                    Problem(
+                        bad.code,
+                        f"{run.tasks_path}: task {task.id}: output {path!r} {bad.sentence()}",
+                        (task.id,),
+                        path,
+                    )
+                )
+                continue
+            if "*" in path or "?" in path:
                 out.append(
                     Problem(
                         "invalid-output",
-                        f"{run.tasks_path}: task {task.id}: output {output.path!r} has a wildcard; "
+                        f"{run.tasks_path}: task {task.id}: output {path!r} has a wildcard; "
                         "outputs are the exact files that prove the task done",
                         (task.id,),
-                        output.path,
+                        path,
                     )
                 )
                 continue
-            try:
-                pattern = parse(escape(output.path))
-            except PatternError as exc:
-                out.append(
-                    Problem(
-                        exc.code,
-                        f"{run.tasks_path}: task {task.id}: output {output.path!r} {exc.reason}",
-                        (task.id,),
-                        output.path,
-                    )
-                )
-                continue
-            path = literal_path(pattern)
-            assert path is not None  # escaped: no wildcard left
+            usable.append((task.id, path))
             if task.owns is not None and not any(
                 matches(c.pattern, path) for c in by_task.get(task.id, [])
             ):
@@ -375,13 +377,13 @@ def _output_problems(run: RunDef, owned: list[Claim], problems: list[Problem]) -
                         path,
                     )
                 )
-    return out
+    return usable, out
 
 
-def _dirty_problems(run: RunDef, owned: list[Claim]) -> list[Problem]:
+def _dirty_problems(run: RunDef, owned: list[Claim], changed: list[str]) -> list[Problem]:
     index = OwnerIndex(owned)
     out: list[Problem] = []
-    for path in git.changed_paths(run.repo):
+    for path in changed:
         owners = sorted({c.task for c in index.owners(path)})
         if owners:
             who = owners[0] if len(owners) == 1 else ", ".join(owners)

@@ -33,7 +33,8 @@ from gitrun.lock import RunLock
 from gitrun.outputs import check_task, prepare_outputs, prior_in_tree, quarantine
 from gitrun.pointer import render_pointer
 from gitrun.proc import clean_env
-from gitrun.runs import CONFIG_FILE, LEDGER_NAME, RunDef, Task
+from gitrun.runfiles import definition_files
+from gitrun.runs import LEDGER_NAME, RunDef, Task
 from gitrun.state import RunStatus, committed_tasks, read_status, running_records
 
 HEARTBEAT = 2.0  # seconds between owner-record heartbeats
@@ -70,19 +71,6 @@ class RunOutcome:
     stopped_by: str | None = None
     halt: Halt | None = None
     violations: list[Violation] = field(default_factory=list)
-
-
-def definition_files(run: RunDef) -> dict[str, bytes]:
-    """gitrun's own files of a run: its directory (ledger included) and the repo config."""
-    files: dict[str, bytes] = {}
-    run_dir = run.repo / run.dir
-    for path in sorted(run_dir.rglob("*")):
-        if path.is_file() and not path.name.startswith("."):
-            files[path.relative_to(run.repo).as_posix()] = path.read_bytes()
-    config = run.repo / CONFIG_FILE
-    if config.is_file():
-        files[CONFIG_FILE] = config.read_bytes()
-    return files
 
 
 class Driver:
@@ -557,9 +545,7 @@ class Driver:
             self.made_dirs.add(path)
 
     def _own_files(self) -> dict[str, bytes]:
-        files = definition_files(self.run)
-        files.pop(CONFIG_FILE, None)
-        return files
+        return definition_files(self.run)
 
     def _on_commit(self, committed: Committed) -> None:
         if committed.tasks:

@@ -21,7 +21,6 @@ from typing import Any
 
 from gitrun import git, ledger
 from gitrun.committer import Committer, Landing, branch_ref, landing_message
-from gitrun.driver import definition_files
 from gitrun.errors import GitrunError
 from gitrun.governor import EndFacts, Governor
 from gitrun.history import find_base
@@ -29,7 +28,8 @@ from gitrun.local import LocalPaths
 from gitrun.lock import RunBusy, run_locked
 from gitrun.outputs import check_task, prepare_outputs, prior_in_tree, quarantine
 from gitrun.pointer import render_pointer
-from gitrun.runs import CONFIG_FILE, LEDGER_NAME, RunDef, load_run
+from gitrun.runfiles import definition_files
+from gitrun.runs import LEDGER_NAME, RunDef, load_run
 from gitrun.state import committed_tasks
 from gitrun.tomlfile import write_atomic
 
@@ -290,7 +290,6 @@ class External:
         recorded = result.done + result.missing + result.invalid + result.throttled
         if recorded:  # nothing judged, nothing to commit
             own = definition_files(self.run)
-            own.pop(CONFIG_FILE, None)
             self.committer.commit(landings, own, landing_message(self.run.id, landings))
         self._save()
         result.next_step = self._next_step()

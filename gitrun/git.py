@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from gitrun.errors import CommandError, GitrunError
@@ -58,6 +59,44 @@ def changed_paths(repo: Path) -> list[str]:
         if len(entry) > 3:
             paths.append(entry[3:])
     return paths
+
+
+def ignored_by(repo: Path, paths: list[str]) -> dict[str, str]:
+    """Which of ``paths`` git ignores: path -> the rule (``.gitignore:3: out/``).
+
+    Tracked paths are never ignored (git's rule). One ``check-ignore`` call;
+    a path git refuses to look at (beyond a symlink) is asked alone and
+    skipped when git still refuses it (the symlink is a check problem).
+    """
+    if not paths:
+        return {}
+    proc = _check_ignore(repo, paths)
+    if proc.returncode not in (0, 1):
+        found: dict[str, str] = {}
+        for path in paths:
+            alone = _check_ignore(repo, [path])
+            if alone.returncode == 0:
+                found.update(_ignore_rules(alone.stdout))
+        return found
+    return _ignore_rules(proc.stdout)
+
+
+def _check_ignore(repo: Path, paths: list[str]) -> subprocess.CompletedProcess[bytes]:
+    data = b"".join(p.encode(errors="surrogateescape") + b"\0" for p in paths)
+    return run_cmd(
+        ["git", "-C", str(repo), "check-ignore", "-v", "-z", "--stdin"], input=data, check=False
+    )
+
+
+def _ignore_rules(out: bytes) -> dict[str, str]:
+    fields = out.decode(errors="surrogateescape").split("\0")
+    found: dict[str, str] = {}
+    for i in range(0, len(fields) - 3, 4):
+        source, line, pattern, path = fields[i : i + 4]
+        if pattern.startswith("!"):
+            continue  # a negated rule matched: the path is not ignored
+        found[path] = f"{source}:{line}: {pattern}" if source else pattern
+    return found
 
 
 def rev_parse(repo: Path, ref: str) -> str | None:
@@ -132,7 +171,26 @@ def tree_with(
     _git_env(repo, env, "update-index", "--add", "--index-info", input=info.encode())
     tree = _git_env(repo, env, "write-tree").decode().strip()
     index.unlink(missing_ok=True)
+    _verify_tree(repo, tree, entries)
     return tree
+
+
+def _verify_tree(repo: Path, tree: str, entries: list[tuple[str, str, str]]) -> None:
+    """Every entry is in ``tree`` as asked: ``update-index`` skips a path it
+    refuses ("Ignoring path ...") and still exits 0, which once made a commit
+    titled "t1 done" that lacked t1's file."""
+    wanted = {path: (mode, sha) for mode, sha, path in entries}
+    found: dict[str, tuple[str, str]] = {}
+    paths = sorted(wanted)
+    for start in range(0, len(paths), 500):  # command lines have limits
+        found.update(ls_tree(repo, tree, paths[start : start + 500]))
+    wrong = [path for path in paths if found.get(path) != wanted[path]]
+    if wrong:
+        shown = ", ".join(repr(p) for p in wrong[:5])
+        raise GitrunError(
+            f"git would not record {shown} in the commit (a name git refuses); nothing was "
+            "committed — rename the output in the task table (`gitrun check` names the rule)"
+        )
 
 
 def commit_tree(repo: Path, tree: str, parents: list[str], message: str) -> str:

@@ -247,13 +247,22 @@ def _check_command(run: RunDef, validator: CommandValidator, path: str) -> str |
 
 
 def quarantine(repo: Path, quarantine_dir: Path, checks: list[OutputCheck]) -> list[str]:
-    """Move invalid outputs under ``quarantine_dir``, keeping their paths; returns them."""
+    """Move invalid outputs under ``quarantine_dir``, keeping their paths; returns them.
+
+    Only a regular file or a symlink (the link itself, never its target) is
+    moved: an output that turned out to be a directory stays where it is, so a
+    user's tree is never carried off (``gitrun check`` refuses such outputs).
+    """
     moved: list[str] = []
     for check in checks:
         if check.state != "invalid":
             continue
         source = repo / check.path
-        if not os.path.lexists(source):
+        try:
+            mode = os.lstat(source).st_mode
+        except OSError:
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
             continue
         target = quarantine_dir / check.path
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -15,14 +15,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gitrun import git, ledger
-from gitrun.check import Problem, check_run
+from gitrun.check import check_run
 from gitrun.committer import BRANCH_PREFIX, Committer, branch_ref, trailers
-from gitrun.driver import Driver, Progress, Reporter, RunOutcome, definition_files
+from gitrun.driver import Driver, Progress, Reporter, RunOutcome
 from gitrun.errors import GitrunError
 from gitrun.local import LocalPaths
 from gitrun.lock import run_locked
-from gitrun.outputs import blob_id
-from gitrun.runs import CONFIG_FILE, LEDGER_NAME, RunDef, load_run
+from gitrun.problem import Problem
+from gitrun.runfiles import definition_files
+from gitrun.runs import LEDGER_NAME, RunDef, load_run
 from gitrun.tomlfile import write_atomic
 
 
@@ -69,13 +70,6 @@ def _create_branch(repo: Path, run: RunDef, local: LocalPaths, report: Reporter)
     _retire_stale_ledger(run, local)
     committer = Committer(repo, run_id, local)
     files = definition_files(run)
-    base_tree = git.ls_tree(repo, head, sorted(files))
-    fmt = committer.object_format
-    files = {
-        p: d
-        for p, d in files.items()
-        if p != CONFIG_FILE or base_tree.get(p, ("", ""))[1] != blob_id(d, fmt)
-    }
     message = f"gitrun({run_id}): start run\n\n{trailers(run_id, [], {'Gitrun-Base': head})}\n"
     committer.start_branch(head, files, message)
     report(f"run {run_id}: started on branch gitrun/{run_id} from {head[:10]}")
@@ -146,7 +140,7 @@ def _restore_definition(repo: Path, run_id: str, tip: str, report: Reporter) -> 
     """Bring back run files that exist on the branch but not on disk (a fresh
     clone, say), and merge the committed ledger into the local one."""
     run_dir = f".gitrun/runs/{run_id}"
-    tree = git.ls_tree(repo, tip, [run_dir, CONFIG_FILE])
+    tree = git.ls_tree(repo, tip, [run_dir])
     restored = 0
     for path, (_mode, sha) in tree.items():
         target = repo / path

@@ -1,0 +1,286 @@
+"""Hostile paths: canonical spellings, symlinks, directory outputs, ignored and
+foreign files. Each class failed on the code before it was fixed (issue 9)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gitrun.check import check_run
+from gitrun.committer import Committer, Landing, landing_message
+from gitrun.errors import GitrunError
+from gitrun.land import land_run
+from gitrun.local import LocalPaths
+from gitrun.outputs import OutputCheck, quarantine
+from gitrun.paths import canonical_problem
+from gitrun.problem import Problem
+from gitrun.runfiles import definition_files
+from gitrun.runs import load_run
+from gitrun.session import CheckFailed, start_run
+from tests.helpers import build_tree, commit_all, fake_worker_run, git, write_run
+
+quiet = lambda _line: None  # noqa: E731
+
+
+def _problems(repo: Path, tasks: list[dict[str, object]], **packet: object) -> list[Problem]:
+    write_run(repo, "r", tasks, packet or None)
+    return check_run(load_run(repo, "r", environ={})).problems
+
+
+def _branch_files(repo: Path, ref: str = "gitrun/r") -> set[str]:
+    return set(git(repo, "ls-tree", "-r", "--name-only", ref).splitlines())
+
+
+# -- 2. canonical paths ---------------------------------------------------------------
+
+NOT_CANONICAL = [
+    ("./out/a.json", "out/a.json"),
+    ("out/./a.json", "out/a.json"),
+    ("out//a.json", "out/a.json"),
+    ("out/x/../a.json", "out/a.json"),
+    ("out/a.json ", "out/a.json"),
+    (" out/a.json", "out/a.json"),
+    ("out/a.json/", "out/a.json"),
+]
+REFUSED = [".GIT/config", "out/.git./x", "out/git~1/x", "out/a\x00b.json", "out/a\nb.json"]
+REFUSED += ["out/" + "x" * 256 + ".json", "../a.json", "/tmp/a.json", "."]
+
+
+@pytest.mark.parametrize(("text", "fixed"), NOT_CANONICAL)
+def test_a_non_canonical_output_is_a_problem_showing_the_canonical_form(
+    git_repo: Path, text: str, fixed: str
+) -> None:
+    problems = _problems(git_repo, [{"id": "ta", "outputs": [text]}])
+    [problem] = [p for p in problems if p.path == text]
+    assert problem.code == "non-canonical-path"
+    assert problem.tasks == ("ta",)
+    assert ".gitrun/runs/r/tasks.toml" in problem.message
+    assert repr(fixed) in problem.message
+
+
+@pytest.mark.parametrize("text", REFUSED)
+def test_paths_git_or_the_file_system_refuse_are_problems(git_repo: Path, text: str) -> None:
+    problems = _problems(git_repo, [{"id": "ta", "outputs": [text]}])
+    found = [p for p in problems if p.path == text]
+    assert found and all(p.tasks == ("ta",) for p in found), problems
+    assert found[0].code in ("non-canonical-path", "reserved-path", "outside-repo")
+
+
+@pytest.mark.parametrize("field", ["owns", "inputs"])
+@pytest.mark.parametrize(("text", "fixed"), NOT_CANONICAL[:5])
+def test_non_canonical_owns_and_inputs_are_problems(
+    git_repo: Path, field: str, text: str, fixed: str
+) -> None:
+    task: dict[str, object] = {"id": "ta", "outputs": ["ta.out"], "owns": ["ta.out"]}
+    task[field] = [*task.get(field, []), text]  # type: ignore[misc]  # a list either way
+    problems = _problems(git_repo, [task])
+    [problem] = [p for p in problems if p.path == text]
+    assert problem.code == "non-canonical-path" and repr(fixed) in problem.message
+
+
+def test_a_non_canonical_protected_entry_is_a_problem_naming_the_packet(git_repo: Path) -> None:
+    problems = _problems(
+        git_repo, [{"id": "ta", "outputs": ["a.out"]}], ownership={"protected": ["./NOTES.md"]}
+    )
+    [problem] = [p for p in problems if p.path == "./NOTES.md"]
+    assert "packet.toml" in problem.message and "'NOTES.md'" in problem.message
+
+
+def test_a_trailing_slash_is_fine_in_a_pattern_but_not_in_an_output() -> None:
+    assert canonical_problem("out/", is_file=False) is None
+    assert canonical_problem("out/", is_file=True) is not None
+    assert canonical_problem("docs/$(touch X).md", is_file=True) is None  # odd, but canonical
+
+
+def test_the_committer_refuses_a_commit_missing_a_path_git_dropped(git_repo: Path) -> None:
+    """git's update-index skips a name it refuses and exits 0; the commit must not
+    go ahead without the file."""
+    local = LocalPaths.of(git_repo, "r")
+    committer = Committer(git_repo, "r", local)
+    head = git(git_repo, "rev-parse", "HEAD").strip()
+    committer.start_branch(head, {}, "start\n")
+    tip = git(git_repo, "rev-parse", "gitrun/r").strip()
+    landing = Landing("t1", 1, [OutputCheck("out/.GIT/x", "valid", data=b"{}\n")])
+    with pytest.raises(GitrunError, match=r"git would not record 'out/\.GIT/x'"):
+        committer.commit([landing], {}, landing_message("r", [landing]))
+    assert git(git_repo, "rev-parse", "gitrun/r").strip() == tip
+
+
+# -- 3. symlinks ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def aliased(git_repo: Path) -> Path:
+    """A committed symlink `alias -> .`: every path has a second name."""
+    os.symlink(".", git_repo / "alias")
+    commit_all(git_repo, "alias")
+    return git_repo
+
+
+def test_a_committed_symlink_cannot_alias_two_tasks_or_reach_a_protected_file(
+    aliased: Path,
+) -> None:
+    tasks = [
+        {"id": "ta", "outputs": ["alias/TODO.md"]},
+        {"id": "tb", "outputs": ["alias/out/x.json"]},
+        {"id": "tc", "outputs": ["out/x.json"]},
+    ]
+    problems = [p for p in _problems(aliased, tasks) if p.code == "symlink"]
+    assert {p.tasks for p in problems} == {("ta",), ("tb",)}
+    assert all("the symlink alias" in p.message for p in problems)
+
+
+def test_start_refuses_a_run_whose_owns_pass_through_a_symlink(aliased: Path) -> None:
+    write_run(aliased, "r", [{"id": "t01", "outputs": ["alias/out/t01.json"]}])
+    with pytest.raises(CheckFailed, match="symlink"):
+        start_run(aliased, "r", quiet)
+    assert git(aliased, "branch", "--list", "gitrun/r").strip() == ""
+
+
+def test_a_symlink_only_in_the_base_commit_still_counts(git_repo: Path) -> None:
+    (git_repo / "d").mkdir()
+    os.symlink("d", git_repo / "s")
+    commit_all(git_repo, "s")
+    (git_repo / "s").unlink()  # gone from the work tree, still at HEAD
+    problems = _problems(git_repo, [{"id": "ta", "outputs": ["s/a.json"]}])
+    assert [p.code for p in problems] == ["symlink"]
+
+
+def test_an_untracked_symlink_inside_an_owned_directory_counts(git_repo: Path) -> None:
+    (git_repo / "out").mkdir()
+    os.symlink("..", git_repo / "out" / "up")
+    tasks = [{"id": "ta", "outputs": ["out/a.json"], "owns": ["out/"]}]
+    problems = [p for p in _problems(git_repo, tasks) if p.code == "symlink"]
+    assert problems and problems[0].path == "out/up"
+
+
+def test_an_ignored_symlink_on_the_way_counts(git_repo: Path, tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    build_tree(git_repo, {".gitignore": "build\n"})
+    commit_all(git_repo, "ignore build")
+    os.symlink(tmp_path / "elsewhere", git_repo / "build")
+    problems = _problems(git_repo, [{"id": "ta", "outputs": ["build/a.json"]}])
+    symlinks = [p for p in problems if p.code == "symlink"]
+    assert symlinks and "outside the repository" in symlinks[0].message
+
+
+def test_a_protected_entry_through_a_symlink_is_a_problem(aliased: Path) -> None:
+    problems = _problems(
+        aliased, [{"id": "ta", "outputs": ["a.out"]}], ownership={"protected": ["alias/NOTES.md"]}
+    )
+    [problem] = [p for p in problems if p.code == "symlink"]
+    assert "packet.toml" in problem.message and "protected" in problem.message
+
+
+def test_the_run_files_are_committed_only_as_regular_files(git_repo: Path) -> None:
+    run_dir = write_run(git_repo, "r", [{"id": "ta", "outputs": ["a.out"]}])
+    secret = git_repo.parent / "secret.toml"
+    secret.write_text("token = 'x'\n")
+    (run_dir / "ledger.jsonl").symlink_to(secret)
+    problems = check_run(load_run(git_repo, "r", environ={})).problems
+    assert [p.code for p in problems] == ["run-file"]
+    with pytest.raises(GitrunError, match="is a symlink"):
+        definition_files(load_run(git_repo, "r", environ={}))
+
+
+# -- 4. outputs that name a directory -----------------------------------------------------
+
+
+def test_an_output_naming_a_directory_is_a_problem(git_repo: Path) -> None:
+    build_tree(git_repo, {"docs/guide.md": "# guide\n"})
+    commit_all(git_repo)
+    problems = _problems(git_repo, [{"id": "ta", "outputs": ["docs"]}])
+    assert [p.code for p in problems] == ["output-is-directory"]
+    (git_repo / "docs/guide.md").unlink()
+    (git_repo / "docs").rmdir()  # only in the base commit now (and a dirty deletion)
+    problems = _problems(git_repo, [{"id": "ta", "outputs": ["docs"]}])
+    assert "output-is-directory" in [p.code for p in problems]
+
+
+def test_an_output_beneath_a_file_is_a_problem(git_repo: Path) -> None:
+    build_tree(git_repo, {"notes": "a file\n"})
+    commit_all(git_repo)
+    problems = _problems(git_repo, [{"id": "ta", "outputs": ["notes/a.json"]}])
+    assert [p.code for p in problems] == ["output-under-file"]
+
+
+def test_quarantine_never_moves_a_directory(git_repo: Path, tmp_path: Path) -> None:
+    build_tree(git_repo, {"docs/guide.md": "# guide\n", "docs/notes.secret": "mine\n"})
+    checks = [OutputCheck("docs", "invalid", "is a directory")]
+    assert quarantine(git_repo, tmp_path / "q", checks) == []
+    assert (git_repo / "docs/notes.secret").read_text() == "mine\n"
+    assert not (tmp_path / "q").exists()
+
+
+def test_quarantine_moves_a_symlink_output_but_not_its_target(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    build_tree(git_repo, {"keep.txt": "precious\n"})
+    (git_repo / "out").mkdir()
+    os.symlink("../keep.txt", git_repo / "out/a.json")
+    checks = [OutputCheck("out/a.json", "invalid", "is a symlink, not a regular file")]
+    assert quarantine(git_repo, tmp_path / "q", checks) == ["out/a.json"]
+    assert (tmp_path / "q/out/a.json").is_symlink()
+    assert (git_repo / "keep.txt").read_text() == "precious\n"
+
+
+# -- 6. no secrets or foreign files committed ----------------------------------------------
+
+
+def test_an_ignored_config_with_secrets_is_never_committed_nor_landed(git_repo: Path) -> None:
+    build_tree(git_repo, {".gitignore": ".gitrun/config.toml\n"})
+    commit_all(git_repo, "ignore the config")
+    build_tree(git_repo, {".gitrun/config.toml": '[executor]\nenv = { API_TOKEN = "s3cret" }\n'})
+    fake_worker_run(git_repo, "r", 2, {})
+    assert start_run(git_repo, "r", quiet).exit_code == 0
+    files = _branch_files(git_repo)
+    assert ".gitrun/config.toml" not in files
+    assert "s3cret" not in git(git_repo, "log", "-p", "gitrun/r")
+    land_run(git_repo, "r")
+    assert ".gitrun/config.toml" not in _branch_files(git_repo, "HEAD")
+    assert {"out/t01.json", "out/t02.json"} <= _branch_files(git_repo, "HEAD")
+
+
+def test_dot_directories_and_links_in_the_run_directory_are_not_committed(
+    git_repo: Path,
+) -> None:
+    fake_worker_run(git_repo, "r", 1, {})
+    run_dir = git_repo / ".gitrun/runs/r"
+    build_tree(run_dir, {".private/creds": "token\n", "notes/todo.md": "mine\n"})
+    outside = git_repo.parent / "outside.txt"
+    outside.write_text("not the run's\n")
+    (run_dir / "link.txt").symlink_to(outside)
+    assert start_run(git_repo, "r", quiet).exit_code == 0
+    files = {f for f in _branch_files(git_repo) if f.startswith(".gitrun/")}
+    assert files == {
+        ".gitrun/runs/r/packet.toml",
+        ".gitrun/runs/r/tasks.toml",
+        ".gitrun/runs/r/ledger.jsonl",
+    }
+
+
+def test_an_ignored_output_is_a_problem(git_repo: Path) -> None:
+    build_tree(git_repo, {".gitignore": "out/\n*.secret\n"})
+    commit_all(git_repo)
+    tasks = [{"id": "ta", "outputs": ["out/a.json"]}, {"id": "tb", "outputs": ["b.secret"]}]
+    problems = _problems(git_repo, tasks)
+    assert sorted(p.code for p in problems) == ["ignored-output", "ignored-output"]
+    assert any(".gitignore:1: out/" in p.message for p in problems)
+
+
+def test_an_ignored_run_directory_is_a_problem(git_repo: Path) -> None:
+    build_tree(git_repo, {".gitignore": ".gitrun/\n"})
+    commit_all(git_repo)
+    problems = _problems(git_repo, [{"id": "ta", "outputs": ["a.out"]}])
+    assert {p.code for p in problems} == {"run-file"}
+    assert any("packet.toml is ignored by git" in p.message for p in problems)
+
+
+@pytest.mark.parametrize(
+    "owned", [".claude/settings.json", ".claude/", ".gitattributes", ".gitmodules", ".*"]
+)
+def test_files_that_change_how_tools_behave_are_protected(git_repo: Path, owned: str) -> None:
+    problems = _problems(git_repo, [{"id": "ta", "outputs": ["a.out"], "owns": [owned, "a.out"]}])
+    assert "protected" in {p.code for p in problems}
