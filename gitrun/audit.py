@@ -4,6 +4,7 @@ The work tree's changes are snapshotted (``git status``, untracked files
 included) when driving starts; later snapshots are compared with it. A new
 changed path that no task owns and that is not gitrun's own is an ownership
 violation, reported with the tasks that were running since the last audit.
+Only the run's own files (the ledger gitrun appends to) are exempt.
 Such paths are never committed: the committer only takes validated outputs.
 """
 
@@ -17,7 +18,8 @@ from typing import Any
 from gitrun import git
 from gitrun.ownership import OWNS, Claim, OwnerIndex
 from gitrun.patterns import PatternError, parse
-from gitrun.runs import GITRUN_DIR, RunDef
+from gitrun.runfiles import own_paths
+from gitrun.runs import RunDef
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,9 @@ class Audit:
                 except PatternError:
                     continue  # check_run reported it before launch
         self.index = OwnerIndex(claims)
+        # Only the files gitrun itself writes during the run are exempt: a
+        # worker writing .gitrun/config.toml or another run's files is reported.
+        self.own = set(own_paths(run))
         self.known = set(git.changed_paths(run.repo))
         self.active: set[str] = set()
 
@@ -59,7 +64,7 @@ class Audit:
             if path in self.known:
                 continue
             self.known.add(path)
-            if path == GITRUN_DIR or path.startswith(GITRUN_DIR + "/") or self.index.owners(path):
+            if path in self.own or self.index.owners(path):
                 continue
             found.append(Violation(path, sorted(self.active), now))
         self.active = set(running)

@@ -11,6 +11,7 @@ The spec maps task ids to behaviours (``default`` for the rest):
 - ``hang_unless_allowed``: broken on attempt 1; later attempts hang unless
   the file ``ALLOW`` exists in the working directory, then write
 - ``stray``: write the output and a file outside the task's owns
+  (``stray_path``, default ``stray/<task>.txt``)
 - ``crowd``: exit 75 (throttled) when more than ``crowd_limit`` copies run at
   once, counted with lock files in ``crowd_dir``; otherwise write
 
@@ -69,7 +70,8 @@ def main() -> int:
         write_whole(path, valid)
     _log(spec, "wrote")
     if mode == "stray":
-        write_whole(f"stray/{task}.txt", "not mine to write")
+        stray = str(spec.get("stray_path", "stray/{task}.txt")).format(task=task)
+        write_whole(stray, "not mine to write")
     if mode == "write_then_fail":
         print("Server is temporarily limiting requests (not your usage limit)", file=sys.stderr)
         return 1

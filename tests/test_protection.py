@@ -110,6 +110,15 @@ def test_halt_policy_stops_new_starts(git_repo: Path) -> None:
     assert outcome.status.spawns == 2
 
 
+def test_a_worker_writing_gitruns_own_directory_is_a_violation(git_repo: Path) -> None:
+    """Only the files gitrun itself writes are exempt from the audit, not all of .gitrun/."""
+    spec = {"tasks": {"t02": "stray"}, "stray_path": ".gitrun/config.toml"}
+    fake_worker_run(git_repo, "r", 2, spec, {"limits": {"concurrency": 1}})
+    outcome = start_run(git_repo, "r", quiet)
+    assert [v.path for v in outcome.violations] == [".gitrun/config.toml"]
+    assert ".gitrun/config.toml" not in git(git_repo, "ls-tree", "-r", "--name-only", "gitrun/r")
+
+
 @pytest.mark.parametrize("strict", [False, True])
 def test_writes_outside_owns_are_violations_never_committed(git_repo: Path, strict: bool) -> None:
     limits = {"concurrency": 1}
