@@ -8,6 +8,7 @@ inputs, and writes one task per group that owns exactly its outputs.
 from __future__ import annotations
 
 import glob
+import os
 import string
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -32,7 +33,10 @@ def init_repo(repo: Path) -> Created:
     target = repo / CONFIG_FILE
     if target.exists():
         return Created([], 0, f"{CONFIG_FILE} already exists; left it unchanged")
-    write_atomic(target, template_text("config.toml").encode())
+    try:
+        write_atomic(target, template_text("config.toml").encode())
+    except OSError as exc:
+        raise _write_error(repo, exc, GITRUN_DIR) from exc
     return Created([CONFIG_FILE], 0, f"created {CONFIG_FILE} with commented defaults")
 
 
@@ -69,27 +73,58 @@ def new_run(
         if executor == "external"
         else 'kind = "command"\npreset = "claude"         # claude, codex, gemini, aider or shell'
     )
+    # The templates keep their comments; every value in them is written by
+    # tomli-w, so any text (quotes, backslashes, newlines) reads back exactly.
     values = {
         "run": run_id,
-        "description": description.replace('"', "'"),
+        "run_value": _toml_value(run_id),
+        "description": _toml_value(description),
+        "first_output": _toml_value(f"out/{run_id}/t0001.json"),
         "executor": executor_block,
     }
-    packet = string.Template(template_text("packet.toml")).substitute(values)
+    packet = _render("packet.toml", values, {"run": {"id": run_id, "description": description}})
     created = [f"{RUNS_DIR}/{run_id}/{PACKET_NAME}", f"{RUNS_DIR}/{run_id}/{TASKS_NAME}"]
-    for path, lines in bundles.items():
-        write_atomic(repo / path, "".join(f"{line}\n" for line in lines).encode())
-    write_atomic(run_dir / PACKET_NAME, packet.encode())
-    if tasks is None:
-        write_atomic(
-            run_dir / TASKS_NAME,
-            string.Template(template_text("tasks.toml")).substitute(values).encode(),
-        )
-        count = 1
-    else:
-        write_toml(run_dir / TASKS_NAME, {"task": tasks})
-        count = len(tasks)
+    try:
+        for path, lines in bundles.items():
+            write_atomic(repo / path, "".join(f"{line}\n" for line in lines).encode())
+        write_atomic(run_dir / PACKET_NAME, packet.encode())
+        if tasks is None:
+            write_atomic(run_dir / TASKS_NAME, _render("tasks.toml", values, {}).encode())
+            count = 1
+        else:
+            write_toml(run_dir / TASKS_NAME, {"task": tasks})
+            count = len(tasks)
+    except OSError as exc:
+        raise _write_error(repo, exc, RUNS_DIR) from exc
     created += sorted(bundles)
     return Created(created, count, f"created run {run_id!r} with {count} task{'s' * (count != 1)}")
+
+
+def _write_error(repo: Path, exc: OSError, folder: str) -> GitrunError:
+    where = os.path.relpath(exc.filename, repo) if isinstance(exc.filename, str) else folder
+    return GitrunError(
+        f"cannot write {where} ({exc.strerror}); make {folder}/ a writable directory and try again"
+    )
+
+
+def _toml_value(value: str) -> str:
+    """``value`` as a TOML string literal, escaped by tomli-w."""
+    import tomli_w
+
+    return tomli_w.dumps({"v": value}).removeprefix("v = ").rstrip("\n")
+
+
+def _render(template: str, values: dict[str, str], expected: dict[str, Any]) -> str:
+    """A template with its values filled in, checked to read back as ``expected``."""
+    import tomllib
+
+    text = string.Template(template_text(template)).substitute(values)
+    data = tomllib.loads(text)
+    for table, fields in expected.items():
+        for key, value in fields.items():
+            if data[table][key] != value:  # pragma: no cover - a broken template
+                raise AssertionError(f"{template}: {table}.{key} does not read back")
+    return text
 
 
 def _generate(
@@ -118,7 +153,7 @@ def _generate(
         values = {"task": task_id, "stem": first.stem, "name": first.name, "n": f"{n:0{width}d}"}
         try:
             out_path = output.format_map(values)
-        except (KeyError, ValueError, IndexError) as exc:
+        except (KeyError, ValueError, IndexError, AttributeError, TypeError) as exc:
             raise UsageError(
                 f"--output {output!r} uses an unknown placeholder ({exc}); use "
                 + ", ".join("{" + p + "}" for p in OUTPUT_PLACEHOLDERS)

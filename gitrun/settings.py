@@ -9,9 +9,12 @@ on its own first, so an error names the file (or variable) it came from.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
-from collections.abc import Mapping
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -26,7 +29,7 @@ from pydantic import (
 )
 
 from gitrun.errors import DefinitionError
-from gitrun.tomlfile import find_line
+from gitrun.tomlfile import LineIndex
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -38,6 +41,8 @@ BUILTIN_VALIDATORS = ("auto", "nonempty", "json", "jsonl", "toml")
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+# Longer than any sane attempt, and far from what clocks and timers overflow on.
+MAX_DURATION = 30 * 86400.0
 
 
 def parse_duration(value: object) -> float:
@@ -56,8 +61,12 @@ def parse_duration(value: object) -> float:
             raise ValueError(f'{value!r} is not a duration; write it like "20m", "90s" or "1h30m"')
     else:
         raise ValueError('expected a duration such as "20m" or "90s"')
+    if not math.isfinite(seconds):
+        raise ValueError(f'{value!r} is not a finite duration; write it like "20m" or "90s"')
     if seconds <= 0:
         raise ValueError("must be longer than zero")
+    if seconds > MAX_DURATION:
+        raise ValueError(f"{value!r} is longer than 30 days; write a shorter duration")
     return seconds
 
 
@@ -65,8 +74,44 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]
 Identifier = Annotated[str, Field(pattern=ID_PATTERN)]
 
 
+def _check_model_name(value: str) -> str:
+    if not value.strip():
+        raise ValueError('the model name is blank; write one such as "sonnet"')
+    if _has_control(value):
+        raise ValueError(f"{value!r} contains a control character; write the model name alone")
+    if value != value.strip():
+        raise ValueError(f"{value!r} has spaces around it; write the model name alone")
+    return value
+
+
+def _has_control(value: str) -> bool:
+    return any(ord(c) < 32 or ord(c) == 127 for c in value)
+
+
+def _no_nul(value: str) -> str:
+    if "\0" in value:
+        raise ValueError(f"{value!r} contains a NUL character, which no command line can carry")
+    return value
+
+
+ModelName = Annotated[str, AfterValidator(_check_model_name)]
+# Text that reaches a command line or an environment variable: never a NUL.
+ArgText = Annotated[str, AfterValidator(_no_nul)]
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _check_env_names(value: dict[str, str]) -> dict[str, str]:
+    for key in value:
+        if not _ENV_NAME.fullmatch(key):
+            raise ValueError(
+                f"{key!r} is not an environment variable name; use letters, digits and '_'"
+            )
+    return value
+
+
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a value is what it says (no "4" for 4, no 1 for true); no nan or inf.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class RunSection(Strict):
@@ -98,7 +143,7 @@ def _check_halt(value: str | None) -> str | None:
 def _check_regex(pattern: str) -> str:
     try:
         re.compile(pattern)
-    except re.error as exc:
+    except (re.error, OverflowError, RecursionError) as exc:
         raise ValueError(f"{pattern!r} is not a valid regular expression ({exc})") from exc
     return pattern
 
@@ -152,17 +197,17 @@ class Limits(Strict):
 
 
 class ModelSection(Strict):
-    default: str = ""
-    stages: dict[str, str] = {}
+    default: ModelName = ""  # "" (not set) only as the default, never written
+    stages: dict[str, ModelName] = {}
 
 
 class Executor(Strict):
     kind: Literal["command", "external"] = "command"
     preset: str | None = None
-    command: list[str] | None = None
-    shell: str | None = None  # the command line of the "shell" preset
-    args: list[str] = []  # appended to the preset's (or command's) arguments
-    env: dict[str, str] = {}
+    command: list[ArgText] | None = None
+    shell: ArgText | None = None  # the command line of the "shell" preset
+    args: list[ArgText] = []  # appended to the preset's (or command's) arguments
+    env: Annotated[dict[str, ArgText], AfterValidator(_check_env_names)] = {}
 
     @field_validator("command")
     @classmethod
@@ -226,7 +271,7 @@ class MinBytesValidator(Strict):
 
 class CommandValidator(Strict):
     kind: Literal["command"]
-    command: list[str] = Field(min_length=1)
+    command: list[ArgText] = Field(min_length=1)
 
 
 Validator = Annotated[
@@ -272,18 +317,43 @@ class RepoConfig(Strict):
     outputs: Outputs = Outputs()
 
 
-# Environment variable -> (table, field) in the packet.
-ENV_OVERRIDES: dict[str, tuple[str, str]] = {
-    "GITRUN_MODEL": ("model", "default"),
-    "GITRUN_CONCURRENCY": ("limits", "concurrency"),
-    "GITRUN_CANARY": ("limits", "canary"),
-    "GITRUN_MAX_ATTEMPTS": ("limits", "max_attempts"),
-    "GITRUN_MAX_SPAWNS": ("limits", "max_spawns"),
-    "GITRUN_TIMEOUT": ("limits", "timeout"),
-    "GITRUN_MAX_LOAD": ("limits", "max_load"),
-    "GITRUN_PAYLOAD_BUDGET": ("limits", "payload_budget"),
-    "GITRUN_HALT": ("limits", "halt"),
+def _env_text(text: str) -> str:
+    return text
+
+
+def _env_int(text: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,18}", text):
+        raise ValueError("expected a whole number written in decimal digits, such as 4")
+    return int(text)
+
+
+def _env_number(text: str) -> float:
+    if not re.fullmatch(r"[0-9]{1,18}(?:\.[0-9]{1,18})?", text):
+        raise ValueError("expected a number written in decimal digits, such as 4 or 2.5")
+    return float(text)
+
+
+# Environment variable -> (table, field) in the packet, and how to read its text.
+ENV_OVERRIDES: dict[str, tuple[str, str, Callable[[str], object]]] = {
+    "GITRUN_MODEL": ("model", "default", _env_text),
+    "GITRUN_CONCURRENCY": ("limits", "concurrency", _env_int),
+    "GITRUN_CANARY": ("limits", "canary", _env_int),
+    "GITRUN_MAX_ATTEMPTS": ("limits", "max_attempts", _env_int),
+    "GITRUN_MAX_SPAWNS": ("limits", "max_spawns", _env_int),
+    "GITRUN_TIMEOUT": ("limits", "timeout", parse_duration),
+    "GITRUN_MAX_LOAD": ("limits", "max_load", _env_number),
+    "GITRUN_PAYLOAD_BUDGET": ("limits", "payload_budget", _env_int),
+    "GITRUN_HALT": ("limits", "halt", _env_text),
 }
+
+
+class SchemaError(DefinitionError):
+    """A DefinitionError whose lines each carry a kind (the error type and the
+    field, indices left out), so a long list can be shortened per kind."""
+
+    def __init__(self, lines: Sequence[str], kinds: Sequence[str], path: str | None) -> None:
+        super().__init__(lines, path=path)
+        self.kinds = list(kinds)
 
 
 def resolve_packet(
@@ -311,20 +381,31 @@ def resolve_packet(
 
 
 def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The ``GITRUN_*`` overrides, each read as its field's type: the
+    environment holds text, and "4" is only 4 because the variable says so."""
     layer: dict[str, Any] = {}
     errors: list[str] = []
-    for var, (table, key) in ENV_OVERRIDES.items():
+    for var, (table, key, read) in ENV_OVERRIDES.items():
         value = environ.get(var)
-        if value is None or value == "":
+        if value is None:
             continue
-        section = Limits if table == "limits" else ModelSection
+        section: type[BaseModel] = Limits if table == "limits" else ModelSection
         try:
-            section.model_validate({key: value})
-        except ValidationError as exc:
-            msg = exc.errors()[0]["msg"]
-            errors.append(f"environment variable {var}={value!r}: {_lower(msg)}; fix or unset it")
+            if not value.strip():
+                raise ValueError("is set but blank")
+            if value != value.strip():
+                raise ValueError("has spaces around the value; remove them")
+            parsed = read(value)
+            section.model_validate({key: parsed})
+        except ValueError as exc:  # ValidationError is a ValueError
+            if isinstance(exc, ValidationError):
+                err = exc.errors()[0]
+                msg = _explain(err, (key,), section).split(" (got ")[0]
+            else:
+                msg = _lower(str(exc))
+            errors.append(f"environment variable {var}={value!r}: {msg}; fix or unset it")
             continue
-        layer.setdefault(table, {})[key] = value
+        layer.setdefault(table, {})[key] = parsed
     if errors:
         raise DefinitionError(errors)
     return layer
@@ -343,12 +424,13 @@ def _merge(low: dict[str, Any], high: dict[str, Any]) -> dict[str, Any]:
 def validate_layer(
     model: type[M], raw: dict[str, Any], name: str, text: str, array_table: str | None = None
 ) -> M:
+    if not isinstance(raw, dict):  # pragma: no cover - tomllib always gives a table
+        raise DefinitionError([f"{name}: expected a TOML table"], path=name)
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        raise DefinitionError(
-            describe_errors(exc, model, name, text, array_table, raw), path=name
-        ) from exc
+        lines, kinds = describe_errors(exc, model, name, text, array_table, raw)
+        raise SchemaError(lines, kinds, path=name) from exc
 
 
 def describe_errors(
@@ -358,20 +440,41 @@ def describe_errors(
     text: str,
     array_table: str | None,
     raw: dict[str, Any],
-) -> list[str]:
-    """One sentence per broken field: ``file:line: field.path: what is wrong; the fix``."""
+) -> tuple[list[str], list[str]]:
+    """One sentence per broken field: ``file:line: field.path: what is wrong; the fix``,
+    and each sentence's kind. Linear in the size of the file and the errors."""
+    index = LineIndex(text)
     lines: list[str] = []
+    kinds: list[str] = []
+    seen: set[str] = set()
     for err in exc.errors():
         loc = tuple(err["loc"])
-        # Drop the union tag pydantic inserts for discriminated unions.
-        loc = tuple(
-            p for i, p in enumerate(loc) if not (i > 0 and loc[0] == "validators" and i == 2)
-        )
-        line = find_line(text, loc, array_table)
+        shown, branch, union_fields = _walk(model, loc)
+        given = err.get("input")
+        # A value that is text or a table (``outputs``): explain the branch it took.
+        if branch == "scalar" and isinstance(given, dict):
+            continue
+        if branch == "model" and not isinstance(given, dict) and err["type"] in _TABLE_TYPES:
+            continue
+        line = index.find(shown, array_table)
         where = f"{name}:{line}" if line else name
-        field = _dotted(loc, raw, array_table)
-        lines.append(f"{where}: {field}: {_explain(err, loc, model)}")
-    return lines
+        field = _dotted(shown, raw, array_table)
+        if branch == "scalar" and err["type"] == "string_type":
+            fields = " and ".join(union_fields or [])
+            message = f"expected text in quotes or a table with {fields} (got {_short(given)})"
+        else:
+            message = _explain(err, loc, model)
+        sentence = f"{where}: {field}: {message}"
+        if sentence in seen:
+            continue
+        seen.add(sentence)
+        lines.append(sentence)
+        pattern = ".".join("[]" if isinstance(p, int) else str(p) for p in shown)
+        kinds.append(f"{err['type']} {pattern}")
+    return lines, kinds
+
+
+_TABLE_TYPES = ("model_type", "dict_type", "model_attributes_type")
 
 
 def _dotted(loc: tuple[Any, ...], raw: dict[str, Any], array_table: str | None) -> str:
@@ -395,6 +498,23 @@ def _dotted(loc: tuple[Any, ...], raw: dict[str, Any], array_table: str | None) 
     return "".join(parts) or "(top level)"
 
 
+# What a value of the wrong type should have been, by pydantic's error type.
+_EXPECTED = {
+    "int_type": "expected a whole number such as 4",
+    "int_parsing": "expected a whole number such as 4",
+    "int_from_float": "expected a whole number such as 4",
+    "float_type": "expected a number such as 2.5",
+    "finite_number": "expected a finite number (not nan or inf)",
+    "bool_type": "expected true or false",
+    "string_type": 'expected text in quotes, such as "..."',
+    "list_type": 'expected a list such as ["a", "b"]',
+    "dict_type": "expected a table",
+    "model_type": "expected a table",
+    "model_attributes_type": "expected a table",
+    "too_short": "needs at least one entry",
+}
+
+
 def _explain(err: Any, loc: tuple[Any, ...], model: type[BaseModel]) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
@@ -409,13 +529,13 @@ def _explain(err: Any, loc: tuple[Any, ...], model: type[BaseModel]) -> str:
         return "required field is missing; add it"
     if kind == "string_pattern_mismatch":
         return (
-            f"{err['input']!r} is not a valid id; use 1-64 lowercase letters, digits, '.', "
+            f"{_short(err['input'])} is not a valid id; use 1-64 lowercase letters, digits, '.', "
             "'_' or '-', starting with a letter or digit"
         )
     if kind == "union_tag_invalid":
         return (
-            f"unknown validator kind {err['input'].get('kind')!r}; use one of nonempty, json, "
-            "jsonl, toml, regex, json_schema, min_bytes, command"
+            f"unknown validator kind {_short(err['input'].get('kind'))}; use one of nonempty, "
+            "json, jsonl, toml, regex, json_schema, min_bytes, command"
             if isinstance(err.get("input"), dict)
             else _lower(err["msg"])
         )
@@ -423,32 +543,116 @@ def _explain(err: Any, loc: tuple[Any, ...], model: type[BaseModel]) -> str:
         return (
             "needs a `kind` (nonempty, json, jsonl, toml, regex, json_schema, min_bytes, command)"
         )
-    return f"{_lower(err['msg'])} (got {_short(err.get('input'))})"
+    if kind == "value_error":  # our own validators' sentences show the value
+        return _lower(err["msg"])
+    expected = _EXPECTED.get(kind) or _lower(err["msg"])
+    return f"{expected} (got {_short(err.get('input'))})"
+
+
+def _walk(
+    model: type[BaseModel], loc: tuple[Any, ...]
+) -> tuple[tuple[Any, ...], str | None, list[str] | None]:
+    """Follow a pydantic error location through the schema.
+
+    Returns the location as the user wrote it (without the union member names
+    pydantic inserts, such as ``str`` or ``regex``), which member of the last
+    union the error is about ("scalar" or "model"), and that union's table fields.
+    """
+    annotation: Any = model
+    shown: list[Any] = []
+    branch: str | None = None
+    union_fields: list[str] | None = None
+    for part in loc:
+        annotation = _unwrap(annotation)
+        members = _union_members(annotation)
+        if members:
+            chosen = next((m for m in members if part in _tags(m)), None)
+            if chosen is not None:
+                branch = "model" if _is_model(chosen) else "scalar"
+                union_fields = next((_fields(m) for m in members if _is_model(m)), None)
+                annotation = chosen
+                continue
+            annotation = None
+        shown.append(part)
+        origin = typing.get_origin(annotation)
+        if origin is list and isinstance(part, int):
+            annotation = typing.get_args(annotation)[0]
+        elif origin is dict:
+            annotation = typing.get_args(annotation)[1]
+        elif _is_model(annotation):
+            info = _field_info(annotation, part)
+            annotation = info.annotation if info is not None else None
+        else:
+            annotation = None
+    return tuple(shown), branch, union_fields
 
 
 def _known_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    current: Any = model
+    annotation: Any = model
     for part in loc:
-        if isinstance(part, int) or current is None:
+        annotation = _unwrap(annotation)
+        members = _union_members(annotation)
+        if members:
+            annotation = next((m for m in members if part in _tags(m)), None)
             continue
-        fields = getattr(current, "model_fields", {})
-        info = fields.get(part)
-        if info is None:
+        origin = typing.get_origin(annotation)
+        if origin is list and isinstance(part, int):
+            annotation = typing.get_args(annotation)[0]
+        elif origin is dict:
+            annotation = typing.get_args(annotation)[1]
+        elif _is_model(annotation):
+            info = _field_info(annotation, part)
+            annotation = info.annotation if info is not None else None
+        else:
             return []
-        current = _model_of(info.annotation)
-    fields = getattr(current, "model_fields", None)
-    if not fields:
-        return []
-    return [info.alias or key for key, info in fields.items()]
+    annotation = _unwrap(annotation)
+    members = _union_members(annotation)
+    if members:
+        annotation = next((m for m in members if _is_model(m)), None)
+    return _fields(annotation) if _is_model(annotation) else []
 
 
-def _model_of(annotation: Any) -> Any:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+def _unwrap(annotation: Any) -> Any:
+    """Strip ``Annotated`` and ``| None``."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is Annotated:
+            annotation = typing.get_args(annotation)[0]
+            continue
+        if origin in (typing.Union, types.UnionType):
+            members = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(members) == 1:
+                annotation = members[0]
+                continue
         return annotation
-    for arg in getattr(annotation, "__args__", ()):
-        found = _model_of(arg)
-        if found is not None:
-            return found
+
+
+def _union_members(annotation: Any) -> list[Any]:
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return []
+    return [_unwrap(a) for a in typing.get_args(annotation) if a is not type(None)]
+
+
+def _tags(member: Any) -> set[str]:
+    """The names pydantic gives a union member in error locations."""
+    tags = {str(getattr(member, "__name__", member))}
+    if _is_model(member) and "kind" in member.model_fields:
+        tags.update(str(v) for v in typing.get_args(member.model_fields["kind"].annotation))
+    return tags
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _fields(model: type[BaseModel]) -> list[str]:
+    return [info.alias or key for key, info in model.model_fields.items()]
+
+
+def _field_info(model: type[BaseModel], part: Any) -> Any:
+    for key, info in model.model_fields.items():
+        if part in (key, info.alias):
+            return info
     return None
 
 
@@ -458,5 +662,8 @@ def _lower(msg: str) -> str:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:
+        text = "a value nested too deeply"
     return text if len(text) <= 60 else text[:57] + "..."

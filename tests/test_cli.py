@@ -98,8 +98,8 @@ def test_broken_packet_is_one_sentence_per_field_without_traceback(git_repo: Pat
     proc = _gitrun("check", "r", cwd=git_repo)
     assert proc.returncode == 1
     assert proc.stderr.strip() == (
-        "gitrun: error: .gitrun/runs/r/packet.toml:4: limits.concurrency: input should be a "
-        "valid integer, unable to parse string as an integer (got 'four')"
+        "gitrun: error: .gitrun/runs/r/packet.toml:4: limits.concurrency: expected a whole "
+        "number such as 4 (got 'four')"
     )
 
 

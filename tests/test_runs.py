@@ -58,9 +58,7 @@ def test_task_errors_name_the_task(git_repo: Path) -> None:
         ln.startswith(".gitrun/runs/r/tasks.toml:8: task[1] (id 'Bad Id').id: 'Bad Id' is not")
         for ln in lines
     )
-    assert any(
-        ":9: task[1] (id 'Bad Id').outputs: list should have at least 1" in ln for ln in lines
-    )
+    assert any(":9: task[1] (id 'Bad Id').outputs: needs at least one entry" in ln for ln in lines)
     assert any(":11: task[2] (id 't3').outputs: required field is missing" in ln for ln in lines)
     assert all(ln.startswith(".gitrun/runs/r/tasks.toml:") for ln in lines)
 
