@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import git_env, gitrun_argv, machine, make_repo, median_seconds, write_bench_run
 
-SCRIPT = 'printf \'{"task": "%s"}\\n\' {task} > {outputs}'
+SCRIPT = 'printf \'{"task": "%s"}\\n\' "$GITRUN_TASK" > "$GITRUN_OUTPUTS"'
 
 
 def shell_command(task: str) -> str:

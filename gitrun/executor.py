@@ -2,18 +2,28 @@
 
 The model always comes from configuration through ``{model}``; a literal
 model name in a command is a problem ``gitrun check`` reports.
+
+Task data is never code (DESIGN.md rule 9). A placeholder is substituted only
+where an argv element is exactly one placeholder, and only where no program
+reads that element as code (see :mod:`gitrun.interpreters`); the ``shell``
+preset's script gets nothing substituted at all. Every value also reaches the
+worker as ``GITRUN_<NAME>`` in its environment, which is how a script reads
+it (``"$GITRUN_POINTER"``). A template that breaks the rule is a ``check``
+problem, and :func:`render_command` refuses it too.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
+from gitrun.errors import GitrunError
+from gitrun.interpreters import code_slots
 from gitrun.settings import Executor
 
 PLACEHOLDERS = ("pointer", "task", "run", "model", "packet", "attempt", "outputs", "stage")
 _PLACEHOLDER = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
+_OPTION_THEN_PLACEHOLDER = re.compile(r"(-[^=\s]+)=(\{(?:" + "|".join(PLACEHOLDERS) + r")\})")
 
 # Each preset's exact argv; README.md documents them. The packet may replace
 # any of them with its own `command`.
@@ -78,7 +88,7 @@ def claude_settings() -> str:
 
 
 def executor_problems(executor: Executor) -> list[str]:
-    """Sentences about an executor table that cannot produce a command."""
+    """Sentences about an executor table that cannot produce a safe command."""
     if executor.kind != "command":
         return []
     if executor.command is None and executor.preset is None:
@@ -93,7 +103,78 @@ def executor_problems(executor: Executor) -> list[str]:
         ]
     if executor.command is None and executor.preset == SHELL_PRESET and not executor.shell:
         return ['[executor] preset "shell" needs `shell = "the command line to run"`']
-    return []
+    template = command_template(executor)
+    assert template is not None
+    return template_problems(template, _field_namer(executor))
+
+
+def _field_namer(executor: Executor) -> Callable[[int], str]:
+    """``command[2]``, ``args[0]``, ``shell``: where an argument of the template comes from."""
+    own = len(executor.command) if executor.command is not None else -1
+
+    def name(index: int) -> str:
+        if executor.command is not None and index < own:
+            return f"command[{index}]"
+        if executor.command is None and executor.preset == SHELL_PRESET:
+            if index == 2:
+                return "shell"
+            return f"args[{index - 3}]" if index > 2 else f"argument {index} of the preset"
+        base = len(PRESETS.get(executor.preset or "", [])) + 2 * (executor.preset == "claude")
+        if executor.command is not None:
+            base = own
+        if index >= base:
+            return f"args[{index - base}]"
+        return f"argument {index} of the {executor.preset} preset"
+
+    return name
+
+
+def template_problems(
+    template: list[str], field: Callable[[int], str] = lambda i: f"command[{i}]"
+) -> list[str]:
+    """Why a command template could hand task data to a program as code.
+
+    Each problem is one sentence naming the ``[executor]`` field and the fix.
+    """
+    slots = code_slots(template)
+    problems = []
+    for index, arg in enumerate(template):
+        names = list(dict.fromkeys(_PLACEHOLDER.findall(arg)))
+        if not names:
+            continue
+        where = field(index)
+        env = ", ".join(f'"$GITRUN_{n.upper()}"' for n in names)
+        marks = " and ".join("{" + n + "}" for n in names)
+        if where == "shell":
+            problems.append(
+                f"[executor] shell contains {marks}, but the shell preset substitutes nothing "
+                f"into its script (task data must never be parsed as code); write {env} there "
+                "instead: every value is in the worker's environment as GITRUN_<NAME>"
+            )
+        elif _PLACEHOLDER.fullmatch(arg) is None:
+            split = _OPTION_THEN_PLACEHOLDER.fullmatch(arg)
+            own = f'"{split[1]}", "{split[2]}"' if split else ", ".join(f'"{{{n}}}"' for n in names)
+            problems.append(
+                f"[executor] {where} ({arg!r}) embeds {marks} in a longer string, where a "
+                f"program could parse task data as code; make each placeholder an argument of "
+                f"its own ({own}), or read {env} inside a script"
+            )
+        elif index in slots:
+            why = slots[index]
+            if why == "the program to run":
+                fix = "name the program literally"
+            elif why.startswith("an argument of"):
+                fix = f"write that argument literally, or move {arg} after the program"
+            else:
+                fix = (
+                    f"keep that argument literal and pass {arg} as an argument of its own "
+                    f"after the script (or read {env} inside it)"
+                )
+            problems.append(
+                f"[executor] {where} is {arg}, which is {why}, so task data would be parsed as "
+                f"code; {fix}"
+            )
+    return problems
 
 
 def literal_models(argv: list[str]) -> list[str]:
@@ -114,38 +195,28 @@ def literal_models(argv: list[str]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def render_argv(
-    template: list[str], values: Mapping[str, str], *, shell_quote: bool = False
-) -> list[str]:
-    """Fill ``{placeholder}``s; other braces (JSON, shell) are left alone.
-
-    An element that is exactly ``{outputs}`` becomes one argument per output.
-    In a ``sh -c`` script (``shell_quote``) every value is shell-quoted.
-    """
-    out: list[str] = []
-    for arg in template:
-        if arg == "{outputs}" and not shell_quote:
-            out += [line for line in values.get("outputs", "").split("\n") if line]
-            continue
-
-        def fill(found: re.Match[str]) -> str:
-            value = values.get(found[1], "")
-            if shell_quote:
-                if found[1] == "outputs":
-                    return " ".join(shlex.quote(v) for v in value.split("\n") if v)
-                return shlex.quote(value)
-            return value
-
-        out.append(_PLACEHOLDER.sub(fill, arg))
-    return out
-
-
-_SHELLS = {"sh", "bash", "dash", "zsh", "ksh"}
+class UnsafeCommand(GitrunError):
+    """A command template that would hand task data to a program as code."""
 
 
 def render_command(template: list[str], values: Mapping[str, str]) -> list[str]:
-    """Fill a command template; in ``sh -c SCRIPT`` the script's values are shell-quoted."""
-    if len(template) >= 3 and template[0].rsplit("/", 1)[-1] in _SHELLS and template[1] == "-c":
-        script = render_argv([template[2]], values, shell_quote=True)
-        return [template[0], "-c", *script, *render_argv(template[3:], values)]
-    return render_argv(template, values)
+    """Fill whole-element placeholders; refuse a template that breaks rule 9.
+
+    ``gitrun check`` reports the same problems; refusing here too means a run
+    whose check was skipped still never executes task data. An element that is
+    exactly ``{outputs}`` becomes one argument per output; elements without a
+    placeholder (JSON, scripts) are passed as they are.
+    """
+    problems = template_problems(template)
+    if problems:
+        raise UnsafeCommand(f"refusing to start the worker: {problems[0]}")
+    out: list[str] = []
+    for arg in template:
+        found = _PLACEHOLDER.fullmatch(arg)
+        if found is None:
+            out.append(arg)
+        elif found[1] == "outputs":
+            out += [line for line in values.get("outputs", "").split("\n") if line]
+        else:
+            out.append(values.get(found[1], ""))
+    return out

@@ -300,9 +300,10 @@ def test_a_valid_output_that_lands_before_dispatch_is_committed_not_rerun(
 
     spawns = tmp_path / "spawns.log"
     script = (
-        f"echo {{task}} >> {spawns}; "
-        'if [ {task} = t01 ]; then echo \'{"by": "someone else"}\' > out/t03.json; sleep 0.3; fi; '
-        "echo '{\"ok\": true}' > {outputs}"
+        f'echo "$GITRUN_TASK" >> {spawns}; '
+        'if [ "$GITRUN_TASK" = t01 ]; then echo \'{"by": "someone else"}\' > out/t03.json; '
+        "sleep 0.3; fi; "
+        'echo \'{"ok": true}\' > "$GITRUN_OUTPUTS"'
     )
     tasks = [{"id": f"t0{i}", "outputs": [f"out/t0{i}.json"]} for i in range(1, 5)]
     write_run(git_repo, "r", tasks, {"executor": {"command": ["sh", "-c", script]}})

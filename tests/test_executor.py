@@ -56,13 +56,17 @@ def test_claude_preset_passes_the_write_hooks() -> None:
     assert hooks["PreToolUse"][0]["matcher"] == "Write|Edit|MultiEdit|NotebookEdit"
 
 
-def test_shell_preset_quotes_values_in_the_script() -> None:
-    template = command_template(
-        Executor(preset="shell", shell="my-agent --task {task} --out {outputs}")
-    )
+def test_shell_preset_passes_its_script_untouched() -> None:
+    """The script gets its values from the GITRUN_* environment, never by substitution."""
+    script = 'my-agent --task "$GITRUN_TASK" --out "$GITRUN_OUTPUTS" {"json": 1}'
+    template = command_template(Executor(preset="shell", shell=script))
     assert template is not None
-    argv = render_command(template, {**VALUES, "outputs": "out/a b.json"})
-    assert argv == ["sh", "-c", "my-agent --task t1 --out 'out/a b.json'"]
+    assert render_command(template, VALUES) == ["sh", "-c", script]
+
+
+def test_outputs_expand_to_one_argument_each() -> None:
+    argv = render_command(["w", "--out", "{outputs}", "{task}"], {**VALUES, "outputs": "a b\nc"})
+    assert argv == ["w", "--out", "a b", "c", "t1"]
 
 
 def test_args_extend_a_preset_and_command_replaces_it() -> None:
