@@ -101,9 +101,14 @@ class Governor:
         if self.halt is not None or now < self.backoff_until:
             return 0
         self.waiting_for_load = read_load() > self.limits.load_bound()
-        if self.waiting_for_load:
-            return 0
         cap = self.concurrency
+        if self.waiting_for_load:
+            # The load average counts everyone's processes: with nothing of the
+            # run out, one start is allowed, so a busy machine slows a run
+            # down to one attempt at a time but never stalls it.
+            if running:
+                return 0
+            cap = 1
         if self.canary:
             cap = min(cap, len(self.canary))
         if self._streak:

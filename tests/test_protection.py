@@ -9,6 +9,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -139,14 +140,40 @@ def test_writes_outside_owns_are_violations_never_committed(git_repo: Path, stri
         assert outcome.exit_code == 0
 
 
-def test_load_gate_waits_then_starts(git_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    readings = iter([99.0] * 4)
+def test_load_gate_holds_starts_while_the_machine_is_busy(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readings = iter([99.0] * 6)
     monkeypatch.setattr(governor, "read_load", lambda: next(readings, 0.0))
-    fake_worker_run(git_repo, "r", 2, {}, {"limits": {"max_load": 4.0}})
-    seen = []
-    outcome = start_run(git_repo, "r", quiet, lambda p: seen.append(p.waiting_for_load))
+    limits = {"max_load": 4.0, "canary": 0, "concurrency": 3}
+    fake_worker_run(git_repo, "r", 3, {"sleep": 0.3}, {"limits": limits})
+    seen: list[tuple[bool, int]] = []
+    outcome = start_run(
+        git_repo, "r", quiet, lambda p: seen.append((p.waiting_for_load, len(p.running)))
+    )
     assert outcome.exit_code == 0
-    assert seen[0] is True and seen[-1] is False
+    assert seen[0][0] is True
+    assert all(running <= 1 for waiting, running in seen if waiting)  # one at a time
+
+
+def test_a_load_that_never_drops_slows_the_run_but_never_stalls_it(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(governor, "read_load", lambda: 99.0)
+    spec_path = fake_worker_run(
+        git_repo, "r", 4, {"sleep": 0.2}, {"limits": {"max_load": 4.0, "canary": 0}}
+    )
+    running: list[int] = []
+    # A deadline: a stalled driver gets SIGTERM (which it turns into a stop).
+    deadline = threading.Timer(60, os.kill, (os.getpid(), signal.SIGTERM))
+    deadline.start()
+    try:
+        outcome = start_run(git_repo, "r", quiet, lambda p: running.append(len(p.running)))
+    finally:
+        deadline.cancel()
+    assert outcome.exit_code == 0, "the run stalled while the load stayed high"
+    assert max(running) == 1  # one attempt at a time while the load is high
+    assert spec_path.exists()
 
 
 def test_sigstopped_driver_is_stale_and_watchdog_kill_lets_resume_finish(
