@@ -73,15 +73,19 @@ def symlink_problems(
     protected: list[tuple[str, Pattern]],
     base: BaseTree,
     changed: Iterable[str],
+    outputs: set[str],
 ) -> list[Problem]:
     """Owned and protected paths that are, or pass through, a symlink.
 
-    ``protected`` holds the packet's protected entries, parsed.
+    ``protected`` holds the packet's protected entries, parsed. A new
+    symlink exactly at an output path is left out: that is an invalid output
+    (quarantined after an attempt; a dirty owned path before the run), and
+    it must not stop ``resume``.
     """
-    links = set(base.symlinks)
-    links.update(p for p in changed if _is_link(run.repo / p))
+    links = {p for p in changed if _is_link(run.repo / p)}
     for claim in owned:
         links.update(_links_on_chain(run.repo, claim.pattern.literal_prefix))
+    links = {p for p in links if p not in outputs} | base.symlinks
     if not links:
         return []
     claims = list(owned)

@@ -10,6 +10,8 @@ The spec maps task ids to behaviours (``default`` for the rest):
 - ``nowrite_then_write``: nothing on attempt 1, valid afterwards
 - ``hang_unless_allowed``: broken on attempt 1; later attempts hang unless
   the file ``ALLOW`` exists in the working directory, then write
+- ``symlink_then_write``: make each output a symlink to README.md on
+  attempt 1, write it properly afterwards
 - ``stray``: write the output and a file outside the task's owns
   (``stray_path``, default ``stray/<task>.txt``)
 - ``crowd``: exit 75 (throttled) when more than ``crowd_limit`` copies run at
@@ -62,6 +64,11 @@ def main() -> int:
     ):
         for path in outputs:
             write_whole(path, "{not json")
+        return 0
+    if mode == "symlink_then_write" and attempt == 1:
+        for path in outputs:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.path.relpath("README.md", Path(path).parent), path)
         return 0
     if mode == "hang_unless_allowed":
         while not Path("ALLOW").exists():

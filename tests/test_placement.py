@@ -18,7 +18,7 @@ from gitrun.paths import canonical_problem
 from gitrun.problem import Problem
 from gitrun.runfiles import definition_files
 from gitrun.runs import load_run
-from gitrun.session import CheckFailed, start_run
+from gitrun.session import CheckFailed, resume_run, start_run
 from tests.helpers import build_tree, commit_all, fake_worker_run, git, write_run
 
 quiet = lambda _line: None  # noqa: E731
@@ -284,3 +284,23 @@ def test_an_ignored_run_directory_is_a_problem(git_repo: Path) -> None:
 def test_files_that_change_how_tools_behave_are_protected(git_repo: Path, owned: str) -> None:
     problems = _problems(git_repo, [{"id": "ta", "outputs": ["a.out"], "owns": [owned, "a.out"]}])
     assert "protected" in {p.code for p in problems}
+
+
+def test_a_symlink_written_as_output_is_quarantined_and_the_task_retried(git_repo: Path) -> None:
+    fake_worker_run(git_repo, "r", 2, {"tasks": {"t01": "symlink_then_write"}})
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.exit_code == 0
+    moved = LocalPaths.of(git_repo, "r").quarantine_of("t01", 1) / "out/t01.json"
+    assert moved.is_symlink()
+    assert git(git_repo, "show", "gitrun/r:out/t01.json").startswith("{")
+    assert (git_repo / "README.md").read_text() == "# sample\n"
+
+
+def test_resume_is_not_blocked_by_a_symlink_a_worker_left_as_output(git_repo: Path) -> None:
+    fake_worker_run(git_repo, "r", 1, {"default": "nowrite"}, {"limits": {"max_attempts": 1}})
+    assert start_run(git_repo, "r", quiet).exit_code == 3  # the canary wrote nothing
+    os.symlink("../README.md", git_repo / "out/t01.json")  # a late worker's parting gift
+    outcome = resume_run(git_repo, "r", quiet)
+    assert outcome.status.tasks["t01"].status != "done"
+    assert not os.path.lexists(git_repo / "out/t01.json")  # quarantined, not followed
+    assert (git_repo / "README.md").read_text() == "# sample\n"
