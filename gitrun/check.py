@@ -23,6 +23,7 @@ from gitrun.patterns import (
 from gitrun.placement import (
     BaseTree,
     base_commit,
+    case_alias_problems,
     ignored_problems,
     output_place_problems,
     symlink_problems,
@@ -73,6 +74,7 @@ def check_run(run: RunDef, *, check_dirty: bool = True) -> CheckReport:
     output_paths = {path for _, path in outputs}
     problems += symlink_problems(run, owned, protected, base, changed, output_paths)
     problems += output_place_problems(run, outputs, base)
+    problems += case_alias_problems(run, outputs)
     problems += ignored_problems(run, outputs)
     problems += run_file_problems(run)
     if check_dirty:

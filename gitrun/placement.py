@@ -232,3 +232,27 @@ def ignored_problems(run: RunDef, outputs: list[tuple[str, str]]) -> list[Proble
                 )
             )
     return out
+
+
+def case_alias_problems(run: RunDef, outputs: list[tuple[str, str]]) -> list[Problem]:
+    """Outputs of different tasks that differ only in case or Unicode normal
+    form: one file on macOS and Windows, where the run may be resumed."""
+    import unicodedata
+
+    first: dict[str, tuple[str, str]] = {}
+    out: list[Problem] = []
+    for task, path in outputs:
+        key = unicodedata.normalize("NFC", path).casefold()
+        seen = first.setdefault(key, (task, path))
+        if seen[0] != task and seen[1] != path:
+            out.append(
+                Problem(
+                    "overlap",
+                    f"{run.tasks_path}: tasks {seen[0]} and {task} write {seen[1]!r} and "
+                    f"{path!r}, one file on case-insensitive file systems (macOS, Windows); "
+                    "give them names that differ by more than case",
+                    (seen[0], task),
+                    path,
+                )
+            )
+    return out

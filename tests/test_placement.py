@@ -304,3 +304,16 @@ def test_resume_is_not_blocked_by_a_symlink_a_worker_left_as_output(git_repo: Pa
     assert outcome.status.tasks["t01"].status != "done"
     assert not os.path.lexists(git_repo / "out/t01.json")  # quarantined, not followed
     assert (git_repo / "README.md").read_text() == "# sample\n"
+
+
+def test_outputs_differing_only_in_case_or_normal_form_overlap(git_repo: Path) -> None:
+    tasks = [
+        {"id": "ta", "outputs": ["out/Report.json"]},
+        {"id": "tb", "outputs": ["out/report.json"]},
+        {"id": "tc", "outputs": ["out/caf\u00e9.json"]},
+        {"id": "td", "outputs": ["out/cafe\u0301.json"]},
+        {"id": "te", "outputs": ["out/other.json"]},
+    ]
+    problems = [p for p in _problems(git_repo, tasks) if p.code == "overlap"]
+    assert sorted(p.tasks for p in problems) == [("ta", "tb"), ("tc", "td")]
+    assert "case-insensitive" in problems[0].message
