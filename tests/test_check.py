@@ -7,7 +7,7 @@ import pytest
 
 from gitrun.check import Problem, check_run
 from gitrun.runs import load_run
-from tests.helpers import build_tree, commit_all, write_run
+from tests.helpers import build_tree, commit_all, git, write_run
 
 
 def _task(tid: str, owns: list[str] | None = None, **extra: object) -> dict[str, object]:
@@ -147,8 +147,12 @@ def test_dirty_owned_paths_are_reported(git_repo: Path) -> None:
 
 
 def test_staged_change_in_an_owned_path_is_dirty(git_repo: Path) -> None:
+    """Only a staged change: the work tree matches the index, not HEAD."""
     build_tree(git_repo, {"out/a.json": "{}"})
-    os.system("git add out/a.json")
+    commit_all(git_repo)
+    build_tree(git_repo, {"out/a.json": '{"staged": true}'})
+    git(git_repo, "add", "out/a.json")
+    assert git(git_repo, "status", "--porcelain", "out").startswith("M  ")
     problems = _problems(git_repo, [_task("ta", ["out/a.json"], outputs=["out/a.json"])])
     assert _codes(problems) == ["dirty-owned"]
 
