@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gitrun.errors import GitrunError
+
 # Outcomes decided from disk after an attempt.
 VALID = "valid"
 MISSING = "missing"
@@ -49,11 +51,37 @@ class LedgerSummary:
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file; lines that are not records are skipped
+    (a crash cut them short, or bytes that are not UTF-8 replaced them)."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise _file_error(path, exc, "read") from exc
     return parse_lines(text)
+
+
+def _shown(path: Path) -> str:
+    """The path from the repository's .gitrun/ or .git/ on, as users know it."""
+    parts = path.parts
+    for top in (".gitrun", ".git"):
+        if top in parts:
+            return "/".join(parts[len(parts) - parts[::-1].index(top) - 1 :])
+    return str(path)
+
+
+def _file_error(path: Path, exc: OSError, verb: str) -> GitrunError:
+    shown = _shown(path)
+    if isinstance(exc, IsADirectoryError):
+        return GitrunError(
+            f"{shown}: is a directory, where gitrun keeps a file of JSON lines; move it "
+            "aside and run the command again"
+        )
+    return GitrunError(
+        f"{shown}: cannot {verb} it ({exc.strerror or exc}); make it a writable regular file "
+        "(or free disk space) and run the command again"
+    )
 
 
 def parse_lines(text: str) -> list[dict[str, Any]]:
@@ -105,9 +133,12 @@ def _line(record: dict[str, Any]) -> str:
 
 def append(path: Path, record: dict[str, Any]) -> None:
     """Append one record as one line (opening the file for it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(_line(record))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write(_line(record))
+    except OSError as exc:
+        raise _file_error(path, exc, "write") from exc
 
 
 class LineWriter:
@@ -115,12 +146,19 @@ class LineWriter:
     (the page cache keeps it when the process is killed)."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle = path.open("a", encoding="utf-8")
+        self._path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._handle = path.open("a", encoding="utf-8")
+        except OSError as exc:
+            raise _file_error(path, exc, "write") from exc
 
     def write(self, record: dict[str, Any]) -> None:
-        self._handle.write(_line(record))
-        self._handle.flush()
+        try:
+            self._handle.write(_line(record))
+            self._handle.flush()
+        except OSError as exc:
+            raise _file_error(self._path, exc, "write") from exc
 
     def close(self) -> None:
         self._handle.close()
@@ -152,3 +190,5 @@ def repair_tail(path: Path) -> None:
                 handle.write(b"\n")
     except FileNotFoundError:
         return
+    except OSError as exc:
+        raise _file_error(path, exc, "repair") from exc

@@ -14,8 +14,16 @@ from typing import Any
 from pydantic import Field
 
 from gitrun.errors import DefinitionError, GitrunError
-from gitrun.settings import ID_PATTERN, Identifier, Packet, Strict, resolve_packet, validate_layer
-from gitrun.tomlfile import read_toml
+from gitrun.settings import (
+    ID_PATTERN,
+    Identifier,
+    Packet,
+    SchemaError,
+    Strict,
+    resolve_packet,
+    validate_layer,
+)
+from gitrun.tomlfile import read_toml_text
 
 GITRUN_DIR = ".gitrun"
 RUNS_DIR = ".gitrun/runs"
@@ -109,26 +117,27 @@ def load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None = None) 
     """Load and schema-check a run; raises DefinitionError listing every broken field."""
     check_run_id(run_id)
     run_dir = repo / RUNS_DIR / run_id
-    if not (run_dir / PACKET_NAME).is_file():
+    packet_name = f"{RUNS_DIR}/{run_id}/{PACKET_NAME}"
+    tasks_name = f"{RUNS_DIR}/{run_id}/{TASKS_NAME}"
+    if not os.path.lexists(run_dir / PACKET_NAME):
         known = list_runs(repo)
         hint = f" (runs here: {', '.join(known)})" if known else ""
         raise GitrunError(
-            f"no run {run_id!r}: {RUNS_DIR}/{run_id}/{PACKET_NAME} does not exist{hint}; "
+            f"no run {run_id!r}: {packet_name} does not exist{hint}; "
             f"create it with `gitrun new {run_id}`"
         )
-    packet_name = f"{RUNS_DIR}/{run_id}/{PACKET_NAME}"
-    tasks_name = f"{RUNS_DIR}/{run_id}/{TASKS_NAME}"
-    errors: list[str] = []
+    _check_real_files(repo, run_id)
+    errors = _Errors()
 
     config_raw: dict[str, Any] = {}
     config_text = ""
     config_path = repo / CONFIG_FILE
-    if config_path.is_file():
+    if os.path.lexists(config_path):
         config_text, config_raw = _read(config_path, CONFIG_FILE, errors)
     packet_text, packet_raw = _read(run_dir / PACKET_NAME, packet_name, errors)
 
     packet: Packet | None = None
-    if not errors:
+    if not errors.lines:
         try:
             packet = resolve_packet(
                 packet_raw,
@@ -140,16 +149,16 @@ def load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None = None) 
                 environ=environ if environ is not None else os.environ,
             )
         except DefinitionError as exc:
-            errors += exc.lines
+            errors.add(exc)
     if packet is not None and packet.run.id != run_id:
-        errors.append(
+        errors.line(
             f"{packet_name}: run.id is {packet.run.id!r} but the run directory is {run_id!r}; "
             "make them equal"
         )
 
     tasks: list[Task] = []
-    if not (run_dir / TASKS_NAME).is_file():
-        errors.append(
+    if not os.path.lexists(run_dir / TASKS_NAME):
+        errors.line(
             f"{tasks_name}: file not found; list the tasks there as [[task]] tables "
             f"(or generate them with `gitrun new {run_id} --inputs GLOB --output PATTERN`)"
         )
@@ -160,17 +169,60 @@ def load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None = None) 
                 table = validate_layer(TaskFile, tasks_raw, tasks_name, tasks_text, "task")
                 tasks = table.task
             except DefinitionError as exc:
-                errors += exc.lines
-    if errors or packet is None:
-        raise DefinitionError(errors or [f"{packet_name}: could not be loaded"], path=packet_name)
+                errors.add(exc)
+    if errors.lines or packet is None:
+        if not errors.lines:  # pragma: no cover - a packet that fails says why
+            errors.line(f"{packet_name}: could not be loaded")
+        raise SchemaError(errors.lines, errors.kinds, path=packet_name)
     return RunDef(repo=repo, id=run_id, packet=packet, tasks=tasks)
+
+
+class _Errors:
+    """Sentences from every file of a run, each with its kind (see SchemaError)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.kinds: list[str] = []
+
+    def add(self, exc: DefinitionError) -> None:
+        kinds = getattr(exc, "kinds", None) or exc.lines
+        self.lines += exc.lines
+        self.kinds += kinds
+
+    def line(self, sentence: str) -> None:
+        self.lines.append(sentence)
+        self.kinds.append(sentence)
+
+
+def _check_real_files(repo: Path, run_id: str) -> None:
+    """A run's definition lives in real files: a symlink could alias another
+    run or a file outside the repository, and gets committed as a link."""
+    parts = [GITRUN_DIR, RUNS_DIR, f"{RUNS_DIR}/{run_id}"]
+    files = [f"{RUNS_DIR}/{run_id}/{PACKET_NAME}", f"{RUNS_DIR}/{run_id}/{TASKS_NAME}"]
+    for rel in parts + files:
+        path = repo / rel
+        if path.is_symlink():
+            raise DefinitionError(
+                [
+                    f"{rel}: is a symlink; a run's definition must be real files and "
+                    "directories: replace the link with what it points to"
+                ],
+                path=rel,
+            )
+    for rel in files:
+        path = repo / rel
+        if os.path.lexists(path) and not path.is_file():
+            raise DefinitionError(
+                [f"{rel}: is not a regular file (a directory?); replace it with the TOML file"],
+                path=rel,
+            )
 
 
 CACHE_ABOVE = 64 * 1024  # bytes of TOML worth caching as JSON
 
 
 def _read_cached(
-    repo: Path, run_id: str, path: Path, shown: str, errors: list[str]
+    repo: Path, run_id: str, path: Path, shown: str, errors: _Errors
 ) -> tuple[str, dict[str, Any]]:
     """Like _read, for big task tables: tomllib is pure Python (~15 us a task),
     so the parsed table is kept as JSON under .git/gitrun/<run>/, keyed by the
@@ -186,22 +238,29 @@ def _read_cached(
     cache = git_dir / "gitrun" / run_id / "tasks.cache.json"
     try:
         cached = json.loads(cache.read_bytes())
-        if cached.get("sha1") == digest and isinstance(cached.get("data"), dict):
+        if (
+            isinstance(cached, dict)
+            and cached.get("sha1") == digest
+            and isinstance(cached.get("data"), dict)
+        ):
             return data.decode("utf-8", errors="replace"), cached["data"]
-    except (OSError, ValueError):
-        pass
+    except (OSError, ValueError, RecursionError):
+        pass  # a missing or broken cache: parse the file
     text, raw = _read(path, shown, errors)
     if raw:
         from gitrun.tomlfile import write_atomic
 
-        write_atomic(cache, json.dumps({"sha1": digest, "data": raw}).encode(), durable=False)
+        try:
+            data = json.dumps({"sha1": digest, "data": raw}).encode()
+            write_atomic(cache, data, durable=False)
+        except (OSError, ValueError, RecursionError):
+            pass  # only a cache: the next load parses the file again
     return text, raw
 
 
-def _read(path: Path, shown: str, errors: list[str]) -> tuple[str, dict[str, Any]]:
+def _read(path: Path, shown: str, errors: _Errors) -> tuple[str, dict[str, Any]]:
     try:
-        raw = read_toml(path, shown)
+        return read_toml_text(path, shown)
     except DefinitionError as exc:
-        errors += exc.lines
+        errors.add(exc)
         return "", {}
-    return path.read_text(encoding="utf-8"), raw

@@ -469,8 +469,10 @@ def describe_errors(
             continue
         seen.add(sentence)
         lines.append(sentence)
-        pattern = ".".join("[]" if isinstance(p, int) else str(p) for p in shown)
-        kinds.append(f"{err['type']} {pattern}")
+        pattern = "".join(
+            "[]" if isinstance(p, int) else ("." if i else "") + str(p) for i, p in enumerate(shown)
+        )
+        kinds.append(f"{err['type']}: {pattern}")
     return lines, kinds
 
 

@@ -114,6 +114,8 @@ def running_records(local: LocalPaths) -> dict[str, dict[str, Any]]:
     """Attempts the running journal shows started and not ended, by task."""
     records: dict[str, dict[str, Any]] = {}
     for record in ledger.read_lines(local.running):
+        if not isinstance(record.get("task"), str):
+            continue  # a junk record says nothing about any task
         if record.get("end"):
             if records.get(record["task"], {}).get("attempt") == record.get("attempt"):
                 del records[record["task"]]

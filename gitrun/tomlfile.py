@@ -17,6 +17,11 @@ _WHERE = re.compile(r"^(?P<msg>.*?)\s*\(at line (?P<line>\d+), column (?P<col>\d
 
 def read_toml(path: Path, shown: str | None = None) -> dict[str, Any]:
     """Parse ``path``; ``shown`` is how the file is named in errors."""
+    return read_toml_text(path, shown)[1]
+
+
+def read_toml_text(path: Path, shown: str | None = None) -> tuple[str, dict[str, Any]]:
+    """The text of ``path`` and its parsed TOML; ``shown`` names the file in errors."""
     name = shown or str(path)
     try:
         data = path.read_bytes()
@@ -41,7 +46,7 @@ def read_toml(path: Path, shown: str | None = None) -> dict[str, Any]:
             path=name,
         )
     try:
-        return tomllib.loads(text)
+        return text, tomllib.loads(text)
     except RecursionError as exc:
         raise DefinitionError(
             [f"{name}: arrays or tables nested too deeply to read; flatten them"], path=name

@@ -237,3 +237,62 @@ def test_demo_runs_offline_and_tells_the_story(tmp_path: Path) -> None:
         ["git", "-C", str(where), "log", "-1", "--format=%s"], capture_output=True, text=True
     )
     assert merged.stdout.strip() == "gitrun: land run demo"
+
+
+def test_ten_thousand_broken_tasks_print_twenty_of_each_kind(git_repo: Path) -> None:
+    run_dir = write_run(git_repo, "r", [{"id": "t1", "outputs": ["a"]}])
+    (run_dir / "tasks.toml").write_text(
+        "".join(f'[[task]]\nid = "T{i}"\noutputs = "x"\n' for i in range(10_000))
+    )
+    result = runner.invoke(app, ["check", "r"])
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert len(lines) == 42
+    assert lines[-2:] == [
+        "gitrun: error: ... and 9,980 more of this kind (task[].id)",
+        "gitrun: error: ... and 9,980 more of this kind (task[].outputs)",
+    ]
+    assert lines[0].startswith("gitrun: error: .gitrun/runs/r/tasks.toml:2: task[0] (id 'T0').id")
+    result = runner.invoke(app, ["check", "r", "--json"])
+    assert len(json.loads(result.output)) == 20_000  # JSON stays complete
+
+
+def test_check_problems_are_capped_per_kind(git_repo: Path) -> None:
+    tasks: list[dict[str, object]] = [
+        {"id": f"t{i:02d}", "outputs": [f"out/{i}.json"], "owns": ["TODO.md", f"out/{i}.json"]}
+        for i in range(30)
+    ]
+    write_run(git_repo, "r", tasks)
+    result = runner.invoke(app, ["check", "r"])
+    assert result.exit_code == 1
+    protected = [ln for ln in result.output.splitlines() if "[protected]" in ln]
+    assert len(protected) == 20
+    assert "  ... and 10 more of this kind (protected)" in result.output.splitlines()
+    result = runner.invoke(app, ["check", "r", "--json"])
+    assert len([p for p in json.loads(result.output) if p["code"] == "protected"]) == 30
+
+
+def test_a_ledger_that_is_a_directory_is_one_sentence(git_repo: Path) -> None:
+    run_dir = write_run(git_repo, "r", [{"id": "t1", "outputs": ["a"]}])
+    (run_dir / "ledger.jsonl").mkdir()
+    for command in (["status", "r"], ["retry", "r"], ["status"]):
+        result = runner.invoke(app, command)
+        assert result.exit_code == 1, result.output
+        assert result.output == (
+            "gitrun: error: .gitrun/runs/r/ledger.jsonl: is a directory, where gitrun keeps a "
+            "file of JSON lines; move it aside and run the command again\n"
+        )
+
+
+def test_junk_in_the_local_journal_is_skipped(git_repo: Path) -> None:
+    from gitrun.local import LocalPaths
+    from gitrun.state import running_records
+
+    write_run(git_repo, "r", [{"id": "t1", "outputs": ["a"]}])
+    local = LocalPaths.of(git_repo, "r")
+    local.running.parent.mkdir(parents=True, exist_ok=True)
+    local.running.write_bytes(
+        b'{"event": "x"}\n[1]\n{"task": 5}\n{"task": null, "end": 1}\n\xff\n'
+        b'{"task": "t1", "attempt": 1}\n{"task": "t2", "attempt": 1, "end": 1}\n'
+    )
+    assert list(running_records(local)) == ["t1"]

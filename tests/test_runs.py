@@ -143,3 +143,74 @@ def test_big_task_tables_are_cached_and_reparsed_when_changed(git_repo: Path) ->
     (run_dir / "tasks.toml").write_text(text.replace('id = "t00000"', 'id = "Not Valid"'))
     with pytest.raises(DefinitionError, match="not a valid id"):
         load_run(git_repo, "r", environ={})
+
+
+def test_deeply_nested_arrays_are_one_sentence(git_repo: Path) -> None:
+    run_dir = write_run(git_repo, "r", TASKS)
+    with (run_dir / "packet.toml").open("a") as handle:
+        handle.write("[rules]\nacceptance = " + "[" * 5000 + "]" * 5000 + "\n")
+    [line] = _load_error(git_repo)
+    assert line == (
+        ".gitrun/runs/r/packet.toml: arrays or tables nested too deeply to read; flatten them"
+    )
+
+
+@pytest.mark.parametrize("name", ["packet.toml", "tasks.toml"])
+def test_a_definition_file_that_is_a_directory(git_repo: Path, name: str) -> None:
+    run_dir = write_run(git_repo, "r", TASKS)
+    (run_dir / name).unlink()
+    (run_dir / name).mkdir()
+    with pytest.raises(DefinitionError) as info:
+        load_run(git_repo, "r", environ={})
+    [line] = info.value.lines
+    assert line.startswith(f".gitrun/runs/r/{name}: is not a regular file"), line
+
+
+@pytest.mark.parametrize("name", ["packet.toml", "tasks.toml", ""])
+def test_a_definition_that_is_a_symlink(git_repo: Path, tmp_path: Path, name: str) -> None:
+    elsewhere = write_run(tmp_path, "r", TASKS)
+    run_dir = write_run(git_repo, "r", TASKS)
+    link = run_dir / name if name else run_dir
+    if name:
+        link.unlink()
+    else:
+        import shutil
+
+        shutil.rmtree(run_dir)
+    link.symlink_to(elsewhere / name if name else elsewhere)
+    with pytest.raises(DefinitionError) as info:
+        load_run(git_repo, "r", environ={})
+    [line] = info.value.lines
+    shown = f".gitrun/runs/r/{name}" if name else ".gitrun/runs/r"
+    assert line.startswith(f"{shown}: is a symlink;"), line
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"\xef\xbb\xbf[run]\n", ":1: starts with a byte order mark"),
+        (b'[run]\nid = "\xff"\n', ":2: is not UTF-8 text"),
+        (b"", "packet.toml: run: required field is missing"),
+        (b"[run]\r\nid = 'r'\r\nbogus = 1\r\n", ":3: run.bogus: unknown field"),
+        (b"[run]\nid = 'r'\n[run]\n", ":3:5: invalid TOML (Cannot declare"),
+    ],
+)
+def test_broken_packet_bytes(git_repo: Path, data: bytes, expected: str) -> None:
+    run_dir = write_run(git_repo, "r", TASKS)
+    (run_dir / "packet.toml").write_bytes(data)
+    lines = _load_error(git_repo)
+    assert any(ln.startswith(".gitrun/runs/r/packet.toml") and expected in ln for ln in lines), (
+        lines
+    )
+
+
+def test_a_broken_cache_of_the_task_table_is_ignored(git_repo: Path) -> None:
+    tasks = [{"id": f"t{i:05d}", "outputs": [f"out/t{i:05d}.json"]} for i in range(1500)]
+    write_run(git_repo, "r", tasks)
+    cache = git_repo / ".git/gitrun/r/tasks.cache.json"
+    cache.parent.mkdir(parents=True)
+    cache.write_text("[1, 2]")
+    assert len(load_run(git_repo, "r", environ={}).tasks) == 1500
+    cache.unlink()
+    cache.mkdir()  # cannot be written: only a cache
+    assert len(load_run(git_repo, "r", environ={}).tasks) == 1500

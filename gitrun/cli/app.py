@@ -32,7 +32,11 @@ class _Group(TyperGroup):
         try:
             return super().invoke(ctx)
         except GitrunError as exc:
-            for line in exc.lines:
+            kinds = getattr(exc, "kinds", None)
+            lines = exc.lines
+            if isinstance(kinds, list) and len(kinds) == len(lines):
+                lines = capped(lines, kinds)
+            for line in lines:
                 typer.echo(f"gitrun: error: {line}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
@@ -48,6 +52,30 @@ class _Group(TyperGroup):
                 err=True,
             )
             ctx.exit(EXIT_INTERNAL)
+
+
+PER_KIND = 20  # problems of one kind shown before a count of the rest
+
+
+def capped(lines: list[str], kinds: list[str], limit: int = PER_KIND) -> list[str]:
+    """The first ``limit`` lines of each kind, then one line counting the rest.
+
+    A table with 10,000 broken entries says so in 21 lines, not 10,000;
+    ``--json`` output stays complete.
+    """
+    totals: dict[str, int] = {}
+    for kind in kinds:
+        totals[kind] = totals.get(kind, 0) + 1
+    shown: dict[str, int] = {}
+    out: list[str] = []
+    for line, kind in zip(lines, kinds, strict=True):
+        seen = shown[kind] = shown.get(kind, 0) + 1
+        if seen <= limit:
+            out.append(line)
+        elif seen == limit + 1:
+            label = kind.rsplit(": ", 1)[-1]
+            out.append(f"... and {totals[kind] - limit:,} more of this kind ({label})")
+    return out
 
 
 def _write_crash_log() -> str:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from gitrun.cli.app import _orchestrator_guide, _repo, app
+from gitrun.cli.app import _orchestrator_guide, _repo, app, capped
 
 
 @app.command()
@@ -100,9 +100,10 @@ def check(
         typer.echo(json.dumps([p.to_json() for p in report.problems], indent=2))
     elif report.problems:
         count = len(report.problems)
-        typer.echo(f"run {run!r}: {count} problem{'s' * (count != 1)}:")
-        for problem in report.problems:
-            typer.echo(f"  [{problem.code}] {problem.message}")
+        typer.echo(f"run {run!r}: {count:,} problem{'s' * (count != 1)}:")
+        lines = [f"[{problem.code}] {problem.message}" for problem in report.problems]
+        for line in capped(lines, [problem.code for problem in report.problems]):
+            typer.echo(f"  {line}")
     else:
         typer.echo(f"run {run!r} is ready: {report.summary}")
     raise typer.Exit(1 if report.problems else 0)
