@@ -56,6 +56,8 @@ def _context(
 ) -> tuple[RunDef, Task] | None:
     """The task this hook call acts for, or None when no gitrun task applies."""
     run_id, task_id = environ.get("GITRUN_RUN"), environ.get("GITRUN_TASK")
+    if task_id and not run_id:  # a task that cannot be identified: fail closed
+        raise HookFailure("GITRUN_TASK is set but GITRUN_RUN is not")
     if repo is None:
         if run_id and task_id:
             raise HookFailure("not inside a git repository")

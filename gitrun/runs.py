@@ -16,6 +16,7 @@ from pydantic import Field
 from gitrun.errors import DefinitionError, GitrunError
 from gitrun.settings import (
     ID_PATTERN,
+    ArgText,
     Identifier,
     Packet,
     SchemaError,
@@ -44,7 +45,7 @@ class Task(Strict):
     inputs: list[str] = []
     owns: list[str] | None = None  # None: the task owns exactly its outputs
     outputs: list[str | OutputSpec] = Field(min_length=1)
-    note: str | None = None
+    note: ArgText | None = None  # reaches workers in their prompt: never a NUL
     bundle: str | None = None  # a file listing the inputs, for tasks with many
 
 

@@ -179,7 +179,9 @@ def land(
     it; anything else that would be overwritten stops it with nothing changed.
     """
     from gitrun.land import land_run
+    from gitrun.runs import check_run_id
 
+    check_run_id(run)
     typer.echo(land_run(_repo(ctx), run, squash=squash))
 
 
