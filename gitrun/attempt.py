@@ -19,6 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from gitrun.reaper import identity, is_running, kill_recorded_group
+
+__all__ = ["Attempt", "AttemptEnd", "Monitor", "is_running", "kill_recorded_group"]
+
 LOG_LIMIT = 1 << 20  # bytes kept from the start of a worker's output
 LOG_TAIL = 64 << 10  # bytes kept from its end once the limit is passed
 TERM_GRACE = 5.0  # seconds between SIGTERM and SIGKILL
@@ -58,6 +62,10 @@ class Attempt:
         self.stopped = False
         self.proc: subprocess.Popen[bytes] | None = None
         self.pid = 0
+        # What psutil saw right after the start, for the running journal:
+        # a later driver signals the group only if these still match.
+        self.create_time: float | None = None
+        self.cmdline: list[str] | None = None
         self.status: int | None = None  # set once reaped
         self.exited_at = 0.0
         self.eof = False
@@ -99,7 +107,10 @@ class Attempt:
         self._kill_at = time.time() + self.kill_grace
 
     def signal_group(self, sig: int) -> None:
-        if self.proc is not None:
+        """Signal the worker's group, only while the worker is not reaped: until
+        then its pid (a zombie's at worst) cannot go to another process, so
+        the group is still the one gitrun started."""
+        if self.proc is not None and self.status is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, sig)
 
@@ -181,6 +192,11 @@ class Monitor:
             self._failed.append(attempt)
             return attempt
         attempt.proc, attempt.pid, attempt._log = proc, proc.pid, log
+        # Popen returns once the child has exec'd, so this is the worker's own
+        # command line (or nothing, when it already exited).
+        recorded = identity(proc.pid)
+        attempt.create_time = recorded.get("create_time")
+        attempt.cmdline = recorded.get("cmdline")
         assert proc.stdout is not None
         os.set_blocking(proc.stdout.fileno(), False)
         self._selector.register(proc.stdout, selectors.EVENT_READ, (attempt, "out"))
@@ -243,18 +259,17 @@ class Monitor:
             attempt.take_output(chunk)
 
     def _reap(self, attempt: Attempt, block: bool = True) -> None:
+        """Collect an exited worker (``block``: its pidfd said it exited).
+
+        Whatever the worker left behind in its group goes with it, killed
+        before the worker is reaped, while its pid still names the group.
+        """
         assert attempt.proc is not None
-        if block:
-            status = attempt.proc.wait()
-        else:
-            polled = attempt.proc.poll()
-            if polled is None:
-                return
-            status = polled
-        attempt.status = status
-        attempt.exited_at = time.time()
-        # Whatever the worker left behind in its group goes with it.
+        if not block and not _has_exited(attempt.proc):
+            return
         attempt.signal_group(signal.SIGKILL)
+        attempt.status = attempt.proc.wait()
+        attempt.exited_at = time.time()
 
     def _finish(self, attempt: Attempt) -> None:
         self._live.discard(attempt)
@@ -266,54 +281,12 @@ class Monitor:
         attempt.close_log()
 
 
-def kill_recorded_group(record: dict[str, Any]) -> None:
-    """SIGKILL the process group of an attempt a dead driver recorded, if its
-    leader is still the same process (psutil compares start times, so a
-    reused pid is left alone), and wait briefly for the group to go."""
-    import psutil
-
-    pid = record.get("pid")
-    if not isinstance(pid, int):
-        return
+def _has_exited(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether a child exited, without reaping it where the OS allows."""
+    if not hasattr(os, "waitid"):  # pragma: no cover - reaping is the only way to know
+        return proc.poll() is not None
     try:
-        proc = psutil.Process(pid)
-        created = record.get("create_time")
-        if created is not None and abs(proc.create_time() - created) > 0.01:
-            return  # the pid was reused by another process
-    except psutil.Error:
-        pass  # the leader is gone; members of its group may remain
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        return
-    deadline = time.time() + 5
-    while time.time() < deadline:
-        try:
-            os.killpg(pid, 0)
-        except ProcessLookupError:
-            return
-        if not any(is_running(p) for p in _group_members(pid)):
-            return
-        time.sleep(0.02)
-
-
-def _group_members(pgid: int) -> list[int]:
-    import psutil
-
-    members = []
-    for proc in psutil.process_iter(["pid"]):
-        with contextlib.suppress(psutil.Error, OSError):
-            if os.getpgid(proc.pid) == pgid:
-                members.append(proc.pid)
-    return members
-
-
-def is_running(pid: int) -> bool:
-    """Whether ``pid`` runs: not gone, and not a zombie nobody reaped yet (a
-    container's init may never reap the orphans it inherits)."""
-    import psutil
-
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.Error:
-        return False
+        found = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True  # already reaped
+    return found is not None

@@ -389,10 +389,14 @@ class Driver:
         if attempt.proc is not None:
             self.journal.write(
                 {
+                    "run": self.run.id,
                     "task": task.id,
                     "attempt": number,
+                    # Who it is, as psutil saw it at once: a later driver
+                    # signals it only if pid, create time and command line match.
                     "pid": attempt.pid,
-                    "create_time": _create_time(attempt.pid),
+                    "create_time": attempt.create_time,
+                    "cmdline": attempt.cmdline,
                     "started": attempt.started,
                     "deadline": attempt.deadline,
                     "before": before,
@@ -553,15 +557,6 @@ class Driver:
 
     def _on_signal(self, signum: int) -> None:
         self.stop_signal = signum
-
-
-def _create_time(pid: int) -> float | None:
-    import psutil
-
-    try:
-        return float(psutil.Process(pid).create_time())
-    except psutil.Error:
-        return None
 
 
 @contextmanager

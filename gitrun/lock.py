@@ -3,7 +3,9 @@
 The lock is an ``flock`` (through filelock), which the kernel releases when
 its holder dies, also by ``kill -9``: a lock left by a dead process is simply
 taken over, with no manual unlock step. The owner record next to it says who
-holds it (pid, host, start, heartbeat) so a refused second driver can name it.
+holds it (pid, host, start, heartbeat) so a refused second driver can name it,
+and who exactly that process is (its create time and command line), so that
+``gitrun watchdog --kill`` signals it only while it is still that process.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class Owner:
     started: float
     heartbeat: float
     state: dict[str, Any] = field(default_factory=dict)  # the driver's live state
+    create_time: float | None = None  # as psutil reports it, for reaper.is_recorded_process
+    cmdline: list[str] | None = None
 
     @property
     def age(self) -> float:
@@ -44,6 +48,8 @@ class Owner:
             "host": self.host,
             "started": self.started,
             "heartbeat": self.heartbeat,
+            "create_time": self.create_time,
+            "cmdline": self.cmdline,
         }
 
 
@@ -76,10 +82,19 @@ def _ago(seconds: float) -> str:
 def read_owner(local: LocalPaths) -> Owner | None:
     try:
         data = json.loads(local.owner.read_text())
+        cmdline = data.get("cmdline")
+        created = data.get("create_time")
         return Owner(
-            int(data["pid"]), str(data["host"]), float(data["started"]), float(data["heartbeat"])
+            int(data["pid"]),
+            str(data["host"]),
+            float(data["started"]),
+            float(data["heartbeat"]),
+            create_time=float(created) if isinstance(created, int | float) else None,
+            cmdline=cmdline
+            if isinstance(cmdline, list) and all(isinstance(a, str) for a in cmdline)
+            else None,
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -107,8 +122,18 @@ class RunLock:
     """The held lock; ``beat()`` refreshes the heartbeat in the owner record."""
 
     def __init__(self, local: LocalPaths) -> None:
+        from gitrun.reaper import identity
+
         self.local = local
-        self.owner = Owner(os.getpid(), socket.gethostname(), time.time(), time.time())
+        me = identity(os.getpid())
+        self.owner = Owner(
+            os.getpid(),
+            socket.gethostname(),
+            time.time(),
+            time.time(),
+            create_time=me.get("create_time"),
+            cmdline=me.get("cmdline"),
+        )
 
     def beat(self, state: dict[str, Any] | None = None) -> None:
         self.owner = Owner(
@@ -117,6 +142,8 @@ class RunLock:
             self.owner.started,
             time.time(),
             state if state is not None else self.owner.state,
+            self.owner.create_time,
+            self.owner.cmdline,
         )
         write_atomic(self.local.owner, json.dumps(self.owner.to_json()).encode(), durable=False)
 

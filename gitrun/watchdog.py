@@ -8,7 +8,6 @@ alerts); ``--kill`` ends a stale driver so that the next ``resume`` takes over.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import time
@@ -17,9 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from gitrun import git
-from gitrun.attempt import is_running, kill_recorded_group
 from gitrun.local import LocalPaths
 from gitrun.lock import is_locked, read_owner
+from gitrun.reaper import (
+    attempt_env,
+    is_recorded_process,
+    kill_recorded_group,
+    signal_recorded_process,
+)
 from gitrun.runs import list_runs
 from gitrun.state import running_records
 
@@ -97,9 +101,8 @@ def _inspect_live(run_id: str, local: LocalPaths, stale_after: float, now: float
 def _inspect_dead(run_id: str, local: LocalPaths) -> RunHealth:
     health = RunHealth(run_id, "dead")
     for task, record in running_records(local).items():
-        pid = record.get("pid")
-        if isinstance(pid, int) and is_running(pid):
-            health.orphans.append(f"{task}#{record.get('attempt')} (pid {pid})")
+        if is_recorded_process(record, attempt_env(record)):
+            health.orphans.append(f"{task}#{record.get('attempt')} (pid {record['pid']})")
     if health.orphans:
         health.stale = True
         health.reason = f"workers left running by a dead driver: {', '.join(health.orphans)}"
@@ -108,18 +111,24 @@ def _inspect_dead(run_id: str, local: LocalPaths) -> RunHealth:
 
 def kill_stale(repo: Path, health: RunHealth) -> str:
     """End a stale run's driver (its process group when it leads one) and the
-    workers it recorded, so that `gitrun resume` can take over."""
+    workers it recorded, so that `gitrun resume` can take over.
+
+    The driver is signalled only when its owner record names it completely
+    (pid, create time, command line) and the live process still matches
+    (:func:`gitrun.reaper.signal_recorded_process`); workers likewise.
+    """
     local = LocalPaths.of(repo, health.run)
     if health.driver == "elsewhere":
         return f"{health.run}: the driver runs on {health.host}; kill it there"
     if health.pid is not None and health.driver == "alive":
-        try:
-            if os.getpgid(health.pid) == health.pid and health.pid != os.getpgid(0):
-                os.killpg(health.pid, signal.SIGKILL)
-            else:
-                os.kill(health.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        owner = read_owner(local)
+        record = owner.to_json() if owner is not None and owner.pid == health.pid else {}
+        if not signal_recorded_process(record, signal.SIGKILL):
+            return (
+                f"{health.run}: not stopped: pid {health.pid} does not match the driver's owner "
+                f"record ({local.owner}) in start time and command line; check that process "
+                "and stop it yourself if it is the driver"
+            )
         deadline = time.time() + 10
         while is_locked(local) and time.time() < deadline:
             time.sleep(0.05)

@@ -122,12 +122,13 @@ def test_child_environment(git_repo: Path) -> None:
     script = (
         'printf "%s|%s|%s|%s|%s|%s" "$GITRUN_RUN" "$GITRUN_TASK" "$GITRUN_ATTEMPT" '
         '"$GITRUN_MODEL" "$GITRUN_PACKET" "$GITRUN_OUTPUTS" > out/env.txt; '
-        'printf "%s" "$GITRUN_POINTER" > out/pointer.txt; echo {task} {model} > out/argv.txt'
+        'printf "%s" "$GITRUN_POINTER" > out/pointer.txt; echo "$1" "$2" > out/argv.txt'
     )
     from tests.helpers import write_run
 
     tasks = [{"id": "t1", "outputs": ["out/env.txt", "out/pointer.txt", "out/argv.txt"]}]
-    write_run(git_repo, "r", tasks, {"executor": {"command": ["sh", "-c", script]}})
+    command = ["sh", "-c", script, "sh", "{task}", "{model}"]
+    write_run(git_repo, "r", tasks, {"executor": {"command": command}})
     assert start_run(git_repo, "r", quiet).exit_code == 0
     env = (git_repo / "out/env.txt").read_text()
     assert (

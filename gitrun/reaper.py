@@ -1,0 +1,248 @@
+"""Signalling processes that a gitrun process recorded: only the ones it started.
+
+A record (a worker's line in the running journal, a driver's owner record)
+names a process by its pid, its create time and its command line, all read
+right after it started. A later gitrun, possibly on a machine that has run
+for weeks since, signals that process only when all three still match: a
+pid alone is reused, and a record can be truncated or written by hand.
+
+Never signalled, whatever a record says: pid 0, 1 or below (``kill(0)`` and
+``kill(-n)`` mean whole groups, 1 is init), gitrun's own pid, group or
+session, and anything named by a partial or ill-typed record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import time
+from collections.abc import Mapping
+from typing import Any
+
+CREATE_TIME_SLACK = 0.05  # seconds; psutil derives create times from clock ticks
+GONE_PATIENCE = 5.0  # seconds to wait for a killed group to go
+
+
+def identity(pid: int) -> dict[str, Any]:
+    """``create_time`` and ``cmdline`` of a process, for a record; ``{}``
+    when they cannot be read (it is gone, or already a zombie)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            return {"create_time": proc.create_time(), "cmdline": proc.cmdline()}
+    except psutil.Error:
+        return {}
+
+
+def may_signal(pid: object) -> bool:
+    """Whether ``pid`` is a value gitrun may ever signal: an int above 1 that
+    is neither this process nor its group nor its session."""
+    if type(pid) is not int or pid <= 1 or pid == os.getpid():
+        return False
+    with contextlib.suppress(OSError):
+        if pid in (os.getpgid(0), os.getsid(0)):
+            return False
+    return True
+
+
+def _recorded(record: Mapping[str, Any]) -> tuple[int, float, list[str]] | None:
+    """pid, create time and command line of a complete, well-typed record."""
+    pid, created, cmdline = record.get("pid"), record.get("create_time"), record.get("cmdline")
+    if not may_signal(pid):
+        return None
+    assert isinstance(pid, int)
+    if isinstance(created, bool) or not isinstance(created, int | float):
+        return None
+    if not math.isfinite(created):
+        return None
+    if not isinstance(cmdline, list) or not cmdline:
+        return None
+    if not all(isinstance(arg, str) for arg in cmdline):
+        return None
+    return pid, float(created), cmdline
+
+
+def attempt_env(record: Mapping[str, Any]) -> dict[str, str] | None:
+    """The ``GITRUN_*`` variables an attempt's processes carry, from its journal record."""
+    run, task, attempt = record.get("run"), record.get("task"), record.get("attempt")
+    if not (isinstance(run, str) and isinstance(task, str) and type(attempt) is int):
+        return None
+    return {"GITRUN_RUN": run, "GITRUN_TASK": task, "GITRUN_ATTEMPT": str(attempt)}
+
+
+def _carries(proc: Any, env: Mapping[str, str] | None) -> bool:
+    import psutil
+
+    if env is None:
+        return False
+    try:
+        found = proc.environ()
+    except psutil.Error:
+        return False
+    return all(found.get(key) == value for key, value in env.items())
+
+
+def _same_start(proc: Any, created: float) -> bool:
+    import psutil
+
+    try:
+        return bool(abs(proc.create_time() - created) <= CREATE_TIME_SLACK)
+    except psutil.Error:
+        return False
+
+
+def is_recorded_process(record: Mapping[str, Any], env: Mapping[str, str] | None = None) -> bool:
+    """Whether the process a record names runs now and is the one recorded:
+    same pid, same create time, and the same command line — or, for a worker
+    that replaced its program with ``exec`` (``sh -c 'exec agent ...'``; a
+    shell does this by itself for its last command), which keeps the pid and
+    create time but not the command line, the environment of this very
+    attempt (``env``: its run, task and attempt number)."""
+    import psutil
+
+    fields = _recorded(record)
+    if fields is None:
+        return False
+    pid, created, cmdline = fields
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE or not _same_start(proc, created):
+            return False
+        return proc.cmdline() == cmdline or _carries(proc, env)
+    except psutil.Error:
+        return False
+
+
+def signal_recorded_process(record: Mapping[str, Any], sig: int) -> bool:
+    """Send ``sig`` to the process a record names, if it is verifiably that
+    process (:func:`is_recorded_process`); and to its whole group when it leads
+    one that is not gitrun's own. Whether it was signalled."""
+    if not is_recorded_process(record):
+        return False
+    pid = record["pid"]
+    try:
+        if os.getpgid(pid) == pid and may_signal(pid):
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def kill_recorded_group(record: Mapping[str, Any]) -> bool:
+    """SIGKILL the process group of an attempt that a dead driver recorded,
+    when it is provably the group that driver started; whether anything was
+    signalled. Waits up to :data:`GONE_PATIENCE` for the group to go.
+
+    The worker was started as the leader of its own session and group, so its
+    group id is its pid. Three cases:
+
+    - The leader runs and matches the record (:func:`is_recorded_process`):
+      the group is the worker's, ``killpg``.
+    - The leader is a zombie nobody reaped (the dead driver was its parent):
+      its command line can no longer be read, but it still holds its pid, and
+      Linux does not hand out a pid that is still in use as a process, group
+      or session id. A zombie with the recorded create time is the worker, so
+      the group is still the worker's: ``killpg``.
+    - The leader is gone but the group may still hold the worker's children.
+      The group id cannot have been reused while the group kept a member; but
+      if it emptied for a moment, its pid could have gone to a new process
+      that made a group of its own under the same id. So the group is never
+      signalled as a whole here: each member is killed on its own, and only if
+      it started after the worker and carries this very attempt's
+      ``GITRUN_RUN``, ``GITRUN_TASK`` and ``GITRUN_ATTEMPT`` in its environment
+      (a member that cleared its environment is left alone, and the stray-write
+      audit still reports what it writes).
+
+    A record without a pid above 1, a create time and a command line never
+    leads to a signal, nor does one naming gitrun itself or its own group.
+    """
+    import psutil
+
+    fields = _recorded(record)
+    if fields is None:
+        return False
+    pid, created, _cmdline = fields
+    env = attempt_env(record)
+    try:
+        leader = psutil.Process(pid)
+        zombie = leader.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return _kill_members(pid, created, env)
+    except psutil.Error:
+        return False
+    if not _same_start(leader, created):
+        return False  # the pid now belongs to another process, and so does the group
+    if not zombie and not is_recorded_process(record, env):
+        return False
+    try:
+        if os.getpgid(pid) != pid:
+            return False
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return False
+    deadline = time.monotonic() + GONE_PATIENCE
+    while time.monotonic() < deadline:
+        if not any(is_running(p.pid) for p in group_members(pid)):
+            break
+        time.sleep(0.02)
+    return True
+
+
+def _kill_members(pgid: int, created: float, env: Mapping[str, str] | None) -> bool:
+    """Kill, one by one, the members of a leaderless group that prove to be the attempt's."""
+    import psutil
+
+    if env is None:
+        return False
+    killed = False
+    deadline = time.monotonic() + GONE_PATIENCE
+    while time.monotonic() < deadline:
+        ours = [p for p in group_members(pgid) if _is_attempt_member(p, created, env)]
+        if not ours:
+            break
+        for proc in ours:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()  # psutil checks the pid was not reused since it looked
+                killed = True
+        time.sleep(0.02)
+    return killed
+
+
+def _is_attempt_member(proc: Any, created: float, env: Mapping[str, str]) -> bool:
+    import psutil
+
+    try:
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return bool(proc.create_time() >= created - CREATE_TIME_SLACK and _carries(proc, env))
+    except psutil.Error:
+        return False
+
+
+def group_members(pgid: int) -> list[Any]:
+    """The processes (``psutil.Process``) whose process group is ``pgid``."""
+    import psutil
+
+    members = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(proc.pid) == pgid:
+                members.append(proc)
+    return members
+
+
+def is_running(pid: int) -> bool:
+    """Whether ``pid`` runs: not gone, and not a zombie nobody reaped yet (a
+    container's init may never reap the orphans it inherits)."""
+    import psutil
+
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
