@@ -23,17 +23,30 @@ from typing import Any
 
 CREATE_TIME_SLACK = 0.05  # seconds; psutil derives create times from clock ticks
 GONE_PATIENCE = 5.0  # seconds to wait for a killed group to go
+CMDLINE_PATIENCE = 1.0  # seconds to wait for a just-exec'd command line to show
 
 
 def identity(pid: int) -> dict[str, Any]:
     """``create_time`` and ``cmdline`` of a process, for a record; ``{}``
-    when they cannot be read (it is gone, or already a zombie)."""
+    when they cannot be read (it is gone, or already a zombie).
+
+    Right after a child's exec the kernel installs the new program before
+    its arguments, so for a moment the command line reads empty: wait for it
+    (briefly; a process never shows an empty one once it runs).
+    """
     import psutil
 
+    deadline = time.monotonic() + CMDLINE_PATIENCE
     try:
         proc = psutil.Process(pid)
-        with proc.oneshot():
-            return {"create_time": proc.create_time(), "cmdline": proc.cmdline()}
+        while True:
+            cmdline = proc.cmdline()
+            if cmdline or time.monotonic() > deadline:
+                break
+            time.sleep(0.001)
+        if not cmdline:
+            return {}
+        return {"create_time": proc.create_time(), "cmdline": cmdline}
     except psutil.Error:
         return {}
 
