@@ -10,13 +10,16 @@ and who exactly that process is (its create time and command line), so that
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gitrun.errors import GitrunError
@@ -79,6 +82,20 @@ def _ago(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+class LocalStateUnwritable(GitrunError):
+    """gitrun cannot write its machine-local state (a full disk, a read-only one)."""
+
+    def __init__(self, path: Path, exc: OSError) -> None:
+        self.path = path
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            fix = "free space on that disk (or raise your quota), then run the command again"
+        elif exc.errno == errno.EROFS:
+            fix = "the file system is read-only; run gitrun from a writable clone"
+        else:
+            fix = "make that directory writable for you, then run the command again"
+        super().__init__(f"cannot write {path}: {exc.strerror or exc}; {fix}")
+
+
 def read_owner(local: LocalPaths) -> Owner | None:
     try:
         data = json.loads(local.owner.read_text())
@@ -118,13 +135,24 @@ def _live_owner(local: LocalPaths, patience: float = 2.0) -> Owner | None:
     return owner
 
 
-class RunLock:
-    """The held lock; ``beat()`` refreshes the heartbeat in the owner record."""
+def _warn(message: str) -> None:
+    sys.stderr.write(f"gitrun: warning: {message}\n")
 
-    def __init__(self, local: LocalPaths) -> None:
+
+class RunLock:
+    """The held lock; ``beat()`` refreshes the heartbeat in the owner record.
+
+    The first write of the record must succeed (:class:`LocalStateUnwritable`
+    otherwise: nothing has started yet). A later heartbeat that cannot be
+    written (the disk filled up) only warns, once, and is tried again at the
+    next beat: the lock itself is held by the kernel, the record only informs.
+    """
+
+    def __init__(self, local: LocalPaths, warn: Callable[[str], None] = _warn) -> None:
         from gitrun.reaper import identity
 
         self.local = local
+        self.warn = warn
         me = identity(os.getpid())
         self.owner = Owner(
             os.getpid(),
@@ -134,6 +162,8 @@ class RunLock:
             create_time=me.get("create_time"),
             cmdline=me.get("cmdline"),
         )
+        self._written = False
+        self._failing = False
 
     def beat(self, state: dict[str, Any] | None = None) -> None:
         self.owner = Owner(
@@ -145,7 +175,22 @@ class RunLock:
             self.owner.create_time,
             self.owner.cmdline,
         )
-        write_atomic(self.local.owner, json.dumps(self.owner.to_json()).encode(), durable=False)
+        data = json.dumps(self.owner.to_json()).encode()
+        try:
+            write_atomic(self.local.owner, data, durable=False)
+        except OSError as exc:
+            if not self._written:
+                raise LocalStateUnwritable(self.local.owner, exc) from None
+            if not self._failing:
+                self.warn(
+                    f"cannot write the heartbeat to {self.local.owner}: {exc.strerror or exc}; "
+                    "the run goes on and tries again every beat (free space on that disk)"
+                )
+            self._failing = True
+            return
+        if self._failing:
+            self.warn(f"{self.local.owner}: heartbeats written again")
+        self._written, self._failing = True, False
 
 
 @contextmanager
@@ -153,12 +198,14 @@ def run_locked(local: LocalPaths, run_id: str) -> Iterator[RunLock]:
     """Hold the run's driver lock, or raise RunBusy naming its holder."""
     from filelock import FileLock, Timeout  # lazy: filelock imports asyncio (~50 ms)
 
-    local.root.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(local.lock), timeout=0)
     try:
+        local.root.mkdir(parents=True, exist_ok=True)
         lock.acquire()
     except Timeout:
         raise RunBusy(run_id, _live_owner(local)) from None
+    except OSError as exc:
+        raise LocalStateUnwritable(Path(exc.filename or local.lock), exc) from None
     held = RunLock(local)
     try:
         held.beat()

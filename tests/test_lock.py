@@ -1,0 +1,162 @@
+"""The driver lock's owner record on a disk that fills up (issue 9, section 9).
+
+A full disk is real here: a 64 KiB tmpfs mounted over the repository's
+`.git/gitrun` and filled to the last page (skipped where mounting is not
+permitted). The same logic is also driven without a mount by making the
+record's directory impossible to write.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gitrun.local import LocalPaths
+from gitrun.lock import LocalStateUnwritable, RunLock, read_owner, run_locked
+from tests.helpers import commit_all, git, write_run
+
+
+@dataclass
+class FullDisk:
+    root: Path  # the mount point
+    filler: Path
+
+    def fill(self) -> None:
+        fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+        finally:
+            os.close(fd)
+
+    def free(self) -> None:
+        self.filler.unlink()
+
+
+@pytest.fixture
+def full_disk(git_repo: Path) -> Iterator[FullDisk]:
+    """A tiny tmpfs over `.git/gitrun`, filled; unmounted at the end."""
+    where = git_repo / ".git" / "gitrun"
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    try:
+        disk = FullDisk(where, where / "filler")
+        disk.fill()
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=True)
+
+
+def gitrun(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gitrun", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def one_task_run(repo: Path) -> None:
+    write_run(
+        repo,
+        "r",
+        [{"id": "t1", "outputs": ["out/t1.json"]}],
+        {"executor": {"command": ["sh", "-c", 'echo "{}" > "$GITRUN_OUTPUTS"']}},
+    )
+    commit_all(repo, "define r")
+
+
+def test_start_on_a_full_disk_is_one_sentence_and_works_once_freed(
+    git_repo: Path, full_disk: FullDisk
+) -> None:
+    one_task_run(git_repo)
+    refused = gitrun(git_repo, "start", "r")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1, refused.stderr
+    assert lines[0].startswith("gitrun: error: cannot write ")
+    assert "driver.json" in lines[0] and "No space left on device" in lines[0]
+    assert "free space on that disk" in lines[0]
+    assert not git(git_repo, "branch", "--list", "gitrun/r"), "nothing half-started"
+
+    full_disk.free()
+    started = gitrun(git_repo, "start", "r")
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert git(git_repo, "show", "gitrun/r:out/t1.json") == "{}\n"
+
+
+def test_a_heartbeat_on_a_full_disk_warns_once_and_resumes(
+    git_repo: Path, full_disk: FullDisk
+) -> None:
+    full_disk.free()
+    local = LocalPaths.of(git_repo, "r")
+    warnings: list[str] = []
+    lock = RunLock(local, warn=warnings.append)
+    lock.beat()  # the first write has room
+    first = read_owner(local)
+    assert first is not None
+    full_disk.fill()
+    lock.beat({"running": []})
+    lock.beat({"running": []})
+    assert len(warnings) == 1
+    assert "No space left on device" in warnings[0] and "driver.json" in warnings[0]
+    assert read_owner(local) == first, "the last good record stays in place"
+    full_disk.free()
+    lock.beat()
+    assert len(warnings) == 2 and "written again" in warnings[1]
+    now = read_owner(local)
+    assert now is not None and now.heartbeat > first.heartbeat
+
+
+def test_an_unwritable_state_directory_is_one_sentence(git_repo: Path) -> None:
+    """Without a mount: `.git/gitrun` is a regular file, so nothing can be written under it."""
+    one_task_run(git_repo)
+    (git_repo / ".git" / "gitrun").write_text("not a directory\n")
+    refused = gitrun(git_repo, "start", "r")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gitrun: error: cannot write "), lines
+    assert ".git/gitrun" in lines[0]
+
+
+def test_a_later_heartbeat_that_cannot_be_written_is_not_fatal(git_repo: Path) -> None:
+    """Without a mount: the record's directory turns into a file mid-run."""
+    local = LocalPaths.of(git_repo, "r")
+    warnings: list[str] = []
+    with run_locked(local, "r") as held:
+        held.warn = warnings.append
+        shutil.rmtree(local.root)
+        local.root.write_text("in the way\n")
+        held.beat()
+        held.beat()
+        assert len(warnings) == 1 and str(local.owner) in warnings[0]
+        local.root.unlink()
+        local.root.mkdir()
+        held.beat()
+        assert read_owner(local) is not None
+        assert "written again" in warnings[-1]
+
+
+def test_the_first_write_failing_raises_a_sentence_not_an_oserror(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    lock = RunLock(LocalPaths(blocker / "r"))
+    with pytest.raises(LocalStateUnwritable, match=r"cannot write .*driver\.json"):
+        lock.beat()
