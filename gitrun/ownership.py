@@ -2,11 +2,16 @@
 
 Comparing every pattern with every other is quadratic. Instead patterns are
 put in a trie keyed by their leading literal segments (``out/*.json`` sits at
-``out``; ``out/a.json`` at ``out/a.json``). Two patterns can only meet when one
-sits at or under the other's node: ``a/*`` and ``b/*`` never are, so they are
-never compared. A walk of the trie compares each claim with the claims at its
-own node and at the nodes above it, which is linear in the number of claims
-for the usual fan-out (one file per task in shared directories).
+``out``; ``out/a.json`` at ``out/a.json``). Every path a pattern owns starts
+with its literal segments, so two patterns can only meet when one sits at or
+under the other's node: ``a/*`` and ``b/*`` never are, so they are never
+compared. This holds for files-only globs too: ``out/*`` (at ``out``) meets the
+literal ``out/a`` (at ``out/a``, below it) at the file ``out/a``. A walk of the
+trie compares each claim with the claims at its own node and at the nodes
+above it, which is linear in the number of claims for the usual fan-out (one
+file per task in shared directories). Whether two claims meet, and where, is
+:func:`gitrun.patterns.intersect`'s answer, so the semantics are the ones
+documented in :mod:`gitrun.patterns`.
 """
 
 from __future__ import annotations
@@ -106,10 +111,9 @@ def _meetings_at(node: _Node, above: list[Claim], conflicts: Conflicts) -> Itera
                 continue  # each pair of owners once
             if not conflicts(owner, other):
                 continue
-            same = owner.pattern.is_literal and other.pattern.is_literal
-            if not same and not _heads_agree(owner.pattern, other.pattern):
+            if not _heads_agree(owner.pattern, other.pattern):
                 continue
-            witness = owner.pattern.text if same else intersect(owner.pattern, other.pattern)
+            witness = intersect(owner.pattern, other.pattern)
             if witness is not None:
                 yield Meeting(owner, other, witness)
 
@@ -149,8 +153,9 @@ class OwnerIndex:
         names = path.split("/")
         for depth in range(len(names) + 1):
             assert node is not None
-            found += node.exact  # the path itself or a directory above it
-            found += [c for c in node.globs if matches(c.pattern, path)]
+            # Exact claims here name the path or a directory above it; matches()
+            # still refuses a path with an empty, `.` or `..` name.
+            found += [c for c in node.exact + node.globs if matches(c.pattern, path)]
             if depth == len(names):
                 break
             node = node.children.get(names[depth])

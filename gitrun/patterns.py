@@ -1,16 +1,37 @@
-"""Path patterns: parsing, and whether two patterns can name the same path.
+"""Path patterns: parsing, which paths a pattern owns, and whether two patterns meet.
 
-Owned paths and inputs use .gitignore glob syntax (``*``, ``?``, ``[a-z]``,
-``[!x]``, ``**`` for any number of directories, a trailing ``/`` for a
-directory, ``\\`` to escape) but are always anchored at the repository root:
-``*.md`` means the root's Markdown files, ``**/*.md`` every one. A pattern owns
-what it matches and everything beneath it.
+Syntax. Owned, output, input and protected paths use .gitignore glob syntax,
+always anchored at the repository root: ``*`` matches any run of characters
+but ``/`` (none included), ``?`` one character but ``/``, ``[a-z]`` and
+``[!x]`` (or ``[^x]``) one character in or not in the class (never ``/``),
+``\\`` takes the next character literally, and a whole segment ``**``
+matches any number of directories (zero included). ``*.md`` is the root's
+Markdown files, ``**/*.md`` every one. A lone trailing ``\\``, an unclosed
+``[`` and a reversed range such as ``[z-a]`` are errors.
 
-Matching a concrete path is pathspec's job (:func:`matches`). Whether two
-*patterns* can meet is not something pathspec answers, so :func:`intersect`
-walks the product of the two patterns, segment by segment and inside a segment
-character by character, and returns one concrete path both own (a witness).
-The test suite checks every witness against pathspec.
+Ownership. A path is a sequence of names, none of them empty, ``.`` or
+``..``. A pattern owns the paths it matches; a pattern that owns a subtree
+also owns every path beneath one of those. A pattern owns a subtree when it
+has no wildcard at all (``out``, ``out/a.json``), ends in ``/`` (``out/``,
+``out/*/``), ends in ``/**`` (``out/**`` matches everything inside ``out``, so
+owns all of it but not a file named ``out``), or has a plain last segment
+after a wildcard (``a/*/b`` owns the trees beneath every ``a/X/b``). A pattern
+whose last segment has a wildcard (``out/*.json``, ``docs/**/*.md``,
+``out/*``) owns matching files only: ``out/*`` owns ``out/x`` but not
+``out/x/y``, and ``docs/**/*.json`` and ``docs/**/*.md`` never meet.
+
+Two patterns overlap when some path is owned by both. :func:`intersect`
+returns such a path (a witness) or None when there is none; :func:`matches`
+says whether a pattern owns one concrete path. Both follow the one definition
+above, and so do check, the pre-write hook, the git pre-commit hook and the
+stray-write audit, which all ask these two functions.
+
+How: :func:`matches` compiles a pattern into a regular expression.
+:func:`intersect` searches the product of the two patterns segment by segment,
+and inside a segment character by character over exact character sets
+(:mod:`gitrun.charset`), remembering whether the name so far is empty, ``.``
+or ``..`` so that those are never used as names. The search is complete: the
+test suite compares it with brute force over a universe of paths.
 """
 
 from __future__ import annotations
@@ -18,39 +39,24 @@ from __future__ import annotations
 import posixpath
 import re
 from collections import deque
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TypeVar
 
-# A segment is either DSTAR (``**``: zero or more whole segments) or a tuple of
-# tokens. A token is a literal character, ANY (``?``), STAR (``*``) or a CharClass.
+from gitrun.charset import ANY_CHAR, CharSet
+
+# A segment is either DSTAR (``**``: zero or more whole names) or a tuple of
+# tokens. A token is a literal character (a str), STAR (``*``) or a CharSet
+# (``?`` and bracket classes).
 DSTAR = "**"
-ANY = ("?",)
 STAR = ("*",)
+ANY = ANY_CHAR
 _META = re.compile(r"[*?\[\\]")
-# Characters tried when a witness needs one that fits a class or a wildcard.
-_FALLBACK_CHARS = "xa0_-.zAZ9"
+# A path with an empty, `.` or `..` name, or a trailing slash: owned by nothing.
+_NOT_CANONICAL = re.compile(r"(?:^|/)\.{0,2}(?:/|$)")
 
-
-@dataclass(frozen=True)
-class CharClass:
-    negated: bool
-    chars: frozenset[str]
-    ranges: tuple[tuple[str, str], ...]
-
-    def accepts(self, ch: str) -> bool:
-        if ch == "/":
-            return False
-        inside = ch in self.chars or any(lo <= ch <= hi for lo, hi in self.ranges)
-        return inside != self.negated
-
-    def candidates(self) -> list[str]:
-        out = sorted(self.chars)
-        for lo, hi in self.ranges:
-            out += [lo, hi]
-        return out
-
-
-Token = str | tuple[str] | CharClass
+Token = str | tuple[str] | CharSet
 Segment = tuple[Token, ...]
 
 
@@ -68,10 +74,12 @@ class Pattern:
     """A parsed, normalised, root-anchored pattern."""
 
     text: str  # normalised text, without a trailing slash
+    # The segments; a trailing `/**` is stored as a last `*` segment that owns a subtree.
     segments: tuple[Segment | str, ...]  # str only for DSTAR
     # The leading segments that are plain names (no wildcard), unescaped.
     literal_prefix: tuple[str, ...]
     is_literal: bool  # no wildcard at all
+    owns_subtree: bool = True  # also owns everything beneath what it matches
 
 
 def normalize(text: str) -> tuple[str, bool]:
@@ -114,7 +122,7 @@ def normalize(text: str) -> tuple[str, bool]:
 @lru_cache(maxsize=65536)
 def parse(text: str) -> Pattern:
     """Parse a user-written pattern (see the module docstring for the syntax)."""
-    norm, _ = normalize(text)
+    norm, is_dir = normalize(text)
     segments: list[Segment | str] = []
     for part in norm.split("/"):
         if part == "**":
@@ -122,16 +130,19 @@ def parse(text: str) -> Pattern:
                 segments.append(DSTAR)
         else:
             segments.append(_parse_segment(part))
-    if segments[-1] == DSTAR:
+    last = segments[-1]
+    subtree = is_dir or last == DSTAR or all(isinstance(t, str) for t in last)
+    if last == DSTAR:
         # A trailing `/**` matches everything *inside* (not the directory
-        # itself); with subtree ownership that is exactly one more segment.
+        # itself); owning a subtree, that is exactly one more segment.
         segments[-1] = (STAR,)
     prefix: list[str] = []
     for seg in segments:
         if seg == DSTAR or not all(isinstance(t, str) for t in seg):
             break
         prefix.append("".join(t for t in seg if isinstance(t, str)))
-    return Pattern(norm, tuple(segments), tuple(prefix), len(prefix) == len(segments))
+    is_literal = len(prefix) == len(segments)
+    return Pattern(norm, tuple(segments), tuple(prefix), is_literal, subtree)
 
 
 def _parse_segment(part: str) -> Segment:
@@ -139,43 +150,42 @@ def _parse_segment(part: str) -> Segment:
     i = 0
     while i < len(part):
         ch = part[i]
-        if ch == "\\" and i + 1 < len(part):
+        if ch == "\\":
+            if i + 1 == len(part):
+                raise PatternError(
+                    "ends a name with a lone `\\`, which matches nothing; remove it, or write "
+                    "`\\\\` for a backslash"
+                )
             tokens.append(part[i + 1])
             i += 2
-            continue
-        if ch == "*":
+        elif ch == "*":
             if not tokens or tokens[-1] != STAR:
                 tokens.append(STAR)
             i += 1
-            continue
-        if ch == "?":
+        elif ch == "?":
             tokens.append(ANY)
             i += 1
-            continue
-        if ch == "[":
-            parsed = _parse_class(part, i)
-            if parsed is not None:
-                cls, i = parsed
-                tokens.append(cls)
-                continue
-        tokens.append(ch)
-        i += 1
+        elif ch == "[":
+            cls, i = _parse_class(part, i)
+            tokens.append(cls)
+        else:
+            tokens.append(ch)
+            i += 1
     return tuple(tokens)
 
 
-def _parse_class(part: str, start: int) -> tuple[CharClass, int] | None:
-    """Parse ``[...]`` at ``start``; None when unterminated (then ``[`` is literal)."""
+def _parse_class(part: str, start: int) -> tuple[CharSet, int]:
+    """Parse the bracket expression at ``start``; returns it and the index after it."""
     i = start + 1
     negated = i < len(part) and part[i] in "!^"
     if negated:
         i += 1
-    chars: set[str] = set()
-    ranges: list[tuple[str, str]] = []
+    ranges: list[tuple[int, int]] = []
     first = True
     while i < len(part):
         ch = part[i]
         if ch == "]" and not first:
-            return CharClass(negated, frozenset(chars), tuple(ranges)), i + 1
+            return CharSet.of(ranges, negated=negated), i + 1
         first = False
         if ch == "\\" and i + 1 < len(part):
             i += 1
@@ -185,13 +195,17 @@ def _parse_class(part: str, start: int) -> tuple[CharClass, int] | None:
             if hi == "\\" and i + 3 < len(part):
                 hi = part[i + 3]
                 i += 1
-            if ch <= hi:
-                ranges.append((ch, hi))
+            if ch > hi:
+                raise PatternError(
+                    f"has the reversed range `{ch}-{hi}` in `{part}`, which matches nothing; "
+                    f"write `{hi}-{ch}`"
+                )
+            ranges.append((ord(ch), ord(hi)))
             i += 3
             continue
-        chars.add(ch)
+        ranges.append((ord(ch), ord(ch)))
         i += 1
-    return None
+    raise PatternError(f"has an unclosed `[` in `{part}`; close it with `]`, or write `\\[`")
 
 
 def escape(path: str) -> str:
@@ -206,179 +220,189 @@ def literal_path(pattern: Pattern) -> str | None:
     return "/".join(pattern.literal_prefix)
 
 
+# --- owning one concrete path ------------------------------------------------
+
+
 def matches(pattern: Pattern, path: str) -> bool:
-    """Whether ``pattern`` owns ``path``: matches it or a directory above it.
+    """Whether ``pattern`` owns ``path`` (see the module docstring).
 
-    pathspec matches one path at a time (and ``/a/*`` does not match
-    ``a/b/c`` there), so the ancestors are asked explicitly.
+    ``path`` is relative to the repository root; one with an empty, ``.`` or
+    ``..`` name is owned by no pattern, so a caller that did not canonicalise
+    a path is refused rather than let through.
     """
-    names = path.split("/")
+    if _NOT_CANONICAL.search(path):
+        return False
     if pattern.is_literal:
-        prefix = pattern.literal_prefix
-        return tuple(names[: len(prefix)]) == prefix
-    matcher = _compiled(pattern.text)
-    return any(matcher.match_file("/".join(names[:n])) for n in range(1, len(names) + 1))
+        literal = "/".join(pattern.literal_prefix)
+        return path == literal or path.startswith(literal + "/")
+    return _compiled(pattern).fullmatch(path) is not None
 
 
-@lru_cache(maxsize=65536)
-def _compiled(text: str) -> _Matcher:
-    import pathspec  # lazy: only commands that match paths pay for it
-
-    return _Matcher(pathspec.PathSpec.from_lines("gitignore", ["/" + text]))
+_REGEXES: dict[tuple[str, bool], re.Pattern[str]] = {}
 
 
-class _Matcher:
-    def __init__(self, spec: object) -> None:
-        self._spec = spec
+def _compiled(pattern: Pattern) -> re.Pattern[str]:
+    key = (pattern.text, pattern.owns_subtree)
+    regex = _REGEXES.get(key)
+    if regex is None:
+        regex = _REGEXES[key] = re.compile(_regex_text(pattern), re.DOTALL)
+    return regex
 
-    def match_file(self, path: str) -> bool:
-        return bool(self._spec.match_file(path))  # type: ignore[attr-defined]  # pathspec is untyped here
+
+def _regex_text(pattern: Pattern) -> str:
+    parts: list[str] = []
+    last = len(pattern.segments) - 1
+    for index, segment in enumerate(pattern.segments):
+        if isinstance(segment, str):  # DSTAR, never last: a trailing `**` became `*`
+            parts.append("(?:[^/]+/)*")
+            continue
+        for token in segment:
+            if token == STAR:
+                parts.append("[^/]*")
+            elif isinstance(token, CharSet):
+                parts.append(token.regex())
+            else:
+                assert isinstance(token, str)
+                parts.append(re.escape(token))
+        if index < last:
+            parts.append("/")
+    if pattern.owns_subtree:
+        parts.append("(?:/.+)?")
+    return "".join(parts)
 
 
 # --- intersection -----------------------------------------------------------
 
 
 def intersect(a: Pattern, b: Pattern) -> str | None:
-    """One concrete path that both patterns own, or None when they cannot meet.
+    """One concrete path that both patterns own, or None when there is none.
 
-    Both patterns own their matches and everything beneath, so each is
-    extended by a final ``**``; the search is breadth-first over pairs of
-    positions, so the witness is short.
+    A pattern that owns a subtree is searched as if it ended in ``/**``. The
+    search is over pairs of positions in the two patterns, consuming one name
+    at a time, shortest witness first.
     """
+    pa, pb = a.literal_prefix, b.literal_prefix
+    common = min(len(pa), len(pb))
+    if pa[:common] != pb[:common]:
+        return None
     if a.is_literal and b.is_literal:
-        pa, pb = a.literal_prefix, b.literal_prefix
-        shorter, longer = (pa, pb) if len(pa) <= len(pb) else (pb, pa)
-        return "/".join(longer) if longer[: len(shorter)] == shorter else None
-    sa = (*a.segments, DSTAR)
-    sb = (*b.segments, DSTAR)
-    end = (len(sa), len(sb))
-    parent: dict[tuple[int, int], tuple[tuple[int, int], str | None]] = {}
-    queue: deque[tuple[int, int]] = deque([(0, 0)])
-    seen = {(0, 0)}
-    while queue:
-        state = queue.popleft()
-        if state == end:
-            return _rebuild(parent, state) or "x"
+        longer = pa if len(pa) >= len(pb) else pb
+        return "/".join(longer) if all(n not in (".", "..") for n in longer) else None
+    sa = (*a.segments, DSTAR) if a.owns_subtree else a.segments
+    sb = (*b.segments, DSTAR) if b.owns_subtree else b.segments
+
+    def moves(state: tuple[int, int]) -> Iterable[tuple[tuple[int, int], str | None]]:
         i, j = state
-        for nxt, emitted in _segment_moves(sa, sb, i, j):
-            if nxt not in seen:
-                seen.add(nxt)
-                parent[nxt] = (state, emitted)
-                queue.append(nxt)
-    return None
-
-
-def _segment_moves(
-    sa: tuple[Segment | str, ...], sb: tuple[Segment | str, ...], i: int, j: int
-) -> list[tuple[tuple[int, int], str | None]]:
-    moves: list[tuple[tuple[int, int], str | None]] = []
-    a = sa[i] if i < len(sa) else None
-    b = sb[j] if j < len(sb) else None
-    if a == DSTAR:
-        moves.append(((i + 1, j), None))
-        if b is not None and b != DSTAR:
-            name = segment_intersection(b, (STAR,))
-            if name is not None:
-                moves.append(((i, j + 1), name))
-    if b == DSTAR:
-        moves.append(((i, j + 1), None))
-        if a is not None and a != DSTAR:
-            name = segment_intersection(a, (STAR,))
-            if name is not None:
-                moves.append(((i + 1, j), name))
-    if a is not None and b is not None and a != DSTAR and b != DSTAR:
-        name = segment_intersection(a, b)
+        x = sa[i] if i < len(sa) else None
+        y = sb[j] if j < len(sb) else None
+        if isinstance(x, str):  # DSTAR: match no more names
+            yield (i + 1, j), None
+        if isinstance(y, str):
+            yield (i, j + 1), None
+        if x is None or y is None:
+            return
+        name: str | None = None
+        if isinstance(x, str) and isinstance(y, str):
+            return  # both take any name: skipping either reaches everything
+        if isinstance(x, str):
+            name, nxt = segment_intersection(y, (STAR,)), (i, j + 1)
+        elif isinstance(y, str):
+            name, nxt = segment_intersection(x, (STAR,)), (i + 1, j)
+        else:
+            name, nxt = segment_intersection(x, y), (i + 1, j + 1)
         if name is not None:
-            moves.append(((i + 1, j + 1), name))
-    return moves
+            yield nxt, name
 
-
-def _rebuild(
-    parent: dict[tuple[int, int], tuple[tuple[int, int], str | None]], state: tuple[int, int]
-) -> str:
-    names: list[str] = []
-    while state in parent:
-        state, emitted = parent[state]
-        if emitted is not None:
-            names.append(emitted)
-    return "/".join(reversed(names))
+    names = _shortest((0, 0), (len(sa), len(sb)), moves)
+    return None if names is None else "/".join(names)
 
 
 @lru_cache(maxsize=65536)
 def segment_intersection(a: Segment, b: Segment) -> str | None:
-    """A non-empty file name (not ``.`` or ``..``) matched by both segments, or None."""
-    start = (0, 0, False)
-    parent: dict[tuple[int, int, bool], tuple[tuple[int, int, bool], str]] = {}
-    queue: deque[tuple[int, int, bool]] = deque([start])
-    seen = {start}
+    """The shortest name matched by both segments (never empty, ``.`` or ``..``), or None.
+
+    The state is the position in each segment plus what the name is so far:
+    0 empty, 1 ``.``, 2 ``..``, 3 anything else. Only state 3 may end a name,
+    and the search branches on "the next character is ``.``" versus "some
+    other character" while the name is still one of the first three.
+    """
+
+    def moves(state: tuple[int, int, int]) -> Iterable[tuple[tuple[int, int, int], str | None]]:
+        i, j, kind = state
+        x = a[i] if i < len(a) else None
+        y = b[j] if j < len(b) else None
+        if x == STAR:
+            yield (i + 1, j, kind), None
+        if y == STAR:
+            yield (i, j + 1, kind), None
+        if x is None or y is None:
+            return
+        if x == STAR and y == STAR:
+            chars, nxt = ANY_CHAR, (i, j)
+        elif x == STAR:
+            chars, nxt = _chars(y), (i, j + 1)
+        elif y == STAR:
+            chars, nxt = _chars(x), (i + 1, j)
+        else:
+            chars, nxt = _chars(x) & _chars(y), (i + 1, j + 1)
+        if kind >= 2:
+            if chars:
+                yield (*nxt, 3), chars.pick()
+            return
+        if "." in chars:
+            yield (*nxt, kind + 1), "."
+        others = chars.without_dot()
+        if others:
+            yield (*nxt, 3), others.pick()
+
+    found = _shortest((0, 0, 0), (len(a), len(b), 3), moves)
+    return None if found is None else "".join(found)
+
+
+def _chars(token: Token) -> CharSet:
+    if isinstance(token, CharSet):
+        return token
+    assert isinstance(token, str)
+    return CharSet.char(token)
+
+
+_State = TypeVar("_State", bound=Hashable)
+
+
+def _shortest(
+    start: _State,
+    goal: _State,
+    moves: Callable[[_State], Iterable[tuple[_State, str | None]]],
+) -> list[str] | None:
+    """The labels along a shortest path from ``start`` to ``goal``, or None.
+
+    A move labelled None is free (skipping a wildcard that matches nothing);
+    a labelled move costs one. Breadth-first with free moves at the front
+    (0-1 BFS), over a finite state space, so the search always ends.
+    """
+    cost = {start: 0}
+    parent: dict[_State, tuple[_State, str | None]] = {}
+    queue: deque[_State] = deque([start])
+    done: set[_State] = set()
     while queue:
         state = queue.popleft()
-        i, j, nonempty = state
-        if i == len(a) and j == len(b) and nonempty:
-            chars: list[str] = []
-            while state in parent:
-                state, ch = parent[state]
-                chars.append(ch)
-            name = "".join(reversed(chars))
-            if name not in (".", ".."):
-                return name
+        if state in done:
             continue
-        for nxt, ch in _char_moves(a, b, i, j, nonempty):
-            if nxt not in seen:
-                seen.add(nxt)
-                if ch:
-                    parent[nxt] = (state, ch)
-                elif state in parent:
-                    parent[nxt] = parent[state]
-                queue.append(nxt)
-    return None
-
-
-def _char_moves(
-    a: Segment, b: Segment, i: int, j: int, nonempty: bool
-) -> list[tuple[tuple[int, int, bool], str]]:
-    ta = a[i] if i < len(a) else None
-    tb = b[j] if j < len(b) else None
-    moves: list[tuple[tuple[int, int, bool], str]] = []
-    if ta == STAR:
-        moves.append(((i + 1, j, nonempty), ""))
-    if tb == STAR:
-        moves.append(((i, j + 1, nonempty), ""))
-    if ta == STAR and tb == STAR:
-        moves.append(((i, j, True), "x"))
-    elif ta == STAR and tb is not None:
-        ch = _common_char(tb, ANY)
-        if ch:
-            moves.append(((i, j + 1, True), ch))
-    elif tb == STAR and ta is not None:
-        ch = _common_char(ta, ANY)
-        if ch:
-            moves.append(((i + 1, j, True), ch))
-    elif ta is not None and tb is not None:
-        ch = _common_char(ta, tb)
-        if ch:
-            moves.append(((i + 1, j + 1, True), ch))
-    return moves
-
-
-def _accepts(token: Token, ch: str) -> bool:
-    if isinstance(token, CharClass):
-        return token.accepts(ch)
-    if token == ANY:
-        return ch != "/"
-    return token == ch
-
-
-def _common_char(x: Token, y: Token) -> str | None:
-    """A character both single-character tokens accept."""
-    candidates: list[str] = []
-    for token in (x, y):
-        if isinstance(token, str):
-            candidates.append(token)
-        elif isinstance(token, CharClass):
-            candidates += token.candidates()
-    candidates += list(_FALLBACK_CHARS)
-    for ch in candidates:
-        if _accepts(x, ch) and _accepts(y, ch):
-            return ch
+        done.add(state)
+        if state == goal:
+            labels: list[str] = []
+            while state in parent:
+                state, label = parent[state]
+                if label is not None:
+                    labels.append(label)
+            return labels[::-1]
+        for nxt, label in moves(state):
+            step = 0 if label is None else 1
+            if nxt not in cost or cost[state] + step < cost[nxt]:
+                cost[nxt] = cost[state] + step
+                parent[nxt] = (state, label)
+                if step:
+                    queue.append(nxt)
+                else:
+                    queue.appendleft(nxt)
     return None
