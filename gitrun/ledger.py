@@ -78,6 +78,11 @@ def _file_error(path: Path, exc: OSError, verb: str) -> GitrunError:
             f"{shown}: is a directory, where gitrun keeps a file of JSON lines; move it "
             "aside and run the command again"
         )
+    if isinstance(exc, NotADirectoryError):
+        return GitrunError(
+            f"{shown}: cannot {verb} it: a directory on its path is a file; move that file "
+            "aside and run the command again"
+        )
     return GitrunError(
         f"{shown}: cannot {verb} it ({exc.strerror or exc}); make it a writable regular file "
         "(or free disk space) and run the command again"

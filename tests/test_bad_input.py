@@ -547,6 +547,7 @@ STATE_CASES: list[tuple[str, dict[str, str | bytes | None], list[str], str]] = [
     ("packet is a symlink", {}, ["start", RUN], r"packet\.toml: is a symlink"),
     ("runs dir is a file", {}, ["check", RUN], r"no run 'r'"),
     ("config is a directory", {}, ["check", RUN], r"\.gitrun/config\.toml: is a directory"),
+    ("local state is a file", {}, ["watchdog"], r"\.git/gitrun/r/running\.jsonl: .*is a file"),
     ("-C is a file", {}, ["-C", "README.md", "status"], r"README\.md is not inside a git"),
     ("-C does not exist", {}, ["-C", "nowhere", "status"], r"nowhere is not inside a git"),
 ]
@@ -580,6 +581,8 @@ def test_broken_state(
         build_tree(git_repo, {".gitrun/runs": "not a directory"})
     elif name == "config is a directory":
         (git_repo / CONFIG).mkdir()
+    elif name == "local state is a file":
+        build_tree(git_repo, {f".git/gitrun/{RUN}": "not a directory"})
     result = runner.invoke(app, args, env={}) if args[0] == "-C" else _cli(git_repo, *args)
     case = Case(name, expect)
     _assert_clean_failure(result.output, result.exit_code, case)
