@@ -66,7 +66,7 @@ def check_run(run: RunDef, *, check_dirty: bool = True) -> CheckReport:
     protected, protected_problems = _protected_entries(run)
     problems += protected_problems
     problems += _place_problems(run, owned, protected)
-    problems += _overlap_problems(owned + read)
+    problems += _overlap_problems(run.tasks_path, owned + read)
     outputs, output_problems = _outputs(run, owned)
     problems += output_problems
     changed = git.changed_paths(run.repo)
@@ -301,7 +301,7 @@ def _place_problems(
     return out
 
 
-def _overlap_problems(claims: list[Claim]) -> list[Problem]:
+def _overlap_problems(where: str, claims: list[Claim]) -> list[Problem]:
     out: list[Problem] = []
     seen: set[tuple[str, str, str]] = set()
 
@@ -321,14 +321,14 @@ def _overlap_problems(claims: list[Claim]) -> list[Problem]:
         path = meeting.witness
         if b.kind == OWNS:
             message = (
-                f"tasks {a.task} and {b.task} can both write {path} ({a.task} owns {a.text!r}, "
-                f"{b.task} owns {b.text!r}); give every path to one task only"
+                f"{where}: tasks {a.task} and {b.task} can both write {path} ({a.task} owns "
+                f"{a.text!r}, {b.task} owns {b.text!r}); give every path to one task only"
             )
             code = "overlap"
         else:
             message = (
-                f"task {b.task} reads {path} ({b.text!r}), which task {a.task} of the same stage "
-                f"{a.stage!r} writes ({a.text!r}); move the reader to a later stage"
+                f"{where}: task {b.task} reads {path} ({b.text!r}), which task {a.task} of the "
+                f"same stage {a.stage!r} writes ({a.text!r}); move the reader to a later stage"
             )
             code = "input-race"
         out.append(Problem(code, message, (a.task, b.task), path))

@@ -317,11 +317,6 @@ def _path_cases() -> Iterator[Case]:
         if path != "out/a.json/":  # owning a directory is fine
             owns = {"id": "t1", "outputs": ["out/t1.json"], "owns": ["out/t1.json", path]}
             yield _task_case(f"owns=[{path!r}]", owns, expect)
-    yield _task_case(
-        "inputs=['out/a.json/']",
-        {"id": "t1", "outputs": ["out/t1.json"], "inputs": ["out/a.json/"]},
-        rf"{re.escape(TASKS)}(:\d+)*: .*\bt1\b",
-    )
     for text in ["./TODO.md", "../x", "/x", "a//b", ".git/x"]:
         yield Case(
             f"protected {text!r}",
