@@ -10,6 +10,7 @@ when to halt. :mod:`gitrun.session` sets a driver up for start and resume.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import signal
 import threading
@@ -146,22 +147,26 @@ class Driver:
     def recover_orphans(self) -> None:
         """Stop workers a dead driver left running and record their attempts."""
         for tid, record in running_records(self.local).items():
-            kill_recorded_group(record)
+            stopped = kill_recorded_group(record)
             task = self.tasks.get(tid)
             if task is None:
                 continue
-            number = int(record.get("attempt", 0))
-            prior = record.get("before") or {}
+            number = record.get("attempt")
+            if not isinstance(number, int) or isinstance(number, bool) or number < 1:
+                number = self.history[tid].attempts  # a damaged record: the last one known
+            prior = record.get("before")
+            prior = prior if isinstance(prior, dict) else {}
             check = check_task(self.run, task, prior, self.committer.object_format)
             outcome = "valid" if check.outcome == "valid" else ledger.ABANDONED
             if check.outcome == "invalid":
                 quarantine(self.repo, self.local.quarantine_of(tid, number), check.outputs)
-            started = float(record.get("started", time.time()))
+            started = record.get("started")
+            if not isinstance(started, int | float) or not math.isfinite(started):
+                started = time.time()
             reason = check.reason if outcome != "valid" else ""
             self._record(tid, number, started, time.time(), None, None, False, outcome, reason)
-            self.report(
-                f"{tid} attempt {number}: left running by a dead driver; stopped ({outcome})"
-            )
+            how = "stopped" if stopped else "nothing of it verifiably running, nothing signalled"
+            self.report(f"{tid} attempt {number}: left by a dead driver; {how} ({outcome})")
 
     @functools.cached_property
     def base_tree(self) -> dict[str, tuple[str, str]]:

@@ -150,3 +150,18 @@ def test_resume_on_a_fresh_clone_carries_attempt_counts(git_repo: Path, tmp_path
     )
     assert trailer.strip() == "t01=2"
     assert all(t.status == "done" for t in outcome.status.tasks.values())
+
+
+def test_resume_survives_a_damaged_journal_record_and_signals_nothing(git_repo: Path) -> None:
+    from gitrun.local import LocalPaths
+    from gitrun.session import start_run
+
+    fake_worker_run(git_repo, "r", 2, {})
+    assert start_run(git_repo, "r", quiet).exit_code == 0
+    journal = LocalPaths.of(git_repo, "r").running
+    junk = {"task": "t01", "attempt": "x", "started": "y", "before": 5, "pid": 1}
+    journal.write_text(json.dumps(junk) + "\n" + json.dumps({"task": 7}) + "\n[1]\n")
+    said: list[str] = []
+    outcome = resume_run(git_repo, "r", said.append)
+    assert outcome.exit_code == 0
+    assert any("t01" in line and "nothing signalled" in line for line in said)
