@@ -74,7 +74,10 @@ def test_check_lists_problems_and_exits_1(git_repo: Path) -> None:
     write_run(git_repo, "r", tasks)
     result = runner.invoke(app, ["check", "r"])
     assert result.exit_code == 1
-    assert "[overlap] tasks ta and tb can both write out/a.json" in result.output
+    assert (
+        "[overlap] .gitrun/runs/r/tasks.toml: tasks ta and tb can both write out/a.json"
+        in result.output
+    )
     result = runner.invoke(app, ["check", "r", "--json"])
     assert result.exit_code == 1
     [problem] = json.loads(result.output)

@@ -160,20 +160,22 @@ def test_a_load_that_never_drops_slows_the_run_but_never_stalls_it(
     git_repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(governor, "read_load", lambda: 99.0)
-    spec_path = fake_worker_run(
-        git_repo, "r", 4, {"sleep": 0.2}, {"limits": {"max_load": 4.0, "canary": 0}}
-    )
-    running: list[int] = []
+    spec = {"sleep": 0.2, "spawn_log": str(git_repo.parent / "spawns.log")}
+    spec_path = fake_worker_run(git_repo, "r", 4, spec, {"limits": {"max_load": 4.0, "canary": 0}})
     # A deadline: a stalled driver gets SIGTERM (which it turns into a stop).
     deadline = threading.Timer(60, os.kill, (os.getpid(), signal.SIGTERM))
     deadline.start()
     try:
-        outcome = start_run(git_repo, "r", quiet, lambda p: running.append(len(p.running)))
+        outcome = start_run(git_repo, "r", quiet)
     finally:
         deadline.cancel()
     assert outcome.exit_code == 0, "the run stalled while the load stayed high"
-    assert max(running) == 1  # one attempt at a time while the load is high
-    assert spec_path.exists()
+    events = sorted((at, e) for _, _, e, at in spawn_events(spec_path))
+    running = peak = 0
+    for _, event in events:
+        running += 1 if event == "start" else -1
+        peak = max(peak, running)
+    assert peak == 1  # one attempt at a time while the load is high
 
 
 def test_sigstopped_driver_is_stale_and_watchdog_kill_lets_resume_finish(
