@@ -53,6 +53,7 @@ class Owner:
             "heartbeat": self.heartbeat,
             "create_time": self.create_time,
             "cmdline": self.cmdline,
+            "state": self.state,
         }
 
 
@@ -101,11 +102,13 @@ def read_owner(local: LocalPaths) -> Owner | None:
         data = json.loads(local.owner.read_text())
         cmdline = data.get("cmdline")
         created = data.get("create_time")
+        state = data.get("state")
         return Owner(
             int(data["pid"]),
             str(data["host"]),
             float(data["started"]),
             float(data["heartbeat"]),
+            state if isinstance(state, dict) else {},
             create_time=float(created) if isinstance(created, int | float) else None,
             cmdline=cmdline
             if isinstance(cmdline, list) and all(isinstance(a, str) for a in cmdline)

@@ -8,6 +8,7 @@ alerts); ``--kill`` ends a stale driver so that the next ``resume`` takes over.
 
 from __future__ import annotations
 
+import math
 import signal
 import socket
 import time
@@ -83,8 +84,14 @@ def _inspect_live(run_id: str, local: LocalPaths, stale_after: float, now: float
     health = RunHealth(
         run_id, "alive" if here else "elsewhere", owner.pid, owner.host, now - owner.heartbeat
     )
-    grace = float(owner.state.get("kill_grace", 5.0)) + 30.0
-    for attempt in owner.state.get("running", []):
+    kill_grace = owner.state.get("kill_grace")
+    if not isinstance(kill_grace, int | float) or not math.isfinite(kill_grace):
+        kill_grace = 5.0  # a damaged record: the default
+    grace = float(kill_grace) + 30.0
+    running = owner.state.get("running")
+    for attempt in running if isinstance(running, list) else []:
+        if not isinstance(attempt, dict):
+            continue  # a damaged record says nothing
         deadline = attempt.get("deadline")
         if isinstance(deadline, int | float) and now > deadline + grace:
             health.overdue.append(f"{attempt.get('task')}#{attempt.get('attempt')}")
