@@ -27,7 +27,16 @@ from gitrun.attempt import Attempt, AttemptEnd, Monitor, kill_recorded_group
 from gitrun.audit import Audit, Violation
 from gitrun.committer import CommitQueue, Committed, Committer, Landing, landing_message
 from gitrun.executor import command_template, render_command
-from gitrun.governor import STRICT, EndFacts, Governor, Halt, is_throttled, last_line
+from gitrun.governor import (
+    PERSISTENT,
+    STRICT,
+    EndFacts,
+    Governor,
+    Halt,
+    choose_canary,
+    is_throttled,
+    last_line,
+)
 from gitrun.history import find_base
 from gitrun.local import LocalPaths
 from gitrun.lock import RunLock
@@ -132,7 +141,9 @@ class Driver:
             canary=[],
             failed=sum(1 for s in self.status.values() if s == "failed"),
             usable=len(done),
+            halt=Halt(**summary.halt) if summary.halt else None,
         )
+        self.halt_recorded = summary.halt is not None
         # psutil takes ~25 ms to import; imported now, the first attempt's
         # journal record follows its start at once (a driver killed in between
         # leaves a worker the next resume cannot stop).
@@ -221,6 +232,7 @@ class Driver:
                     if halt is not None and not halted_reported:
                         halted_reported = True
                         self.report(f"halted: {halt.message}")
+                        self._record_halt(halt)
                     if not self.stopping and halt is None:
                         self._launch_ready(now)
                     if not self.running and not self._waiting(now):
@@ -242,6 +254,10 @@ class Driver:
                         self._beat()
                         last_beat = now
                 self._audit()  # before the last commit, so violations reach the ledger
+                halt = self.governor.halt
+                if halt is not None and not halted_reported:
+                    self.report(f"halted: {halt.message}")
+                    self._record_halt(halt)
             finally:
                 for attempt in self.running.values():
                     attempt.stop()
@@ -308,14 +324,13 @@ class Driver:
         self.status[tid] = status
 
     def _choose_canary(self) -> None:
-        """The first `canary` pending tasks run alone until one validates,
+        """The first `canary` open tasks run alone until one validates,
         unless some task already produced valid output."""
-        if self.limits.canary == 0 or any(s == "done" for s in self.status.values()):
-            return
         stage = self._current_stage()
-        if stage is None:
+        if stage is None or self.governor.halt is not None:
             return
-        self.governor.canary = list(self.queues[stage])[: self.limits.canary]
+        any_done = any(s == "done" for s in self.status.values())
+        self.governor.canary = choose_canary(list(self.queues[stage]), self.limits.canary, any_done)
         if self.governor.canary:
             self.report(f"canary: {', '.join(self.governor.canary)} run alone first")
 
@@ -509,6 +524,13 @@ class Driver:
             history.used += 1
         history.last_outcome = outcome
         history.last_reason = reason or None
+
+    def _record_halt(self, halt: Halt) -> None:
+        """A halt only a person can lift holds every later resume (``retry`` lifts it)."""
+        if halt.kind in PERSISTENT and not self.halt_recorded:
+            self.halt_recorded = True
+            record = {"event": ledger.HALT, "kind": halt.kind, "message": halt.message}
+            self.ledger.write({**record, "at": ledger.iso(time.time())})
 
     def _audit(self) -> None:
         if self.audit is None:

@@ -22,7 +22,7 @@ from typing import Any
 from gitrun import git, ledger
 from gitrun.committer import Committer, Landing, branch_ref, landing_message
 from gitrun.errors import GitrunError
-from gitrun.governor import EndFacts, Governor
+from gitrun.governor import PERSISTENT, EndFacts, Governor, Halt, choose_canary
 from gitrun.history import find_base
 from gitrun.local import LocalPaths
 from gitrun.lock import RunBusy, run_locked
@@ -51,6 +51,7 @@ class Batch:
     leased: list[dict[str, Any]] = field(default_factory=list)
     reason: str = ""  # why nothing (more) was handed out
     done: bool = False  # every task is done
+    halted: bool = False  # a halt holds the run until `gitrun retry` lifts it
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Collected:
     failed: list[str] = field(default_factory=list)  # used up their attempts now
     reasons: dict[str, str] = field(default_factory=dict)
     next_step: str = ""
+    halted: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -72,6 +74,7 @@ class Collected:
             "failed": self.failed,
             "reasons": self.reasons,
             "next": self.next_step,
+            "halted": self.halted,
         }
 
 
@@ -105,10 +108,12 @@ class External:
             self.limits,
             tasks=len(run.tasks),
             spawns=summary.spawns + len(self.leases),
-            canary=self._canary(),
+            canary=choose_canary(self._open_tasks(), self.limits.canary, bool(self.done)),
             failed=failed,
             usable=len(self.done),
+            halt=Halt(**summary.halt) if summary.halt else None,
         )
+        self.halt_recorded = summary.halt is not None
         self._restore_governor()
 
     # -- next ---------------------------------------------------------------------
@@ -116,6 +121,10 @@ class External:
     def next_batch(self, limit: int | None, agents: bool) -> Batch:
         batch = Batch()
         now = time.time()
+        if self.governor.halt is not None:
+            batch.halted = True
+            batch.reason = f"halted: {self.governor.halt.message}"
+            return batch
         pending = self._pending()
         if not pending and not self.leases:
             failed = [t.id for t in self.run.tasks if t.id not in self.done]
@@ -161,25 +170,17 @@ class External:
 
     def _pending(self) -> list[str]:
         """Tasks of the current stage that may be handed out, in table order."""
+        return [t for t in self._open_tasks() if t not in self.leases]
+
+    def _open_tasks(self) -> list[str]:
+        """Tasks of the current stage not done and not failed for good (leased
+        ones included), in table order: the first stage that has any."""
         open_by_stage: dict[str, list[str]] = {s: [] for s in self.run.stage_names}
-        busy: dict[str, bool] = dict.fromkeys(self.run.stage_names, False)
         for task in self.run.tasks:
-            stage = self.run.stage_of(task)
             if task.id in self.done or self.history[task.id].used >= self.limits.max_attempts:
                 continue
-            busy[stage] = True
-            if task.id not in self.leases:
-                open_by_stage[stage].append(task.id)
-        for stage in self.run.stage_names:
-            if busy[stage]:
-                return open_by_stage[stage]
-        return []
-
-    def _canary(self) -> list[str]:
-        if self.limits.canary == 0 or self.done:
-            return []
-        firsts = [t.id for t in self.run.tasks if self.run.stage_of(t) == self.run.stage_names[0]]
-        return firsts[: self.limits.canary]
+            open_by_stage[self.run.stage_of(task)].append(task.id)
+        return next((tasks for tasks in open_by_stage.values() if tasks), [])
 
     def _lease(self, task_id: str, now: float, agents: bool) -> dict[str, Any]:
         task = next(t for t in self.run.tasks if t.id == task_id)
@@ -285,6 +286,11 @@ class External:
                     (result.invalid if outcome == "invalid" else result.missing).append(task_id)
                     if failed_now:
                         result.failed.append(task_id)
+            halt = self.governor.halt
+            if halt is not None and halt.kind in PERSISTENT and not self.halt_recorded:
+                self.halt_recorded = True
+                record = {"event": ledger.HALT, "kind": halt.kind, "message": halt.message}
+                writer.write({**record, "at": ledger.iso(now)})
         finally:
             writer.close()
         recorded = result.done + result.missing + result.invalid + result.throttled
@@ -293,6 +299,7 @@ class External:
             self.committer.commit(landings, own, landing_message(self.run.id, landings))
         self._save()
         result.next_step = self._next_step()
+        result.halted = self.governor.halt is not None
         return result
 
     def _next_step(self) -> str:

@@ -31,6 +31,19 @@ ENVIRONMENT = "environment fault"
 BUDGET = "spawn budget"
 POLICY = "halt policy"
 STRICT = "ownership violation"
+# Halts that the facts do not undo by themselves: they are written to the
+# ledger, hold every later start/resume/next (exit 3), and `gitrun retry`
+# lifts them. Budget and policy halts are recomputed from the ledger instead.
+PERSISTENT = (CANARY, ENVIRONMENT, STRICT)
+
+
+def choose_canary(candidates: list[str], size: int, any_done: bool) -> list[str]:
+    """The canary: the first ``size`` open tasks of the current stage, in table
+    order, unless some task already produced valid output. One rule for every
+    dispatch mode."""
+    if size <= 0 or any_done:
+        return []
+    return candidates[:size]
 
 
 def read_load() -> float:

@@ -1,8 +1,10 @@
 """The run's ledger: one JSON line per attempt, append-only, committed with the run.
 
 It lives at ``.gitrun/runs/<run>/ledger.jsonl``. Besides attempts it holds
-``retry`` events (``gitrun retry`` gives a task new attempts). Lines a crash
-cut short are skipped when reading.
+``retry`` events (``gitrun retry`` gives a task new attempts), ``halt``
+events (a halt that only a person can lift: a failed canary, an environment
+fault, a strict ownership violation) and ``lift`` events (``gitrun retry``
+lifted it). Lines a crash cut short are skipped when reading.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ ABANDONED = "abandoned"
 # outputs did not validate: it backs off and does not use up an attempt.
 THROTTLED = "throttled"
 COUNTED = (MISSING, INVALID)
+# Run-level events.
+HALT = "halt"
+LIFT = "lift"
 
 
 @dataclass
@@ -41,6 +46,8 @@ class TaskHistory:
 @dataclass
 class LedgerSummary:
     tasks: dict[str, TaskHistory] = field(default_factory=dict)
+    # The last halt not lifted since: {"kind": ..., "message": ...}.
+    halt: dict[str, str] | None = None
 
     @property
     def spawns(self) -> int:
@@ -108,6 +115,14 @@ def parse_lines(text: str) -> list[dict[str, Any]]:
 def summarize(records: list[dict[str, Any]]) -> LedgerSummary:
     summary = LedgerSummary()
     for record in records:
+        event = record.get("event")
+        if event == HALT and isinstance(record.get("kind"), str):
+            message = record.get("message")
+            summary.halt = {"kind": record["kind"], "message": str(message or record["kind"])}
+            continue
+        if event == LIFT:
+            summary.halt = None
+            continue
         if not isinstance(record.get("task"), str):
             continue  # run-level events, such as ownership violations
         history = summary.tasks.setdefault(record["task"], TaskHistory())

@@ -77,6 +77,10 @@ def format_status(status: RunStatus, limit: int | None = 20) -> str:
     for stage in status.stages:
         lines.append(f"  stage {stage}: {_counts_text(status.counts(stage))}")
     lines.append(f"  total: {_counts_text(status.counts())}; {_yield_text(status)}")
+    if status.halt:
+        lines.append(
+            f"  halted: {status.halt['message']} (`gitrun retry {status.run}` lifts the halt)"
+        )
     for violation in status.violations[:10]:
         who = ", ".join(violation.get("tasks") or []) or "no task"
         lines.append(f"  ownership violation: {violation.get('path')} (running: {who})")

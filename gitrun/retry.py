@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -13,8 +14,16 @@ from gitrun.runs import load_run
 from gitrun.state import FAILED, ledger_path, read_status
 
 
-def retry_tasks(repo: Path, run_id: str, task_ids: list[str]) -> list[str]:
-    """Give ``task_ids`` (default: every failed task) fresh attempts; returns them."""
+@dataclass(frozen=True)
+class Retried:
+    tasks: list[str]  # given fresh attempts
+    lifted: str | None = None  # the halt lifted, if the run was halted
+
+
+def retry_tasks(repo: Path, run_id: str, task_ids: list[str]) -> Retried:
+    """Give ``task_ids`` (default: every failed task) fresh attempts, and lift
+    a halt that holds the run (a failed canary, an environment fault, a strict
+    ownership violation)."""
     run = load_run(repo, run_id)
     local = LocalPaths.of(repo, run_id)
     with run_locked(local, run_id):
@@ -31,4 +40,7 @@ def retry_tasks(repo: Path, run_id: str, task_ids: list[str]) -> list[str]:
         at = datetime.now(UTC).isoformat(timespec="milliseconds")
         for tid in chosen:
             ledger.append(ledger_path(run), {"event": "retry", "task": tid, "at": at})
-        return chosen
+        lifted = status.halt["message"] if status.halt else None
+        if lifted is not None:
+            ledger.append(ledger_path(run), {"event": ledger.LIFT, "at": at})
+        return Retried(chosen, lifted)

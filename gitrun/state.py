@@ -59,6 +59,7 @@ class RunStatus:
     spawns: int
     driver: Owner | None = None
     violations: list[dict[str, Any]] = field(default_factory=list)
+    halt: dict[str, str] | None = None  # a halt that holds the run until `gitrun retry`
 
     def counts(self, stage: str | None = None) -> dict[str, int]:
         out = dict.fromkeys(STATUSES, 0)
@@ -86,6 +87,7 @@ class RunStatus:
             "yield": self.yield_ratio,
             "driver": self.driver.to_json() if self.driver else None,
             "violations": self.violations,
+            "halt": self.halt,
             "tasks": {tid: task.to_json() for tid, task in self.tasks.items()},
         }
 
@@ -162,4 +164,5 @@ def read_status(repo: Path, run_id: str, run: RunDef | None = None) -> RunStatus
         spawns=summary.spawns,
         driver=read_owner(local) if live else None,
         violations=[r for r in records if r.get("event") == "violation"],
+        halt=summary.halt,
     )

@@ -21,8 +21,10 @@ quiet = print if os.environ.get("GITRUN_TEST_VERBOSE") else (lambda _line: None)
 
 
 def _ledger(repo: Path, run_id: str = "r") -> list[dict[str, object]]:
+    """The attempt records (run-level events such as a halt left out)."""
     path = repo / ".gitrun/runs" / run_id / "ledger.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in records if "attempt" in r]
 
 
 def _branch_files(repo: Path, run_id: str = "r") -> set[str]:
@@ -276,6 +278,7 @@ def test_missing_command_is_recorded_not_a_traceback(git_repo: Path) -> None:
     outcome = start_run(git_repo, "r", quiet)
     assert outcome.exit_code == 3  # the canary used up its attempts: halted
     records = _ledger(git_repo)
+    assert outcome.status.halt is not None and "canary failed" in outcome.status.halt["message"]
     assert [r["exit"] for r in records] == [127, 127]
     assert "no-such-agent-cli" in LocalPaths.of(git_repo, "r").log_of("t1", 1).read_text()
 

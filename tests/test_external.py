@@ -169,3 +169,27 @@ def test_collect_with_nothing_to_judge_makes_no_commit(git_repo: Path) -> None:
     again = _gitrun(git_repo, "collect", "e")
     assert again.returncode == 0
     assert git(git_repo, "rev-parse", "gitrun/e") == tip
+
+
+def test_a_failed_canary_halts_external_mode_until_retry(git_repo: Path) -> None:
+    """The halt persists (exit 3 from every later collect/next/resume) and
+    `gitrun retry` lifts it; the canary is the first open task, as in command mode."""
+    tasks = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(1, 4)]
+    limits = {"canary": 1, "max_attempts": 1, "concurrency": 2}
+    write_run(git_repo, "e", tasks, {"executor": {"kind": "external"}, "limits": limits})
+    started = _gitrun(git_repo, "start", "e", "--json")
+    assert [b["task"] for b in json.loads(started.stdout)] == ["t1"]
+    collected = _gitrun(git_repo, "collect", "e")  # the canary wrote nothing
+    assert collected.returncode == 3, collected.stdout + collected.stderr
+    assert "halted: canary failed: t1" in collected.stdout
+    for args in (["next", "e"], ["resume", "e"], ["collect", "e"]):
+        again = _gitrun(git_repo, *args)
+        assert again.returncode == 3, (args, again.stdout, again.stderr)
+        assert "canary failed" in again.stdout + again.stderr
+    status = _gitrun(git_repo, "status", "e")
+    assert "halted: canary failed" in status.stdout and "gitrun retry e" in status.stdout
+    retried = _gitrun(git_repo, "retry", "e")
+    assert retried.returncode == 0 and "lifted the halt" in retried.stdout
+    batch = _gitrun(git_repo, "next", "e", "--json")
+    assert batch.returncode == 0, batch.stderr
+    assert [b["task"] for b in json.loads(batch.stdout)] == ["t1"]  # the canary again, alone

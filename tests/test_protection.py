@@ -264,3 +264,21 @@ def test_breaker_needs_one_repeated_diagnostic() -> None:
     for _ in range(5):
         slow.ended(_facts("missing", 10.0, "boom"), now=0)
     assert slow.halt is None  # slow failures are the task's, not the environment's
+
+
+def test_a_canary_halt_holds_every_resume_until_retry_lifts_it(git_repo: Path) -> None:
+    limits = {"canary": 1, "max_attempts": 1}
+    spec_path = fake_worker_run(git_repo, "r", 3, {"tasks": {"t01": "nowrite"}}, {"limits": limits})
+    first = start_run(git_repo, "r", quiet)
+    assert first.exit_code == 3 and first.halt is not None and first.halt.kind == governor.CANARY
+    again = resume_run(git_repo, "r", quiet)
+    assert again.exit_code == 3 and again.halt is not None
+    assert again.status.spawns == 1  # no second canary was burned behind the halt
+    from gitrun.retry import retry_tasks
+
+    spec = json.loads(spec_path.read_text())
+    spec["tasks"] = {}
+    spec_path.write_text(json.dumps(spec))  # "fix the executor"
+    retried = retry_tasks(git_repo, "r", [])
+    assert retried.tasks == ["t01"] and retried.lifted is not None
+    assert resume_run(git_repo, "r", quiet).exit_code == 0

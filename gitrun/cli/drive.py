@@ -194,14 +194,20 @@ def retry(
         typer.Argument(metavar="TASK", help="Tasks to retry; default every failed one."),
     ] = None,
 ) -> None:
-    """Give tasks that used up their attempts a fresh set; then `gitrun resume RUN`."""
+    """Give tasks that used up their attempts a fresh set, and lift a halt
+    (failed canary, environment fault, strict ownership violation); then
+    `gitrun resume RUN`."""
     from gitrun.retry import retry_tasks
 
-    chosen = retry_tasks(_repo(ctx), run, list(tasks or []))
-    if not chosen:
-        typer.echo(f"run {run!r} has no failed tasks")
+    retried = retry_tasks(_repo(ctx), run, list(tasks or []))
+    if retried.lifted:
+        typer.echo(f"lifted the halt ({retried.lifted})")
+    if retried.tasks:
+        typer.echo(f"{', '.join(retried.tasks)}: fresh attempts granted")
+    elif not retried.lifted:
+        typer.echo(f"run {run!r} has no failed tasks and is not halted")
         return
-    typer.echo(f"{', '.join(chosen)}: fresh attempts granted; continue with `gitrun resume {run}`")
+    typer.echo(f"continue with `gitrun resume {run}`")
 
 
 @app.command()

@@ -10,6 +10,8 @@ import typer
 
 from gitrun.cli.app import _event, _orchestrator_guide, _repo, app
 
+EXIT_HALTED = 3  # as start and resume in command mode
+
 
 def _drive_external(repo: Path, run: str, as_json: bool, resume: bool) -> None:
     """start/resume of an external run: the branch (start), a collect (resume), a batch."""
@@ -39,7 +41,7 @@ def _print_batch(run: str, batch: Any, as_json: bool) -> None:
             )
         raise typer.Exit(0)
     typer.echo(batch.reason, err=as_json)
-    raise typer.Exit(0 if batch.done else 1)
+    raise typer.Exit(0 if batch.done else EXIT_HALTED if batch.halted else 1)
 
 
 def _print_collected(collected: Any) -> None:
@@ -112,3 +114,5 @@ def collect(
         typer.echo(json.dumps(collected.to_json(), indent=2))
     else:
         _print_collected(collected)
+    if collected.halted:
+        raise typer.Exit(EXIT_HALTED)
