@@ -23,7 +23,7 @@ from gitrun.local import LocalPaths
 from gitrun.lock import run_locked
 from gitrun.problem import Problem
 from gitrun.runfiles import definition_files
-from gitrun.runs import LEDGER_NAME, RunDef, load_run
+from gitrun.runs import LEDGER_NAME, PACKET_NAME, RUNS_DIR, RunDef, check_run_id, load_run
 from gitrun.tomlfile import write_atomic
 
 
@@ -106,6 +106,21 @@ def resume_run(
         driver.recover_orphans()
         driver.reconcile()
         return driver.drive()
+
+
+def bring_definition(repo: Path, run_id: str, report: Reporter) -> None:
+    """On a fresh clone the run directory may exist only on the run's branch
+    (here or on a remote): restore it before anything loads the run."""
+    check_run_id(run_id)
+    if (repo / RUNS_DIR / run_id / PACKET_NAME).is_file():
+        return
+    local = LocalPaths.of(repo, run_id)
+    with run_locked(local, run_id):
+        try:
+            tip = _ensure_branch(repo, run_id, report)
+        except GitrunError:
+            return  # started nowhere: loading the run says what is missing
+        _restore_definition(repo, run_id, tip, report)
 
 
 def _retire_stale_ledger(run: RunDef, local: LocalPaths) -> None:

@@ -22,9 +22,11 @@ EXIT_CODES_HELP = (
 
 def _drive(ctx: typer.Context, run: str, as_json: bool, quiet: bool, resume: bool) -> None:
     from gitrun.runs import load_run
-    from gitrun.session import resume_run, start_run
+    from gitrun.session import bring_definition, resume_run, start_run
 
     repo = _repo(ctx)
+    if resume:
+        bring_definition(repo, run, _event)
     if load_run(repo, run).packet.executor.kind == "external":
         from gitrun.cli.external import _drive_external
 
