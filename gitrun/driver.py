@@ -106,7 +106,16 @@ class Driver:
         ledger.repair_tail(self.ledger_path)
         self.ledger = ledger.LineWriter(self.ledger_path)
         self.journal: ledger.LineWriter | None = None  # opened when driving starts
-        summary = ledger.summarize(ledger.read_lines(self.ledger_path))
+        records = ledger.read_lines(self.ledger_path)
+        summary = ledger.summarize(records)
+        # Attempts the ledger already holds: a driver killed between writing an
+        # attempt's record and closing it in the journal must not make the
+        # next resume record it again.
+        self.recorded = {
+            (r["task"], r["attempt"])
+            for r in records
+            if isinstance(r.get("task"), str) and isinstance(r.get("attempt"), int)
+        }
         self.history = {tid: summary.of(tid) for tid in self.tasks}
         tip = git.rev_parse(self.repo, committer.ref)
         done = committed_tasks(run, tip, find_base(self.repo, run.id)) if tip else set()
@@ -165,6 +174,8 @@ class Driver:
             number = record.get("attempt")
             if not isinstance(number, int) or isinstance(number, bool) or number < 1:
                 number = self.history[tid].attempts  # a damaged record: the last one known
+            if (tid, number) in self.recorded:
+                continue  # recorded already; only its journal entry was not closed
             prior = record.get("before")
             prior = prior if isinstance(prior, dict) else {}
             check = check_task(self.run, task, prior, self.committer.object_format)
@@ -517,6 +528,7 @@ class Driver:
             record["reason"] = reason
         record.update(extra or {})
         self.ledger.write(record)
+        self.recorded.add((tid, number))
         history = self.history[tid]
         history.attempts = max(history.attempts, number)
         history.spawns += 1

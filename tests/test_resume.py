@@ -187,3 +187,28 @@ def test_resume_survives_a_damaged_journal_record_and_signals_nothing(git_repo: 
     outcome = resume_run(git_repo, "r", said.append)
     assert outcome.exit_code == 0
     assert any("t01" in line and "nothing signalled" in line for line in said)
+
+
+def test_an_attempt_recorded_before_the_kill_is_not_recorded_again(git_repo: Path) -> None:
+    """The kill point between an attempt's ledger record and closing it in the
+    journal: the next resume must not record the attempt a second time."""
+    from gitrun.local import LocalPaths
+    from gitrun.session import start_run
+
+    fake_worker_run(git_repo, "r", 2, {})
+    assert start_run(git_repo, "r", quiet).exit_code == 0
+    left_open = {
+        "task": "t01",
+        "attempt": 1,
+        "run": "r",
+        "pid": 4_000_000,  # above pid_max: no such process
+        "create_time": 1.0,
+        "cmdline": ["worker"],
+        "started": time.time() - 5,
+        "before": {},
+    }
+    LocalPaths.of(git_repo, "r").running.write_text(json.dumps(left_open) + "\n")
+    assert resume_run(git_repo, "r", quiet).exit_code == 0
+    path = git_repo / ".gitrun/runs/r/ledger.jsonl"
+    records = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    assert Counter((r.get("task"), r.get("attempt")) for r in records)[("t01", 1)] == 1
