@@ -90,7 +90,8 @@ def _meetings_at(node: _Node, above: list[Claim], conflicts: Conflicts) -> Itera
     here = node.exact + node.globs
     if not here:
         return
-    # With the ancestors: an exact ancestor owns (or reads) all of this subtree.
+    # With the claims above: they may reach anything here (a glob above may own a
+    # file that a literal here names), so intersect() decides each pair.
     for claim in here:
         for upper in above:
             if upper.task == claim.task or (upper.kind == READS and claim.kind == READS):
@@ -101,6 +102,9 @@ def _meetings_at(node: _Node, above: list[Claim], conflicts: Conflicts) -> Itera
             if witness is not None:
                 yield Meeting(upper, claim, witness)
     # At this node: owners against owners and readers; readers never against readers.
+    # A cheap test first: the plain characters that start the first wildcard
+    # segment must agree (``t01-*.bin`` and ``t02-*.bin`` cannot meet).
+    heads = [_head(claim.pattern) for claim in here]
     for index, owner in enumerate(here):
         if owner.kind != OWNS:
             continue
@@ -111,19 +115,12 @@ def _meetings_at(node: _Node, above: list[Claim], conflicts: Conflicts) -> Itera
                 continue  # each pair of owners once
             if not conflicts(owner, other):
                 continue
-            if not _heads_agree(owner.pattern, other.pattern):
+            ha, hb = heads[index], heads[position]
+            if not (ha.startswith(hb) or hb.startswith(ha)):
                 continue
             witness = intersect(owner.pattern, other.pattern)
             if witness is not None:
                 yield Meeting(owner, other, witness)
-
-
-def _heads_agree(a: Pattern, b: Pattern) -> bool:
-    """A cheap test before the full intersection of two patterns at one trie node:
-    the plain characters that start their first wildcard segment must agree
-    (``t01-*.bin`` and ``t02-*.bin`` cannot meet)."""
-    ha, hb = _head(a), _head(b)
-    return ha.startswith(hb) or hb.startswith(ha)
 
 
 def _head(pattern: Pattern) -> str:

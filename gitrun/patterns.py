@@ -123,6 +123,9 @@ def normalize(text: str) -> tuple[str, bool]:
 def parse(text: str) -> Pattern:
     """Parse a user-written pattern (see the module docstring for the syntax)."""
     norm, is_dir = normalize(text)
+    if not _META.search(norm):  # the common case: a plain path
+        names = tuple(norm.split("/"))
+        return Pattern(norm, tuple(tuple(name) for name in names), names, True, True)
     segments: list[Segment | str] = []
     for part in norm.split("/"):
         if part == "**":
@@ -153,7 +156,7 @@ def _parse_segment(part: str) -> Segment:
         if ch == "\\":
             if i + 1 == len(part):
                 raise PatternError(
-                    "ends a name with a lone `\\`, which matches nothing; remove it, or write "
+                    "ends a name with a lone `\\` (it matches nothing); remove it, or write "
                     "`\\\\` for a backslash"
                 )
             tokens.append(part[i + 1])
@@ -197,7 +200,7 @@ def _parse_class(part: str, start: int) -> tuple[CharSet, int]:
                 i += 1
             if ch > hi:
                 raise PatternError(
-                    f"has the reversed range `{ch}-{hi}` in `{part}`, which matches nothing; "
+                    f"has the reversed range `{ch}-{hi}` in `{part}` (it matches nothing); "
                     f"write `{hi}-{ch}`"
                 )
             ranges.append((ord(ch), ord(hi)))

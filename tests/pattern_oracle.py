@@ -205,11 +205,11 @@ def valid_witness(path: str) -> bool:
     return all(name not in ("", ".", "..") for name in path.split("/"))
 
 
-def random_pattern(draw_int: Iterable[int]) -> str:
+def random_pattern(draw_int: Iterable[int], max_segments: int = 3) -> str:
     """A pattern built from a stream of integers (hypothesis or random supplies them)."""
     it = iter(draw_int)
     segments: list[str] = []
-    for _ in range(1 + next(it) % 3):
+    for _ in range(1 + next(it) % max_segments):
         kind = next(it) % 10
         if kind < 2:
             segments.append(DSTAR)
