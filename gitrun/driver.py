@@ -15,6 +15,7 @@ import os
 import signal
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gitrun import git, ledger
-from gitrun.attempt import Attempt, AttemptEnd, Monitor, kill_recorded_group
+from gitrun.attempt import Attempt, AttemptEnd, Monitor
 from gitrun.audit import Audit, Violation
 from gitrun.committer import CommitQueue, Committed, Committer, Landing, landing_message
 from gitrun.executor import command_template, render_command
@@ -43,6 +44,7 @@ from gitrun.lock import RunLock
 from gitrun.outputs import check_task, prepare_outputs, prior_in_tree, quarantine
 from gitrun.pointer import render_pointer
 from gitrun.proc import clean_env
+from gitrun.reaper import kill_attempt_processes, kill_recorded_group
 from gitrun.runfiles import definition_files
 from gitrun.runs import LEDGER_NAME, RunDef, Task
 from gitrun.state import RunStatus, committed_tasks, read_status, running_records
@@ -167,7 +169,10 @@ class Driver:
     def recover_orphans(self) -> None:
         """Stop workers a dead driver left running and record their attempts."""
         for tid, record in running_records(self.local).items():
-            stopped = kill_recorded_group(record)
+            if "pid" in record:
+                stopped = kill_recorded_group(record)
+            else:  # killed between the write-ahead record and the spawn's record
+                stopped = kill_attempt_processes(record)
             task = self.tasks.get(tid)
             if task is None:
                 continue
@@ -403,12 +408,26 @@ class Driver:
             "stage": stage,
         }
         assert self.template is not None  # check_run refuses a command executor without one
+        attempt_id = uuid.uuid4().hex
         env = dict(self.base_env)
         env.update({f"GITRUN_{k.upper()}": v for k, v in values.items()})
         env.update(self.run.packet.executor.env)
+        env["GITRUN_ATTEMPT_ID"] = attempt_id
         log = self.local.log_of(task.id, number)
         self._mkdir(log.parent)
         argv = render_command(self.template, values)
+        assert self.journal is not None
+        # Write-ahead: a driver killed between the spawn and the full record
+        # leaves this, and the next resume finds the worker by its attempt id.
+        journaled = {
+            "run": self.run.id,
+            "task": task.id,
+            "attempt": number,
+            "attempt_id": attempt_id,
+            "started": time.time(),
+            "before": before,
+        }
+        self.journal.write(journaled)
         attempt = self.monitor.launch(
             task.id, number, argv, env, self.repo, log, self.limits.timeout
         )
@@ -420,9 +439,7 @@ class Driver:
         if attempt.proc is not None:
             self.journal.write(
                 {
-                    "run": self.run.id,
-                    "task": task.id,
-                    "attempt": number,
+                    **journaled,
                     # Who it is, as psutil saw it at once: a later driver
                     # signals it only if pid, create time and command line match.
                     "pid": attempt.pid,
@@ -430,7 +447,6 @@ class Driver:
                     "cmdline": attempt.cmdline,
                     "started": attempt.started,
                     "deadline": attempt.deadline,
-                    "before": before,
                 }
             )
         self.report(f"{task.id} attempt {number}: started")

@@ -84,7 +84,49 @@ def attempt_env(record: Mapping[str, Any]) -> dict[str, str] | None:
     run, task, attempt = record.get("run"), record.get("task"), record.get("attempt")
     if not (isinstance(run, str) and isinstance(task, str) and type(attempt) is int):
         return None
-    return {"GITRUN_RUN": run, "GITRUN_TASK": task, "GITRUN_ATTEMPT": str(attempt)}
+    env = {"GITRUN_RUN": run, "GITRUN_TASK": task, "GITRUN_ATTEMPT": str(attempt)}
+    attempt_id = record.get("attempt_id")
+    if isinstance(attempt_id, str) and attempt_id:
+        env["GITRUN_ATTEMPT_ID"] = attempt_id
+    return env
+
+
+def kill_attempt_processes(record: Mapping[str, Any]) -> bool:
+    """Kill the processes of an attempt that was about to start when its
+    driver died, so no pid was recorded: the write-ahead record holds the
+    attempt id every process of the attempt inherits (``GITRUN_ATTEMPT_ID``,
+    unique per attempt) and when it was written. A process is killed only if
+    it carries that id, with this run, task and attempt, and started after the
+    record; a group it leads goes with it. Whether anything was killed."""
+    import psutil
+
+    env = attempt_env(record)
+    written = record.get("started")
+    if env is None or "GITRUN_ATTEMPT_ID" not in env:
+        return False
+    if isinstance(written, bool) or not isinstance(written, int | float):
+        return False
+    if not math.isfinite(written):
+        return False
+    killed = False
+    deadline = time.monotonic() + GONE_PATIENCE
+    while time.monotonic() < deadline:
+        ours = [
+            p
+            for p in psutil.process_iter()
+            if may_signal(p.pid) and _is_attempt_member(p, float(written), env)
+        ]
+        if not ours:
+            break
+        for proc in ours:
+            with contextlib.suppress(psutil.Error, OSError):
+                if os.getpgid(proc.pid) == proc.pid:
+                    os.killpg(proc.pid, signal.SIGKILL)  # it leads its group: the worker
+                else:
+                    proc.kill()
+                killed = True
+        time.sleep(0.02)
+    return killed
 
 
 def _carries(proc: Any, env: Mapping[str, str] | None) -> bool:

@@ -181,12 +181,19 @@ def test_resume_survives_a_damaged_journal_record_and_signals_nothing(git_repo: 
     fake_worker_run(git_repo, "r", 2, {})
     assert start_run(git_repo, "r", quiet).exit_code == 0
     journal = LocalPaths.of(git_repo, "r").running
-    junk = {"task": "t01", "attempt": "x", "started": "y", "before": 5, "pid": 1}
-    journal.write_text(json.dumps(junk) + "\n" + json.dumps({"task": 7}) + "\n[1]\n")
+    junk = [
+        {"task": "t01", "attempt": "x", "started": "y", "before": 5, "pid": 1},
+        {"task": "t02", "attempt": 2, "started": "y", "before": 5, "pid": 1},
+        {"task": 7},
+        [1],
+    ]
+    journal.write_text("".join(json.dumps(j) + "\n" for j in junk))
     said: list[str] = []
     outcome = resume_run(git_repo, "r", said.append)
     assert outcome.exit_code == 0
-    assert any("t01" in line and "nothing signalled" in line for line in said)
+    # t01's attempt is unknown, so the last recorded one: recorded already, skipped.
+    assert not any("t01" in line for line in said)
+    assert any("t02 attempt 2" in line and "nothing signalled" in line for line in said)
 
 
 def test_an_attempt_recorded_before_the_kill_is_not_recorded_again(git_repo: Path) -> None:
@@ -212,3 +219,68 @@ def test_an_attempt_recorded_before_the_kill_is_not_recorded_again(git_repo: Pat
     path = git_repo / ".gitrun/runs/r/ledger.jsonl"
     records = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
     assert Counter((r.get("task"), r.get("attempt")) for r in records)[("t01", 1)] == 1
+
+
+def test_a_worker_started_without_a_recorded_pid_is_found_by_its_attempt_id(
+    git_repo: Path,
+) -> None:
+    """The kill point between the write-ahead record and the spawn's record:
+    resume finds the worker by the attempt id it inherited, stops it (and
+    only it), and dispatches the task again."""
+    import os
+    import signal
+
+    from gitrun.local import LocalPaths
+    from gitrun.reaper import is_running
+
+    fake_worker_run(git_repo, "r", 2, {})
+    assert start_run_quiet(git_repo) == 0
+    git(git_repo, "update-ref", "-d", "refs/heads/gitrun/r")  # start over on the same id
+    (git_repo / ".gitrun/runs/r/ledger.jsonl").unlink()
+    for path in (git_repo / "out").iterdir():
+        path.unlink()
+    written = time.time() - 1
+    base = {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}
+    ours = {"GITRUN_RUN": "r", "GITRUN_TASK": "t01", "GITRUN_ATTEMPT": "1"}
+    worker = subprocess.Popen(
+        ["sleep", "300"], env={**base, **ours, "GITRUN_ATTEMPT_ID": "a1"}, start_new_session=True
+    )
+    decoy = subprocess.Popen(
+        ["sleep", "300"], env={**base, **ours, "GITRUN_ATTEMPT_ID": "zz"}, start_new_session=True
+    )
+    try:
+        record = {"run": "r", "task": "t01", "attempt": 1, "attempt_id": "a1"}
+        record |= {"started": written, "before": {}}
+        local = LocalPaths.of(git_repo, "r")
+        local.running.write_text(json.dumps(record) + "\n")
+        from gitrun.session import start_run
+
+        said: list[str] = []
+        outcome = start_run(git_repo, "r", said.append)
+        assert outcome.exit_code == 0
+        assert worker.wait(timeout=10) == -signal.SIGKILL
+        assert is_running(decoy.pid)
+        assert any("t01 attempt 1: left by a dead driver; stopped" in line for line in said)
+    finally:
+        for proc in (worker, decoy):
+            proc.kill()
+            proc.wait()
+
+
+def test_the_journal_is_written_ahead_of_every_spawn(git_repo: Path) -> None:
+    from gitrun.local import LocalPaths
+
+    fake_worker_run(git_repo, "r", 3, {})
+    assert start_run_quiet(git_repo) == 0
+    lines = LocalPaths.of(git_repo, "r").running.read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    for task in ("t01", "t02", "t03"):
+        mine = [r for r in records if r["task"] == task and not r.get("end")]
+        assert "pid" not in mine[0] and mine[0]["attempt_id"]  # ahead of the spawn
+        assert mine[1]["pid"] > 1 and mine[1]["attempt_id"] == mine[0]["attempt_id"]
+
+
+def start_run_quiet(repo: Path) -> int:
+    from gitrun.session import start_run
+
+    return start_run(repo, "r", quiet).exit_code

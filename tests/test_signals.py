@@ -336,9 +336,15 @@ def test_the_journal_record_is_complete_and_enough_to_stop_an_orphan(git_repo: P
     journal = LocalPaths.of(git_repo, "r").running
     worker = 0
     try:
-        assert _wait_for(lambda: journal.exists() and journal.read_text().strip() != "", 60)
-        record = json.loads(journal.read_text().splitlines()[0])
+
+        def spawned() -> list[dict[str, object]]:
+            lines = journal.read_text().splitlines() if journal.exists() else []
+            return [r for r in map(json.loads, lines) if "pid" in r]  # after the write-ahead one
+
+        assert _wait_for(lambda: bool(spawned()), 60)
+        record = spawned()[0]
         worker = record["pid"]
+        assert isinstance(worker, int)
         assert record["run"] == "r" and record["task"] == "t1" and record["attempt"] == 1
         assert record["cmdline"] == psutil.Process(worker).cmdline()
         assert record["cmdline"][-1] == "t1"
