@@ -24,6 +24,7 @@ from gitrun.committer import Committer, Landing, branch_ref, landing_message
 from gitrun.errors import GitrunError
 from gitrun.governor import PERSISTENT, EndFacts, Governor, Halt, choose_canary
 from gitrun.history import find_base
+from gitrun.leases import Lease, read_leases, write_leases
 from gitrun.local import LocalPaths
 from gitrun.lock import RunBusy, run_locked
 from gitrun.outputs import check_task, prepare_outputs, prior_in_tree, quarantine
@@ -34,16 +35,6 @@ from gitrun.state import committed_tasks
 from gitrun.tomlfile import write_atomic
 
 LOCK_PATIENCE = 30.0  # seconds next/collect wait for another next/collect
-
-
-@dataclass
-class Lease:
-    task: str
-    attempt: int
-    leased: float
-    expires: float
-    before: dict[str, str | None]
-    agent: str | None = None
 
 
 @dataclass
@@ -329,25 +320,9 @@ class External:
             self.governor.restore(state)
 
     def _save(self) -> None:
-        leases = [lease.__dict__ for lease in self.leases.values()]
-        write_atomic(self.local.root / "leases.json", json.dumps(leases).encode(), durable=False)
+        write_leases(self.local, self.leases)
         state = json.dumps(self.governor.export()).encode()
         write_atomic(self.local.root / "governor.json", state, durable=False)
-
-
-def read_leases(local: LocalPaths) -> dict[str, Lease]:
-    try:
-        data = json.loads((local.root / "leases.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    leases = {}
-    for item in data if isinstance(data, list) else []:
-        try:
-            lease = Lease(**item)
-        except TypeError:
-            continue
-        leases[lease.task] = lease
-    return leases
 
 
 @contextmanager

@@ -136,7 +136,7 @@ def read_status(repo: Path, run_id: str, run: RunDef | None = None) -> RunStatus
     live = is_locked(local)
     running: dict[str, Any] = running_records(local) if live else {}
     if run.packet.executor.kind == "external":
-        from gitrun.external import read_leases
+        from gitrun.leases import read_leases
 
         running = dict(read_leases(local))
     max_attempts = run.packet.limits.max_attempts
