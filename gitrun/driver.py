@@ -155,6 +155,7 @@ class Driver:
             halt=Halt(**summary.halt) if summary.halt else None,
         )
         self.halt_recorded = summary.halt is not None
+        self.load_held = False  # the load gate held starts at the last look
         # psutil takes ~25 ms to import; imported now, the first attempt's
         # journal record follows its start at once (a driver killed in between
         # leaves a worker the next resume cannot stop).
@@ -251,6 +252,7 @@ class Driver:
                         self._record_halt(halt)
                     if not self.stopping and halt is None:
                         self._launch_ready(now)
+                        self._say_load_gate()
                     if not self.running and not self._waiting(now):
                         break
                     self._wait_and_finish(commits, now)
@@ -552,6 +554,21 @@ class Driver:
             history.used += 1
         history.last_outcome = outcome
         history.last_reason = reason or None
+
+    def _say_load_gate(self) -> None:
+        """Say when the load gate starts and stops holding starts back (no silent stall)."""
+        held = self.governor.waiting_for_load
+        if held == self.load_held:
+            return
+        self.load_held = held
+        bound = self.limits.load_bound()
+        if held:
+            self.report(
+                f"starts held: the load average {self.governor.load:.1f} is over max_load "
+                f"{bound:g}; one attempt at a time until it drops"
+            )
+        else:
+            self.report(f"the load average is under max_load {bound:g} again; starts resume")
 
     def _record_halt(self, halt: Halt) -> None:
         """A halt only a person can lift holds every later resume (``retry`` lifts it)."""

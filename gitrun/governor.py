@@ -96,6 +96,7 @@ class Governor:
     concurrency: int = 0
     backoff_until: float = 0.0
     waiting_for_load: bool = False
+    load: float = 0.0  # the last load average read
     halt: Halt | None = None
     _throttles: int = 0  # throttles since the last valid completion
     _valid_run: int = 0  # valid completions since the last change of concurrency
@@ -113,7 +114,8 @@ class Governor:
         """How many attempts may start now, given ``running`` are out."""
         if self.halt is not None or now < self.backoff_until:
             return 0
-        self.waiting_for_load = read_load() > self.limits.load_bound()
+        self.load = read_load()
+        self.waiting_for_load = self.load > self.limits.load_bound()
         cap = self.concurrency
         if self.waiting_for_load:
             # The load average counts everyone's processes: with nothing of the

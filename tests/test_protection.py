@@ -148,10 +148,14 @@ def test_load_gate_holds_starts_while_the_machine_is_busy(
     limits = {"max_load": 4.0, "canary": 0, "concurrency": 3}
     fake_worker_run(git_repo, "r", 3, {"sleep": 0.3}, {"limits": limits})
     seen: list[tuple[bool, int]] = []
+    said: list[str] = []
     outcome = start_run(
-        git_repo, "r", quiet, lambda p: seen.append((p.waiting_for_load, len(p.running)))
+        git_repo, "r", said.append, lambda p: seen.append((p.waiting_for_load, len(p.running)))
     )
     assert outcome.exit_code == 0
+    held = [line for line in said if line.startswith("starts held")]
+    assert held and "load average 99.0 is over max_load 4" in held[0]
+    assert any("starts resume" in line for line in said)
     assert seen[0][0] is True
     assert all(running <= 1 for waiting, running in seen if waiting)  # one at a time
 
