@@ -83,6 +83,7 @@ class RunOutcome:
     stopped_by: str | None = None
     halt: Halt | None = None
     violations: list[Violation] = field(default_factory=list)
+    load_held: float = 0.0  # seconds the load gate held starts back
 
 
 class Driver:
@@ -156,6 +157,8 @@ class Driver:
         )
         self.halt_recorded = summary.halt is not None
         self.load_held = False  # the load gate held starts at the last look
+        self.load_held_since = 0.0
+        self.load_held_for = 0.0  # seconds held, in earlier spells
         # psutil takes ~25 ms to import; imported now, the first attempt's
         # journal record follows its start at once (a driver killed in between
         # leaves a worker the next resume cannot stop).
@@ -319,7 +322,8 @@ class Driver:
             code = EXIT_HALTED
         else:
             code = EXIT_DONE if status.counts()["done"] == len(self.tasks) else EXIT_FAILED
-        return RunOutcome(status, code, stopped, halt, self.violations)
+        held = self.load_held_for + (time.time() - self.load_held_since if self.load_held else 0)
+        return RunOutcome(status, code, stopped, halt, self.violations, held)
 
     def _wait_and_finish(self, commits: CommitQueue, now: float) -> None:
         wakes = [a.next_event for a in self.running.values()]
@@ -561,6 +565,11 @@ class Driver:
         if held == self.load_held:
             return
         self.load_held = held
+        now = time.time()
+        if held:
+            self.load_held_since = now
+        else:
+            self.load_held_for += now - self.load_held_since
         bound = self.limits.load_bound()
         if held:
             self.report(

@@ -31,11 +31,17 @@ def format_summary(
     stopped_by: str | None = None,
     halt: Halt | None = None,
     violations: list[Violation] | None = None,
+    load_held: float = 0.0,
 ) -> str:
     total = len(status.tasks)
     lines = [
         f"run {status.run!r}: {_counts_text(status.counts())} of {total} tasks; {_yield_text(status)}"
     ]
+    if load_held >= 1:
+        lines.append(
+            f"the load gate held starts back for {load_held:.0f} s (load average over max_load; "
+            "one attempt at a time meanwhile)"
+        )
     if halt is not None:
         lines.append(f"halted: {halt.message}")
     for violation in (violations or [])[:10]:

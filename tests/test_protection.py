@@ -143,7 +143,7 @@ def test_writes_outside_owns_are_violations_never_committed(git_repo: Path, stri
 def test_load_gate_holds_starts_while_the_machine_is_busy(
     git_repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    readings = iter([99.0] * 6)
+    readings = iter([99.0] * 2)  # busy for two looks (one start each), then idle
     monkeypatch.setattr(governor, "read_load", lambda: next(readings, 0.0))
     limits = {"max_load": 4.0, "canary": 0, "concurrency": 3}
     fake_worker_run(git_repo, "r", 3, {"sleep": 0.3}, {"limits": limits})
@@ -156,6 +156,7 @@ def test_load_gate_holds_starts_while_the_machine_is_busy(
     held = [line for line in said if line.startswith("starts held")]
     assert held and "load average 99.0 is over max_load 4" in held[0]
     assert any("starts resume" in line for line in said)
+    assert outcome.load_held > 0
     assert seen[0][0] is True
     assert all(running <= 1 for waiting, running in seen if waiting)  # one at a time
 

@@ -49,12 +49,19 @@ def _drive(ctx: typer.Context, run: str, as_json: bool, quiet: bool, resume: boo
             {"kind": outcome.halt.kind, "message": outcome.halt.message} if outcome.halt else None
         )
         data["violations"] = [v.to_record() for v in outcome.violations]
+        data["load_held_seconds"] = round(outcome.load_held, 1)
         typer.echo(json.dumps(data, indent=2))
     else:
         from gitrun.report import format_summary
 
         typer.echo(
-            format_summary(outcome.status, outcome.stopped_by, outcome.halt, outcome.violations)
+            format_summary(
+                outcome.status,
+                outcome.stopped_by,
+                outcome.halt,
+                outcome.violations,
+                outcome.load_held,
+            )
         )
     raise typer.Exit(outcome.exit_code)
 
