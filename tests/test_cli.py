@@ -26,12 +26,45 @@ def _gitrun(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("command", ["init", "new", "check"])
-def test_every_command_has_help(command: str) -> None:
-    result = runner.invoke(app, [command, "--help"])
-    assert result.exit_code == 0
+def _all_commands() -> list[list[str]]:
+    """Every command and subcommand of the real command line, as argv prefixes."""
+    import typer.main
+
+    found: list[list[str]] = []
+
+    def walk(group: object, prefix: list[str]) -> None:
+        for name, command in getattr(group, "commands", {}).items():
+            found.append([*prefix, name])
+            walk(command, [*prefix, name])
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+COMMANDS = _all_commands()
+
+
+def test_the_command_list_is_the_real_one() -> None:
+    names = {" ".join(c) for c in COMMANDS}
+    assert {
+        "start",
+        "resume",
+        "check",
+        "next",
+        "collect",
+        "hook pre-write",
+        "hooks install",
+    } <= names
+    assert len(COMMANDS) >= 20
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_every_command_has_help(command: list[str]) -> None:
+    result = runner.invoke(app, [*command, "--help"])
+    assert result.exit_code == 0, result.output
     assert "Usage:" in result.output
-    assert len(result.output.splitlines()) > 4
+    summary = next(ln for ln in result.output.splitlines()[1:] if ln.strip())
+    assert not summary.lstrip().startswith(("Options", "Arguments", "╭")), result.output
 
 
 def test_version() -> None:
