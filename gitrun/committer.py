@@ -11,6 +11,7 @@ index and can drop entries staged at the same moment.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from gitrun import git
 from gitrun.errors import GitrunError
 from gitrun.local import LocalPaths
 from gitrun.outputs import OutputCheck, blob_id
+from gitrun.tomlfile import write_atomic
 
 BRANCH_PREFIX = "gitrun/"
 MAX_RACES = 50
@@ -94,13 +96,11 @@ class Committer:
             for _ in range(MAX_RACES):
                 old = git.rev_parse(self.repo, self.ref)
                 if old is None and parent_required:
-                    raise GitrunError(
-                        f"branch gitrun/{self.run_id} has disappeared; gitrun will not recreate "
-                        f"it behind your back — restore it (e.g. from the reflog) or start over"
-                    )
+                    raise GitrunError(self._gone())
                 tree = git.tree_with(self.repo, old, entries, self.local.index)
                 new = git.commit_tree(self.repo, tree, [old] if old else [], message)
                 if git.update_ref(self.repo, self.ref, new, old):
+                    self._note_tip(new)
                     return new
         raise GitrunError(
             f"could not publish a commit on gitrun/{self.run_id}: the branch kept moving "
@@ -117,12 +117,36 @@ class Committer:
             self._clear_dead_index_lock()
             tree = git.tree_with(self.repo, base, entries, self.local.index)
             new = git.commit_tree(self.repo, tree, [base], message)
-            if not git.update_ref(self.repo, self.ref, new, None):
+            if git.update_ref(self.repo, self.ref, new, None):
+                self._note_tip(new)
+            else:
                 raise GitrunError(
                     f"branch gitrun/{self.run_id} appeared while starting the run; continue it "
                     f"with `gitrun resume {self.run_id}`"
                 )
             return new
+
+    def _note_tip(self, commit: str) -> None:
+        with contextlib.suppress(OSError):  # a convenience for recovery, never a failure
+            write_atomic(self.local.tip, f"{commit}\n".encode(), durable=False)
+
+    def _gone(self) -> str:
+        """The sentence for a run branch deleted under a live run."""
+        branch = f"gitrun/{self.run_id}"
+        try:
+            tip = self.local.tip.read_text().strip()
+        except OSError:
+            tip = ""
+        if tip and git.rev_parse(self.repo, tip):
+            how = (
+                f"its last tip was {tip[:12]} (recorded in {self.local.tip}): restore it with "
+                f"`git branch {branch} {tip}`, or start over"
+            )
+        else:
+            how = "restore it from a clone or a remote that has it, or start over"
+        return (
+            f"branch {branch} has disappeared; gitrun will not recreate it behind your back — {how}"
+        )
 
     def _clear_dead_index_lock(self) -> None:
         """Only a committer holding commit.lock touches the private index, so

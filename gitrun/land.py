@@ -43,6 +43,7 @@ def land_run(repo: Path, run_id: str, squash: bool = False) -> str:
     incoming = _incoming_files(repo, base, tip)
     fmt = git.object_format(repo)
     aside_dir = LocalPaths.of(repo, run_id).root / "land-aside"
+    _restore(repo, aside_dir)  # what an earlier land, killed mid-way, had set aside
     identical: list[str] = []
     blocking: list[str] = []
     for path in _untracked(repo, sorted(incoming)):
@@ -59,7 +60,8 @@ def land_run(repo: Path, run_id: str, squash: bool = False) -> str:
             f"untracked {shown} would be overwritten by the run's different version; move "
             "them away or delete them, then land again"
         )
-    moved = _move_aside(repo, identical, aside_dir)
+    _refuse_a_held_index(repo)
+    _move_aside(repo, identical, aside_dir)
     message = f"gitrun: land run {run_id}\n\nGitrun-Run: {run_id}\n"
     try:
         if squash:
@@ -69,10 +71,12 @@ def land_run(repo: Path, run_id: str, squash: bool = False) -> str:
             git.git(repo, "merge", "--no-ff", "--no-edit", "-m", message, ref)
     except CommandError as exc:
         _undo_merge(repo, squash)
-        _restore(repo, moved, aside_dir)
+        _restore(repo, aside_dir)
         raise GitrunError(
             f"landing run {run_id!r} stopped and changed nothing: {_git_says(exc)}"
         ) from exc
+    # Only now, with the merge committed, are the copies set aside redundant:
+    # the same bytes are in the work tree again, tracked.
     shutil.rmtree(aside_dir, ignore_errors=True)
     how = "squashed into one commit" if squash else "merged"
     return f"run {run_id!r} {how} into the current branch ({len(incoming)} files)"
@@ -101,21 +105,51 @@ def _untracked(repo: Path, paths: list[str]) -> list[str]:
     return [p for p in found if p not in known]
 
 
-def _move_aside(repo: Path, paths: list[str], aside_dir: Path) -> list[str]:
+def _move_aside(repo: Path, paths: list[str], aside_dir: Path) -> None:
     for path in paths:
         target = aside_dir / path
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(repo / path, target)
-    return paths
 
 
-def _restore(repo: Path, paths: list[str], aside_dir: Path) -> None:
-    for path in paths:
-        source = aside_dir / path
-        if source.exists() and not os.path.lexists(repo / path):
-            (repo / path).parent.mkdir(parents=True, exist_ok=True)
-            os.replace(source, repo / path)
+def _restore(repo: Path, aside_dir: Path) -> None:
+    """Put every file set aside back where it was; drop a copy only when the
+    same bytes are in its place already. A copy that cannot go back (its place
+    holds something else now) stays set aside, and the user is told."""
+    if not aside_dir.is_dir():
+        return
+    kept: list[str] = []
+    for source in sorted(p for p in aside_dir.rglob("*") if p.is_file() or p.is_symlink()):
+        rel = source.relative_to(aside_dir).as_posix()
+        target = repo / rel
+        if not os.path.lexists(target):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(source, target)
+        elif target.is_file() and target.read_bytes() == source.read_bytes():
+            source.unlink()
+        else:
+            kept.append(rel)
+    if kept:
+        raise GitrunError(
+            f"an earlier `gitrun land` set aside {', '.join(kept[:5])}"
+            f"{f' and {len(kept) - 5} more' if len(kept) > 5 else ''} and something else is in "
+            f"their place now; they are kept in {aside_dir}: move them back by hand, then land "
+            "again"
+        )
     shutil.rmtree(aside_dir, ignore_errors=True)
+
+
+def _refuse_a_held_index(repo: Path) -> None:
+    """git's own index lock: a git command is running, or one was killed
+    (a killed `land` leaves it). Name it rather than let git's "stash
+    failed" or "Unable to create index.lock" stand for the cause."""
+    lock = git.git_dir(repo) / "index.lock"
+    if lock.exists():
+        raise GitrunError(
+            f"{lock} exists: another git command is running, or one was killed while it wrote "
+            "the index; wait for it to finish, or, if no git process is running, remove that "
+            "file, then land again"
+        )
 
 
 def _undo_merge(repo: Path, squash: bool) -> None:

@@ -38,6 +38,12 @@ class LocalPaths:
         return self.root / "index"
 
     @property
+    def tip(self) -> Path:
+        """The last commit gitrun published on the run's branch: a deleted
+        branch takes its reflog with it, this record stays."""
+        return self.root / "tip"
+
+    @property
     def running(self) -> Path:
         """Journal of attempts started and ended, so a new driver can stop the
         workers of a dead one."""

@@ -129,3 +129,37 @@ def test_outputs_with_glob_characters_are_literal_paths(git_repo: Path) -> None:
     assert sorted(t for t, s in outcome.status.tasks.items() if s.status == "done") == ["t1", "t2"]
     land_run(git_repo, "g")
     assert git(git_repo, "ls-files", "--", ":(literal)out/[a].json").strip() == "out/[a].json"
+
+
+def test_a_land_killed_mid_way_loses_nothing_and_names_the_real_cause(finished: Path) -> None:
+    """A killed land leaves git's index.lock and the copies it set aside: the
+    next land puts the copies back, names the lock, and lands once it is gone."""
+    from gitrun.local import LocalPaths
+
+    aside = LocalPaths.of(finished, "r").root / "land-aside"
+    (aside / "out").mkdir(parents=True)
+    for name in ("t01.json", "t02.json"):
+        (finished / "out" / name).rename(aside / "out" / name)  # as the killed land left them
+    lock = finished / ".git" / "index.lock"
+    lock.write_text("")
+    with pytest.raises(GitrunError, match=r"index\.lock exists: another git command is running"):
+        land_run(finished, "r")
+    assert (finished / "out/t01.json").exists() and (finished / "out/t02.json").exists()
+    assert not aside.exists()
+    lock.unlink()
+    assert "merged" in land_run(finished, "r")
+    assert git(finished, "status", "--porcelain", "--untracked-files=all").strip() == ""
+    assert json.loads((finished / "out/t01.json").read_text()) is not None
+
+
+def test_a_copy_set_aside_is_kept_when_its_place_is_taken(finished: Path) -> None:
+    from gitrun.local import LocalPaths
+
+    aside = LocalPaths.of(finished, "r").root / "land-aside"
+    (aside / "out").mkdir(parents=True)
+    (finished / "out/t01.json").rename(aside / "out/t01.json")
+    (finished / "out/t01.json").write_text('{"someone": "else"}\n')
+    with pytest.raises(GitrunError, match="kept in"):
+        land_run(finished, "r")
+    assert (aside / "out/t01.json").exists()  # never deleted
+    assert (finished / "out/t01.json").read_text() == '{"someone": "else"}\n'
