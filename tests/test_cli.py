@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -332,3 +333,38 @@ def test_junk_in_the_local_journal_is_skipped(git_repo: Path) -> None:
         b'{"task": "t1", "attempt": 1}\n{"task": "t2", "attempt": 1, "end": 1}\n'
     )
     assert list(running_records(local)) == ["t1"]
+
+
+def test_an_unexpected_error_is_one_line_and_a_crash_log_with_versions(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gitrun.check
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(gitrun.check, "check_run", broken)
+    write_run(git_repo, "r", [{"id": "t1", "outputs": ["out/t1.json"]}])
+    result = runner.invoke(app, ["check", "r"])
+    assert result.exit_code == 70
+    assert "Traceback" not in result.output
+    found = re.search(
+        r"internal error \(RuntimeError: a bug\); the traceback is in (\S+);", result.output
+    )
+    assert found is not None
+    log = Path(found[1]).read_text()
+    Path(found[1]).unlink()
+    assert log.startswith("gitrun ") and "\ngit version " in log and "\nPython 3." in log
+    assert "RuntimeError: a bug" in log
+
+
+def test_ctrl_c_exits_130(git_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gitrun.check
+
+    def interrupted(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gitrun.check, "check_run", interrupted)
+    write_run(git_repo, "r", [{"id": "t1", "outputs": ["out/t1.json"]}])
+    result = runner.invoke(app, ["check", "r"])
+    assert result.exit_code == 130 and "gitrun: interrupted" in result.output

@@ -81,8 +81,25 @@ def capped(lines: list[str], kinds: list[str], limit: int = PER_KIND) -> list[st
 def _write_crash_log() -> str:
     fd, path = tempfile.mkstemp(prefix="gitrun-crash-", suffix=".log")
     with os.fdopen(fd, "w") as handle:
-        handle.write(traceback.format_exc())
+        handle.write(_versions() + "\n" + traceback.format_exc())
     return path
+
+
+def _versions() -> str:
+    """What a report of a crash needs first: which gitrun, git, Python, platform."""
+    import platform
+    import subprocess
+
+    try:
+        git = subprocess.run(
+            ["git", "--version"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        git = "git: not found"
+    return (
+        f"gitrun {__version__}\n{git or 'git: unknown'}\n"
+        f"Python {platform.python_version()} ({sys.executable})\n{platform.platform()}\n"
+    )
 
 
 app = typer.Typer(
