@@ -6,8 +6,9 @@ sentence naming the tasks, a concrete path and the fix.
 
 from __future__ import annotations
 
+import unicodedata
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gitrun import git
 from gitrun.executor import command_template, executor_problems, literal_models
@@ -23,9 +24,10 @@ from gitrun.patterns import (
 from gitrun.placement import (
     BaseTree,
     base_commit,
-    case_alias_problems,
+    file_dir_clash_problems,
     ignored_problems,
     output_place_problems,
+    refused_name_problems,
     symlink_problems,
 )
 from gitrun.pointer import render_pointer
@@ -74,7 +76,9 @@ def check_run(run: RunDef, *, check_dirty: bool = True) -> CheckReport:
     output_paths = {path for _, path in outputs}
     problems += symlink_problems(run, owned, protected, base, changed, output_paths)
     problems += output_place_problems(run, outputs, base)
-    problems += case_alias_problems(run, outputs)
+    problems += _case_alias_problems(run, owned, protected)
+    problems += file_dir_clash_problems(run, outputs)
+    problems += refused_name_problems(run, outputs)
     problems += ignored_problems(run, outputs)
     problems += run_file_problems(run)
     if check_dirty:
@@ -90,6 +94,21 @@ def check_run(run: RunDef, *, check_dirty: bool = True) -> CheckReport:
         pointer_bytes=pointer_bytes,
         payload_budget=run.packet.limits.payload_budget,
     )
+
+
+def stage_symlink_problems(run: RunDef, stage: str) -> list[Problem]:
+    """The symlink part of the proof again, for the tasks of ``stage`` just
+    before it starts: an earlier stage may have made a link (a task owning
+    ``out/*`` may create ``out/ln -> ../data``) that this stage's globs pass
+    through."""
+    tasks = [t for t in run.tasks if run.stage_of(t) == stage]
+    ignored: list[Problem] = []
+    owned, _ = _claims(replace(run, tasks=tasks), ignored)
+    protected, _ = _protected_entries(run)
+    outputs = {o.path for t in tasks for o in run.outputs_of(t)}
+    base = BaseTree.of(run.repo, base_commit(run))
+    changed = git.changed_paths(run.repo)
+    return symlink_problems(run, owned, protected, base, changed, outputs)
 
 
 def _definition_problems(run: RunDef) -> list[Problem]:
@@ -298,6 +317,83 @@ def _place_problems(
                         witness,
                     )
                 )
+    return out
+
+
+def _fold(text: str) -> str:
+    """The spelling a case-insensitive, normalising file system (macOS, Windows) sees."""
+    return unicodedata.normalize("NFC", text).casefold()
+
+
+def _case_alias_problems(
+    run: RunDef, owned: list[Claim], protected: list[tuple[str, Pattern]]
+) -> list[Problem]:
+    """Owned paths that meet another task's, a protected or a reserved path
+    only once case and Unicode form are ignored: one file on macOS and
+    Windows, where a paused run may be resumed (`TODO.md` and `todo.md`)."""
+    folded: list[Claim] = []
+    changed: set[tuple[str, str]] = set()
+    for claim in owned:
+        text = _fold(claim.text)
+        if text != claim.text:
+            try:
+                folded.append(Claim(claim.task, claim.text, parse(text), OWNS))
+            except PatternError:
+                folded.append(claim)
+                continue
+            changed.add((claim.task, claim.text))
+        else:
+            folded.append(claim)
+    entries = [(text, pattern) for text, pattern in protected]
+    entries += [(name, parse(name)) for name in RESERVED]
+    out: list[Problem] = []
+    for exact, claim in zip(owned, folded, strict=True):
+        for text, pattern in entries:
+            if (claim.task, claim.text) not in changed and _fold(text) == text:
+                continue  # nothing folded: the exact check covered it
+            if intersect(exact.pattern, pattern) is not None:
+                continue  # the exact check reported it
+            try:
+                witness = intersect(claim.pattern, parse(_fold(text)))
+            except PatternError:
+                continue
+            if witness is not None:
+                out.append(
+                    Problem(
+                        "protected",
+                        f"{run.tasks_path}: task {claim.task} owns {claim.text!r}, which is "
+                        f"{text} on case-insensitive file systems (macOS, Windows); no task may "
+                        "own it — rename or narrow the pattern",
+                        (claim.task,),
+                        witness,
+                    )
+                )
+                break
+    if not changed:
+        return out
+
+    def conflicts(a: Claim, b: Claim) -> bool:
+        return (a.task, a.text) in changed or (b.task, b.text) in changed
+
+    exact_of = {(c.task, c.text): c.pattern for c in owned}
+    seen: set[tuple[str, str]] = set()
+    for meeting in find_meetings(folded, conflicts):
+        a, b = sorted((meeting.first, meeting.second), key=lambda c: c.task)
+        if (a.task, b.task) in seen:
+            continue
+        if intersect(exact_of[(a.task, a.text)], exact_of[(b.task, b.text)]) is not None:
+            continue  # an overlap as written: reported already
+        seen.add((a.task, b.task))
+        out.append(
+            Problem(
+                "overlap",
+                f"{run.tasks_path}: tasks {a.task} and {b.task} own {a.text!r} and {b.text!r}, "
+                "which name one path on case-insensitive file systems (macOS, Windows); give "
+                "them names that differ by more than case",
+                (a.task, b.task),
+                meeting.witness,
+            )
+        )
     return out
 
 

@@ -99,6 +99,41 @@ def _ignore_rules(out: bytes) -> dict[str, str]:
     return found
 
 
+def refused_paths(repo: Path, paths: list[str]) -> set[str]:
+    """Which of ``paths`` git would refuse to record (core.protectNTFS and
+    friends: ``.git:x``, ``git~1``, ...), asked of git itself in a scratch
+    index, so gitrun's idea of a valid name can never drift from git's."""
+    import tempfile
+
+    from gitrun.proc import clean_env
+
+    if not paths:
+        return set()
+    empty = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"  # need not exist for --index-info
+    if object_format(repo) == "sha256":
+        empty = "473a0f4c3be8a93681a267e3b1e9a7dcda1185436fe141f7749120a303721813"
+    info = "".join(f"100644 {empty}\t{p}\n" for p in paths).encode(errors="surrogateescape")
+    with tempfile.TemporaryDirectory(prefix="gitrun-names-") as scratch:
+        env = clean_env({"GIT_INDEX_FILE": str(Path(scratch) / "index")})
+        proc = run_cmd(
+            ["git", "-C", str(repo), "update-index", "--add", "--index-info"],
+            input=info,
+            env=env,
+            check=False,
+        )
+    said = proc.stderr.decode(errors="surrogateescape").splitlines()
+    return {
+        line.removeprefix("Ignoring path ") for line in said if line.startswith("Ignoring path ")
+    }
+
+
+def ignored_entries(repo: Path) -> list[str]:
+    """Untracked paths git ignores, an ignored directory as one entry (not
+    descended). Symlinks are entries of their own: git never follows one."""
+    out = git(repo, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory")
+    return [p.rstrip("/") for p in out.decode(errors="surrogateescape").split("\0") if p]
+
+
 def rev_parse(repo: Path, ref: str) -> str | None:
     """The commit a ref names, or None when it does not exist."""
     proc = run_cmd(

@@ -63,13 +63,40 @@ def blob_id(data: bytes, object_format: str = "sha1") -> str:
 
 
 def blob_on_disk(path: Path, object_format: str = "sha1") -> str | None:
-    """The blob id of a regular file's content now, or None when there is none."""
+    """The blob id of a regular file's content now, or None when there is none
+    (read in chunks: the file may be of any size)."""
     try:
-        if path.is_symlink() or not path.is_file():
-            return None
-        return blob_id(path.read_bytes(), object_format)
+        with open(path, "rb", opener=_no_follow) as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            digest = hashlib.new(object_format, f"blob {info.st_size}\0".encode())
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+            return digest.hexdigest()
     except OSError:
         return None
+
+
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW)
+
+
+def linked_parent(repo: Path, path: str) -> str | None:
+    """The first directory of ``path`` (below the repository root) that is a
+    symlink, or None. A write through it lands somewhere else: in another
+    task's file, an ignored secret, a user's untracked file."""
+    names = path.split("/")
+    current = repo
+    for n, name in enumerate(names[:-1], start=1):
+        current = current / name
+        try:
+            mode = os.lstat(current).st_mode
+        except OSError:
+            return None
+        if stat.S_ISLNK(mode):
+            return "/".join(names[:n])
+    return None
 
 
 def prior_in_tree(
@@ -82,9 +109,12 @@ def prior_in_tree(
 def prepare_outputs(run: RunDef, task: Task, object_format: str = "sha1") -> dict[str, str | None]:
     """Before an attempt: create the outputs' directories (workers should not
     have to) and return each output's blob id now, to tell new content later."""
-    before = {}
+    before: dict[str, str | None] = {}
     for output in run.outputs_of(task):
         path = run.repo / output.path
+        if linked_parent(run.repo, output.path) is not None:
+            before[output.path] = None  # never followed; the output will be invalid
+            continue
         before[output.path] = blob_on_disk(path, object_format)
         if not path.parent.is_dir():  # a stat; mkdir's EEXIST costs more on a hot path
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,24 +141,42 @@ def check_output(
 ) -> OutputCheck:
     path = output.path
     full = run.repo / path
+    link = linked_parent(run.repo, path)
+    if link is not None:
+        # Never followed, never committed, never moved: the file behind the
+        # link is not this task's (check refuses such paths; a worker or a
+        # person made the link since).
+        return OutputCheck(
+            path, "invalid", f"{link} is a symlink; an output is never written through one"
+        )
     try:
         info = os.lstat(full)
     except FileNotFoundError:
         return OutputCheck(path, "missing", "does not exist")
     except NotADirectoryError:
         return OutputCheck(path, "missing", "a parent is not a directory")
+    except OSError as exc:
+        return OutputCheck(path, "invalid", f"cannot be read ({exc.strerror})")
     if stat.S_ISLNK(info.st_mode):
         return OutputCheck(path, "invalid", "is a symlink, not a regular file")
     if not stat.S_ISREG(info.st_mode):
         kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
         return OutputCheck(path, "invalid", f"is {kind}")
-    root = run.repo.resolve()
-    if not full.resolve().is_relative_to(root):
-        return OutputCheck(path, "invalid", "lies outside the repository (through a symlink)")
+    cap = run.packet.limits.max_output_bytes
+    if info.st_size > cap:
+        return OutputCheck(
+            path,
+            "invalid",
+            f"is {info.st_size:,} bytes, over limits.max_output_bytes = {cap:,}; raise that "
+            "limit in the packet if an output is meant to be this big",
+        )
     try:
-        data = full.read_bytes()
+        with open(full, "rb", opener=_no_follow) as handle:
+            data = handle.read(cap + 1)
     except OSError as exc:
         return OutputCheck(path, "invalid", f"cannot be read ({exc.strerror})")
+    if len(data) > cap:  # it grew since the stat
+        return OutputCheck(path, "invalid", f"is over limits.max_output_bytes = {cap:,}")
     if not data:
         return OutputCheck(path, "invalid", "is empty")
     if prior is not None and blob_id(data, object_format) == prior:
@@ -258,6 +306,8 @@ def quarantine(repo: Path, quarantine_dir: Path, checks: list[OutputCheck]) -> l
         if check.state != "invalid":
             continue
         source = repo / check.path
+        if linked_parent(repo, check.path) is not None:
+            continue  # behind a symlink lies someone else's file: never moved
         try:
             mode = os.lstat(source).st_mode
         except OSError:

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 
 NAME_MAX = 255  # bytes in one path component (Linux, macOS and git itself)
+PATH_MAX = 4000  # bytes in a whole relative path: file systems refuse near 4,096 with the root
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Names git refuses as a component (core.protectNTFS, on by default) or that
 # some file system reads as `.git`: `.git` in any case with trailing dots or
@@ -63,7 +64,13 @@ def canonical_problem(text: str, *, is_file: bool) -> NotCanonical | None:
         )
     if is_file and "\\" in text:
         return NotCanonical(
-            "uses a backslash; separate directories with '/'", _fixed(text.replace("\\", "/"))
+            "has a backslash, which is a directory separator on Windows; rename the file, "
+            "and separate directories with '/'"
+        )
+    if len(text.encode("utf-8", errors="surrogatepass")) > PATH_MAX:
+        return NotCanonical(
+            f"is {len(text.encode('utf-8', errors='surrogatepass')):,} bytes long, over "
+            f"{PATH_MAX:,}; file systems refuse paths that long — shorten it"
         )
     body = text[:-1] if text.endswith("/") and not is_file else text
     if is_file and text.endswith("/"):

@@ -8,8 +8,8 @@ from:
   With a committed ``alias -> .``, ``alias/out/x.json`` and ``out/x.json`` are
   two strings and one file: two tasks would write it, and ``alias/TODO.md``
   would write a protected file. Symlinks are taken from the base commit (mode
-  120000), from the work tree's changes, and from the chain of every owned
-  path's literal directories (which also finds ignored symlinks).
+  120000), from the work tree's changes, from the untracked files git
+  ignores, and from the chain of every owned path's literal directories.
 - No output names a directory, or lies beneath a file: quarantining a
   "directory output" once moved a user's whole tree aside.
 - No output is ignored by git: gitrun never commits an ignored path.
@@ -82,7 +82,7 @@ def symlink_problems(
     (quarantined after an attempt; a dirty owned path before the run), and
     it must not stop ``resume``.
     """
-    links = {p for p in changed if _is_link(run.repo / p)}
+    links = {p for p in [*changed, *git.ignored_entries(run.repo)] if _is_link(run.repo / p)}
     for claim in owned:
         links.update(_links_on_chain(run.repo, claim.pattern.literal_prefix))
     links = {p for p in links if p not in outputs} | base.symlinks
@@ -234,25 +234,40 @@ def ignored_problems(run: RunDef, outputs: list[tuple[str, str]]) -> list[Proble
     return out
 
 
-def case_alias_problems(run: RunDef, outputs: list[tuple[str, str]]) -> list[Problem]:
-    """Outputs of different tasks that differ only in case or Unicode normal
-    form: one file on macOS and Windows, where the run may be resumed."""
-    import unicodedata
+def refused_name_problems(run: RunDef, outputs: list[tuple[str, str]]) -> list[Problem]:
+    """Outputs git itself refuses to record (asked of git, not guessed)."""
+    refused = git.refused_paths(run.repo, sorted({path for _, path in outputs}))
+    return [
+        Problem(
+            "reserved-path",
+            f"{run.tasks_path}: task {task}: output {path!r} is a name git refuses to record "
+            "(it reads as .git on some file system); rename it",
+            (task,),
+            path,
+        )
+        for task, path in outputs
+        if path in refused
+    ]
 
-    first: dict[str, tuple[str, str]] = {}
+
+def file_dir_clash_problems(run: RunDef, outputs: list[tuple[str, str]]) -> list[Problem]:
+    """An output that is a directory of another output: both cannot exist."""
+    files = {path: task for task, path in outputs}
     out: list[Problem] = []
     for task, path in outputs:
-        key = unicodedata.normalize("NFC", path).casefold()
-        seen = first.setdefault(key, (task, path))
-        if seen[0] != task and seen[1] != path:
-            out.append(
-                Problem(
-                    "overlap",
-                    f"{run.tasks_path}: tasks {seen[0]} and {task} write {seen[1]!r} and "
-                    f"{path!r}, one file on case-insensitive file systems (macOS, Windows); "
-                    "give them names that differ by more than case",
-                    (seen[0], task),
-                    path,
+        parts = path.split("/")
+        for n in range(1, len(parts)):
+            parent = "/".join(parts[:n])
+            if parent in files:
+                out.append(
+                    Problem(
+                        "output-under-file",
+                        f"{run.tasks_path}: task {task}: output {path} lies beneath {parent}, "
+                        f"which task {files[parent]} writes as a file; both cannot exist — "
+                        "rename one of them",
+                        (files[parent], task),
+                        path,
+                    )
                 )
-            )
+                break
     return out

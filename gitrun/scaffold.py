@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gitrun.errors import GitrunError, UsageError
+from gitrun.patterns import escape
 from gitrun.resources import template_text
 from gitrun.runs import CONFIG_FILE, GITRUN_DIR, PACKET_NAME, RUNS_DIR, TASKS_NAME, check_run_id
 from gitrun.tomlfile import write_atomic, write_toml
@@ -164,12 +165,14 @@ def _generate(
                 "include {task} or {n} in the pattern"
             )
         seen[out_path] = task_id
-        task: dict[str, Any] = {"id": task_id, "inputs": group}
+        # Inputs and owns are patterns: a file named docs/[x].md is written
+        # escaped, so it means that file and nothing else.
+        task: dict[str, Any] = {"id": task_id, "inputs": [escape(p) for p in group]}
         if per_task > 1:
             bundle = f"{RUNS_DIR}/{run_id}/bundles/{task_id}.txt"
             bundles[bundle] = group
             task["bundle"] = bundle
         task["outputs"] = [out_path]
-        task["owns"] = [out_path]
+        task["owns"] = [escape(out_path)]
         tasks.append(task)
     return tasks, bundles

@@ -161,6 +161,9 @@ class Limits(Strict):
     kill_grace: Duration = 5.0  # SIGTERM, then SIGKILL this much later
     max_load: Annotated[float, Field(gt=0)] | None = None  # None means 2 x CPU count
     payload_budget: PositiveInt = 65536
+    # An output bigger than this is invalid: it is read whole to validate and
+    # commit the exact bytes, so a runaway worker must not exhaust memory.
+    max_output_bytes: PositiveInt = 256 * 1024 * 1024
     # Throttles: exit status 75 or output matching one of these (case-insensitive).
     throttle_patterns: Annotated[list[str], AfterValidator(_check_patterns)] = Field(
         default_factory=lambda: list(DEFAULT_THROTTLE_PATTERNS)

@@ -257,7 +257,7 @@ def test_dot_directories_and_links_in_the_run_directory_are_not_committed(
     assert files == {
         ".gitrun/runs/r/packet.toml",
         ".gitrun/runs/r/tasks.toml",
-        ".gitrun/runs/r/ledger.jsonl",
+        ".gitrun/runs/r/ledger/0000/000001.jsonl",
     }
 
 
@@ -317,3 +317,165 @@ def test_outputs_differing_only_in_case_or_normal_form_overlap(git_repo: Path) -
     problems = [p for p in _problems(git_repo, tasks) if p.code == "overlap"]
     assert sorted(p.tasks for p in problems) == [("ta", "tb"), ("tc", "td")]
     assert "case-insensitive" in problems[0].message
+
+
+# -- symlinks made where check cannot see them, and outputs too big to hold -------------------
+
+WORKER = """
+import os, sys
+from pathlib import Path
+task = os.environ["GITRUN_TASK"]
+action = {actions!r}.get(task, "write")
+for out in os.environ["GITRUN_OUTPUTS"].splitlines():
+    if action == "link_dir":  # replace a directory on the way with a link elsewhere
+        link = Path(out).parent
+        if link.is_dir() and not link.is_symlink():
+            link.rmdir()
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath("private", link.parent), link)
+    elif action == "huge":
+        with open(out, "wb") as handle:
+            handle.truncate(200 * 1024**3)  # sparse: no disk, 200 GiB to read
+        continue
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    if action != "link_dir":
+        Path(out).write_text('{{"task": "%s"}}\\n' % task)
+"""
+
+
+def _worker_run(repo: Path, tasks: list[dict[str, object]], actions: dict[str, str]) -> None:
+    import sys
+
+    script = repo.parent / "worker.py"
+    script.write_text(WORKER.format(actions=actions))
+    limits = {"canary": 0, "max_attempts": 1, "timeout": "60s"}
+    write_run(
+        repo, "r", tasks, {"executor": {"command": [sys.executable, str(script)]}, "limits": limits}
+    )
+
+
+def test_an_ignored_symlink_under_a_glob_is_found_by_check(git_repo: Path) -> None:
+    build_tree(git_repo, {".gitignore": "out/ln\n", "data/.keep": ""})
+    commit_all(git_repo)
+    (git_repo / "out").mkdir()
+    os.symlink("../data", git_repo / "out/ln")  # ignored: git status never shows it
+    tasks = [
+        {"id": "a", "owns": ["out/*/x.json"], "outputs": ["out/ln/x.json"]},
+        {"id": "b", "outputs": ["data/x.json"]},
+    ]
+    _worker_run(git_repo, tasks, {})
+    with pytest.raises(CheckFailed, match=r"task a owns 'out/\*/x\.json', which passes through"):
+        start_run(git_repo, "r", quiet)
+
+
+def test_a_symlink_made_during_the_run_stops_the_next_stage(git_repo: Path) -> None:
+    """Stage one makes out/ln -> ../data; stage two owns out/*/x.json. The
+    proof is made again before a stage starts: the run halts instead of
+    letting c write b's file through the link."""
+    import sys
+
+    script = git_repo.parent / "linker.py"
+    script.write_text(
+        "import os, pathlib\n"
+        "task = os.environ['GITRUN_TASK']\n"
+        "if task == 'a':\n"
+        "    os.symlink('../data', 'out/ln')\n"
+        "for out in os.environ['GITRUN_OUTPUTS'].splitlines():\n"
+        "    pathlib.Path(out).parent.mkdir(parents=True, exist_ok=True)\n"
+        '    pathlib.Path(out).write_text(\'{"task": "%s"}\\n\' % task)\n'
+    )
+    tasks = [
+        {"id": "a", "stage": "one", "owns": ["out/*"], "outputs": ["out/a.json"]},
+        {"id": "b", "stage": "one", "outputs": ["data/x.json"]},
+        {"id": "c", "stage": "two", "owns": ["out/*/x.json"], "outputs": ["out/ln/x.json"]},
+    ]
+    packet = {
+        "executor": {"command": [sys.executable, str(script)]},
+        "limits": {"canary": 0, "max_attempts": 1, "timeout": "60s"},
+        "stages": [{"name": "one"}, {"name": "two"}],
+    }
+    write_run(git_repo, "r", tasks, packet)
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.exit_code == 3 and outcome.halt is not None
+    assert "symlink" in outcome.halt.message and "out/ln" in outcome.halt.message
+    assert outcome.status.tasks["c"].status == "pending"  # never dispatched
+    assert git(git_repo, "show", "gitrun/r:data/x.json") == '{"task": "b"}\n'
+    assert (git_repo / "data/x.json").read_text() == '{"task": "b"}\n'
+
+
+def test_a_worker_that_links_a_directory_to_a_secret_gets_nothing_committed_or_moved(
+    git_repo: Path,
+) -> None:
+    build_tree(git_repo, {".gitignore": "private/\n"})
+    commit_all(git_repo)
+    build_tree(git_repo, {"private/a.json": '{"api_token": "sk-SECRET"}\n'})
+    tasks = [{"id": "a", "owns": ["out/"], "outputs": ["out/sub/a.json"]}]
+    _worker_run(git_repo, tasks, {"a": "link_dir"})
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.status.tasks["a"].status == "failed"
+    assert "sk-SECRET" not in git(git_repo, "log", "-p", "gitrun/r")
+    assert (git_repo / "private/a.json").read_text() == '{"api_token": "sk-SECRET"}\n'
+
+
+def test_a_huge_output_is_invalid_not_a_crash(git_repo: Path) -> None:
+    tasks = [{"id": "a", "outputs": ["out/a.json"]}, {"id": "b", "outputs": ["out/b.json"]}]
+    _worker_run(git_repo, tasks, {"a": "huge"})
+    outcome = start_run(git_repo, "r", quiet)
+    a = outcome.status.tasks["a"]
+    assert a.status == "failed" and "over limits.max_output_bytes" in (a.reason or "")
+    assert outcome.status.tasks["b"].status == "done"
+    assert outcome.status.spawns == 2  # the attempt was recorded
+
+
+@pytest.mark.parametrize(
+    ("owned", "protected"),
+    [
+        ("todo.md", "TODO.md"),
+        (".Claude/settings.json", ".claude/"),
+        (".GITATTRIBUTES", ".gitattributes"),
+    ],
+)
+def test_owning_a_protected_file_under_another_case_is_a_problem(
+    git_repo: Path, owned: str, protected: str
+) -> None:
+    problems = _problems(git_repo, [{"id": "ta", "outputs": ["a.out"], "owns": [owned, "a.out"]}])
+    [problem] = [p for p in problems if p.code == "protected"]
+    assert "case-insensitive" in problem.message and protected in problem.message
+
+
+def test_owns_that_differ_only_in_case_overlap_once(git_repo: Path) -> None:
+    tasks = [
+        {"id": "ta", "outputs": ["Docs/a.md"], "owns": ["Docs/"]},
+        {"id": "tb", "outputs": ["docs/b.md"], "owns": ["docs/"]},
+        {"id": "tc", "outputs": ["Docs/c.md"], "owns": ["Docs/c.md"]},  # overlaps ta as written
+    ]
+    problems = [p for p in _problems(git_repo, tasks) if p.code == "overlap"]
+    pairs = sorted(p.tasks for p in problems)
+    assert pairs == [("ta", "tb"), ("ta", "tc"), ("tb", "tc")]
+
+
+def test_a_name_git_refuses_is_a_check_problem(git_repo: Path) -> None:
+    tasks = [{"id": "a", "outputs": ["out/.git:a.json"]}, {"id": "b", "outputs": ["out/b.json"]}]
+    problems = _problems(git_repo, tasks)
+    assert [(p.code, p.tasks) for p in problems] == [("reserved-path", ("a",))]
+
+
+def test_a_path_too_long_for_the_file_system_is_a_check_problem(git_repo: Path) -> None:
+    path = "/".join(["d" * 250] * 20) + ".json"
+    problems = _problems(git_repo, [{"id": "a", "outputs": [path]}])
+    assert [p.code for p in problems] == ["non-canonical-path"]
+    assert "shorten it" in problems[0].message
+
+
+def test_outputs_that_cannot_both_exist_are_a_check_problem(git_repo: Path) -> None:
+    tasks = [
+        {"id": "a", "owns": ["out/*.json"], "outputs": ["out/a.json"]},
+        {"id": "b", "owns": ["out/*/x"], "outputs": ["out/a.json/x"]},
+    ]
+    problems = _problems(git_repo, tasks)
+    assert [(p.code, p.tasks) for p in problems] == [("output-under-file", ("a", "b"))]
+
+
+def test_a_backslash_in_an_output_is_not_silently_turned_into_a_directory() -> None:
+    problem = canonical_problem("out/back\\slash.json", is_file=True)
+    assert problem is not None and problem.canonical is None

@@ -96,3 +96,17 @@ def test_generator_errors(git_repo: Path) -> None:
         new_run(git_repo, "ph", inputs="d/*.md", output="out/{nope}.json")
     with pytest.raises(UsageError, match="go together"):
         new_run(git_repo, "half", inputs="d/*.md")
+
+
+def test_generated_tasks_escape_file_names_that_look_like_patterns(git_repo: Path) -> None:
+    from gitrun.check import check_run
+    from gitrun.runs import load_run
+    from gitrun.scaffold import new_run
+    from tests.helpers import build_tree
+
+    build_tree(git_repo, {"docs/[x].md": "a\n", "docs/x.md": "b\n"})
+    new_run(git_repo, "r", inputs="docs/*.md", output="out/{stem}.json")
+    run = load_run(git_repo, "r", environ={})
+    assert check_run(run, check_dirty=False).problems == []
+    [first, _] = run.tasks
+    assert first.owns == ["out/\\[x].json"] and first.inputs == ["docs/\\[x].md"]
