@@ -18,7 +18,7 @@ from typing import Any
 from gitrun import git
 from gitrun.ownership import OWNS, Claim, OwnerIndex
 from gitrun.patterns import PatternError, parse
-from gitrun.runfiles import own_paths
+from gitrun.runfiles import is_ledger_path, own_paths
 from gitrun.runs import RunDef
 
 
@@ -64,7 +64,7 @@ class Audit:
             if path in self.known:
                 continue
             self.known.add(path)
-            if path in self.own or self.index.owners(path):
+            if path in self.own or is_ledger_path(self.run, path) or self.index.owners(path):
                 continue
             found.append(Violation(path, sorted(self.active), now))
         self.active = set(running)

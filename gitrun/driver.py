@@ -46,7 +46,7 @@ from gitrun.pointer import render_pointer
 from gitrun.proc import clean_env
 from gitrun.reaper import kill_attempt_processes, kill_recorded_group
 from gitrun.runfiles import definition_files
-from gitrun.runs import LEDGER_NAME, RunDef, Task
+from gitrun.runs import RunDef, Task
 from gitrun.state import RunStatus, committed_tasks, read_status, running_records
 
 HEARTBEAT = 2.0  # seconds between owner-record heartbeats
@@ -105,11 +105,9 @@ class Driver:
         self.progress = progress
         self.limits = run.packet.limits
         self.tasks = {task.id: task for task in run.tasks}
-        self.ledger_path = self.repo / run.dir / LEDGER_NAME
-        ledger.repair_tail(self.ledger_path)
-        self.ledger = ledger.LineWriter(self.ledger_path)
+        self.ledger = ledger.LedgerWriter(self.repo / run.dir)
         self.journal: ledger.LineWriter | None = None  # opened when driving starts
-        records = ledger.read_lines(self.ledger_path)
+        records = ledger.read_ledger(self.repo / run.dir)
         summary = ledger.summarize(records)
         # Attempts the ledger already holds: a driver killed between writing an
         # attempt's record and closing it in the journal must not make the
@@ -630,7 +628,7 @@ class Driver:
             self.made_dirs.add(path)
 
     def _own_files(self) -> dict[str, bytes]:
-        return definition_files(self.run)
+        return definition_files(self.run, self.ledger)
 
     def _on_commit(self, committed: Committed) -> None:
         if committed.tasks:

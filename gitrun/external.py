@@ -30,7 +30,7 @@ from gitrun.lock import RunBusy, run_locked
 from gitrun.outputs import check_task, prepare_outputs, prior_in_tree, quarantine
 from gitrun.pointer import render_pointer
 from gitrun.runfiles import definition_files
-from gitrun.runs import LEDGER_NAME, RunDef, load_run
+from gitrun.runs import RunDef, load_run
 from gitrun.state import committed_tasks
 from gitrun.tomlfile import write_atomic
 
@@ -85,8 +85,7 @@ class External:
             )
         self.base = find_base(self.repo, run.id)
         self.done = committed_tasks(run, tip, self.base)
-        self.ledger_path = self.repo / run.dir / LEDGER_NAME
-        summary = ledger.summarize(ledger.read_lines(self.ledger_path))
+        summary = ledger.summarize(ledger.read_ledger(self.repo / run.dir))
         self.history = {t.id: summary.of(t.id) for t in run.tasks}
         self.limits = run.packet.limits
         self.leases = self._read_leases()
@@ -220,7 +219,7 @@ class External:
         candidates = list(self.leases) + [
             t.id for t in self.run.tasks if t.id not in self.done and t.id not in self.leases
         ]
-        writer = ledger.LineWriter(self.ledger_path)
+        writer = ledger.LedgerWriter(self.repo / self.run.dir)
         try:
             for task_id in candidates:
                 task = tasks[task_id]

@@ -1,21 +1,40 @@
 """The run's ledger: one JSON line per attempt, append-only, committed with the run.
 
-It lives at ``.gitrun/runs/<run>/ledger.jsonl``. Besides attempts it holds
-``retry`` events (``gitrun retry`` gives a task new attempts), ``halt``
-events (a halt that only a person can lift: a failed canary, an environment
-fault, a strict ownership violation) and ``lift`` events (``gitrun retry``
-lifted it). Lines a crash cut short are skipped when reading.
+Besides attempts it holds ``retry`` events
+(``gitrun retry`` gives a task new attempts), ``halt`` events (a halt that only
+a person can lift: a failed canary, an environment fault, a strict ownership
+violation) and ``lift`` events (``gitrun retry`` lifted it). Lines a crash cut short are skipped when reading.
+
+Where it lives: ``.gitrun/runs/<run>/ledger/``, in numbered chunks of JSON lines
+(``ledger/0000/000001.jsonl``, ``ledger/0000/000002.jsonl``, ... a hundred to a
+directory), read back in number order by ``read_ledger`` and written only by a
+``LedgerWriter``. The run's branch holds every commit's copy of the ledger; had
+it one file, each commit would store the whole file again and the branch would
+grow as commits x ledger. A chunk a commit has taken is not rewritten once its
+earlier copies outweigh it, so git stores each chunk at most twice over and the
+branch holds at most twice the final ledger, however many commits the run makes.
+(A hundred chunks to a directory keep small the trees a commit rewrites.)
+Runs started before chunks keep their single ``ledger.jsonl``: it is read first
+and never written again.
 """
 
 from __future__ import annotations
 
-import json
+import os
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from gitrun.errors import GitrunError
+from gitrun.jsonlines import LineWriter as LineWriter  # the local journal's too
+from gitrun.jsonlines import file_error, line_of, shown
+from gitrun.jsonlines import read_lines as read_lines
+from gitrun.runs import LEDGER_NAME
 
 # Outcomes decided from disk after an attempt.
 VALID = "valid"
@@ -57,61 +76,6 @@ class LedgerSummary:
         return self.tasks.get(task) or TaskHistory()
 
 
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    """The records of a JSON-lines file; lines that are not records are skipped
-    (a crash cut them short, or bytes that are not UTF-8 replaced them)."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise _file_error(path, exc, "read") from exc
-    return parse_lines(text)
-
-
-def _shown(path: Path) -> str:
-    """The path from the repository's .gitrun/ or .git/ on, as users know it."""
-    parts = path.parts
-    for top in (".gitrun", ".git"):
-        if top in parts:
-            return "/".join(parts[len(parts) - parts[::-1].index(top) - 1 :])
-    return str(path)
-
-
-def _file_error(path: Path, exc: OSError, verb: str) -> GitrunError:
-    shown = _shown(path)
-    if isinstance(exc, IsADirectoryError):
-        return GitrunError(
-            f"{shown}: is a directory, where gitrun keeps a file of JSON lines; move it "
-            "aside and run the command again"
-        )
-    if isinstance(exc, NotADirectoryError):
-        return GitrunError(
-            f"{shown}: cannot {verb} it: a directory on its path is a file; move that file "
-            "aside and run the command again"
-        )
-    return GitrunError(
-        f"{shown}: cannot {verb} it ({exc.strerror or exc}); make it a writable regular file "
-        "(or free disk space) and run the command again"
-    )
-
-
-def parse_lines(text: str) -> list[dict[str, Any]]:
-    records: list[dict[str, Any]] = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a crash
-        if isinstance(record, dict) and (
-            isinstance(record.get("task"), str) or isinstance(record.get("event"), str)
-        ):
-            records.append(record)
-    return records
-
-
 def summarize(records: list[dict[str, Any]]) -> LedgerSummary:
     summary = LedgerSummary()
     for record in records:
@@ -147,43 +111,6 @@ def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
 
 
-def _line(record: dict[str, Any]) -> str:
-    return json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
-
-
-def append(path: Path, record: dict[str, Any]) -> None:
-    """Append one record as one line (opening the file for it)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as handle:
-            handle.write(_line(record))
-    except OSError as exc:
-        raise _file_error(path, exc, "write") from exc
-
-
-class LineWriter:
-    """Appends JSON lines to a file it keeps open, each line flushed at once
-    (the page cache keeps it when the process is killed)."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._handle = path.open("a", encoding="utf-8")
-        except OSError as exc:
-            raise _file_error(path, exc, "write") from exc
-
-    def write(self, record: dict[str, Any]) -> None:
-        try:
-            self._handle.write(_line(record))
-            self._handle.flush()
-        except OSError as exc:
-            raise _file_error(self._path, exc, "write") from exc
-
-    def close(self) -> None:
-        self._handle.close()
-
-
 def merge_text(local: str, committed: str) -> str:
     """The union of two copies of a ledger, keeping the local order.
 
@@ -198,17 +125,153 @@ def merge_text(local: str, committed: str) -> str:
     return "".join(f"{ln}\n" for ln in missing + local_lines)
 
 
-def repair_tail(path: Path) -> None:
-    """End a line a crash cut short, so the next record starts on its own line."""
+# -- where the ledger lives ----------------------------------------------------------------
+
+CHUNK_DIR = "ledger"
+PER_DIR = 100
+_CHUNK_FILE = re.compile(r"([0-9]{6,})\.jsonl")
+
+
+def chunk_name(number: int) -> str:
+    """Chunk ``number``'s path relative to the run directory."""
+    return f"{CHUNK_DIR}/{number // PER_DIR:04d}/{number:06d}.jsonl"
+
+
+def is_ledger_name(name: str) -> bool:
+    """Whether ``name`` (relative to the run directory) is a file of the ledger."""
+    if name == LEDGER_NAME:
+        return True
+    match = _CHUNK_FILE.fullmatch(name.rsplit("/", 1)[-1])
+    return match is not None and chunk_name(int(match[1])) == name
+
+
+def chunk_names(run_dir: Path) -> list[str]:
+    """The chunks on disk in number order, relative to the run directory.
+
+    Only canonical names count; anything else in ``ledger/`` is not the ledger's.
+    """
+    root = run_dir / CHUNK_DIR
+    found: list[tuple[int, str]] = []
+    if root.is_symlink():
+        raise GitrunError(_linked(root))
+    for group in _entries(root):
+        if group.is_symlink():
+            raise GitrunError(_linked(Path(group.path)))
+        if not group.is_dir():
+            continue
+        for entry in _entries(Path(group.path)):
+            name = f"{CHUNK_DIR}/{group.name}/{entry.name}"
+            if is_ledger_name(name):
+                found.append((int(entry.name.split(".")[0]), name))
+    return [name for _, name in sorted(found)]
+
+
+def _linked(directory: Path) -> str:
+    return (
+        f"{shown(directory)} is a symlink, where gitrun keeps the ledger's chunks in a real "
+        "directory; replace the link with the directory it points to"
+    )
+
+
+def _entries(directory: Path) -> list[os.DirEntry[str]]:
     try:
-        with path.open("rb+") as handle:
-            handle.seek(0, 2)
-            if handle.tell() == 0:
-                return
-            handle.seek(-1, 2)
-            if handle.read(1) != b"\n":
-                handle.write(b"\n")
+        with os.scandir(directory) as entries:
+            return list(entries)
     except FileNotFoundError:
-        return
+        return []
+    except NotADirectoryError as exc:
+        raise GitrunError(
+            f"{shown(directory)}: is a file, where gitrun keeps the ledger's chunks; move it "
+            "aside and run the command again"
+        ) from exc
     except OSError as exc:
-        raise _file_error(path, exc, "repair") from exc
+        raise file_error(directory, exc, "read") from exc
+
+
+def ledger_names(run_dir: Path) -> list[str]:
+    """The ledger's files on disk in reading order: an older run's single file, then chunks."""
+    legacy = [LEDGER_NAME] if os.path.lexists(run_dir / LEDGER_NAME) else []
+    return legacy + chunk_names(run_dir)
+
+
+def read_ledger(run_dir: Path) -> list[dict[str, Any]]:
+    """Every record of the run's ledger, in the order they were written."""
+    records = read_lines(run_dir / LEDGER_NAME)
+    for name in chunk_names(run_dir):
+        records += read_lines(run_dir / name)
+    return records
+
+
+class LedgerWriter:
+    """The one way records enter the ledger.
+
+    Each writer starts a chunk of its own (never appending to a chunk another
+    process made), creating it with its first record. It moves on to a new
+    chunk when the copies of the current one already handed to commits add up
+    to more than the chunk would hold with the next record: every copy git keeps
+    of a chunk is then paid for by the chunk's final size, so the branch stores
+    at most twice the ledger. Commits read the files inside ``held_for_commit``
+    so they never see half a record and the writer knows what they took.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self._run_dir = run_dir
+        self._lock = threading.Lock()
+        self._number = 0
+        self._handle: IO[bytes] | None = None
+        self._size = 0  # bytes in the current chunk
+        self._handed = 0  # bytes of the copies of it handed to commits
+        self._last_handed = 0  # the size of the newest of those copies
+
+    def write(self, record: dict[str, Any]) -> None:
+        data = line_of(record).encode("utf-8")
+        with self._lock:
+            if self._handle is not None and self._handed > self._size + len(data):
+                self._handle.close()
+                self._handle = None
+            if self._handle is None:
+                self._handle = self._open_next()
+            path = self._run_dir / chunk_name(self._number)
+            try:
+                self._handle.write(data)
+                self._handle.flush()
+            except OSError as exc:
+                raise file_error(path, exc, "write") from exc
+            self._size += len(data)
+
+    def _open_next(self) -> IO[bytes]:
+        names = chunk_names(self._run_dir)
+        last = int(names[-1].rsplit("/", 1)[-1].split(".")[0]) if names else 0
+        number = max(last, self._number) + 1
+        while True:
+            path = self._run_dir / chunk_name(number)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise file_error(path.parent, exc, "write") from exc
+            try:
+                handle = path.open("xb")
+            except FileExistsError:
+                number += 1  # another writer took it: chunks are never shared
+                continue
+            except OSError as exc:
+                raise file_error(path, exc, "write") from exc
+            self._number = number
+            self._size = self._handed = self._last_handed = 0
+            return handle
+
+    @contextmanager
+    def held_for_commit(self) -> Iterator[None]:
+        """No record is written while the ledger's files are read for a commit;
+        what was read of the current chunk counts as handed to that commit."""
+        with self._lock:
+            yield
+            if self._handle is not None and self._size > self._last_handed:
+                self._handed += self._size
+                self._last_handed = self._size
+
+    def close(self) -> None:
+        with self._lock:
+            if self._handle is not None:
+                self._handle.close()
+                self._handle = None

@@ -11,7 +11,7 @@ from gitrun.errors import GitrunError
 from gitrun.local import LocalPaths
 from gitrun.lock import run_locked
 from gitrun.runs import load_run
-from gitrun.state import FAILED, ledger_path, read_status
+from gitrun.state import FAILED, read_status
 
 
 @dataclass(frozen=True)
@@ -38,9 +38,13 @@ def retry_tasks(repo: Path, run_id: str, task_ids: list[str]) -> Retried:
         if done:
             raise GitrunError(f"{', '.join(done)} already done; there is nothing to retry")
         at = datetime.now(UTC).isoformat(timespec="milliseconds")
-        for tid in chosen:
-            ledger.append(ledger_path(run), {"event": "retry", "task": tid, "at": at})
-        lifted = status.halt["message"] if status.halt else None
-        if lifted is not None:
-            ledger.append(ledger_path(run), {"event": ledger.LIFT, "at": at})
+        writer = ledger.LedgerWriter(run.repo / run.dir)
+        try:
+            for tid in chosen:
+                writer.write({"event": "retry", "task": tid, "at": at})
+            lifted = status.halt["message"] if status.halt else None
+            if lifted is not None:
+                writer.write({"event": ledger.LIFT, "at": at})
+        finally:
+            writer.close()
         return Retried(chosen, lifted)

@@ -1,8 +1,9 @@
 """The run's own files: the only files gitrun commits besides validated outputs.
 
 They are the run definition in ``.gitrun/runs/<run>/``: ``packet.toml``,
-``tasks.toml``, the ledger, and the bundle and schema files the definition
-names inside that directory. Nothing else is committed: not the repository's
+``tasks.toml``, the ledger (its chunks under ``ledger/``, and the single
+``ledger.jsonl`` of a run started before chunks), and the bundle and schema
+files the definition names inside that directory. Nothing else is committed: not the repository's
 ``.gitrun/config.toml`` (it may hold secrets and stays where the user keeps
 it), not dot-files or dot-directories, not files the definition does not
 name, and never a path git ignores. Each is committed as a regular file: a
@@ -13,17 +14,33 @@ from __future__ import annotations
 
 import os
 import stat
+from contextlib import nullcontext
 from pathlib import Path
 
-from gitrun import git
+from gitrun import git, ledger
 from gitrun.errors import GitrunError
+from gitrun.jsonlines import file_error
 from gitrun.problem import Problem
 from gitrun.runs import LEDGER_NAME, PACKET_NAME, TASKS_NAME, RunDef
 
 
 def own_paths(run: RunDef) -> list[str]:
-    """Repository-relative paths of the run's own files (whether they exist or not)."""
-    paths = [f"{run.dir}/{PACKET_NAME}", f"{run.dir}/{TASKS_NAME}", f"{run.dir}/{LEDGER_NAME}"]
+    """Repository-relative paths of the run's own files: the definition (whether
+    its files exist or not) and the ledger's files (those on disk, or the first
+    chunk's name when there are none yet)."""
+    chunks = ledger.chunk_names(run.repo / run.dir) or [ledger.chunk_name(1)]
+    return _definition_paths(run) + [f"{run.dir}/{name}" for name in [LEDGER_NAME, *chunks]]
+
+
+def is_ledger_path(run: RunDef, path: str) -> bool:
+    """Whether ``path`` (repository-relative) is one of the run's ledger files,
+    including chunks not written yet."""
+    prefix = run.dir + "/"
+    return path.startswith(prefix) and ledger.is_ledger_name(path[len(prefix) :])
+
+
+def _definition_paths(run: RunDef) -> list[str]:
+    paths = [f"{run.dir}/{PACKET_NAME}", f"{run.dir}/{TASKS_NAME}"]
     named = [task.bundle for task in run.tasks if task.bundle]
     named += [
         getattr(validator, "schema_path", None) or ""
@@ -39,24 +56,32 @@ def _is_plain(path: str, run_dir: str) -> bool:
     return all(part and not part.startswith(".") for part in rest)
 
 
-def definition_files(run: RunDef) -> dict[str, bytes]:
+def definition_files(run: RunDef, writer: ledger.LedgerWriter | None = None) -> dict[str, bytes]:
     """The run's own files that exist, by path, read as regular files.
 
-    Raises GitrunError for one that is a symlink or not a regular file
-    (``gitrun check`` reports the same before launch).
+    ``writer``, the run's live ledger writer if there is one, holds its records
+    back while the ledger is read. Raises GitrunError for a file that is a
+    symlink or not a regular file (``gitrun check`` reports the same before launch).
     """
     files: dict[str, bytes] = {}
     _refuse_linked_dirs(run)
-    for path in own_paths(run):
-        full = run.repo / path
-        try:
-            info = os.lstat(full)
-        except FileNotFoundError:
-            continue
-        if not stat.S_ISREG(info.st_mode):
-            raise GitrunError(_not_regular(path, info.st_mode))
-        files[path] = full.read_bytes()
+    for path in _definition_paths(run):
+        _read_regular(run, path, files)
+    with writer.held_for_commit() if writer else nullcontext():
+        for name in ledger.ledger_names(run.repo / run.dir):
+            _read_regular(run, f"{run.dir}/{name}", files)
     return files
+
+
+def _read_regular(run: RunDef, path: str, files: dict[str, bytes]) -> None:
+    full = run.repo / path
+    try:
+        info = os.lstat(full)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(info.st_mode):
+        raise GitrunError(_not_regular(path, info.st_mode))
+    files[path] = full.read_bytes()
 
 
 def _not_regular(path: str, mode: int) -> str:
@@ -102,7 +127,10 @@ def run_file_problems(run: RunDef) -> list[Problem]:
             )
         )
         return out
-    paths = own_paths(run)
+    try:
+        paths = own_paths(run)
+    except GitrunError as exc:  # the ledger's directory is a link or a file
+        return [*out, Problem("run-file", str(exc), path=f"{run.dir}/{ledger.CHUNK_DIR}")]
     for path in paths:
         try:
             info = os.lstat(run.repo / path)
@@ -121,3 +149,55 @@ def run_file_problems(run: RunDef) -> list[Problem]:
             )
         )
     return out
+
+
+def merge_committed_ledger(repo: Path, blobs: dict[str, str]) -> None:
+    """Merge the ledger files a commit holds (path -> blob id) into those on disk.
+
+    A file on disk that matches its commit is left alone; one missing (a fresh
+    clone) is written; one that differs keeps its own lines in their order,
+    after the committed lines it lacks, so no record is lost or doubled.
+    """
+    from gitrun.outputs import blob_id
+    from gitrun.tomlfile import write_atomic
+
+    fmt = git.object_format(repo) if blobs else "sha1"
+    local: dict[str, bytes] = {}
+    for path in blobs:
+        try:
+            local[path] = (repo / path).read_bytes()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise file_error(repo / path, exc, "read") from exc
+    wanted = {p: sha for p, sha in blobs.items() if p not in local or blob_id(local[p], fmt) != sha}
+    contents = _read_blobs(repo, sorted(set(wanted.values())))
+    for path, sha in wanted.items():
+        if path not in local:
+            # Byte for byte, so the next commit finds the same blob; the branch
+            # keeps it, so a copy lost to a power cut is only restored again.
+            write_atomic(repo / path, contents[sha], durable=False)
+            continue
+        ours = local[path].decode("utf-8", errors="replace")
+        merged = ledger.merge_text(ours, contents[sha].decode("utf-8", errors="replace"))
+        if merged != ours:
+            write_atomic(repo / path, merged.encode())
+
+
+def _read_blobs(repo: Path, shas: list[str]) -> dict[str, bytes]:
+    """Blobs by id, read by one ``git cat-file --batch`` (a fresh clone of a long
+    run has thousands of chunks)."""
+    if not shas:
+        return {}
+    out = git.git(repo, "cat-file", "--batch", input="".join(f"{s}\n" for s in shas).encode())
+    blobs: dict[str, bytes] = {}
+    at = 0
+    for sha in shas:
+        end = out.index(b"\n", at)
+        header = out[at:end].split()
+        if len(header) != 3:
+            raise GitrunError(f"the run's branch lacks the ledger blob {sha}; run `git fsck`")
+        size = int(header[2])
+        blobs[sha] = out[end + 1 : end + 1 + size]
+        at = end + 1 + size + 1
+    return blobs

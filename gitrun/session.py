@@ -19,10 +19,11 @@ from gitrun.check import check_run
 from gitrun.committer import BRANCH_PREFIX, Committer, branch_ref, trailers
 from gitrun.driver import Driver, Progress, Reporter, RunOutcome
 from gitrun.errors import GitrunError
+from gitrun.ledger import CHUNK_DIR
 from gitrun.local import LocalPaths
 from gitrun.lock import run_locked
 from gitrun.problem import Problem
-from gitrun.runfiles import definition_files
+from gitrun.runfiles import definition_files, merge_committed_ledger
 from gitrun.runs import LEDGER_NAME, PACKET_NAME, RUNS_DIR, RunDef, check_run_id, load_run
 from gitrun.tomlfile import write_atomic
 
@@ -124,11 +125,14 @@ def bring_definition(repo: Path, run_id: str, report: Reporter) -> None:
 
 
 def _retire_stale_ledger(run: RunDef, local: LocalPaths) -> None:
-    """A ledger without a branch is left from a run whose branch was deleted."""
-    stale = run.repo / run.dir / LEDGER_NAME
-    if stale.exists():
-        local.root.mkdir(parents=True, exist_ok=True)
-        os.replace(stale, local.root / f"ledger.{int(time.time())}.jsonl")
+    """A ledger without a branch is left from a run whose branch was deleted:
+    its chunks (and an older run's single file) move aside, kept for inspection."""
+    stamp = int(time.time())
+    for name, aside in ((LEDGER_NAME, f"ledger.{stamp}.jsonl"), (CHUNK_DIR, f"ledger.{stamp}")):
+        stale = run.repo / run.dir / name
+        if os.path.lexists(stale):
+            local.root.mkdir(parents=True, exist_ok=True)
+            os.replace(stale, local.root / aside)
 
 
 def _ensure_branch(repo: Path, run_id: str, report: Reporter) -> str:
@@ -157,16 +161,16 @@ def _restore_definition(repo: Path, run_id: str, tip: str, report: Reporter) -> 
     run_dir = f".gitrun/runs/{run_id}"
     tree = git.ls_tree(repo, tip, [run_dir])
     restored = 0
+    ledger_blobs: dict[str, str] = {}
     for path, (_mode, sha) in tree.items():
         target = repo / path
-        if path.endswith("/" + LEDGER_NAME):
-            committed = git.cat_blob(repo, sha).decode("utf-8", errors="replace")
-            local_text = target.read_text(encoding="utf-8") if target.exists() else ""
-            merged = ledger.merge_text(local_text, committed)
-            if merged != local_text:
-                write_atomic(target, merged.encode())
+        if ledger.is_ledger_name(path[len(run_dir) + 1 :]):
+            ledger_blobs[path] = sha
         elif not target.exists():
             write_atomic(target, git.cat_blob(repo, sha))
             restored += 1
+    # Chunks and an older run's single ledger.jsonl alike: that file stays the
+    # ledger's first part, read first and never written again.
+    merge_committed_ledger(repo, ledger_blobs)
     if restored:
         report(f"run {run_id}: restored {restored} run files from the branch")

@@ -17,7 +17,7 @@ from gitrun.committer import branch_ref
 from gitrun.history import find_base
 from gitrun.local import LocalPaths
 from gitrun.lock import Owner, is_locked, read_owner
-from gitrun.runs import LEDGER_NAME, RunDef, load_run
+from gitrun.runs import RunDef, load_run
 
 DONE = "done"
 PENDING = "pending"
@@ -92,8 +92,9 @@ class RunStatus:
         }
 
 
-def ledger_path(run: RunDef) -> Path:
-    return run.repo / run.dir / LEDGER_NAME
+def read_run_ledger(run: RunDef) -> list[dict[str, Any]]:
+    """The run's ledger records, in order."""
+    return ledger.read_ledger(run.repo / run.dir)
 
 
 def committed_tasks(run: RunDef, tip: str, base: str | None) -> set[str]:
@@ -130,7 +131,7 @@ def read_status(repo: Path, run_id: str, run: RunDef | None = None) -> RunStatus
     run = run or load_run(repo, run_id)
     tip = git.rev_parse(repo, branch_ref(run_id))
     done = committed_tasks(run, tip, find_base(repo, run_id)) if tip else set()
-    records = ledger.read_lines(ledger_path(run))
+    records = read_run_ledger(run)
     summary = ledger.summarize(records)
     local = LocalPaths.of(repo, run_id)
     live = is_locked(local)

@@ -129,3 +129,36 @@ def gitrun_process(repo: Path, *args: str, capture: bool = True) -> subprocess.P
     return subprocess.Popen(
         [sys.executable, "-m", "gitrun", *args], cwd=repo, stdout=where, stderr=where, text=True
     )
+
+
+def ledger_records(repo: Path, run_id: str = "r") -> list[dict[str, object]]:
+    """The run's ledger on disk, every record in order (through gitrun's one reader)."""
+    from gitrun.ledger import read_ledger
+
+    return read_ledger(repo / ".gitrun/runs" / run_id)
+
+
+def committed_ledger(
+    repo: Path, rev: str = "gitrun/r", run_id: str = "r"
+) -> list[dict[str, object]]:
+    """The ledger records committed at ``rev``, in order: an older run's single
+    file, then the chunks by number ([] when ``rev`` does not exist)."""
+    import json
+
+    from gitrun.ledger import is_ledger_name
+    from gitrun.runs import LEDGER_NAME
+
+    run_dir = f".gitrun/runs/{run_id}"
+    proc = subprocess.run(
+        ["git", "-C", str(repo), "ls-tree", "-r", "--name-only", rev, "--", run_dir],
+        capture_output=True,
+        text=True,
+    )
+    names = [p[len(run_dir) + 1 :] for p in proc.stdout.split()]
+    names = [n for n in names if is_ledger_name(n)]
+    names.sort(key=lambda n: -1 if n == LEDGER_NAME else int(n.rsplit("/", 1)[1].split(".")[0]))
+    records: list[dict[str, object]] = []
+    for name in names:
+        text = git(repo, "show", f"{rev}:{run_dir}/{name}")
+        records += [json.loads(ln) for ln in text.splitlines() if ln.strip()]
+    return records

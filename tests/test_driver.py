@@ -15,16 +15,21 @@ from gitrun.errors import GitrunError
 from gitrun.local import LocalPaths
 from gitrun.session import CheckFailed, resume_run, start_run
 from gitrun.state import read_status
-from tests.helpers import fake_worker_run, git, gitrun_process, spawn_events
+from tests.helpers import (
+    committed_ledger,
+    fake_worker_run,
+    git,
+    gitrun_process,
+    ledger_records,
+    spawn_events,
+)
 
 quiet = print if os.environ.get("GITRUN_TEST_VERBOSE") else (lambda _line: None)
 
 
 def _ledger(repo: Path, run_id: str = "r") -> list[dict[str, object]]:
     """The attempt records (run-level events such as a halt left out)."""
-    path = repo / ".gitrun/runs" / run_id / "ledger.jsonl"
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r for r in records if "attempt" in r]
+    return [r for r in ledger_records(repo, run_id) if "attempt" in r]
 
 
 def _branch_files(repo: Path, run_id: str = "r") -> set[str]:
@@ -69,8 +74,7 @@ def test_commits_carry_trailers_and_the_ledger(git_repo: Path) -> None:
     assert sorted(tasks) == ["t01", "t02", "t03", "t04", "t05"]
     assert all("Gitrun-Run: r" in b for b in bodies)
     assert all("Gitrun-Attempt: " in b for b in bodies)
-    committed = git(git_repo, "show", "gitrun/r:.gitrun/runs/r/ledger.jsonl")
-    assert len(committed.splitlines()) == 5
+    assert len(committed_ledger(git_repo)) == 5
     subjects = git(git_repo, "log", "--reverse", "--format=%s", "HEAD..gitrun/r").splitlines()
     assert subjects[0] == "gitrun(r): start run"
     assert len(subjects) == len(bodies) + 1  # linear: the start, then the landings

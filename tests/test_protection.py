@@ -19,14 +19,13 @@ from gitrun import governor
 from gitrun.governor import EndFacts, Governor
 from gitrun.session import resume_run, start_run
 from gitrun.settings import Limits
-from tests.helpers import fake_worker_run, git, spawn_events, write_run
+from tests.helpers import fake_worker_run, git, ledger_records, spawn_events, write_run
 
 quiet = lambda _line: None  # noqa: E731
 
 
 def _ledger(repo: Path) -> list[dict[str, object]]:
-    text = (repo / ".gitrun/runs/r/ledger.jsonl").read_text()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return ledger_records(repo)
 
 
 def test_throttled_workers_back_off_and_shrink_concurrency(git_repo: Path, tmp_path: Path) -> None:

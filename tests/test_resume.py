@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -11,7 +12,15 @@ from collections import Counter
 from pathlib import Path
 
 from gitrun.session import resume_run
-from tests.helpers import build_tree, fake_worker_run, git, gitrun_process, spawn_events
+from tests.helpers import (
+    build_tree,
+    committed_ledger,
+    fake_worker_run,
+    git,
+    gitrun_process,
+    ledger_records,
+    spawn_events,
+)
 
 quiet = lambda _line: None  # noqa: E731
 
@@ -113,19 +122,11 @@ def test_resume_on_a_fresh_clone_carries_attempt_counts(git_repo: Path, tmp_path
     fake_worker_run(git_repo, "r", 6, spec, {"limits": {"concurrency": 2, "canary": 0}})
     driver = gitrun_process(git_repo, "start", "r", capture=False)
 
-    def committed_ledger() -> list[dict[str, object]]:
-        proc = subprocess.run(
-            ["git", "-C", str(git_repo), "show", "gitrun/r:.gitrun/runs/r/ledger.jsonl"],
-            capture_output=True,
-            text=True,
-        )
-        return [json.loads(ln) for ln in proc.stdout.splitlines() if ln.strip()]
-
     local = LocalPaths.of(git_repo, "r")
     try:
         deadline = time.time() + 60
         while time.time() < deadline:
-            records = committed_ledger()
+            records = committed_ledger(git_repo)
             hanging = running_records(local).get("t01", {}).get("attempt") == 2
             if len(records) >= 6 and hanging:
                 break
@@ -152,11 +153,7 @@ def test_resume_on_a_fresh_clone_carries_attempt_counts(git_repo: Path, tmp_path
     )
     assert resumed.returncode == 0, resumed.stderr
     status = json.loads(resumed.stdout)
-    ledger = [
-        json.loads(ln)
-        for ln in (clone / ".gitrun/runs/r/ledger.jsonl").read_text().splitlines()
-        if ln.strip()
-    ]
+    ledger = ledger_records(clone)
     t01 = [(r["attempt"], r["outcome"]) for r in ledger if r.get("task") == "t01"]
     # Attempt 2 never reached the committed ledger: the clone runs it again.
     assert t01 == [(1, "invalid"), (2, "valid")]
@@ -216,8 +213,7 @@ def test_an_attempt_recorded_before_the_kill_is_not_recorded_again(git_repo: Pat
     }
     LocalPaths.of(git_repo, "r").running.write_text(json.dumps(left_open) + "\n")
     assert resume_run(git_repo, "r", quiet).exit_code == 0
-    path = git_repo / ".gitrun/runs/r/ledger.jsonl"
-    records = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    records = ledger_records(git_repo)
     assert Counter((r.get("task"), r.get("attempt")) for r in records)[("t01", 1)] == 1
 
 
@@ -236,7 +232,7 @@ def test_a_worker_started_without_a_recorded_pid_is_found_by_its_attempt_id(
     fake_worker_run(git_repo, "r", 2, {})
     assert start_run_quiet(git_repo) == 0
     git(git_repo, "update-ref", "-d", "refs/heads/gitrun/r")  # start over on the same id
-    (git_repo / ".gitrun/runs/r/ledger.jsonl").unlink()
+    shutil.rmtree(git_repo / ".gitrun/runs/r/ledger")
     for path in (git_repo / "out").iterdir():
         path.unlink()
     written = time.time() - 1

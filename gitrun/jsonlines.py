@@ -1,0 +1,95 @@
+"""Files of JSON lines that gitrun appends to: the ledger's chunks and the local journal.
+
+One record per line, each line written whole and flushed at once; a line a crash
+cut short (or bytes that are not UTF-8) is skipped when reading, never an error.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from gitrun.errors import GitrunError
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file; lines that are not records are skipped
+    (a crash cut them short, or bytes that are not UTF-8 replaced them)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise file_error(path, exc, "read") from exc
+    return parse_lines(text)
+
+
+def parse_lines(text: str) -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a crash
+        if isinstance(record, dict) and (
+            isinstance(record.get("task"), str) or isinstance(record.get("event"), str)
+        ):
+            records.append(record)
+    return records
+
+
+def line_of(record: dict[str, Any]) -> str:
+    return json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+
+
+class LineWriter:
+    """Appends JSON lines to a file it keeps open, each line flushed at once
+    (the page cache keeps it when the process is killed)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._handle = path.open("a", encoding="utf-8")
+        except OSError as exc:
+            raise file_error(path, exc, "write") from exc
+
+    def write(self, record: dict[str, Any]) -> None:
+        try:
+            self._handle.write(line_of(record))
+            self._handle.flush()
+        except OSError as exc:
+            raise file_error(self._path, exc, "write") from exc
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def shown(path: Path) -> str:
+    """The path from the repository's .gitrun/ or .git/ on, as users know it."""
+    parts = path.parts
+    for top in (".gitrun", ".git"):
+        if top in parts:
+            return "/".join(parts[len(parts) - parts[::-1].index(top) - 1 :])
+    return str(path)
+
+
+def file_error(path: Path, exc: OSError, verb: str) -> GitrunError:
+    where = shown(path)
+    if isinstance(exc, IsADirectoryError):
+        return GitrunError(
+            f"{where}: is a directory, where gitrun keeps a file of JSON lines; move it "
+            "aside and run the command again"
+        )
+    if isinstance(exc, NotADirectoryError):
+        return GitrunError(
+            f"{where}: cannot {verb} it: a directory on its path is a file; move that file "
+            "aside and run the command again"
+        )
+    return GitrunError(
+        f"{where}: cannot {verb} it ({exc.strerror or exc}); make it a writable regular file "
+        "(or free disk space) and run the command again"
+    )
