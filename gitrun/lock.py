@@ -231,3 +231,42 @@ def is_locked(local: LocalPaths) -> bool:
         return True
     lock.release()
     return False
+
+
+PROC_LOCKS = Path("/proc/locks")
+
+
+def lock_holders(lock: Path, table: Path | None = None) -> set[int] | None:
+    """The pids the kernel lists as holding an ``flock`` on the file ``lock``;
+    None when this system has no such table (``/proc/locks`` is Linux's).
+
+    A line of ``/proc/locks`` reads ``1: FLOCK  ADVISORY  WRITE 4242 fe:00:2146505 0 EOF``:
+    the pid that took the lock, then the device (major and minor in hex) and
+    inode of the locked file. Waiters (lines with ``->``) hold nothing. This
+    is the kernel's word, which no file a worker can write can forge: it is
+    how ``gitrun watchdog --kill`` proves that an owner record names the
+    process that really holds the run.
+    """
+    try:
+        text = (table or PROC_LOCKS).read_text()
+    except OSError:
+        return None  # no such table here (not Linux), or it cannot be read: no proof
+    try:
+        st = os.stat(lock)
+    except OSError:
+        return set()
+    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    holders: set[int] = set()
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 6 or fields[1] == "->" or fields[1] != "FLOCK":
+            continue
+        try:
+            pid = int(fields[4])
+            major, minor, inode = fields[5].split(":")
+            found = (int(major, 16), int(minor, 16), int(inode))
+        except ValueError:
+            continue
+        if found == want:
+            holders.add(pid)
+    return holders

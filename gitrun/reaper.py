@@ -6,6 +6,17 @@ right after it started. A later gitrun, possibly on a machine that has run
 for weeks since, signals that process only when all three still match: a
 pid alone is reused, and a record can be truncated or written by hand.
 
+Content alone is not proof, though: workers can write ``.git/``, so a worker
+can forge a journal record naming any process of the same user, copying its
+pid, create time and command line. Every signal derived from a journal record
+therefore also needs the process to carry the attempt's identity in its
+initial environment block: ``GITRUN_ATTEMPT_ID`` (a fresh uuid the driver
+gives each attempt and writes into its record as ``attempt_id``) with the
+attempt's ``GITRUN_RUN``, ``GITRUN_TASK`` and ``GITRUN_ATTEMPT``. A process
+gitrun did not start cannot carry a uuid it was never given, and a record
+without ``attempt_id`` never leads to a signal. (A driver's owner record is
+proved differently: see :mod:`gitrun.watchdog`.)
+
 Never signalled, whatever a record says: pid 0, 1 or below (``kill(0)`` and
 ``kill(-n)`` mean whole groups, 1 is init), gitrun's own pid, group or
 session, and anything named by a partial or ill-typed record.
@@ -80,15 +91,21 @@ def _recorded(record: Mapping[str, Any]) -> tuple[int, float, list[str]] | None:
 
 
 def attempt_env(record: Mapping[str, Any]) -> dict[str, str] | None:
-    """The ``GITRUN_*`` variables an attempt's processes carry, from its journal record."""
+    """The ``GITRUN_*`` variables an attempt's processes carry, from its
+    journal record; None when the record lacks any of them (above all its
+    ``attempt_id``): such a record can never prove a process is the attempt's."""
     run, task, attempt = record.get("run"), record.get("task"), record.get("attempt")
+    attempt_id = record.get("attempt_id")
     if not (isinstance(run, str) and isinstance(task, str) and type(attempt) is int):
         return None
-    env = {"GITRUN_RUN": run, "GITRUN_TASK": task, "GITRUN_ATTEMPT": str(attempt)}
-    attempt_id = record.get("attempt_id")
-    if isinstance(attempt_id, str) and attempt_id:
-        env["GITRUN_ATTEMPT_ID"] = attempt_id
-    return env
+    if not isinstance(attempt_id, str) or not attempt_id:
+        return None
+    return {
+        "GITRUN_RUN": run,
+        "GITRUN_TASK": task,
+        "GITRUN_ATTEMPT": str(attempt),
+        "GITRUN_ATTEMPT_ID": attempt_id,
+    }
 
 
 def kill_attempt_processes(record: Mapping[str, Any]) -> bool:
@@ -102,7 +119,7 @@ def kill_attempt_processes(record: Mapping[str, Any]) -> bool:
 
     env = attempt_env(record)
     written = record.get("started")
-    if env is None or "GITRUN_ATTEMPT_ID" not in env:
+    if env is None:
         return False
     if isinstance(written, bool) or not isinstance(written, int | float):
         return False
@@ -129,11 +146,12 @@ def kill_attempt_processes(record: Mapping[str, Any]) -> bool:
     return killed
 
 
-def _carries(proc: Any, env: Mapping[str, str] | None) -> bool:
+def _carries(proc: Any, env: Mapping[str, str]) -> bool:
+    """Whether a process's initial environment block holds every one of ``env``."""
     import psutil
 
-    if env is None:
-        return False
+    if not env.get("GITRUN_ATTEMPT_ID"):
+        return False  # never on run, task and attempt number alone: anyone can set those
     try:
         found = proc.environ()
     except psutil.Error:
@@ -150,13 +168,11 @@ def _same_start(proc: Any, created: float) -> bool:
         return False
 
 
-def is_recorded_process(record: Mapping[str, Any], env: Mapping[str, str] | None = None) -> bool:
+def is_recorded_process(record: Mapping[str, Any]) -> bool:
     """Whether the process a record names runs now and is the one recorded:
-    same pid, same create time, and the same command line — or, for a worker
-    that replaced its program with ``exec`` (``sh -c 'exec agent ...'``; a
-    shell does this by itself for its last command), which keeps the pid and
-    create time but not the command line, the environment of this very
-    attempt (``env``: its run, task and attempt number)."""
+    same pid, same create time, same command line. Enough for a driver's
+    owner record only together with proof that the pid holds the run's lock
+    (:mod:`gitrun.watchdog`); a worker needs :func:`is_recorded_worker`."""
     import psutil
 
     fields = _recorded(record)
@@ -167,15 +183,41 @@ def is_recorded_process(record: Mapping[str, Any], env: Mapping[str, str] | None
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE or not _same_start(proc, created):
             return False
-        return proc.cmdline() == cmdline or _carries(proc, env)
+        return bool(proc.cmdline() == cmdline)
+    except psutil.Error:
+        return False
+
+
+def is_recorded_worker(record: Mapping[str, Any]) -> bool:
+    """Whether the worker a journal record names runs now and is provably
+    that attempt's: same pid and create time as recorded, and the attempt's
+    ``GITRUN_ATTEMPT_ID``, run, task and attempt number in its environment
+    (:func:`attempt_env`). The recorded command line must be complete, but
+    the live one may differ: a worker that replaced its program with ``exec``
+    (``sh -c 'exec agent ...'``; a shell does this by itself for its last
+    command) keeps its pid, create time and environment, not its command line.
+    """
+    import psutil
+
+    fields = _recorded(record)
+    env = attempt_env(record)
+    if fields is None or env is None:
+        return False
+    pid, created, _cmdline = fields
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE or not _same_start(proc, created):
+            return False
+        return _carries(proc, env)
     except psutil.Error:
         return False
 
 
 def signal_recorded_process(record: Mapping[str, Any], sig: int) -> bool:
-    """Send ``sig`` to the process a record names, if it is verifiably that
-    process (:func:`is_recorded_process`); and to its whole group when it leads
-    one that is not gitrun's own. Whether it was signalled."""
+    """Send ``sig`` to the process an owner record names, if it is verifiably
+    that process (:func:`is_recorded_process`); and to its whole group when it
+    leads one that is not gitrun's own. Whether it was signalled. The caller
+    proves the record itself (a driver's: it holds the run's lock)."""
     if not is_recorded_process(record):
         return False
     pid = record["pid"]
@@ -195,35 +237,32 @@ def kill_recorded_group(record: Mapping[str, Any]) -> bool:
     signalled. Waits up to :data:`GONE_PATIENCE` for the group to go.
 
     The worker was started as the leader of its own session and group, so its
-    group id is its pid. Three cases:
+    group id is its pid. Two cases:
 
-    - The leader runs and matches the record (:func:`is_recorded_process`):
-      the group is the worker's, ``killpg``.
-    - The leader is a zombie nobody reaped (the dead driver was its parent):
-      its command line can no longer be read, but it still holds its pid, and
-      Linux does not hand out a pid that is still in use as a process, group
-      or session id. A zombie with the recorded create time is the worker, so
-      the group is still the worker's: ``killpg``.
-    - The leader is gone but the group may still hold the worker's children.
-      The group id cannot have been reused while the group kept a member; but
-      if it emptied for a moment, its pid could have gone to a new process
-      that made a group of its own under the same id. So the group is never
-      signalled as a whole here: each member is killed on its own, and only if
-      it started after the worker and carries this very attempt's
-      ``GITRUN_RUN``, ``GITRUN_TASK`` and ``GITRUN_ATTEMPT`` in its environment
-      (a member that cleared its environment is left alone, and the stray-write
-      audit still reports what it writes).
+    - The leader runs and is the attempt's worker (:func:`is_recorded_worker`:
+      pid, create time, and this attempt's ``GITRUN_ATTEMPT_ID`` in its
+      environment): the group is the worker's, ``killpg``.
+    - The leader is gone, or a zombie nobody reaped (its environment can no
+      longer be read). The group may still hold the worker's children, but
+      the group id alone proves nothing (it could have been reused, or the
+      record forged), so the group is never signalled as a whole here: each
+      member is killed on its own, and only if it started after the worker
+      and carries this very attempt's ``GITRUN_ATTEMPT_ID`` (with its run,
+      task and attempt number) in its environment. A member that cleared its
+      environment is left alone, and the stray-write audit still reports what
+      it writes.
 
-    A record without a pid above 1, a create time and a command line never
-    leads to a signal, nor does one naming gitrun itself or its own group.
+    A record without a pid above 1, a create time, a command line and an
+    ``attempt_id`` never leads to a signal, nor does one naming gitrun itself
+    or its own group.
     """
     import psutil
 
     fields = _recorded(record)
-    if fields is None:
+    env = attempt_env(record)
+    if fields is None or env is None:
         return False
     pid, created, _cmdline = fields
-    env = attempt_env(record)
     try:
         leader = psutil.Process(pid)
         zombie = leader.status() == psutil.STATUS_ZOMBIE
@@ -233,7 +272,9 @@ def kill_recorded_group(record: Mapping[str, Any]) -> bool:
         return False
     if not _same_start(leader, created):
         return False  # the pid now belongs to another process, and so does the group
-    if not zombie and not is_recorded_process(record, env):
+    if zombie:
+        return _kill_members(pid, created, env)
+    if not is_recorded_worker(record):
         return False
     try:
         if os.getpgid(pid) != pid:
@@ -249,11 +290,11 @@ def kill_recorded_group(record: Mapping[str, Any]) -> bool:
     return True
 
 
-def _kill_members(pgid: int, created: float, env: Mapping[str, str] | None) -> bool:
+def _kill_members(pgid: int, created: float, env: Mapping[str, str]) -> bool:
     """Kill, one by one, the members of a leaderless group that prove to be the attempt's."""
     import psutil
 
-    if env is None:
+    if not env.get("GITRUN_ATTEMPT_ID"):
         return False
     killed = False
     deadline = time.monotonic() + GONE_PATIENCE

@@ -18,10 +18,9 @@ from typing import Any
 
 from gitrun import git
 from gitrun.local import LocalPaths
-from gitrun.lock import is_locked, read_owner
+from gitrun.lock import PROC_LOCKS, is_locked, lock_holders, read_owner
 from gitrun.reaper import (
-    attempt_env,
-    is_recorded_process,
+    is_recorded_worker,
     kill_recorded_group,
     signal_recorded_process,
 )
@@ -108,7 +107,7 @@ def _inspect_live(run_id: str, local: LocalPaths, stale_after: float, now: float
 def _inspect_dead(run_id: str, local: LocalPaths) -> RunHealth:
     health = RunHealth(run_id, "dead")
     for task, record in running_records(local).items():
-        if is_recorded_process(record, attempt_env(record)):
+        if is_recorded_worker(record):
             health.orphans.append(f"{task}#{record.get('attempt')} (pid {record['pid']})")
     if health.orphans:
         health.stale = True
@@ -120,14 +119,22 @@ def kill_stale(repo: Path, health: RunHealth) -> str:
     """End a stale run's driver (its process group when it leads one) and the
     workers it recorded, so that `gitrun resume` can take over.
 
-    The driver is signalled only when its owner record names it completely
-    (pid, create time, command line) and the live process still matches
-    (:func:`gitrun.reaper.signal_recorded_process`); workers likewise.
+    The owner record is a file anyone who can write ``.git/`` can forge (a
+    worker can), so it names the driver only together with the kernel's word
+    that this very pid holds the run's lock (:func:`gitrun.lock.lock_holders`,
+    read from ``/proc/locks``); then the live process must still match the
+    record's create time and command line
+    (:func:`gitrun.reaper.signal_recorded_process`). Where the kernel cannot
+    be asked, nothing is killed. Workers are killed only when they carry
+    their attempt's id (:func:`gitrun.reaper.kill_recorded_group`).
     """
     local = LocalPaths.of(repo, health.run)
     if health.driver == "elsewhere":
         return f"{health.run}: the driver runs on {health.host}; kill it there"
     if health.pid is not None and health.driver == "alive":
+        refused = _unproven_driver(local, health)
+        if refused:
+            return refused
         owner = read_owner(local)
         record = owner.to_json() if owner is not None and owner.pid == health.pid else {}
         if not signal_recorded_process(record, signal.SIGKILL):
@@ -142,3 +149,22 @@ def kill_stale(repo: Path, health: RunHealth) -> str:
     for record in running_records(local).values():
         kill_recorded_group(record)
     return f"{health.run}: stopped; continue it with `gitrun resume {health.run}`"
+
+
+def _unproven_driver(local: LocalPaths, health: RunHealth) -> str:
+    """Why the pid the owner record names is not proved to hold the run's lock ("" if it is)."""
+    holders = lock_holders(local.lock)
+    if holders is None:
+        return (
+            f"{health.run}: not stopped: this system has no {PROC_LOCKS} to prove that pid "
+            f"{health.pid} holds the run lock {local.lock}, and gitrun kills no driver it "
+            "cannot prove; stop that process yourself if it is the driver"
+        )
+    if health.pid not in holders:
+        held = ", ".join(f"pid {pid}" for pid in sorted(holders)) or "no listed process"
+        return (
+            f"{health.run}: not stopped: the owner record {local.owner} names pid {health.pid}, "
+            f"but the kernel says the run lock {local.lock} is held by {held}; check those "
+            "processes and stop the driver yourself"
+        )
+    return ""

@@ -1,5 +1,9 @@
 """gitrun never signals what it did not start (issue 9, section 7).
 
+A journal record is proof only together with the attempt's identity in the
+process's environment (``GITRUN_ATTEMPT_ID``): workers can write `.git/`, so
+a record's content alone can be forged.
+
 Each test starts a sacrificial process group of its own (`setsid ...`),
 always killed in a finally. Signals are watched by a spy that forwards only
 those aimed at the sacrificial group and swallows (and records) any other,
@@ -17,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +36,7 @@ from gitrun.lock import read_owner
 from gitrun.reaper import (
     identity,
     is_recorded_process,
+    is_recorded_worker,
     kill_recorded_group,
     may_signal,
     signal_recorded_process,
@@ -52,7 +58,13 @@ class Victim:
     def record(self, **changes: Any) -> dict[str, Any]:
         """The journal record gitrun writes for it, with ``changes``."""
         found = identity(self.pid)
-        record: dict[str, Any] = {"run": "r", "task": "t1", "attempt": 1, "pid": self.pid}
+        record: dict[str, Any] = {
+            "run": "r",
+            "task": "t1",
+            "attempt": 1,
+            "attempt_id": ATTEMPT_ID,
+            "pid": self.pid,
+        }
         record.update(found)
         record.update(changes)
         return {k: v for k, v in record.items() if v is not DROP}
@@ -84,7 +96,13 @@ def _wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
     return condition()
 
 
-ATTEMPT_ENV = {"GITRUN_RUN": "r", "GITRUN_TASK": "t1", "GITRUN_ATTEMPT": "1"}
+ATTEMPT_ID = uuid.uuid4().hex
+ATTEMPT_ENV = {
+    "GITRUN_RUN": "r",
+    "GITRUN_TASK": "t1",
+    "GITRUN_ATTEMPT": "1",
+    "GITRUN_ATTEMPT_ID": ATTEMPT_ID,
+}
 
 
 _REAL_KILL, _REAL_KILLPG = os.kill, os.killpg
@@ -157,7 +175,7 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:
 def test_a_complete_matching_record_kills_the_whole_group(
     spawn: Callable[..., Victim], sent: list[tuple[str, int, int]]
 ) -> None:
-    victim = spawn("sleep 1000 & echo $! > @PIDS@; wait")
+    victim = spawn("sleep 1000 & echo $! > @PIDS@; wait", env=ATTEMPT_ENV)
     record = victim.record()
     assert record["cmdline"][:2] == ["sh", "-c"] and isinstance(record["create_time"], float)
     assert kill_recorded_group(record) is True
@@ -174,7 +192,8 @@ def test_a_complete_matching_record_kills_the_whole_group(
         "nan create_time",
         "string create_time",
         "no cmdline",
-        "wrong cmdline",
+        # (a different live command line with the attempt's id is a worker
+        # that exec'd: see the exec test; for an owner record, the last test)
         "empty cmdline",
         "cmdline not a list",
         "string pid",
@@ -182,12 +201,17 @@ def test_a_complete_matching_record_kills_the_whole_group(
         "bool pid",
         "no pid",
         "negative pid",
+        "no attempt_id",
+        "empty attempt_id",
+        "wrong attempt_id",
+        "other task",
+        "other attempt",
     ],
 )
 def test_a_partial_or_wrong_record_signals_nothing(
     case: str, spawn: Callable[..., Victim], sent: list[tuple[str, int, int]]
 ) -> None:
-    victim = spawn("sleep 1000 & echo $! > @PIDS@; wait")
+    victim = spawn("sleep 1000 & echo $! > @PIDS@; wait", env=ATTEMPT_ENV)
     right = victim.record()
     table: dict[str, dict[str, Any]] = {
         "no create_time": {"create_time": DROP},
@@ -204,10 +228,17 @@ def test_a_partial_or_wrong_record_signals_nothing(
         "bool pid": {"pid": True},
         "no pid": {"pid": DROP},
         "negative pid": {"pid": -victim.pid},
+        "no attempt_id": {"attempt_id": DROP},
+        "empty attempt_id": {"attempt_id": ""},
+        "wrong attempt_id": {"attempt_id": uuid.uuid4().hex},
+        "other task": {"task": "t2"},
+        "other attempt": {"attempt": 2},
     }
     record = victim.record(**table[case])
     assert kill_recorded_group(record) is False
-    assert signal_recorded_process(record, signal.SIGKILL) is False
+    assert not is_recorded_worker(record)
+    if "pid" in case or "create_time" in case or "cmdline" in case:
+        assert signal_recorded_process(record, signal.SIGKILL) is False
     assert sent == []
     assert victim.alive() == [victim.pid, *victim.members]
 
@@ -251,20 +282,26 @@ def test_a_worker_that_exec_d_is_known_by_its_attempt_environment(
     assert _wait_for(lambda: not victim.alive())
 
 
-def test_a_zombie_leader_still_names_its_group(
-    spawn: Callable[..., Victim], sent: list[tuple[str, int, int]]
+@pytest.mark.parametrize("theirs", [True, False])
+def test_a_zombie_leader_s_group_loses_only_the_attempt_s_own_members(
+    theirs: bool, spawn: Callable[..., Victim], sent: list[tuple[str, int, int]]
 ) -> None:
-    """The leader exited and nobody reaped it: its pid is still taken, so
-    the group is still the worker's."""
-    victim = spawn("sleep 1000 & echo $! > @PIDS@; read x")
+    """The leader exited and nobody reaped it: its environment can no longer
+    be read, so nothing proves the group is the attempt's; only members that
+    carry the attempt's id go, one by one."""
+    env = ATTEMPT_ENV if theirs else {**ATTEMPT_ENV, "GITRUN_ATTEMPT_ID": "forged"}
+    victim = spawn("sleep 1000 & echo $! > @PIDS@; read x", env=env)
     record = victim.record()
     assert victim.proc.stdin is not None
     victim.proc.stdin.close()  # `read` ends; the leader exits, unreaped
     assert _wait_for(lambda: psutil.Process(victim.pid).status() == psutil.STATUS_ZOMBIE)
     assert victim.alive() == victim.members
-    assert kill_recorded_group(record) is True
-    assert ("killpg", victim.pid, signal.SIGKILL) in sent
-    assert _wait_for(lambda: not victim.alive())
+    assert kill_recorded_group(record) is theirs
+    assert not any(call[0] == "killpg" for call in sent)
+    if theirs:
+        assert _wait_for(lambda: not victim.alive())
+    else:
+        assert sent == [] and victim.alive() == victim.members
 
 
 @pytest.mark.parametrize("theirs", [True, False])
@@ -297,6 +334,7 @@ def test_signal_recorded_process_checks_the_owner_record_the_same_way(
     assert signal_recorded_process(victim.record(cmdline=["gitrun"]), signal.SIGTERM) is False
     assert sent == []
     assert is_recorded_process(victim.record())
+    assert not is_recorded_worker(victim.record()), "it carries no attempt id"
     assert signal_recorded_process(victim.record(), signal.SIGKILL) is True
     assert _wait_for(lambda: not _running(victim.pid))
 
@@ -366,3 +404,107 @@ def test_the_journal_record_is_complete_and_enough_to_stop_an_orphan(git_repo: P
             created = psutil.Process(worker).create_time()
             if created == record.get("create_time"):
                 os.killpg(worker, signal.SIGKILL)
+
+
+def test_a_complete_record_of_a_process_without_the_attempt_id_signals_nothing(
+    spawn: Callable[..., Victim], sent: list[tuple[str, int, int]]
+) -> None:
+    """Pid, create time and command line can all be copied into a forged
+    record; the fresh attempt id in the process's own environment cannot."""
+    victim = spawn("sleep 1000 & echo $! > @PIDS@; wait")  # no GITRUN_* at all
+    imitator = spawn("sleep 1000 & echo $! > @PIDS@; wait", env={**ATTEMPT_ENV, "X": "1"})
+    for record in (victim.record(), victim.record(attempt_id=DROP)):
+        assert kill_recorded_group(record) is False
+    # run, task and attempt number alone are not enough either: anyone can set them
+    partial = {k: v for k, v in ATTEMPT_ENV.items() if k != "GITRUN_ATTEMPT_ID"}
+    stranger = spawn("sleep 1000 & echo $! > @PIDS@; wait", env=partial)
+    assert kill_recorded_group(stranger.record()) is False
+    assert kill_recorded_group(stranger.record(attempt_id=DROP)) is False
+    assert sent == []
+    assert victim.alive() == [victim.pid, *victim.members]
+    assert kill_recorded_group(imitator.record()) is True  # the control: it carries the id
+
+
+GATED_WORKER = """\
+import os, time
+while os.environ["GITRUN_ATTEMPT"] == "1":  # the first attempt hangs until killed
+    time.sleep(1)
+for out in os.environ["GITRUN_OUTPUTS"].splitlines():
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as handle:
+        handle.write("{}")
+"""
+
+
+def test_resume_kills_a_real_orphan_but_not_a_process_named_by_a_forged_record(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    """The red-team repro through the real CLI: a driver killed by SIGKILL,
+    then records appended to its journal naming a sacrificial `setsid sleep`
+    by pid, create time and command line (one without an attempt id, one
+    with an id the victim never got). `gitrun resume` stops the real orphan
+    and leaves the victim alone."""
+    write_run(
+        git_repo,
+        "r",
+        [{"id": f"t{n}", "outputs": [f"out/t{n}.json"]} for n in (1, 2, 3)],
+        {
+            "executor": {"command": [sys.executable, "-c", GATED_WORKER]},
+            "limits": {"timeout": "10m"},
+        },
+    )
+    commit_all(git_repo, "define r")
+    journal = LocalPaths.of(git_repo, "r").running
+    driver = gitrun_process(git_repo, "start", "r", capture=False)
+    victim = subprocess.Popen(["setsid", "sleep", "1000"], start_new_session=False)
+    worker = 0
+    try:
+
+        def spawned() -> list[dict[str, Any]]:
+            lines = journal.read_text().splitlines() if journal.exists() else []
+            return [r for r in map(json.loads, lines) if "pid" in r]
+
+        assert _wait_for(lambda: bool(spawned()), 60)
+        [real] = spawned()  # the canary runs alone
+        worker = real["pid"]
+        driver.kill()
+        driver.wait(timeout=10)
+        assert _running(worker), "the worker runs on in its own session"
+        assert _wait_for(lambda: bool(identity(victim.pid).get("cmdline") == ["sleep", "1000"]))
+        seen = identity(victim.pid)
+        others = [t for t in ("t1", "t2", "t3") if t != real["task"]]
+        forged = [
+            {"run": "r", "task": others[0], "attempt": 1, "pid": victim.pid, **seen},
+            {
+                "run": "r",
+                "task": others[1],
+                "attempt": 1,
+                "attempt_id": uuid.uuid4().hex,
+                "pid": victim.pid,
+                **seen,
+            },
+        ]
+        with journal.open("a") as handle:
+            handle.write("".join(json.dumps(record) + "\n" for record in forged))
+        resumed = subprocess.run(
+            [sys.executable, "-m", "gitrun", "resume", "r"],
+            cwd=git_repo,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert _running(victim.pid), "resume killed a process gitrun never started"
+        assert _wait_for(lambda: not _running(worker)), "the real orphan was not stopped"
+        said = resumed.stdout + resumed.stderr
+        assert f"{real['task']} attempt 1: left by a dead driver; stopped" in said, said
+        assert f"{others[0]} attempt 1: left by a dead driver; nothing" in said
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(timeout=10)
+        with contextlib.suppress(OSError):
+            _REAL_KILL(victim.pid, signal.SIGKILL)
+        victim.wait(timeout=10)
+        if worker and _running(worker):
+            _REAL_KILLPG(worker, signal.SIGKILL)

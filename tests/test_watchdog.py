@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from gitrun.cli import app
 from gitrun.local import LocalPaths
-from gitrun.lock import read_owner, run_locked
-from gitrun.watchdog import inspect_runs
-from tests.helpers import write_run
+from gitrun.lock import is_locked, lock_holders, read_owner, run_locked
+from gitrun.reaper import group_members
+from gitrun.watchdog import inspect_runs, kill_stale
+from tests.helpers import commit_all, gitrun_process, write_run
 
 runner = CliRunner()
 
@@ -45,3 +53,140 @@ def test_a_damaged_live_state_is_read_as_nothing_not_a_crash(git_repo: Path) -> 
         local.owner.write_text(json.dumps(record))
         owner = read_owner(local)
         assert owner is not None and owner.state == {}
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def _wait_for(condition: Callable[[], bool], seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def _hold(lock: Path) -> subprocess.Popen[bytes]:
+    """`flock LOCK sleep 30` in a group of its own (its sleep inherits the lock)."""
+    return subprocess.Popen(["flock", str(lock), "sleep", "30"], start_new_session=True)
+
+
+def _release(holder: subprocess.Popen[bytes]) -> None:
+    os.killpg(holder.pid, signal.SIGKILL)
+    holder.wait(timeout=10)
+    assert _wait_for(lambda: not any(_alive(p.pid) for p in group_members(holder.pid)))
+
+
+def test_lock_holders_is_the_kernel_s_list(git_repo: Path) -> None:
+    local = LocalPaths.of(git_repo, "r")
+    local.root.mkdir(parents=True)
+    local.lock.touch()
+    assert lock_holders(local.lock) == set()
+    holder = _hold(local.lock)
+    try:
+        assert _wait_for(lambda: is_locked(local))
+        assert lock_holders(local.lock) == {holder.pid}
+        assert lock_holders(local.lock, table=git_repo / "no-such-table") is None
+    finally:
+        _release(holder)
+    assert lock_holders(local.lock) == set()
+
+
+def test_watchdog_kill_never_kills_a_process_a_forged_owner_record_names(
+    git_repo: Path,
+) -> None:
+    """The red-team repro: any process holds the run lock, and the owner
+    record names a sacrificial `setsid sleep` by pid, create time and command
+    line, with an old heartbeat. `watchdog --kill` must refuse, naming the pid."""
+    import psutil
+
+    write_run(git_repo, "r", [{"id": "t1", "outputs": ["out/t1.json"]}])
+    local = LocalPaths.of(git_repo, "r")
+    local.root.mkdir(parents=True)
+    local.lock.touch()
+    holder = _hold(local.lock)
+    victim = subprocess.Popen(["setsid", "sleep", "1000"])
+    try:
+        assert _wait_for(lambda: is_locked(local))
+        assert _wait_for(lambda: psutil.Process(victim.pid).cmdline() == ["sleep", "1000"])
+        seen = psutil.Process(victim.pid)
+        forged = {
+            "pid": victim.pid,
+            "host": socket.gethostname(),
+            "started": time.time() - 3600,
+            "heartbeat": time.time() - 3600,
+            "create_time": seen.create_time(),
+            "cmdline": seen.cmdline(),
+            "state": {},
+        }
+        local.owner.write_text(json.dumps(forged))
+        out = subprocess.run(
+            [sys.executable, "-m", "gitrun", "watchdog", "--stale", "1s", "--kill"],
+            cwd=git_repo,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        said = out.stdout + out.stderr
+        assert out.returncode == 1, said
+        assert _alive(victim.pid), "the watchdog killed a process gitrun never started"
+        assert f"not stopped: the owner record {local.owner} names pid {victim.pid}" in said
+        assert f"held by pid {holder.pid}" in said
+        assert "Traceback" not in said
+    finally:
+        victim.kill()
+        victim.wait(timeout=10)
+        _release(holder)
+
+
+def test_watchdog_kill_stops_a_real_stale_driver_and_only_with_proof(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real driver holds the lock: the kernel's lock table proves its pid,
+    so it is killed, and its worker with it. Where that table cannot be read,
+    nothing is killed and the message says why."""
+    import gitrun.lock
+
+    hang = "import time\nwhile True: time.sleep(1)"
+    write_run(
+        git_repo,
+        "r",
+        [{"id": "t1", "outputs": ["out/t1.json"]}],
+        {"executor": {"command": [sys.executable, "-c", hang]}, "limits": {"timeout": "10m"}},
+    )
+    commit_all(git_repo, "define r")
+    local = LocalPaths.of(git_repo, "r")
+    driver = gitrun_process(git_repo, "start", "r", capture=False)
+    worker = 0
+    try:
+
+        def worker_pid() -> int:
+            lines = local.running.read_text().splitlines() if local.running.exists() else []
+            pids = [r["pid"] for r in map(json.loads, lines) if "pid" in r]
+            return int(pids[0]) if pids else 0
+
+        assert _wait_for(lambda: bool(worker_pid()), 60)
+        worker = worker_pid()
+        [health] = inspect_runs(git_repo, stale_after=0.0)
+        assert health.stale and health.pid == driver.pid
+        with monkeypatch.context() as patched:
+            patched.setattr(gitrun.lock, "PROC_LOCKS", git_repo / "no-such-table")
+            said = kill_stale(git_repo, health)
+        assert "not stopped: this system has no" in said and str(driver.pid) in said
+        assert driver.poll() is None and _alive(worker)
+        assert kill_stale(git_repo, health) == "r: stopped; continue it with `gitrun resume r`"
+        assert driver.wait(timeout=30) == -signal.SIGKILL
+        assert _wait_for(lambda: not _alive(worker)), "the driver's worker was left running"
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(timeout=10)
+        if worker and _alive(worker):
+            os.killpg(worker, signal.SIGKILL)
