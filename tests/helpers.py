@@ -143,8 +143,7 @@ def committed_ledger(
 ) -> list[dict[str, object]]:
     """The ledger records committed at ``rev``, in order: an older run's single
     file, then the chunks by number ([] when ``rev`` does not exist)."""
-    import json
-
+    from gitrun.jsonlines import parse_lines
     from gitrun.ledger import is_ledger_name
     from gitrun.runs import LEDGER_NAME
 
@@ -160,5 +159,5 @@ def committed_ledger(
     records: list[dict[str, object]] = []
     for name in names:
         text = git(repo, "show", f"{rev}:{run_dir}/{name}")
-        records += [json.loads(ln) for ln in text.splitlines() if ln.strip()]
+        records += parse_lines(text)  # a line a crash cut short is skipped
     return records
