@@ -1,8 +1,14 @@
 """Per-task agent definitions for orchestrating sessions (``gitrun next --agents``).
 
-Each leased task gets ``.claude/agents/gitrun-<run>-<task>.md``; a subagent
-dispatched from it carries the agent type ``gitrun-<run>-<task>`` in its hook
-input, which is how the write-time hooks find its task.
+Each leased task gets ``.claude/agents/<name>.md``; a subagent dispatched
+from it carries the agent type ``<name>`` in its hook input, which is how the
+write-time hooks find its task.
+
+The name is ``gitrun-<length of the run id>-<run>-<task>``. Run and task ids
+may both contain '-', so ``gitrun-<run>-<task>`` was ambiguous: run ``a``
+task ``b-c`` and run ``a-b`` task ``c`` were both ``gitrun-a-b-c``, one
+subagent was judged as the other's task, and their agent files overwrote
+each other. With the length in front, a name parses back in exactly one way.
 """
 
 from __future__ import annotations
@@ -19,7 +25,24 @@ PREFIX = "gitrun-"
 
 
 def agent_name(run_id: str, task_id: str) -> str:
-    return f"{PREFIX}{run_id}-{task_id}"
+    """``gitrun-<len(run_id)>-<run_id>-<task_id>``, which :func:`parse_agent_name` reads back."""
+    return f"{PREFIX}{len(run_id)}-{run_id}-{task_id}"
+
+
+def parse_agent_name(agent_type: str) -> tuple[str, str] | None:
+    """The (run id, task id) an agent name made by :func:`agent_name` holds;
+    None for any other text (a name with gitrun's prefix that does not parse
+    names no task, and the hooks refuse it)."""
+    if not agent_type.startswith(PREFIX):
+        return None
+    length, dash, rest = agent_type[len(PREFIX) :].partition("-")
+    if not dash or not length.isascii() or not length.isdigit() or length != str(int(length)):
+        return None
+    size = int(length)
+    run_id, task_id = rest[:size], rest[size + 1 :]
+    if size == 0 or len(rest) <= size + 1 or rest[size] != "-":
+        return None
+    return run_id, task_id
 
 
 def write_agent(run: RunDef, task: Task, pointer: str) -> str:
@@ -43,18 +66,16 @@ def remove_agent(repo: Path, name: str) -> None:
 
 
 def task_of_agent(repo: Path, agent_type: str) -> tuple[RunDef, Task] | None:
-    """The run and task an agent type ``gitrun-<run>-<task>`` names, if any.
-
-    Run and task ids may both contain '-', so every run here is tried.
-    """
-    if not agent_type.startswith(PREFIX):
+    """The run and task an agent type made by :func:`agent_name` names, if
+    that run and task exist here; None otherwise."""
+    parsed = parse_agent_name(agent_type)
+    if parsed is None:
         return None
-    rest = agent_type[len(PREFIX) :]
-    for run_id in sorted(list_runs(repo), key=len, reverse=True):
-        if rest.startswith(run_id + "-"):
-            task_id = rest[len(run_id) + 1 :]
-            run = load_run(repo, run_id)
-            for task in run.tasks:
-                if task.id == task_id:
-                    return run, task
+    run_id, task_id = parsed
+    if run_id not in list_runs(repo):
+        return None
+    run = load_run(repo, run_id)
+    for task in run.tasks:
+        if task.id == task_id:
+            return run, task
     return None

@@ -5,8 +5,10 @@
   environment, or an agent type ``gitrun-<run>-<task>``) it denies writes
   outside the task's owns; any subagent is denied the protected files of a
   started run; with no gitrun context at all it allows everything, so
-  unrelated sessions never break. In a task's context its own failures
-  block (fail closed).
+  unrelated sessions never break. In a task's context (``GITRUN_RUN`` or
+  ``GITRUN_TASK`` set, or an agent type with gitrun's prefix, even one that
+  names no task) its own failures block (fail closed, DESIGN rule 10):
+  exit 2, the only code Claude Code treats as "block".
 - ``subagent_stop``: blocks a subagent's stop while its task's outputs are
   missing or invalid (once: ``stop_hook_active`` lets it go).
 - ``pre_commit``: a git pre-commit hook rejecting a worker's commit of paths
@@ -51,15 +53,34 @@ def _deny(reason: str) -> HookResult:
     return HookResult(0, json.dumps(out))
 
 
+def claims_task(data: object, environ: dict[str, str], raw: str = "") -> bool:
+    """Whether a hook call happens in a gitrun task's context, where a hook
+    that cannot decide must block: ``GITRUN_RUN`` or ``GITRUN_TASK`` in the
+    environment, or an agent type with gitrun's prefix (also when the input
+    cannot even be parsed but mentions such an agent type)."""
+    from gitrun.agents import PREFIX
+
+    if environ.get("GITRUN_RUN") or environ.get("GITRUN_TASK"):
+        return True
+    if isinstance(data, dict):
+        agent_type = data.get("agent_type")
+        return isinstance(agent_type, str) and agent_type.startswith(PREFIX)
+    return f'"{PREFIX}' in raw
+
+
 def _context(
     repo: Path | None, data: dict[str, Any] | None, environ: dict[str, str]
 ) -> tuple[RunDef, Task] | None:
     """The task this hook call acts for, or None when no gitrun task applies."""
+    from gitrun.agents import PREFIX, task_of_agent
+
     run_id, task_id = environ.get("GITRUN_RUN"), environ.get("GITRUN_TASK")
+    agent_type = (data or {}).get("agent_type")
+    ours = isinstance(agent_type, str) and agent_type.startswith(PREFIX)
     if task_id and not run_id:  # a task that cannot be identified: fail closed
         raise HookFailure("GITRUN_TASK is set but GITRUN_RUN is not")
     if repo is None:
-        if run_id and task_id:
+        if (run_id and task_id) or ours:
             raise HookFailure("not inside a git repository")
         return None
     if run_id and task_id:
@@ -68,11 +89,12 @@ def _context(
             if task.id == task_id:
                 return run, task
         raise HookFailure(f"run {run_id!r} has no task {task_id!r}")
-    agent_type = (data or {}).get("agent_type")
-    if isinstance(agent_type, str) and agent_type:
-        from gitrun.agents import task_of_agent
-
-        return task_of_agent(repo, agent_type)
+    if ours:
+        assert isinstance(agent_type, str)
+        found = task_of_agent(repo, agent_type)
+        if found is None:  # gitrun's prefix but no task: never treat it as unrelated
+            raise HookFailure(f"the agent type {agent_type!r} names no task of a gitrun run here")
+        return found
     return None
 
 
@@ -116,21 +138,26 @@ def _protected(run: RunDef, path: str) -> bool:
     return _covered(run.packet.protected, path)
 
 
+def blocked(what: str, exc: BaseException) -> str:
+    """The one line a blocking hook prints: what it could not do, and why."""
+    reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+    return f"gitrun: cannot check this {what} ({reason}); {what} blocked"
+
+
 def pre_write(stdin: str, environ: dict[str, str]) -> HookResult:
-    in_task = bool(environ.get("GITRUN_TASK"))
     try:
         data = json.loads(stdin)
         if not isinstance(data, dict):
             raise ValueError("the hook input is not a JSON object")
-    except ValueError as exc:
-        if in_task:
-            return HookResult(2, stderr=f"gitrun: malformed hook input ({exc}); write blocked")
+    except Exception as exc:  # also RecursionError from absurdly nested input
+        if claims_task(None, environ, stdin):
+            return HookResult(2, stderr=blocked("write", ValueError(f"malformed input: {exc}")))
         return HookResult(0)  # not ours to judge
     try:
         return _pre_write(data, environ)
     except Exception as exc:
-        if in_task or str(data.get("agent_type", "")).startswith("gitrun-"):
-            return HookResult(2, stderr=f"gitrun: cannot check this write ({exc}); write blocked")
+        if claims_task(data, environ):
+            return HookResult(2, stderr=blocked("write", exc))
         return HookResult(0)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gitrun.agents import agent_name, parse_agent_name, task_of_agent
 from gitrun.install import install_claude, install_git, uninstall_claude, uninstall_git
 from tests.helpers import build_tree, git, write_run
 
@@ -82,7 +83,7 @@ def test_pre_write_in_a_child_process_task(hooked: Path) -> None:
 
 def test_pre_write_for_a_subagent_found_by_agent_type(hooked: Path) -> None:
     command = _hook_command(hooked, "PreToolUse")
-    agent = {"agent_id": "a-1", "agent_type": "gitrun-r-t2"}
+    agent = {"agent_id": "a-1", "agent_type": agent_name("r", "t2")}
     ok = _run_hook(hooked, command, _pre_tool_use(hooked, "out/t2.json", **agent))
     assert (ok.returncode, _decision(ok)) == (0, None)
     denied = _run_hook(hooked, command, _pre_tool_use(hooked, "out/t1.json", **agent))
@@ -114,7 +115,7 @@ def test_subagent_stop_blocks_until_outputs_validate(hooked: Path) -> None:
     payload = {
         "cwd": str(hooked),
         "hook_event_name": "SubagentStop",
-        "agent_type": "gitrun-r-t1",
+        "agent_type": agent_name("r", "t1"),
         "agent_id": "a",
         "stop_hook_active": False,
     }
@@ -228,3 +229,90 @@ def test_hook_cli_entry_points(hooked: Path) -> None:
         env={**os.environ, "GITRUN_RUN": "r", "GITRUN_TASK": "t1"},
     )
     assert proc.returncode == 0 and _decision(proc) == "deny"
+
+
+def test_a_hook_input_nested_too_deep_to_parse_blocks_in_a_task_context(hooked: Path) -> None:
+    """json.loads raises RecursionError (not ValueError) on it; Claude Code
+    blocks only on exit 2, so anything else would let the write through."""
+    command = _hook_command(hooked, "PreToolUse")
+    deep = "[" * 100000 + "]" * 100000
+    for env in ({"GITRUN_RUN": "r", "GITRUN_TASK": "t1"}, {"GITRUN_RUN": "r"}):
+        proc = _run_hook(hooked, command, deep, **env)
+        assert proc.returncode == 2, (env, proc.returncode, proc.stderr)
+        assert proc.stderr.startswith("gitrun: cannot check this write")
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    outside = _run_hook(hooked, command, deep)
+    assert (outside.returncode, outside.stdout) == (0, "")  # not ours to judge
+
+
+@pytest.mark.parametrize("agent_type", ["gitrun-r1-zzz", "gitrun-r-t1", "gitrun-1-r-t9", "gitrun-"])
+def test_an_agent_type_with_gitrun_s_prefix_that_names_no_task_is_blocked(
+    hooked: Path, agent_type: str
+) -> None:
+    """Fail closed: gitrun's prefix means a task's subagent, and one whose
+    task cannot be found must not be treated as an unrelated session."""
+    command = _hook_command(hooked, "PreToolUse")
+    payload = _pre_tool_use(hooked, "README.md", agent_type=agent_type, agent_id="x")
+    proc = _run_hook(hooked, command, payload)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "names no task" in proc.stderr or "cannot check" in proc.stderr
+    assert proc.stderr.count("\n") == 1
+
+
+def test_agent_names_of_different_tasks_never_collide(git_repo: Path) -> None:
+    """Run `a` task `b-c` and run `a-b` task `c` were both `gitrun-a-b-c`:
+    one subagent was judged as the other's task."""
+    write_run(git_repo, "a", [{"id": "b-c", "outputs": ["out/one.json"]}])
+    write_run(git_repo, "a-b", [{"id": "c", "outputs": ["out/two.json"]}])
+    install_claude(git_repo)
+    first, second = agent_name("a", "b-c"), agent_name("a-b", "c")
+    assert first != second
+    assert parse_agent_name(first) == ("a", "b-c") and parse_agent_name(second) == ("a-b", "c")
+    for name, run_id, task_id in ((first, "a", "b-c"), (second, "a-b", "c")):
+        found = task_of_agent(git_repo, name)
+        assert found is not None and (found[0].id, found[1].id) == (run_id, task_id)
+    command = _hook_command(git_repo, "PreToolUse")
+    for name, mine, theirs in ((first, "out/one.json", "out/two.json"),
+                               (second, "out/two.json", "out/one.json")):  # fmt: skip
+        agent = {"agent_type": name, "agent_id": "x"}
+        ok = _run_hook(git_repo, command, _pre_tool_use(git_repo, mine, **agent))
+        assert (ok.returncode, _decision(ok)) == (0, None), name
+        denied = _run_hook(git_repo, command, _pre_tool_use(git_repo, theirs, **agent))
+        assert _decision(denied) == "deny", name
+
+
+@pytest.mark.parametrize(
+    ("run_id", "task_id"),
+    [("a", "b-c"), ("a-b", "c"), ("r", "t1"), ("1-2", "3-4"), ("x" * 30, "-"), ("a.b_c", "d")],
+)
+def test_an_agent_name_parses_back_exactly(run_id: str, task_id: str) -> None:
+    assert parse_agent_name(agent_name(run_id, task_id)) == (run_id, task_id)
+
+
+def test_any_unexpected_failure_of_a_hook_blocks_in_a_task_context(
+    hooked: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI layer maps every unexpected exception to exit 2 (never the
+    crash handler's 70) when a task is concerned. The core is replaced by one
+    that raises, standing for any bug not found yet."""
+    from typer.testing import CliRunner
+
+    import gitrun.hooks
+    from gitrun.cli import app
+
+    def broken(*_args: object) -> object:
+        raise RuntimeError("a bug\nover two lines")
+
+    monkeypatch.chdir(hooked)
+    for name in ("pre_write", "subagent_stop", "pre_commit"):
+        monkeypatch.setattr(gitrun.hooks, name, broken)
+    runner = CliRunner()
+    in_task = {"GITRUN_RUN": "r", "GITRUN_TASK": "t1"}
+    for command in ("pre-write", "subagent-stop", "pre-commit"):
+        result = runner.invoke(app, ["hook", command], input="{}", env=in_task)
+        assert result.exit_code == 2, (command, result.exit_code, result.output)
+        assert "cannot check this" in result.stderr and "a bug over two lines" in result.stderr
+        assert result.stderr.count("\n") == 1
+    agent = json.dumps({"agent_type": agent_name("r", "t1"), "tool_name": "Write"})
+    result = runner.invoke(app, ["hook", "pre-write"], input=agent, env={"GITRUN_RUN": ""})
+    assert result.exit_code == 2, result.output
