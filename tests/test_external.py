@@ -138,9 +138,9 @@ def test_agents_flag_writes_per_task_definitions(git_repo: Path) -> None:
     _gitrun(git_repo, "collect", "e")
     nxt = _gitrun(git_repo, "next", "e", "--agents", "--json")
     batch = json.loads(nxt.stdout)
-    assert {b["agent"] for b in batch} == {"gitrun-e-t1", "gitrun-e-t2"}
-    text = (git_repo / ".claude/agents/gitrun-e-t1.md").read_text()
-    assert text.startswith("---\nname: gitrun-e-t1\n") and "model: test-model" in text
+    assert {b["agent"] for b in batch} == {"gitrun-1-e-t1", "gitrun-1-e-t2"}
+    text = (git_repo / ".claude/agents/gitrun-1-e-t1.md").read_text()
+    assert text.startswith("---\nname: gitrun-1-e-t1\n") and "model: test-model" in text
     assert "Write only a.json" in text
     (git_repo / "a.json").write_text("{}")
     (git_repo / "b.json").write_text("{}")

@@ -66,7 +66,7 @@ def next_batch(
     max_tasks: Annotated[int | None, typer.Option("--max", help="Lease at most this many.")] = None,
     agents: Annotated[
         bool,
-        typer.Option("--agents", help="Also write .claude/agents/gitrun-RUN-TASK.md per task."),
+        typer.Option("--agents", help="Also write .claude/agents/gitrun-N-RUN-TASK.md per task."),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the batch as JSON.")] = False,
 ) -> None:
