@@ -165,6 +165,12 @@ def template_problems(
                 fix = "name the program literally"
             elif why.startswith("an argument of"):
                 fix = f"write that argument literally, or move {arg} after the program"
+            elif why.startswith("part of the command line"):
+                fix = (
+                    "keep that command line literal and have the program it runs read "
+                    f"{env} from its environment, or run the program directly with {arg} "
+                    "as an argument of its own"
+                )
             else:
                 fix = (
                     f"keep that argument literal and pass {arg} as an argument of its own "

@@ -7,7 +7,9 @@ program itself, the script of a shell (``sh -c SCRIPT``, ``bash -lc``,
 ``sh -e -c``, or a script file), the code of an interpreter (``python -c``,
 ``perl -e``, ``node -e``, a script path), and the operands of wrappers that
 pick or configure the program they run (``env [VAR=x ...]``, ``timeout N``,
-``nice``, ``nohup``, ``stdbuf``, ``exec``, ``setsid``, ...).
+``nice``, ``nohup``, ``stdbuf``, ``exec``, ``setsid``, ...), and every part of
+a command line that a program hands to a shell (``script -c``, ``su -c``,
+``watch``, ``ssh HOST ...``; the table is :mod:`gitrun.wrappers`).
 
 The analysis is deliberately conservative: a program gitrun does not know may
 run its arguments as a command (``sudo``, ``flock``, ``docker exec``), so
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from gitrun.wrappers import BUILTINS, WRAPPERS, Wrapper
 
 
 @dataclass(frozen=True)
@@ -104,62 +108,6 @@ _LANGUAGES: dict[str, Language] = {
 _VERSIONED = re.compile(r"(python|pypy|perl|ruby|node|php|lua)[\d.]*")
 
 
-@dataclass(frozen=True)
-class Wrapper:
-    """A program that runs another one: its options, then fixed operands, then the program."""
-
-    arg_flags: str = ""  # short options with a value
-    long_args: frozenset[str] = frozenset()
-    code_flags: str = ""  # short options whose value is a command line (env -S, flock -c)
-    long_code: frozenset[str] = frozenset()
-    operands: int = 0  # operands before the program (timeout's duration)
-    assignments: bool = False  # NAME=VALUE operands (env)
-    rest_is_code: str = ""  # short flags after which the rest is one command line (sudo -s)
-
-
-_WRAPPERS: dict[str, Wrapper] = {
-    "env": Wrapper(
-        arg_flags="uCP",
-        long_args=frozenset({"--unset", "--chdir"}),
-        code_flags="S",
-        long_code=frozenset({"--split-string"}),
-        assignments=True,
-    ),
-    "timeout": Wrapper(
-        arg_flags="sk", long_args=frozenset({"--signal", "--kill-after"}), operands=1
-    ),
-    "nice": Wrapper(arg_flags="n", long_args=frozenset({"--adjustment"})),
-    "nohup": Wrapper(),
-    "stdbuf": Wrapper(arg_flags="ioe", long_args=frozenset({"--input", "--output", "--error"})),
-    "exec": Wrapper(arg_flags="a"),
-    "setsid": Wrapper(),
-    "time": Wrapper(arg_flags="fo", long_args=frozenset({"--format", "--output"})),
-    "command": Wrapper(),
-    "builtin": Wrapper(),
-    "ionice": Wrapper(arg_flags="cnp"),
-    "taskset": Wrapper(operands=1),
-    "chrt": Wrapper(arg_flags="TPD", operands=1),
-    "unbuffer": Wrapper(),
-    "sudo": Wrapper(
-        arg_flags="ugCDhprtUT",
-        long_args=frozenset({"--user", "--group", "--chdir", "--host", "--prompt"}),
-        rest_is_code="si",
-    ),
-    "doas": Wrapper(arg_flags="uC", rest_is_code="s"),
-    "flock": Wrapper(
-        arg_flags="wE",
-        long_args=frozenset({"--timeout", "--conflict-exit-code"}),
-        code_flags="c",
-        long_code=frozenset({"--command"}),
-        operands=1,
-    ),
-    "xargs": Wrapper(
-        arg_flags="adEeIiLlnPs",
-        long_args=frozenset({"--arg-file", "--delimiter", "--max-args", "--max-procs"}),
-    ),
-}
-
-
 def program_name(arg: str) -> str:
     """``/usr/bin/python3.12`` -> ``python``; ``bash`` -> ``bash``."""
     name = arg.rsplit("/", 1)[-1].lower()
@@ -176,51 +124,77 @@ def code_slots(argv: list[str]) -> dict[int, str]:
     if _command_at(argv, 0, slots):
         return slots
     # A program gitrun does not know may run its arguments as a command: the
-    # first one named like a shell or an interpreter starts one. Arguments a
-    # known interpreter passes on to its (literal) script are data, so the
-    # search ends there: ["sh", "-c", SCRIPT, "sh", "{pointer}"] is safe.
+    # first one named like a shell, an interpreter or a wrapper starts one.
+    # Arguments a known interpreter passes on to its (literal) script are
+    # data, so the search ends there: ["sh", "-c", SCRIPT, "sh", "{pointer}"]
+    # is safe.
     for index in range(1, len(argv)):
-        known = program_name(argv[index]) in _LANGUAGES
+        name = program_name(argv[index])
+        known = name in _LANGUAGES or (name in WRAPPERS and name not in BUILTINS)
         if index not in slots and known and _command_at(argv, index, slots):
             break
     return slots
 
 
 def _command_at(argv: list[str], index: int, slots: dict[int, str]) -> bool:
-    """Mark the command starting at ``index``; whether its program is a known
-    shell or interpreter (so every argument after it is accounted for)."""
+    """Mark the command starting at ``index``; whether every argument after
+    it is accounted for (its program is a known shell or interpreter, or a
+    wrapper that takes the rest as a command line)."""
     while index < len(argv):
         slots.setdefault(index, "the program to run")
         name = program_name(argv[index])
-        wrapper = _WRAPPERS.get(name)
+        wrapper = WRAPPERS.get(name)
         if wrapper is None:
             language = _LANGUAGES.get(name)
             if language is not None:
                 _language_slots(argv, index, name, language, slots)
             return language is not None
-        index = _after_wrapper(argv, index, name, wrapper, slots)
+        following, accounted = _after_wrapper(argv, index, name, wrapper, slots)
+        if following is None:
+            return accounted
+        index = following
     return False
 
 
 def _after_wrapper(
     argv: list[str], start: int, name: str, wrapper: Wrapper, slots: dict[int, str]
-) -> int:
-    """Mark a wrapper's own arguments; return the index of the program it runs."""
+) -> tuple[int | None, bool]:
+    """Mark a wrapper's own arguments. Return the index of the program it
+    runs, or None and whether the rest is accounted for (a command line:
+    all code) or not (no program gitrun can find)."""
     why = f"an argument of {name}, before the program it runs"
     index = start + 1
     operands = wrapper.operands
+    then_code = wrapper.then_code
+
+    def rest_is_code(index: int, how: str) -> tuple[None, bool]:
+        for rest in range(index, len(argv)):
+            slots[rest] = how
+        return None, True
+
     while index < len(argv):
         arg = argv[index]
         if arg == "--":
             slots.setdefault(index, why)
-            return index + 1
+            index += 1
+            if then_code and operands == 0:
+                return rest_is_code(index, f"part of the command line {name} gives a shell")
+            if wrapper.needs_dashdash or operands == 0:
+                return index, False
+            continue
         if arg.startswith("--"):
             slots.setdefault(index, why)
             option, has_value, _ = arg.partition("=")
             index += 1
-            if not has_value and option in wrapper.long_code | wrapper.long_args:
-                code = option in wrapper.long_code
-                slots[index] = f"the command line of {name} {option}" if code else why
+            if option in wrapper.long_rest_code:
+                return rest_is_code(index, f"the command line of {name} {option}")
+            if option in wrapper.long_argv:
+                then_code, operands = False, 0
+            arity = _long_arity(wrapper, option)
+            for _ in range(0 if has_value else arity):
+                if index >= len(argv):
+                    break
+                slots[index] = _value_reason(wrapper, name, option, why)
                 index += 1
             continue
         if arg.startswith("-") and len(arg) > 1:
@@ -228,14 +202,13 @@ def _after_wrapper(
             letters = arg[1:]
             index += 1
             if any(letter in wrapper.rest_is_code for letter in letters):
-                for rest in range(index, len(argv)):
-                    slots[rest] = f"the command line of {name} {arg}"
-                return len(argv)
+                return rest_is_code(index, f"the command line of {name} {arg}")
             for pos, letter in enumerate(letters):
-                if letter in wrapper.code_flags + wrapper.arg_flags:
+                if letter in wrapper.argv_flags:
+                    then_code, operands = False, 0
+                if letter in wrapper.code_flags + wrapper.arg_flags + wrapper.program_flags:
                     if pos == len(letters) - 1 and index < len(argv):
-                        code = letter in wrapper.code_flags
-                        slots[index] = f"the command line of {name} -{letter}" if code else why
+                        slots[index] = _value_reason(wrapper, name, f"-{letter}", why)
                         index += 1
                     break
             continue
@@ -245,8 +218,41 @@ def _after_wrapper(
                 operands -= 1
             index += 1
             continue
-        return index
-    return index
+        if then_code:
+            return rest_is_code(index, f"part of the command line {name} gives a shell")
+        if wrapper.needs_dashdash:
+            slots.setdefault(index, why)
+            index += 1
+            continue
+        if wrapper.subcommands is not None:
+            sub = wrapper.subcommands.get(arg, wrapper.subcommands.get("*"))
+            slots.setdefault(index, why)
+            if sub is None:
+                return None, False  # a subcommand that runs no program
+            return _after_wrapper(argv, index, f"{name} {arg}", sub, slots)
+        return index, False
+    return None, False
+
+
+def _long_arity(wrapper: Wrapper, option: str) -> int:
+    """How many values a wrapper's long option takes."""
+    if option in wrapper.long_arity:
+        return wrapper.long_arity[option]
+    if option in wrapper.long_code | wrapper.long_args | wrapper.long_program:
+        return 1
+    if wrapper.long_flags is not None and option not in wrapper.long_flags:
+        return 1
+    return 0
+
+
+def _value_reason(wrapper: Wrapper, name: str, option: str, why: str) -> str:
+    """Why the value of a wrapper's option is a slot: a command line, a program, or an argument."""
+    letter = option[1] if len(option) == 2 else ""
+    if option in wrapper.long_code or (letter and letter in wrapper.code_flags):
+        return f"the command line of {name} {option}"
+    if option in wrapper.long_program or (letter and letter in wrapper.program_flags):
+        return "the program to run"
+    return why
 
 
 def _language_slots(

@@ -23,6 +23,7 @@ import tomli_w
 
 from gitrun.check import check_run
 from gitrun.executor import UnsafeCommand, command_template, render_command, template_problems
+from gitrun.interpreters import code_slots
 from gitrun.proc import clean_env
 from gitrun.runs import load_run
 from gitrun.session import start_run
@@ -383,3 +384,166 @@ def test_a_file_name_fed_through_gitrun_new_never_runs(
     assert started.returncode == 0, started.stdout + started.stderr
     got = json.loads(git(git_repo, "show", "gitrun/r:out/$(touch PWNED).json"))
     assert "docs/$(touch PWNED).md" in got["argv"][0]
+
+
+# Programs that hand an argument to a shell as a command line. Each ran a
+# task note for real before `check` knew them. (template, needs root)
+COMMAND_LINE_REPROS: dict[str, tuple[list[str], bool]] = {
+    "script -c": (["script", "-q", "-c", "{pointer}", "/dev/null"], False),
+    "runuser USER -c": (["runuser", "root", "-c", "{pointer}"], True),
+    "su USER -c": (["su", "root", "-c", "{pointer}"], True),
+    "timeout watch": (["timeout", "3", "watch", "-n", "1", "{pointer}"], False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMMAND_LINE_REPROS))
+def test_programs_that_run_a_command_line_are_refused(
+    name: str, git_repo: Path, tmp_path: Path
+) -> None:
+    template, needs_root = COMMAND_LINE_REPROS[name]
+    program = template[2] if template[0] == "timeout" else template[0]
+    if shutil.which(program) is None:
+        pytest.skip(f"{program} is not installed here")
+    if needs_root and os.geteuid() != 0:
+        pytest.skip(f"{program} USER -c runs without a password only for root")
+    marker = tmp_path / "PWNED_NOTE"
+    note = f"$(touch {marker})"
+    values = values_for(note)
+    # The danger is real here: substituted naively, the program runs the note.
+    naive = [values["pointer"] if arg == "{pointer}" else arg for arg in template]
+    env = {**clean_env(), "TERM": "dumb"}
+    subprocess.run(naive, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert marker.exists(), f"{name}: the repro did not run here, so the test would prove nothing"
+    marker.unlink()
+
+    tasks: list[dict[str, object]] = [{"id": "t1", "outputs": ["out/t1.json"], "note": note}]
+    write_run(git_repo, "r", tasks, {"executor": {"command": template}})
+    commit_all(git_repo, "define r")
+    problems = check_run(load_run(git_repo, "r", environ={})).problems
+    messages = [p.message for p in problems if p.code == "executor"]
+    assert messages and all("[executor] command[" in m for m in messages), messages
+    with pytest.raises(UnsafeCommand, match=r"\[executor\]"):
+        render_command(template, values)  # also when check was skipped
+    started = subprocess.run(
+        [sys.executable, "-m", "gitrun", "start", "r"],
+        cwd=git_repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert started.returncode == 1 and "[executor]" in started.stderr, started.stderr
+    assert not marker.exists(), f"{name}: gitrun start ran the note"
+
+
+P = "{pointer}"
+# Every {pointer} here lands where a program parses it as code (or picks the
+# program): code_slots must mark it, and render_command must refuse.
+COMMAND_LINE_FORMS: dict[str, list[str]] = {
+    "script -c": ["script", "-q", "-c", P, "/dev/null"],
+    "script --command=": ["script", "--command", P],
+    "script, options after the file": ["script", "/dev/null", "-c", P],
+    "su -c": ["su", "root", "-c", P],
+    "su -": ["su", "-", "root", "-c", P],
+    "su --command": ["su", "--command", P, "root"],
+    "su args to the shell": ["su", "root", P],
+    "su -s": ["su", "-s", P, "root"],
+    "runuser -c": ["runuser", "root", "-c", P],
+    "runuser --session-command": ["runuser", "--session-command", P, "root"],
+    "sg": ["sg", "users", P],
+    "watch": ["watch", P],
+    "watch -n": ["timeout", "3", "watch", "-n", "1", P],
+    "watch, several operands": ["watch", "echo", P],
+    "ssh": ["ssh", "host", "agent", P],
+    "ssh -p": ["ssh", "-p", "22", "host", "agent", P],
+    "ssh options after host": ["ssh", "host", "-t", P],
+    "ssh -o ProxyCommand": ["ssh", "-o", P, "host"],
+    "mosh": ["mosh", "host", "--", "agent", P],
+    "sudo -s": ["sudo", "-s", "agent", P],
+    "sudo -i": ["sudo", "-u", "x", "-i", P],
+    "sudo --login": ["sudo", "--login", P],
+    "tmux": ["tmux", "new-session", "-d", P],
+    "tmux -c": ["tmux", "-c", P],
+    "screen": ["screen", "-dm", P],
+    "screen -X stuff": ["screen", "-S", "s", "-X", "stuff", P],
+    "expect -c": ["expect", "-c", P],
+    "nix-shell --run": ["nix-shell", "-p", "git", "--run", P],
+    "nix-shell --command": ["nix-shell", "--command", P],
+    "npx -c": ["npx", "-c", P],
+    "npm exec -c": ["npm", "exec", "-c", P],
+    "npm run with args": ["npm", "run", "agent", "--", P],
+    "parallel": ["parallel", "agent", P],
+    "parallel :::": ["parallel", ":::", P],
+    "at": ["at", "now", P],
+    "at -f": ["at", "-f", P, "now"],
+    "batch": ["batch", P],
+    "entr -s": ["entr", "-s", P],
+    "flock -c": ["flock", "/tmp/lock", "-c", P],
+    "env -S": ["env", "-S", P],
+    # wrappers that run argv keep the wrapped program analysed
+    "chroot sh -c": ["chroot", "/srv", "sh", "-c", P],
+    "chroot script": ["chroot", "--userspec", "u:g", "/srv", "script", "-c", P],
+    "unshare su": ["unshare", "-r", "--wd", "/", "su", "root", "-c", P],
+    "nsenter bash -c": ["nsenter", "-t", "1", "-m", "bash", "-c", P],
+    "firejail watch": ["firejail", "--net=none", "watch", P],
+    "systemd-run ssh": ["systemd-run", "--user", "-p", "X=1", "ssh", "h", P],
+    "bwrap sh -c": ["bwrap", "--bind", "/", "/", "--dev", "/dev", "sh", "-c", P],
+    "bwrap --overlay then sh": ["bwrap", "--overlay", "a", "b", "c", "sh", "-c", P],
+    "docker run script": ["docker", "run", "--rm", "-e", "A=1", "img", "script", "-c", P],
+    "docker run --entrypoint": ["docker", "run", "--entrypoint", P, "img"],
+    "docker run image from data": ["docker", "run", "--rm", P],
+    "docker exec su": ["docker", "exec", "-it", "box", "su", "root", "-c", P],
+    "podman run bash": ["podman", "run", "--name", "x", "img", "bash", "-c", P],
+    "kubectl exec": ["kubectl", "exec", "pod", "-c", "ctr", "--", "sh", "-c", P],
+    "kubectl exec watch": ["kubectl", "exec", "pod", "--", "watch", P],
+    "uv run": ["uv", "run", "--with", "x", "python", "-c", P],
+    "uv tool run": ["uv", "tool", "run", "--from", "x", "sh", "-c", P],
+    "uvx": ["uvx", "--with", "y", "script", "-c", P],
+    "poetry run": ["poetry", "run", "sh", "-c", P],
+    "conda run": ["conda", "run", "-n", "env", "bash", "-c", P],
+    "pipx run": ["pipx", "run", "--spec", "x", "watch", P],
+    "unknown runner then watch": ["my-runner", "watch", P],
+    "unknown runner then su": ["my-runner", "--x", "su", "root", "-c", P],
+}
+
+# Each {pointer} here is a whole argument of a program that takes it as data.
+ARGV_FORMS: dict[str, list[str]] = {
+    "runuser -u": ["runuser", "-u", "agent", "--", "claude", "-p", P],
+    "watch -x": ["watch", "-x", "agent", P],
+    "npx package": ["npx", "-y", "@scope/agent", "-p", P],
+    "npm exec --": ["npm", "exec", "--", "agent", P],
+    "docker run": ["docker", "run", "--rm", "-i", "-e", "A=1", "--name", "x", "img", "agent", P],
+    "docker exec": ["docker", "exec", "-it", "box", "agent", P],
+    "kubectl exec": ["kubectl", "exec", "pod", "-c", "ctr", "--", "agent", P],
+    "uv run": ["uv", "run", "--with", "x", "agent", P],
+    "uvx": ["uvx", "agent", P],
+    "poetry run": ["poetry", "run", "agent", P],
+    "conda run": ["conda", "run", "-n", "env", "agent", P],
+    "pipx run": ["pipx", "run", "agent", P],
+    "chroot": ["chroot", "/srv", "agent", P],
+    "unshare": ["unshare", "-r", "-n", "agent", P],
+    "nsenter": ["nsenter", "-t", "1", "-m", "agent", P],
+    "firejail": ["firejail", "--net=none", "agent", P],
+    "systemd-run": ["systemd-run", "--user", "-p", "X=1", "--wait", "agent", P],
+    "bwrap": ["bwrap", "--bind", "/", "/", "--overlay", "a", "b", "c", "agent", P],
+    "flock": ["flock", "/tmp/lock", "agent", P],
+    "sudo -u": ["sudo", "-u", "x", "agent", P],
+    "xargs -I": ["xargs", "-I", "%", "agent", "%", P],
+    "codex preset shape": ["codex", "exec", "--model", "{model}", "--sandbox", "w", P],
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMMAND_LINE_FORMS))
+def test_a_placeholder_in_a_command_line_or_program_slot_is_refused(name: str) -> None:
+    template = COMMAND_LINE_FORMS[name]
+    assert template.index(P) in code_slots(template), name
+    problems = template_problems(template)
+    assert problems and "[executor]" in problems[0]
+    with pytest.raises(UnsafeCommand):
+        render_command(template, values_for(PAYLOADS[0]))
+
+
+@pytest.mark.parametrize("name", sorted(ARGV_FORMS))
+def test_a_placeholder_that_stays_one_argv_element_is_accepted(name: str) -> None:
+    template = ARGV_FORMS[name]
+    assert template.index(P) not in code_slots(template), (name, code_slots(template))
+    assert template_problems(template) == []
