@@ -151,7 +151,8 @@ def pre_write(stdin: str, environ: dict[str, str]) -> HookResult:
             raise ValueError("the hook input is not a JSON object")
     except Exception as exc:  # also RecursionError from absurdly nested input
         if claims_task(None, environ, stdin):
-            return HookResult(2, stderr=blocked("write", ValueError(f"malformed input: {exc}")))
+            reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+            return HookResult(2, stderr=f"gitrun: malformed hook input ({reason}); write blocked")
         return HookResult(0)  # not ours to judge
     try:
         return _pre_write(data, environ)

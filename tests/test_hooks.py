@@ -239,7 +239,8 @@ def test_a_hook_input_nested_too_deep_to_parse_blocks_in_a_task_context(hooked: 
     for env in ({"GITRUN_RUN": "r", "GITRUN_TASK": "t1"}, {"GITRUN_RUN": "r"}):
         proc = _run_hook(hooked, command, deep, **env)
         assert proc.returncode == 2, (env, proc.returncode, proc.stderr)
-        assert proc.stderr.startswith("gitrun: cannot check this write")
+        assert proc.stderr.startswith("gitrun: malformed hook input")
+        assert proc.stderr.rstrip().endswith("write blocked")
         assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     outside = _run_hook(hooked, command, deep)
     assert (outside.returncode, outside.stdout) == (0, "")  # not ours to judge
