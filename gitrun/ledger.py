@@ -222,6 +222,10 @@ class LedgerWriter:
         self._size = 0  # bytes in the current chunk
         self._handed = 0  # bytes of the copies of it handed to commits
         self._last_handed = 0  # the size of the newest of those copies
+        # Blob ids of the ledger's files by name, with the (size, mtime) they
+        # were read at: a commit leaves out the files the branch holds as they are.
+        self.blob_ids: dict[str, tuple[tuple[int, int], str]] = {}
+        self.object_format: str | None = None
 
     def write(self, record: dict[str, Any]) -> None:
         data = line_of(record).encode("utf-8")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import stat
-from contextlib import nullcontext
 from pathlib import Path
 
 from gitrun import git, ledger
@@ -67,10 +66,57 @@ def definition_files(run: RunDef, writer: ledger.LedgerWriter | None = None) -> 
     _refuse_linked_dirs(run)
     for path in _definition_paths(run):
         _read_regular(run, path, files)
-    with writer.held_for_commit() if writer else nullcontext():
+    if writer is None:
         for name in ledger.ledger_names(run.repo / run.dir):
             _read_regular(run, f"{run.dir}/{name}", files)
+        return files
+    at_tip = _ledger_at_tip(run)
+    with writer.held_for_commit():
+        for name in ledger.ledger_names(run.repo / run.dir):
+            _read_unless_committed(run, name, writer, at_tip, files)
     return files
+
+
+def _ledger_at_tip(run: RunDef) -> dict[str, str]:
+    """The ledger's files on the run's branch: path -> blob id."""
+    from gitrun.committer import branch_ref
+
+    tip = git.rev_parse(run.repo, branch_ref(run.id))
+    if tip is None:
+        return {}
+    where = [f"{run.dir}/{ledger.CHUNK_DIR}", f"{run.dir}/{LEDGER_NAME}"]
+    return {path: sha for path, (_mode, sha) in git.ls_tree(run.repo, tip, where).items()}
+
+
+def _read_unless_committed(
+    run: RunDef,
+    name: str,
+    writer: ledger.LedgerWriter,
+    at_tip: dict[str, str],
+    files: dict[str, bytes],
+) -> None:
+    """Read a ledger file for a commit, unless the branch holds it as it is:
+    the commit's tree starts from the branch's, so it keeps that file, and a
+    long run's commit reads and hashes only its newest chunks."""
+    from gitrun.outputs import blob_id
+
+    path = f"{run.dir}/{name}"
+    full = run.repo / path
+    try:
+        info = os.lstat(full)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(info.st_mode):
+        raise GitrunError(_not_regular(path, info.st_mode))
+    seen = (info.st_size, info.st_mtime_ns)
+    known = writer.blob_ids.get(name)
+    if known is not None and known[0] == seen and at_tip.get(path) == known[1]:
+        return
+    data = full.read_bytes()
+    files[path] = data
+    if writer.object_format is None:
+        writer.object_format = git.object_format(run.repo)
+    writer.blob_ids[name] = (seen, blob_id(data, writer.object_format))
 
 
 def _read_regular(run: RunDef, path: str, files: dict[str, bytes]) -> None:
