@@ -155,6 +155,7 @@ class Driver:
         )
         self.halt_recorded = summary.halt is not None
         self.load_held = False  # the load gate held starts at the last look
+        self.proven_stage: str | None = None  # the stage whose symlink proof holds
         self.load_held_since = 0.0
         self.load_held_for = 0.0  # seconds held, in earlier spells
         # psutil takes ~25 ms to import; imported now, the first attempt's
@@ -237,6 +238,7 @@ class Driver:
         self.journal = ledger.LineWriter(self.local.running)
         self.audit = Audit(self.run)
         self._choose_canary()
+        self.proven_stage = self._current_stage()  # check_run proved it just now
         commits = CommitQueue(self.committer, self._own_files, self._on_commit)
         self.commits = commits
         last_beat = last_audit = 0.0
@@ -359,7 +361,7 @@ class Driver:
         if slots <= 0:
             return
         stage = self._current_stage()
-        if stage is None:
+        if stage is None or not self._stage_still_proven(stage):
             return
         pending = self.queues[stage]
         skipped: list[str] = []
@@ -556,6 +558,26 @@ class Driver:
             history.used += 1
         history.last_outcome = outcome
         history.last_reason = reason or None
+
+    def _stage_still_proven(self, stage: str) -> bool:
+        """Before a later stage starts, make the symlink proof again for its
+        tasks; a link an earlier stage made halts the run instead."""
+        if stage == self.proven_stage:
+            return True
+        self.proven_stage = stage
+        from gitrun.check import stage_symlink_problems
+
+        problems = stage_symlink_problems(self.run, stage)
+        if not problems:
+            return True
+        self.governor.stop_for(
+            Halt(
+                STRICT,
+                f"before stage {stage!r}: {problems[0].message}; remove the link, then "
+                f"`gitrun retry {self.run.id}` and `gitrun resume {self.run.id}`",
+            )
+        )
+        return False
 
     def _say_load_gate(self) -> None:
         """Say when the load gate starts and stops holding starts back (no silent stall)."""
