@@ -1,24 +1,30 @@
 """The stray-write audit: changes that appear outside every owned path during a run.
 
 The work tree's changes are snapshotted (``git status``, untracked files
-included) when driving starts; later snapshots are compared with it. A new
-changed path that no task owns and that is not gitrun's own is an ownership
-violation, reported with the tasks that were running since the last audit.
-Only the run's own files (the ledger gitrun appends to) are exempt.
-Such paths are never committed: the committer only takes validated outputs.
+included) when driving starts, with each changed file's stat signature; later
+audits compare both. A path that changes (newly, or again: a worker
+overwriting a user's uncommitted edit, or reverting it) outside every owned
+path is an ownership violation, reported with the tasks that were running
+since the last audit. So is a change to the run's own definition (a worker
+rewriting packet.toml) and to what git runs or reads from ``.git/``
+(``config``, ``hooks/``, ``info/``). Only the ledger gitrun appends to is
+exempt. Such changes are never committed: the committer only takes
+validated outputs and the definition as it was when driving started.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from gitrun import git
 from gitrun.ownership import OWNS, Claim, OwnerIndex
 from gitrun.patterns import PatternError, parse
-from gitrun.runfiles import is_ledger_path, own_paths
+from gitrun.runfiles import is_ledger_path
 from gitrun.runs import RunDef
 
 
@@ -47,10 +53,9 @@ class Audit:
                 except PatternError:
                     continue  # check_run reported it before launch
         self.index = OwnerIndex(claims)
-        # Only the files gitrun itself writes during the run are exempt: a
-        # worker writing .gitrun/config.toml or another run's files is reported.
-        self.own = set(own_paths(run))
-        self.known = set(git.changed_paths(run.repo))
+        self.known = {p: _signature(run.repo / p) for p in git.changed_paths(run.repo)}
+        self.git_dir = git.git_dir(run.repo)
+        self.git_files = self._git_files()
         self.active: set[str] = set()
 
     def running(self, task: str) -> None:
@@ -60,12 +65,47 @@ class Audit:
         """New stray changes since the last check."""
         now = datetime.now(UTC).isoformat(timespec="seconds")
         found = []
-        for path in git.changed_paths(self.run.repo):
-            if path in self.known:
-                continue
-            self.known.add(path)
-            if path in self.own or is_ledger_path(self.run, path) or self.index.owners(path):
+        changed = set(git.changed_paths(self.run.repo))
+        for path in sorted(changed | self.known.keys()):
+            signature = _signature(self.run.repo / path)
+            if path in self.known and self.known[path] == signature:
+                continue  # as it was at the last look
+            self.known[path] = signature
+            if is_ledger_path(self.run, path) or self.index.owners(path):
                 continue
             found.append(Violation(path, sorted(self.active), now))
+        git_files = self._git_files()
+        for path in sorted(git_files.keys() | self.git_files.keys()):
+            if git_files.get(path) != self.git_files.get(path):
+                found.append(Violation(path, sorted(self.active), now))
+        self.git_files = git_files
         self.active = set(running)
         return found
+
+    def _git_files(self) -> dict[str, tuple[int, int, int] | None]:
+        """Stat signatures of what git runs or reads from .git/ (a worker that
+        plants a hook or a core.fsmonitor command there runs code later)."""
+        found: dict[str, tuple[int, int, int] | None] = {".git/config": None}
+        for sub in ("", "hooks", "info"):
+            folder = self.git_dir / sub
+            names = ["config"] if not sub else _listing(folder)
+            for name in names:
+                shown = f".git/{sub + '/' if sub else ''}{name}"
+                found[shown] = _signature(folder / name)
+        return found
+
+
+def _listing(folder: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []
+
+
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    """What tells a file's content changed without reading it (None: gone)."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return (info.st_size, info.st_mtime_ns, info.st_ino)

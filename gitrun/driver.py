@@ -45,7 +45,7 @@ from gitrun.outputs import check_task, prepare_outputs, prior_in_tree, quarantin
 from gitrun.pointer import render_pointer
 from gitrun.proc import clean_env
 from gitrun.reaper import kill_attempt_processes, kill_recorded_group
-from gitrun.runfiles import definition_files
+from gitrun.runfiles import definition_files, definition_snapshot
 from gitrun.runs import RunDef, Task
 from gitrun.state import RunStatus, committed_tasks, read_status, running_records
 
@@ -156,6 +156,9 @@ class Driver:
         self.halt_recorded = summary.halt is not None
         self.load_held = False  # the load gate held starts at the last look
         self.proven_stage: str | None = None  # the stage whose symlink proof holds
+        # The definition as it is now, which is what this driver runs: what a
+        # worker writes into it later is reported by the audit, never committed.
+        self.definition = definition_snapshot(run)
         self.load_held_since = 0.0
         self.load_held_for = 0.0  # seconds held, in earlier spells
         # psutil takes ~25 ms to import; imported now, the first attempt's
@@ -650,7 +653,7 @@ class Driver:
             self.made_dirs.add(path)
 
     def _own_files(self) -> dict[str, bytes]:
-        return definition_files(self.run, self.ledger)
+        return definition_files(self.run, self.ledger, self.definition)
 
     def _on_commit(self, committed: Committed) -> None:
         if committed.tasks:

@@ -8,6 +8,11 @@ from pathlib import Path
 from gitrun.errors import CommandError, GitrunError
 from gitrun.proc import run_cmd
 
+# Every git gitrun runs: core.fsmonitor names a command git runs while it
+# scans the work tree, and one a worker planted in .git/config must not run
+# inside gitrun's own calls (the audit reports the change to .git/config).
+GIT = ("git", "-c", "core.fsmonitor=false")
+
 
 def git(repo: Path, *args: str, input: bytes | None = None) -> bytes:
     """Run ``git -C repo args...`` and return its stdout.
@@ -15,7 +20,8 @@ def git(repo: Path, *args: str, input: bytes | None = None) -> bytes:
     Paths gitrun passes are file names, never patterns: ``out/[a].json``
     must not match ``out/a.json`` (--literal-pathspecs).
     """
-    return run_cmd(["git", "--literal-pathspecs", "-C", str(repo), *args], input=input).stdout
+    argv = [*GIT, "--literal-pathspecs", "-C", str(repo), *args]
+    return run_cmd(argv, input=input).stdout
 
 
 def find_repo_root(start: Path | None = None) -> Path:
@@ -84,7 +90,7 @@ def ignored_by(repo: Path, paths: list[str]) -> dict[str, str]:
 def _check_ignore(repo: Path, paths: list[str]) -> subprocess.CompletedProcess[bytes]:
     data = b"".join(p.encode(errors="surrogateescape") + b"\0" for p in paths)
     return run_cmd(
-        ["git", "-C", str(repo), "check-ignore", "-v", "-z", "--stdin"], input=data, check=False
+        [*GIT, "-C", str(repo), "check-ignore", "-v", "-z", "--stdin"], input=data, check=False
     )
 
 
@@ -116,7 +122,7 @@ def refused_paths(repo: Path, paths: list[str]) -> set[str]:
     with tempfile.TemporaryDirectory(prefix="gitrun-names-") as scratch:
         env = clean_env({"GIT_INDEX_FILE": str(Path(scratch) / "index")})
         proc = run_cmd(
-            ["git", "-C", str(repo), "update-index", "--add", "--index-info"],
+            [*GIT, "-C", str(repo), "update-index", "--add", "--index-info"],
             input=info,
             env=env,
             check=False,
@@ -137,7 +143,7 @@ def ignored_entries(repo: Path) -> list[str]:
 def rev_parse(repo: Path, ref: str) -> str | None:
     """The commit a ref names, or None when it does not exist."""
     proc = run_cmd(
-        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        [*GIT, "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
         check=False,
     )
     if proc.returncode != 0:
@@ -152,7 +158,7 @@ def remote_refs(repo: Path, suffix: str) -> list[str]:
 
 
 def object_format(repo: Path) -> str:
-    out = run_cmd(["git", "-C", str(repo), "rev-parse", "--show-object-format"], check=False)
+    out = run_cmd([*GIT, "-C", str(repo), "rev-parse", "--show-object-format"], check=False)
     return out.stdout.decode().strip() or "sha1"
 
 
@@ -250,17 +256,17 @@ def commit_tree(repo: Path, tree: str, parents: list[str], message: str) -> str:
 def update_ref(repo: Path, ref: str, new: str, old: str | None) -> bool:
     """Compare-and-swap ``ref`` from ``old`` (None: must not exist) to ``new``."""
     expected = old or ""  # empty: the ref must not exist yet
-    proc = run_cmd(["git", "-C", str(repo), "update-ref", ref, new, expected], check=False)
+    proc = run_cmd([*GIT, "-C", str(repo), "update-ref", ref, new, expected], check=False)
     return proc.returncode == 0
 
 
 def _git_env(repo: Path, extra: dict[str, str], *args: str, input: bytes | None = None) -> bytes:
     from gitrun.proc import clean_env
 
-    return run_cmd(["git", "-C", str(repo), *args], input=input, env=clean_env(extra)).stdout
+    return run_cmd([*GIT, "-C", str(repo), *args], input=input, env=clean_env(extra)).stdout
 
 
 def run_git_quiet(repo: Path, *args: str) -> str:
     """Stdout of a git command that may fail (then ""), e.g. reading unset config."""
-    proc = run_cmd(["git", "-C", str(repo), *args], check=False)
+    proc = run_cmd([*GIT, "-C", str(repo), *args], check=False)
     return proc.stdout.decode().strip() if proc.returncode == 0 else ""

@@ -33,7 +33,9 @@ def land_run(repo: Path, run_id: str, squash: bool = False) -> str:
         return f"run {run_id!r} is already landed in the current branch"
     if (
         squash
-        and run_cmd(["git", "-C", str(repo), "diff", "--cached", "--quiet"], check=False).returncode
+        and run_cmd(
+            [*git.GIT, "-C", str(repo), "diff", "--cached", "--quiet"], check=False
+        ).returncode
     ):
         raise GitrunError(
             "you have staged changes; commit or unstage them first (a squashed landing would "
@@ -83,7 +85,9 @@ def land_run(repo: Path, run_id: str, squash: bool = False) -> str:
 
 
 def _is_ancestor(repo: Path, commit: str, of: str) -> bool:
-    proc = run_cmd(["git", "-C", str(repo), "merge-base", "--is-ancestor", commit, of], check=False)
+    proc = run_cmd(
+        [*git.GIT, "-C", str(repo), "merge-base", "--is-ancestor", commit, of], check=False
+    )
     return proc.returncode == 0
 
 
@@ -155,11 +159,11 @@ def _refuse_a_held_index(repo: Path) -> None:
 def _undo_merge(repo: Path, squash: bool) -> None:
     merge_head = git.git_dir(repo) / "MERGE_HEAD"
     if merge_head.exists():
-        run_cmd(["git", "-C", str(repo), "merge", "--abort"], check=False)
+        run_cmd([*git.GIT, "-C", str(repo), "merge", "--abort"], check=False)
     elif squash:
         # A squash that stopped on a conflict leaves no MERGE_HEAD; reset the
         # index and files it touched (the index held no staged change before).
-        run_cmd(["git", "-C", str(repo), "reset", "--merge"], check=False)
+        run_cmd([*git.GIT, "-C", str(repo), "reset", "--merge"], check=False)
 
 
 def _git_says(exc: CommandError) -> str:

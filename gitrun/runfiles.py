@@ -55,17 +55,30 @@ def _is_plain(path: str, run_dir: str) -> bool:
     return all(part and not part.startswith(".") for part in rest)
 
 
-def definition_files(run: RunDef, writer: ledger.LedgerWriter | None = None) -> dict[str, bytes]:
-    """The run's own files that exist, by path, read as regular files.
+def definition_snapshot(run: RunDef) -> dict[str, bytes]:
+    """The run definition's files as they are now (packet, task table, bundles,
+    schemas): a driver takes this when it starts and commits it, so a change a
+    worker makes to them mid-run is never committed (the audit reports it)."""
+    files: dict[str, bytes] = {}
+    _refuse_linked_dirs(run)
+    for path in _definition_paths(run):
+        _read_regular(run, path, files)
+    return files
+
+
+def definition_files(
+    run: RunDef,
+    writer: ledger.LedgerWriter | None = None,
+    snapshot: dict[str, bytes] | None = None,
+) -> dict[str, bytes]:
+    """The run's own files that exist, by path, read as regular files: the
+    definition (``snapshot`` when given, else read now) and the ledger.
 
     ``writer``, the run's live ledger writer if there is one, holds its records
     back while the ledger is read. Raises GitrunError for a file that is a
     symlink or not a regular file (``gitrun check`` reports the same before launch).
     """
-    files: dict[str, bytes] = {}
-    _refuse_linked_dirs(run)
-    for path in _definition_paths(run):
-        _read_regular(run, path, files)
+    files = dict(snapshot) if snapshot is not None else definition_snapshot(run)
     if writer is None:
         for name in ledger.ledger_names(run.repo / run.dir):
             _read_regular(run, f"{run.dir}/{name}", files)
@@ -247,3 +260,44 @@ def _read_blobs(repo: Path, shas: list[str]) -> dict[str, bytes]:
         blobs[sha] = out[end + 1 : end + 1 + size]
         at = end + 1 + size + 1
     return blobs
+
+
+def refuse_rewritten_definition(run: RunDef, tip: str) -> None:
+    """Refuse to resume a run whose definition on disk differs from the one on
+    its branch when the audit saw it change while the run was driven: a worker
+    may have rewritten it (another executor command, another task), and resume
+    would run that. A change made while no driver ran (the lead's own edit)
+    is taken as it is.
+    """
+    import datetime as dt
+
+    from gitrun.outputs import blob_on_disk
+
+    changed_at: dict[str, dt.datetime] = {}
+    for record in ledger.read_ledger(run.repo / run.dir):
+        path, at = record.get("path"), record.get("at")
+        if record.get("event") == "violation" and isinstance(path, str) and isinstance(at, str):
+            try:
+                changed_at[path] = dt.datetime.fromisoformat(at)
+            except ValueError:
+                continue
+    watched = [p for p in _definition_paths(run) if p in changed_at]
+    if not watched:
+        return
+    committed = git.ls_tree(run.repo, tip, watched)
+    for path in watched:
+        full = run.repo / path
+        now = blob_on_disk(full, git.object_format(run.repo))
+        if now is None or now == committed.get(path, ("", ""))[1]:
+            continue
+        modified = dt.datetime.fromtimestamp(os.lstat(full).st_mtime, dt.UTC)
+        if modified > changed_at[path] + dt.timedelta(seconds=2):
+            continue  # edited again since the audit saw the change: the lead's
+        raise GitrunError(
+            f"{path} changed while the run was driven (an ownership violation at "
+            f"{changed_at[path].isoformat()}) and differs from the one committed on "
+            f"gitrun/{run.id}; gitrun will not run a definition a worker may have rewritten — "
+            f"compare them (`git diff gitrun/{run.id} -- {path}`), put the committed one back "
+            f"(`git show gitrun/{run.id}:{path} > {path}`), then resume; make your own change "
+            "again afterwards if it was yours"
+        )

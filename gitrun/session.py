@@ -23,7 +23,7 @@ from gitrun.ledger import CHUNK_DIR
 from gitrun.local import LocalPaths
 from gitrun.lock import run_locked
 from gitrun.problem import Problem
-from gitrun.runfiles import definition_files, merge_committed_ledger
+from gitrun.runfiles import definition_files, merge_committed_ledger, refuse_rewritten_definition
 from gitrun.runs import LEDGER_NAME, PACKET_NAME, RUNS_DIR, RunDef, check_run_id, load_run
 from gitrun.tomlfile import write_atomic
 
@@ -44,7 +44,9 @@ def prepare_external(repo: Path, run_id: str, report: Reporter, resume: bool) ->
         if resume:
             tip = _ensure_branch(repo, run_id, report)
             _restore_definition(repo, run_id, tip, report)
-            problems = check_run(load_run(repo, run_id), check_dirty=False).problems
+            resumed = load_run(repo, run_id)
+            refuse_rewritten_definition(resumed, tip)
+            problems = check_run(resumed, check_dirty=False).problems
             if problems:
                 raise CheckFailed(run_id, problems)
         else:
@@ -99,6 +101,7 @@ def resume_run(
         tip = _ensure_branch(repo, run_id, report)
         _restore_definition(repo, run_id, tip, report)
         run = load_run(repo, run_id)
+        refuse_rewritten_definition(run, tip)
         problems = check_run(run, check_dirty=False).problems
         if problems:
             raise CheckFailed(run_id, problems)

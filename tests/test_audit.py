@@ -1,0 +1,98 @@
+"""The stray-write audit sees what a worker with a shell can do besides its own outputs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gitrun.errors import GitrunError
+from gitrun.session import resume_run, start_run
+from tests.helpers import build_tree, commit_all, git, write_run
+
+quiet = lambda _line: None  # noqa: E731
+
+
+def _run(repo: Path, body: str, tasks: int = 1) -> None:
+    """A run whose worker writes its outputs, after running ``body`` (Python)."""
+    script = repo.parent / "worker.py"
+    script.write_text(
+        "import os, pathlib, subprocess\n"
+        "task = os.environ['GITRUN_TASK']\n"
+        f"{body}\n"
+        "for out in os.environ['GITRUN_OUTPUTS'].splitlines():\n"
+        "    pathlib.Path(out).parent.mkdir(parents=True, exist_ok=True)\n"
+        '    pathlib.Path(out).write_text(\'{"task": "%s"}\\n\' % task)\n'
+    )
+    work = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(1, tasks + 1)]
+    packet = {
+        "executor": {"command": [sys.executable, str(script)]},
+        "limits": {"canary": 0, "concurrency": 1, "timeout": "60s"},
+    }
+    write_run(repo, "r", work, packet)
+
+
+def _violations(outcome: object) -> list[str]:
+    return [v.path for v in outcome.violations]  # type: ignore[attr-defined]
+
+
+def test_a_worker_rewriting_the_run_definition_is_reported_never_committed_nor_run(
+    git_repo: Path,
+) -> None:
+    marker = git_repo.parent / "EVIL_RAN"
+    evil = git_repo.parent / "evil.py"
+    evil.write_text(f"import pathlib; pathlib.Path({str(marker)!r}).write_text('x')\n")
+    _run(
+        git_repo,
+        "if task == 't1':\n"
+        "    p = pathlib.Path('.gitrun/runs/r/packet.toml')\n"
+        f"    p.write_text(p.read_text().replace('worker.py', {str(evil.name)!r}))",
+        tasks=2,
+    )
+    outcome = start_run(git_repo, "r", quiet)
+    assert ".gitrun/runs/r/packet.toml" in _violations(outcome)
+    committed = git(git_repo, "show", "gitrun/r:.gitrun/runs/r/packet.toml")
+    assert "evil.py" not in committed and "worker.py" in committed
+    (git_repo / "out/t2.json").unlink()  # something left to do, so resume would launch
+    git(git_repo, "update-ref", "refs/heads/gitrun/r", "gitrun/r~1")
+    with pytest.raises(GitrunError, match=r"packet\.toml changed while the run was driven"):
+        resume_run(git_repo, "r", quiet)
+    assert not marker.exists()
+    restored = subprocess.run(
+        ["git", "show", "gitrun/r:.gitrun/runs/r/packet.toml"],
+        cwd=git_repo,
+        capture_output=True,
+        check=True,
+    ).stdout
+    (git_repo / ".gitrun/runs/r/packet.toml").write_bytes(restored)  # as the message says
+    assert resume_run(git_repo, "r", quiet).exit_code == 0
+    assert not marker.exists()
+
+
+def test_overwriting_a_users_uncommitted_edit_is_reported(git_repo: Path) -> None:
+    build_tree(git_repo, {"notes.txt": "committed\n"})
+    commit_all(git_repo)
+    build_tree(git_repo, {"notes.txt": "my uncommitted work\n", "scratch.txt": "untracked\n"})
+    _run(
+        git_repo,
+        "pathlib.Path('notes.txt').write_text('clobbered')\npathlib.Path('scratch.txt').unlink()",
+    )
+    outcome = start_run(git_repo, "r", quiet)
+    assert sorted(_violations(outcome)) == ["notes.txt", "scratch.txt"]
+
+
+def test_planting_a_hook_or_a_git_config_command_is_reported_and_not_run_by_gitrun(
+    git_repo: Path,
+) -> None:
+    marker = git_repo.parent / "FSMONITOR_RAN"
+    _run(
+        git_repo,
+        "pathlib.Path('.git/hooks/post-merge').write_text('#!/bin/sh\\ntouch HOOK_RAN\\n')\n"
+        "os.chmod('.git/hooks/post-merge', 0o755)\n"
+        f"subprocess.run(['git', 'config', 'core.fsmonitor', 'touch {marker}; false'])",
+    )
+    outcome = start_run(git_repo, "r", quiet)
+    assert {".git/config", ".git/hooks/post-merge"} <= set(_violations(outcome))
+    assert not marker.exists()  # gitrun's own git status never ran the planted command
