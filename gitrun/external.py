@@ -78,6 +78,11 @@ class External:
         self.local = local
         self.committer = Committer(self.repo, run.id, local)
         tip = git.rev_parse(self.repo, branch_ref(run.id))
+        if tip is None and git.ref_target(self.repo, branch_ref(run.id)):
+            raise GitrunError(
+                f"branch gitrun/{run.id} points at a commit whose objects are missing; "
+                f"`gitrun resume {run.id}` moves it back to its newest whole commit"
+            )
         if tip is None:
             raise GitrunError(
                 f"run {run.id!r} has not started; start it with `gitrun start {run.id}` "

@@ -151,6 +151,37 @@ def rev_parse(repo: Path, ref: str) -> str | None:
     return proc.stdout.decode().strip() or None
 
 
+def ref_target(repo: Path, ref: str) -> str | None:
+    """The object id a ref holds, even when that object is missing (a prune
+    during the run); None when the ref does not exist."""
+    out = git(repo, "for-each-ref", "--format=%(objectname)", ref).decode().split()
+    return out[0] if out else None
+
+
+def is_intact(repo: Path, commit: str) -> bool:
+    """Whether ``commit`` and every object it reaches are in the object
+    database; objects reachable from the repository's other refs (not runs')
+    are taken as whole, so only the run's own history is walked."""
+    args = ["rev-list", "--objects", "--quiet", commit, "--not"]
+    args += ["--exclude=refs/heads/gitrun/*", "--exclude=refs/remotes/*/gitrun/*", "--all"]
+    return run_cmd([*GIT, "-C", str(repo), *args], check=False).returncode == 0
+
+
+def reflog_targets(repo: Path, ref: str) -> list[str]:
+    """The commits ``ref`` pointed at, newest first, read from its reflog file
+    (``git reflog`` itself refuses a ref whose tip object is missing)."""
+    try:
+        lines = (git_dir(repo) / "logs" / ref).read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    found: list[str] = []
+    for line in reversed(lines):
+        fields = line.split(" ", 2)
+        if len(fields) >= 2 and fields[1] not in found and set(fields[1]) != {"0"}:
+            found.append(fields[1])
+    return found
+
+
 def remote_refs(repo: Path, suffix: str) -> list[str]:
     """Remote-tracking refs ending in ``/<suffix>`` (e.g. origin/gitrun/<run>)."""
     out = git(repo, "for-each-ref", "--format=%(refname)", "refs/remotes/")

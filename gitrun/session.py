@@ -9,6 +9,7 @@ and on disk, and drives on.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -141,8 +142,11 @@ def _retire_stale_ledger(run: RunDef, local: LocalPaths) -> None:
 def _ensure_branch(repo: Path, run_id: str, report: Reporter) -> str:
     ref = branch_ref(run_id)
     tip = git.rev_parse(repo, ref)
-    if tip:
+    if tip and git.is_intact(repo, tip):
         return tip
+    broken = tip or git.ref_target(repo, ref)
+    if broken:
+        return _repair_branch(repo, run_id, broken, report)
     remotes = git.remote_refs(repo, BRANCH_PREFIX + run_id)
     if not remotes:
         raise GitrunError(
@@ -156,6 +160,34 @@ def _ensure_branch(repo: Path, run_id: str, report: Reporter) -> str:
         f"run {run_id}: branch gitrun/{run_id} created from {remotes[0].removeprefix('refs/remotes/')}"
     )
     return tip
+
+
+def _repair_branch(repo: Path, run_id: str, broken: str, report: Reporter) -> str:
+    """The run's branch points at objects that are gone (``git gc --prune=now``
+    during a run is documented as unsafe with concurrent writers). Move it back
+    to the newest commit it held that is whole; resume then commits again,
+    from the disk, the valid outputs the lost commits held."""
+    ref = branch_ref(run_id)
+    local = LocalPaths.of(repo, run_id)
+    candidates = git.reflog_targets(repo, ref)
+    with contextlib.suppress(OSError):
+        candidates.append(local.tip.read_text().strip())
+    for commit in candidates:
+        if commit == broken or git.rev_parse(repo, commit) is None:
+            continue
+        if git.is_intact(repo, commit) and git.update_ref(repo, ref, commit, broken):
+            report(
+                f"run {run_id}: branch gitrun/{run_id} pointed at {broken[:10]}, whose objects "
+                f"are missing (a `git gc --prune` during the run?); moved it back to "
+                f"{commit[:10]}, the newest whole commit it held; outputs committed after it "
+                "are committed again from the disk"
+            )
+            return commit
+    raise GitrunError(
+        f"branch gitrun/{run_id} points at {broken[:10]}, whose objects are missing, and no "
+        f"earlier whole commit of the run is known (its reflog and {local.tip} name none); "
+        f"delete the branch (`git update-ref -d {ref}`) and start the run again"
+    )
 
 
 def _restore_definition(repo: Path, run_id: str, tip: str, report: Reporter) -> None:

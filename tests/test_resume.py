@@ -280,3 +280,41 @@ def start_run_quiet(repo: Path) -> int:
     from gitrun.session import start_run
 
     return start_run(repo, "r", quiet).exit_code
+
+
+def _drop_object(repo: Path, sha: str) -> None:
+    """Delete a loose object, as `git gc --prune=now` racing a writer can."""
+    path = repo / ".git" / "objects" / sha[:2] / sha[2:]
+    assert path.exists(), "the object should be loose"
+    path.chmod(0o644)
+    path.unlink()
+
+
+def test_resume_repairs_a_branch_whose_tip_commit_was_pruned(git_repo: Path) -> None:
+    from gitrun.session import start_run
+
+    fake_worker_run(git_repo, "r", 3, {})
+    assert start_run(git_repo, "r", quiet).exit_code == 0
+    tip = git(git_repo, "rev-parse", "gitrun/r").strip()
+    _drop_object(git_repo, tip)
+    said: list[str] = []
+    outcome = resume_run(git_repo, "r", said.append)
+    assert outcome.exit_code == 0, said
+    assert any("whose objects are missing" in line for line in said)
+    assert all(t.status == "done" for t in outcome.status.tasks.values())
+    assert subprocess.run(["git", "-C", str(git_repo), "fsck", "--no-dangling"]).returncode == 0
+
+
+def test_resume_repairs_a_branch_whose_tip_tree_was_pruned(git_repo: Path) -> None:
+    from gitrun.session import start_run
+
+    fake_worker_run(git_repo, "r", 3, {})
+    assert start_run(git_repo, "r", quiet).exit_code == 0
+    tree = git(git_repo, "rev-parse", "gitrun/r^{tree}").strip()
+    _drop_object(git_repo, tree)
+    said: list[str] = []
+    outcome = resume_run(git_repo, "r", said.append)
+    assert outcome.exit_code == 0, said
+    assert any("moved it back" in line for line in said)
+    for task in ("t01", "t02", "t03"):
+        git(git_repo, "cat-file", "-e", f"gitrun/r:out/{task}.json")
