@@ -115,12 +115,9 @@ def _read_unless_committed(
 
     path = f"{run.dir}/{name}"
     full = run.repo / path
-    try:
-        info = os.lstat(full)
-    except FileNotFoundError:
+    info = _regular(run, path)
+    if info is None:
         return
-    if not stat.S_ISREG(info.st_mode):
-        raise GitrunError(_not_regular(path, info.st_mode))
     seen = (info.st_size, info.st_mtime_ns)
     known = writer.blob_ids.get(name)
     if known is not None and known[0] == seen and at_tip.get(path) == known[1]:
@@ -132,15 +129,20 @@ def _read_unless_committed(
     writer.blob_ids[name] = (seen, blob_id(data, writer.object_format))
 
 
-def _read_regular(run: RunDef, path: str, files: dict[str, bytes]) -> None:
-    full = run.repo / path
+def _regular(run: RunDef, path: str) -> os.stat_result | None:
+    """A run file's stat when it exists; GitrunError when it is not a regular file."""
     try:
-        info = os.lstat(full)
+        info = os.lstat(run.repo / path)
     except FileNotFoundError:
-        return
+        return None
     if not stat.S_ISREG(info.st_mode):
         raise GitrunError(_not_regular(path, info.st_mode))
-    files[path] = full.read_bytes()
+    return info
+
+
+def _read_regular(run: RunDef, path: str, files: dict[str, bytes]) -> None:
+    if _regular(run, path) is not None:
+        files[path] = (run.repo / path).read_bytes()
 
 
 def _not_regular(path: str, mode: int) -> str:

@@ -579,17 +579,22 @@ def _walk(
                 continue
             annotation = None
         shown.append(part)
-        origin = typing.get_origin(annotation)
-        if origin is list and isinstance(part, int):
-            annotation = typing.get_args(annotation)[0]
-        elif origin is dict:
-            annotation = typing.get_args(annotation)[1]
-        elif _is_model(annotation):
-            info = _field_info(annotation, part)
-            annotation = info.annotation if info is not None else None
-        else:
-            annotation = None
+        annotation = _descend(annotation, part)
     return tuple(shown), branch, union_fields
+
+
+def _descend(annotation: Any, part: Any) -> Any:
+    """The annotation of ``part`` inside ``annotation`` (a list item, a dict
+    value, a model's field), or None when it cannot be followed."""
+    origin = typing.get_origin(annotation)
+    if origin is list and isinstance(part, int):
+        return typing.get_args(annotation)[0]
+    if origin is dict:
+        return typing.get_args(annotation)[1]
+    if _is_model(annotation):
+        info = _field_info(annotation, part)
+        return info.annotation if info is not None else None
+    return None
 
 
 def _known_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
@@ -600,15 +605,8 @@ def _known_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
         if members:
             annotation = next((m for m in members if part in _tags(m)), None)
             continue
-        origin = typing.get_origin(annotation)
-        if origin is list and isinstance(part, int):
-            annotation = typing.get_args(annotation)[0]
-        elif origin is dict:
-            annotation = typing.get_args(annotation)[1]
-        elif _is_model(annotation):
-            info = _field_info(annotation, part)
-            annotation = info.annotation if info is not None else None
-        else:
+        annotation = _descend(annotation, part)
+        if annotation is None:
             return []
     annotation = _unwrap(annotation)
     members = _union_members(annotation)
