@@ -322,6 +322,8 @@ def _place_problems(
 
 def _fold(text: str) -> str:
     """The spelling a case-insensitive, normalising file system (macOS, Windows) sees."""
+    if text.isascii():
+        return text.lower()
     return unicodedata.normalize("NFC", text).casefold()
 
 
@@ -330,59 +332,73 @@ def _case_alias_problems(
 ) -> list[Problem]:
     """Owned paths that meet another task's, a protected or a reserved path
     only once case and Unicode form are ignored: one file on macOS and
-    Windows, where a paused run may be resumed (`TODO.md` and `todo.md`)."""
+    Windows, where a paused run may be resumed (`TODO.md` and `todo.md`).
+
+    One trie walk over the folded spellings; a pair that meets as written is
+    left to the exact checks, and a pair where nothing was folded cannot
+    meet only after folding, so it is not even compared."""
+    shared = [(text, pattern) for text, pattern in protected]
+    shared += [(name, parse(name)) for name in RESERVED]
     folded: list[Claim] = []
+    exact: dict[tuple[str, str], Pattern] = {}
     changed: set[tuple[str, str]] = set()
-    for claim in owned:
-        text = _fold(claim.text)
-        if text != claim.text:
-            try:
-                folded.append(Claim(claim.task, claim.text, parse(text), OWNS))
-            except PatternError:
-                folded.append(claim)
-                continue
-            changed.add((claim.task, claim.text))
-        else:
-            folded.append(claim)
-    entries = [(text, pattern) for text, pattern in protected]
-    entries += [(name, parse(name)) for name in RESERVED]
-    out: list[Problem] = []
-    for exact, claim in zip(owned, folded, strict=True):
-        for text, pattern in entries:
-            if (claim.task, claim.text) not in changed and _fold(text) == text:
-                continue  # nothing folded: the exact check covered it
-            if intersect(exact.pattern, pattern) is not None:
-                continue  # the exact check reported it
-            try:
-                witness = intersect(claim.pattern, parse(_fold(text)))
-            except PatternError:
-                continue
-            if witness is not None:
-                out.append(
-                    Problem(
-                        "protected",
-                        f"{run.tasks_path}: task {claim.task} owns {claim.text!r}, which is "
-                        f"{text} on case-insensitive file systems (macOS, Windows); no task may "
-                        "own it — rename or narrow the pattern",
-                        (claim.task,),
-                        witness,
-                    )
-                )
-                break
+    for task, text, pattern in [(c.task, c.text, c.pattern) for c in owned] + [
+        (_SHARED, text, pattern) for text, pattern in shared
+    ]:
+        key = (task, text)
+        exact[key] = pattern
+        spelled = _fold(text)
+        if spelled == text:
+            folded.append(Claim(task, text, pattern, OWNS))
+            continue
+        try:
+            folded.append(Claim(task, text, parse(spelled), OWNS))
+        except PatternError:
+            folded.append(Claim(task, text, pattern, OWNS))
+            continue
+        changed.add(key)
     if not changed:
-        return out
+        return []
+    # Only a claim at, above or beneath a folded one can meet it: the walk
+    # takes those, not the whole run.
+    heads = {c.pattern.literal_prefix for c in folded if (c.task, c.text) in changed}
+    above = {head[:n] for head in heads for n in range(len(head) + 1)}
+
+    def near(claim: Claim) -> bool:
+        prefix = claim.pattern.literal_prefix
+        return prefix in above or any(prefix[:n] in heads for n in range(len(prefix)))
+
+    folded = [c for c in folded if (c.task, c.text) in changed or near(c)]
 
     def conflicts(a: Claim, b: Claim) -> bool:
+        if a.task == _SHARED and b.task == _SHARED:
+            return False
         return (a.task, a.text) in changed or (b.task, b.text) in changed
 
-    exact_of = {(c.task, c.text): c.pattern for c in owned}
+    out: list[Problem] = []
     seen: set[tuple[str, str]] = set()
     for meeting in find_meetings(folded, conflicts):
-        a, b = sorted((meeting.first, meeting.second), key=lambda c: c.task)
+        a, b = sorted((meeting.first, meeting.second), key=lambda c: c.task != _SHARED)
+        if intersect(exact[(a.task, a.text)], exact[(b.task, b.text)]) is not None:
+            continue  # they meet as written: reported already
+        if a.task == _SHARED:
+            if (b.task, b.text) in seen:
+                continue
+            seen.add((b.task, b.text))
+            out.append(
+                Problem(
+                    "protected",
+                    f"{run.tasks_path}: task {b.task} owns {b.text!r}, which is {a.text} on "
+                    "case-insensitive file systems (macOS, Windows); no task may own it — "
+                    "rename or narrow the pattern",
+                    (b.task,),
+                    meeting.witness,
+                )
+            )
+            continue
+        a, b = sorted((a, b), key=lambda c: c.task)
         if (a.task, b.task) in seen:
             continue
-        if intersect(exact_of[(a.task, a.text)], exact_of[(b.task, b.text)]) is not None:
-            continue  # an overlap as written: reported already
         seen.add((a.task, b.task))
         out.append(
             Problem(
@@ -395,6 +411,9 @@ def _case_alias_problems(
             )
         )
     return out
+
+
+_SHARED = "\0shared"  # the task of a claim standing for a protected or reserved entry
 
 
 def _overlap_problems(where: str, claims: list[Claim]) -> list[Problem]:

@@ -44,12 +44,20 @@ class NotCanonical:
         return self.reason
 
 
+# The common case, decided by one match: names that start with a letter, a
+# digit or '_' (so never '.', '..' or a .git alias) and hold no space,
+# separator or control character. Anything else takes the full path below.
+_PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=,@%-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.+=,@%-]*)*")
+
+
 def canonical_problem(text: str, *, is_file: bool) -> NotCanonical | None:
     """None when ``text`` is canonical, else what is wrong and the fix.
 
     ``is_file``: the entry names one file (an output, a bundle), so a
     trailing ``/`` is wrong too; patterns may end in ``/``.
     """
+    if len(text) <= NAME_MAX and _PLAIN.fullmatch(text):
+        return None
     if not text or not text.strip():
         return NotCanonical("is empty; name a path relative to the repository root")
     found = _CONTROL.search(text)

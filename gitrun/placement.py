@@ -83,8 +83,9 @@ def symlink_problems(
     it must not stop ``resume``.
     """
     links = {p for p in [*changed, *git.ignored_entries(run.repo)] if _is_link(run.repo / p)}
+    modes: dict[str, int | None] = {}
     for claim in owned:
-        links.update(_links_on_chain(run.repo, claim.pattern.literal_prefix))
+        links.update(_links_on_chain(run.repo, claim.pattern.literal_prefix, modes))
     links = {p for p in links if p not in outputs} | base.symlinks
     if not links:
         return []
@@ -136,22 +137,25 @@ def _is_link(path: Path) -> bool:
         return False
 
 
-def _links_on_chain(repo: Path, names: tuple[str, ...]) -> list[str]:
-    """Symlinks among the literal directories of an owned path (ignored ones too)."""
-    found: list[str] = []
-    current = repo
-    for n, name in enumerate(names, start=1):
-        current = current / name
-        try:
-            mode = os.lstat(current).st_mode
-        except OSError:
+def _links_on_chain(repo: Path, names: tuple[str, ...], seen: dict[str, int | None]) -> list[str]:
+    """Symlinks among the literal directories of an owned path (ignored ones too);
+    ``seen`` caches each directory's mode across claims."""
+    root = str(repo)
+    for n in range(1, len(names) + 1):
+        rel = "/".join(names[:n])
+        if rel not in seen:
+            try:
+                seen[rel] = os.lstat(os.path.join(root, rel)).st_mode
+            except OSError:
+                seen[rel] = None
+        mode = seen[rel]
+        if mode is None:
             break
         if stat.S_ISLNK(mode):
-            found.append("/".join(names[:n]))
-            break
+            return [rel]
         if not stat.S_ISDIR(mode):
             break
-    return found
+    return []
 
 
 def _describe_link(repo: Path, link: str, base: BaseTree) -> str:
@@ -169,13 +173,20 @@ def output_place_problems(
 ) -> list[Problem]:
     """Outputs (task, path) that name a directory or lie beneath a file."""
     out: list[Problem] = []
+    root = str(run.repo)
+    modes: dict[str, int | None] = {}  # parents are shared by many outputs: one lstat each
+
+    def mode_of(rel: str) -> int | None:
+        if rel not in modes:
+            try:
+                modes[rel] = os.lstat(os.path.join(root, rel)).st_mode
+            except OSError:
+                modes[rel] = None
+        return modes[rel]
+
     for task, path in outputs:
-        full = run.repo / path
-        try:
-            is_dir = stat.S_ISDIR(os.lstat(full).st_mode)
-        except OSError:
-            is_dir = False
-        if is_dir or path in base.directories:
+        mode = mode_of(path)
+        if (mode is not None and stat.S_ISDIR(mode)) or path in base.directories:
             out.append(
                 Problem(
                     "output-is-directory",
@@ -191,7 +202,8 @@ def output_place_problems(
         for n in range(1, len(parts)):
             parent = "/".join(parts[:n])
             in_base = parent in base.files and parent not in base.symlinks
-            if in_base or _is_regular_file(run.repo / parent):
+            parent_mode = mode_of(parent)
+            if in_base or (parent_mode is not None and stat.S_ISREG(parent_mode)):
                 out.append(
                     Problem(
                         "output-under-file",
@@ -203,13 +215,6 @@ def output_place_problems(
                 )
                 break
     return out
-
-
-def _is_regular_file(path: Path) -> bool:
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
 
 
 def ignored_problems(run: RunDef, outputs: list[tuple[str, str]]) -> list[Problem]:
