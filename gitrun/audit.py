@@ -82,10 +82,10 @@ class Audit:
         self.active = set(running)
         return found
 
-    def _git_files(self) -> dict[str, tuple[int, int, int] | None]:
+    def _git_files(self) -> dict[str, tuple[int, int, int, int] | None]:
         """Stat signatures of what git runs or reads from .git/ (a worker that
         plants a hook or a core.fsmonitor command there runs code later)."""
-        found: dict[str, tuple[int, int, int] | None] = {".git/config": None}
+        found: dict[str, tuple[int, int, int, int] | None] = {".git/config": None}
         for sub in ("", "hooks", "info"):
             folder = self.git_dir / sub
             names = ["config"] if not sub else _listing(folder)
@@ -102,10 +102,12 @@ def _listing(folder: Path) -> list[str]:
         return []
 
 
-def _signature(path: Path) -> tuple[int, int, int] | None:
-    """What tells a file's content changed without reading it (None: gone)."""
+def _signature(path: Path) -> tuple[int, int, int, int] | None:
+    """What tells a file's content changed without reading it (None: gone).
+    The change time is in it: a write can restore the size and mtime (utime),
+    not the ctime the kernel sets."""
     try:
         info = os.lstat(path)
     except OSError:
         return None
-    return (info.st_size, info.st_mtime_ns, info.st_ino)
+    return (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)

@@ -403,7 +403,8 @@ class Driver:
         history.attempts += 1
         number = history.attempts
         outputs = [o.path for o in self.run.outputs_of(task)]
-        before = prepare_outputs(self.run, task, self.committer.object_format)
+        aside = self.local.quarantine_of(task.id, number - 1)  # left before this attempt
+        before = prepare_outputs(self.run, task, self.committer.object_format, aside)
         self.before[task.id] = before
         stage = self.run.stage_of(task)
         values = {

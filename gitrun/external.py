@@ -182,7 +182,8 @@ class External:
         history = self.history[task_id]
         number = history.attempts + 1
         outputs = [o.path for o in self.run.outputs_of(task)]
-        before = prepare_outputs(self.run, task, self.committer.object_format)
+        aside = self.local.quarantine_of(task_id, number - 1)  # left before this attempt
+        before = prepare_outputs(self.run, task, self.committer.object_format, aside)
         pointer = render_pointer(self.run, task)
         stage = self.run.stage_of(task)
         agent = None

@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import stat
 import tomllib
 from collections.abc import Mapping
@@ -82,6 +81,35 @@ def _no_follow(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NOFOLLOW)
 
 
+def _read_beneath(repo: Path, path: str, limit: int) -> tuple[bytes, os.stat_result]:
+    """At most ``limit`` bytes of ``path`` and its stat, read without following
+    a symlink anywhere on the way (see :func:`open_parent`)."""
+    parent = open_parent(repo, path)
+    try:
+        fd = os.open(path.rsplit("/", 1)[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=parent)
+    finally:
+        os.close(parent)
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(limit), os.fstat(handle.fileno())
+
+
+def open_parent(repo: Path, path: str) -> int:
+    """A descriptor of ``path``'s directory, reached from the repository root
+    one name at a time without following a symlink (O_NOFOLLOW on each), so a
+    directory swapped for a link between a check and a use is refused
+    (OSError), never followed. The caller closes it."""
+    fd = os.open(repo, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in path.split("/")[:-1]:
+            step = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = step
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def linked_parent(repo: Path, path: str) -> str | None:
     """The first directory of ``path`` (below the repository root) that is a
     symlink, or None. A write through it lands somewhere else: in another
@@ -106,15 +134,23 @@ def prior_in_tree(
     return {o.path: tree[o.path][1] if o.path in tree else None for o in run.outputs_of(task)}
 
 
-def prepare_outputs(run: RunDef, task: Task, object_format: str = "sha1") -> dict[str, str | None]:
+def prepare_outputs(
+    run: RunDef, task: Task, object_format: str = "sha1", aside: Path | None = None
+) -> dict[str, str | None]:
     """Before an attempt: create the outputs' directories (workers should not
-    have to) and return each output's blob id now, to tell new content later."""
+    have to) and return each output's blob id now, to tell new content later.
+
+    A symlink standing at an output path (another task, or a worker of an
+    earlier attempt, put it there) is moved ``aside`` first: the worker's
+    write must make a file there, not land in the file the link names."""
     before: dict[str, str | None] = {}
     for output in run.outputs_of(task):
         path = run.repo / output.path
         if linked_parent(run.repo, output.path) is not None:
             before[output.path] = None  # never followed; the output will be invalid
             continue
+        if aside is not None and path.is_symlink():
+            quarantine(run.repo, aside, [OutputCheck(output.path, "invalid", "a symlink")])
         before[output.path] = blob_on_disk(path, object_format)
         if not path.parent.is_dir():  # a stat; mkdir's EEXIST costs more on a hot path
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -171,10 +207,13 @@ def check_output(
             "limit in the packet if an output is meant to be this big",
         )
     try:
-        with open(full, "rb", opener=_no_follow) as handle:
-            data = handle.read(cap + 1)
+        data, info = _read_beneath(run.repo, path, cap + 1)
     except OSError as exc:
-        return OutputCheck(path, "invalid", f"cannot be read ({exc.strerror})")
+        # Between the look above and this read, something on the way became a
+        # symlink or stopped being a directory: never followed.
+        return OutputCheck(path, "invalid", f"cannot be read safely ({exc.strerror})")
+    if not stat.S_ISREG(info.st_mode):
+        return OutputCheck(path, "invalid", "is not a regular file")
     if len(data) > cap:  # it grew since the stat
         return OutputCheck(path, "invalid", f"is over limits.max_output_bytes = {cap:,}")
     if not data:
@@ -305,20 +344,22 @@ def quarantine(repo: Path, quarantine_dir: Path, checks: list[OutputCheck]) -> l
     for check in checks:
         if check.state != "invalid":
             continue
-        source = repo / check.path
-        if linked_parent(repo, check.path) is not None:
-            continue  # behind a symlink lies someone else's file: never moved
+        name = check.path.rsplit("/", 1)[-1]
         try:
-            mode = os.lstat(source).st_mode
+            # Behind a symlink lies someone else's file: the walk refuses it.
+            parent = open_parent(repo, check.path)
         except OSError:
             continue
-        if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-            continue
-        target = quarantine_dir / check.path
-        target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            os.replace(source, target)
+            mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+                continue
+            target = quarantine_dir / check.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(name, target, src_dir_fd=parent)
         except OSError:
-            shutil.move(str(source), str(target))
+            continue  # gone or moved meanwhile: nothing of it is taken
+        finally:
+            os.close(parent)
         moved.append(check.path)
     return moved

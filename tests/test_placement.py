@@ -479,3 +479,62 @@ def test_outputs_that_cannot_both_exist_are_a_check_problem(git_repo: Path) -> N
 def test_a_backslash_in_an_output_is_not_silently_turned_into_a_directory() -> None:
     problem = canonical_problem("out/back\\slash.json", is_file=True)
     assert problem is not None and problem.canonical is None
+
+
+def test_a_symlink_left_at_an_output_path_is_moved_aside_before_the_attempt(
+    git_repo: Path,
+) -> None:
+    """A task of an earlier stage plants out/a.json -> ../other/b.json; the task
+    that owns out/a.json must write a file there, not into other/b.json."""
+    import sys
+
+    script = git_repo.parent / "planter.py"
+    script.write_text(PLANTER)
+    tasks = [
+        {"id": "a", "stage": "one", "outputs": ["a.json"]},
+        {"id": "b", "stage": "one", "outputs": ["other/b.json"]},
+        {"id": "c", "stage": "two", "owns": ["out/*.json"], "outputs": ["out/a.json"]},
+    ]
+    packet = {
+        "executor": {"command": [sys.executable, str(script)]},
+        "limits": {"canary": 0, "concurrency": 1, "max_attempts": 1, "timeout": "60s"},
+        "stages": [{"name": "one"}, {"name": "two"}],
+    }
+    write_run(git_repo, "r", tasks, packet)
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.status.tasks["c"].status == "done"
+    assert (git_repo / "other/b.json").read_text() == '{"task": "b"}\n'
+    assert not (git_repo / "out/a.json").is_symlink()
+    assert git(git_repo, "show", "gitrun/r:out/a.json") == '{"task": "c"}\n'
+
+
+PLANTER = """
+import os, pathlib
+task = os.environ["GITRUN_TASK"]
+if task == "a":
+    os.makedirs("out", exist_ok=True)
+    os.symlink("../other/b.json", "out/a.json")
+for out in os.environ["GITRUN_OUTPUTS"].splitlines():
+    pathlib.Path(out).parent.mkdir(parents=True, exist_ok=True)
+    pathlib.Path(out).write_text('{"task": "%s"}\\n' % task)
+"""
+
+
+def test_a_directory_swapped_for_a_link_after_the_look_is_never_followed(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The race of a worker that swaps out/ for a link to a secret between
+    gitrun's look at the path and its read: the read itself walks the path
+    without following links, so it refuses even when the look missed it."""
+    import gitrun.outputs as outputs
+
+    build_tree(git_repo, {"secret/a.json": '{"token": "sk-SECRET"}\n'})
+    os.symlink("secret", git_repo / "out")
+    write_run(git_repo, "r", [{"id": "a", "outputs": ["out/a.json"]}])
+    run = load_run(git_repo, "r", environ={})
+    monkeypatch.setattr(outputs, "linked_parent", lambda *_args: None)  # the look saw a directory
+    [check] = outputs.check_task(run, run.tasks[0]).outputs
+    assert check.state == "invalid" and check.data is None
+    assert "cannot be read safely" in check.reason
+    moved = outputs.quarantine(git_repo, tmp_path / "q", [check])
+    assert moved == [] and (git_repo / "secret/a.json").exists()
