@@ -96,3 +96,17 @@ def test_planting_a_hook_or_a_git_config_command_is_reported_and_not_run_by_gitr
     outcome = start_run(git_repo, "r", quiet)
     assert {".git/config", ".git/hooks/post-merge"} <= set(_violations(outcome))
     assert not marker.exists()  # gitrun's own git status never ran the planted command
+
+
+def test_a_same_size_rewrite_with_its_mtime_restored_is_reported(git_repo: Path) -> None:
+    build_tree(git_repo, {"notes.txt": "committed\n"})
+    commit_all(git_repo)
+    build_tree(git_repo, {"notes.txt": "my uncommitted work\n"})
+    _run(
+        git_repo,
+        "info = os.stat('notes.txt')\n"
+        "pathlib.Path('notes.txt').write_text('XX uncommitted work\\n')\n"
+        "os.utime('notes.txt', ns=(info.st_atime_ns, info.st_mtime_ns))",
+    )
+    outcome = start_run(git_repo, "r", quiet)
+    assert _violations(outcome) == ["notes.txt"]
