@@ -82,6 +82,7 @@ def definition_files(
     if writer is None:
         for name in ledger.ledger_names(run.repo / run.dir):
             _read_regular(run, f"{run.dir}/{name}", files)
+            _refuse_foreign_ledger(run, f"{run.dir}/{name}", files)
         return files
     at_tip = _ledger_at_tip(run)
     with writer.held_for_commit():
@@ -124,9 +125,53 @@ def _read_unless_committed(
         return
     data = full.read_bytes()
     files[path] = data
+    _refuse_foreign_ledger(run, path, files)
     if writer.object_format is None:
         writer.object_format = git.object_format(run.repo)
     writer.blob_ids[name] = (seen, blob_id(data, writer.object_format))
+
+
+def _refuse_foreign_ledger(run: RunDef, path: str, files: dict[str, bytes]) -> None:
+    """A ledger file is committed only when it is gitrun's: one name for its
+    bytes (not a hard link to, say, an ignored .env) and nothing but ledger
+    records. Anything else stops the commit with a sentence."""
+    data = files.get(path)
+    if data is None:
+        return
+    linked = os.lstat(run.repo / path).st_nlink > 1
+    foreign = linked or not _is_ledger_text(data)
+    if foreign:
+        del files[path]
+        why = (
+            "has another name (a hard link)"
+            if linked
+            else "holds lines that are not ledger records"
+        )
+        raise GitrunError(
+            f"{path} {why}, so it is not gitrun's; gitrun will not commit it — move it out of "
+            f"{run.dir}/ and resume"
+        )
+
+
+def _is_ledger_text(data: bytes) -> bool:
+    """Every line a ledger record (a JSON object naming a task or an event),
+    or the remains of one a crash cut short (it starts like one)."""
+    import json
+
+    for line in data.splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if line.lstrip().startswith(b"{"):
+                continue  # cut short by a crash: readers skip it
+            return False
+        if not isinstance(record, dict):
+            return False
+        if not isinstance(record.get("task"), str) and not isinstance(record.get("event"), str):
+            return False
+    return True
 
 
 def _regular(run: RunDef, path: str) -> os.stat_result | None:

@@ -110,3 +110,21 @@ def test_a_same_size_rewrite_with_its_mtime_restored_is_reported(git_repo: Path)
     )
     outcome = start_run(git_repo, "r", quiet)
     assert _violations(outcome) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("how", ["hard link", "copy"])
+def test_a_secret_planted_as_a_ledger_chunk_is_never_committed(git_repo: Path, how: str) -> None:
+    build_tree(git_repo, {".gitignore": ".env\n"})
+    commit_all(git_repo)
+    build_tree(git_repo, {".env": "API_TOKEN=sk-SECRET-123\n"})
+    plant = "os.link" if how == "hard link" else "import shutil; shutil.copyfile"
+    _run(
+        git_repo,
+        "if task == 't1':\n"
+        "    os.makedirs('.gitrun/runs/r/ledger/0000', exist_ok=True)\n"
+        f"    {plant}('.env', '.gitrun/runs/r/ledger/0000/000050.jsonl')",
+        tasks=2,
+    )
+    with pytest.raises(GitrunError, match=r"000050\.jsonl (has another name|holds lines)"):
+        start_run(git_repo, "r", quiet)
+    assert "sk-SECRET" not in git(git_repo, "log", "-p", "--all")
