@@ -313,38 +313,46 @@ def refuse_rewritten_definition(run: RunDef, tip: str) -> None:
     """Refuse to resume a run whose definition on disk differs from the one on
     its branch when the audit saw it change while the run was driven: a worker
     may have rewritten it (another executor command, another task), and resume
-    would run that. A change made while no driver ran (the lead's own edit)
-    is taken as it is.
+    would run that. Once the file matches the committed one again, that is
+    recorded (a ``definition`` event) and later edits, made while no driver
+    runs, are the lead's own and are taken as they are.
     """
-    import datetime as dt
-
     from gitrun.outputs import blob_on_disk
 
-    changed_at: dict[str, dt.datetime] = {}
+    suspect: dict[str, str] = {}  # path -> when the audit saw it change
     for record in ledger.read_ledger(run.repo / run.dir):
-        path, at = record.get("path"), record.get("at")
-        if record.get("event") == "violation" and isinstance(path, str) and isinstance(at, str):
-            try:
-                changed_at[path] = dt.datetime.fromisoformat(at)
-            except ValueError:
-                continue
-    watched = [p for p in _definition_paths(run) if p in changed_at]
+        path = record.get("path")
+        if not isinstance(path, str):
+            continue
+        if record.get("event") == "violation":
+            suspect[path] = str(record.get("at", "?"))
+        elif record.get("event") == DEFINITION_EVENT and record.get("state") == "verified":
+            suspect.pop(path, None)
+    watched = [p for p in _definition_paths(run) if p in suspect]
     if not watched:
         return
     committed = git.ls_tree(run.repo, tip, watched)
+    fmt = git.object_format(run.repo)
+    verified: list[str] = []
     for path in watched:
-        full = run.repo / path
-        now = blob_on_disk(full, git.object_format(run.repo))
+        now = blob_on_disk(run.repo / path, fmt)
         if now is None or now == committed.get(path, ("", ""))[1]:
+            verified.append(path)
             continue
-        modified = dt.datetime.fromtimestamp(os.lstat(full).st_mtime, dt.UTC)
-        if modified > changed_at[path] + dt.timedelta(seconds=2):
-            continue  # edited again since the audit saw the change: the lead's
         raise GitrunError(
             f"{path} changed while the run was driven (an ownership violation at "
-            f"{changed_at[path].isoformat()}) and differs from the one committed on "
-            f"gitrun/{run.id}; gitrun will not run a definition a worker may have rewritten — "
-            f"compare them (`git diff gitrun/{run.id} -- {path}`), put the committed one back "
+            f"{suspect[path]}) and differs from the one committed on gitrun/{run.id}; gitrun "
+            "will not run a definition a worker may have rewritten — compare them "
+            f"(`git diff gitrun/{run.id} -- {path}`), put the committed one back "
             f"(`git show gitrun/{run.id}:{path} > {path}`), then resume; make your own change "
             "again afterwards if it was yours"
         )
+    writer = ledger.LedgerWriter(run.repo / run.dir)
+    try:
+        for path in verified:
+            writer.write({"event": DEFINITION_EVENT, "path": path, "state": "verified"})
+    finally:
+        writer.close()
+
+
+DEFINITION_EVENT = "definition"

@@ -69,6 +69,10 @@ def test_a_worker_rewriting_the_run_definition_is_reported_never_committed_nor_r
     (git_repo / ".gitrun/runs/r/packet.toml").write_bytes(restored)  # as the message says
     assert resume_run(git_repo, "r", quiet).exit_code == 0
     assert not marker.exists()
+    # Now the lead edits the packet while no driver runs: that is taken as it is.
+    packet = git_repo / ".gitrun/runs/r/packet.toml"
+    packet.write_text(packet.read_text() + "# the lead's note\n")
+    assert resume_run(git_repo, "r", quiet).exit_code == 0
 
 
 def test_overwriting_a_users_uncommitted_edit_is_reported(git_repo: Path) -> None:
