@@ -44,7 +44,7 @@ from gitrun.lock import RunLock
 from gitrun.outputs import check_task, prepare_outputs, prior_in_tree, quarantine
 from gitrun.pointer import render_pointer
 from gitrun.proc import clean_env
-from gitrun.reaper import kill_attempt_processes, kill_recorded_group
+from gitrun.reaper import kill_attempt_processes, kill_leftovers, kill_recorded_group
 from gitrun.runfiles import definition_files, definition_snapshot
 from gitrun.runs import RunDef, Task
 from gitrun.state import RunStatus, committed_tasks, read_status, running_records
@@ -156,6 +156,8 @@ class Driver:
         self.halt_recorded = summary.halt is not None
         self.load_held = False  # the load gate held starts at the last look
         self.proven_stage: str | None = None  # the stage whose symlink proof holds
+        self.attempt_ids: set[str] = set()  # of the attempts this session started
+        self.id_of: dict[str, str] = {}  # task -> the id of its latest attempt
         # The definition as it is now, which is what this driver runs: what a
         # worker writes into it later is reported by the audit, never committed.
         self.definition = definition_snapshot(run)
@@ -173,7 +175,9 @@ class Driver:
     # -- before driving -----------------------------------------------------------
 
     def recover_orphans(self) -> None:
-        """Stop workers a dead driver left running and record their attempts."""
+        """Stop workers a dead driver left running and record their attempts;
+        stop what its ended attempts left behind, too."""
+        ids = {r.get("attempt_id") for r in ledger.read_lines(self.local.running)}
         for tid, record in running_records(self.local).items():
             if "pid" in record:
                 stopped = kill_recorded_group(record)
@@ -200,6 +204,8 @@ class Driver:
             self._record(tid, number, started, time.time(), None, None, False, outcome, reason)
             how = "stopped" if stopped else "nothing of it verifiably running, nothing signalled"
             self.report(f"{tid} attempt {number}: left by a dead driver; {how} ({outcome})")
+        for pid in kill_leftovers(self.run.id, {i for i in ids if isinstance(i, str) and i}):
+            self.report(f"stopped pid {pid}, left behind by an attempt of a dead driver")
 
     @functools.cached_property
     def base_tree(self) -> dict[str, tuple[str, str]]:
@@ -285,6 +291,7 @@ class Driver:
             finally:
                 for attempt in self.running.values():
                     attempt.stop()
+                self._kill_leftovers()
                 commits.flush()
                 commits.close()
                 self.journal.close()
@@ -419,6 +426,8 @@ class Driver:
         }
         assert self.template is not None  # check_run refuses a command executor without one
         attempt_id = uuid.uuid4().hex
+        self.attempt_ids.add(attempt_id)
+        self.id_of[task.id] = attempt_id
         env = dict(self.base_env)
         env.update({f"GITRUN_{k.upper()}": v for k, v in values.items()})
         env.update(self.run.packet.executor.env)
@@ -582,6 +591,13 @@ class Driver:
             )
         )
         return False
+
+    def _kill_leftovers(self) -> None:
+        """What this session's workers left behind outside their process groups
+        (by their attempt ids) must not write on after the run."""
+        ended = self.attempt_ids - {self.id_of[task] for task in self.running}
+        for pid in kill_leftovers(self.run.id, ended):
+            self.report(f"stopped pid {pid}, left behind by a finished attempt")
 
     def _say_load_gate(self) -> None:
         """Say when the load gate starts and stops holding starts back (no silent stall)."""

@@ -342,3 +342,29 @@ def is_running(pid: int) -> bool:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
+
+
+def kill_leftovers(run_id: str, attempt_ids: set[str]) -> list[int]:
+    """Kill the processes that carry the id of one of these attempts (which
+    all ended): children a worker left behind in a session of their own
+    (``setsid``), out of reach of the kill of its process group. Only a
+    process whose initial environment names this run and one of these fresh
+    ids is touched. Returns the pids killed."""
+    import psutil
+
+    if not attempt_ids:
+        return []
+    killed: list[int] = []
+    for proc in psutil.process_iter():
+        if not may_signal(proc.pid):
+            continue
+        try:
+            found = proc.environ()
+        except (psutil.Error, OSError):
+            continue
+        if found.get("GITRUN_RUN") != run_id or found.get("GITRUN_ATTEMPT_ID") not in attempt_ids:
+            continue
+        with contextlib.suppress(psutil.Error):
+            proc.kill()  # psutil checks the pid still names the process it looked at
+            killed.append(proc.pid)
+    return killed

@@ -132,3 +132,32 @@ def test_a_secret_planted_as_a_ledger_chunk_is_never_committed(git_repo: Path, h
     with pytest.raises(GitrunError, match=r"000050\.jsonl (has another name|holds lines)"):
         start_run(git_repo, "r", quiet)
     assert "sk-SECRET" not in git(git_repo, "log", "-p", "--all")
+
+
+def test_what_a_worker_leaves_behind_in_its_own_session_is_stopped_at_the_end(
+    git_repo: Path,
+) -> None:
+    import time
+
+    from gitrun.reaper import is_running
+
+    pidfile = git_repo.parent / "leftover.pid"
+    marker = git_repo.parent / "LATE_WRITE"
+    _run(
+        git_repo,
+        "import subprocess\n"
+        "p = subprocess.Popen(['sh', '-c', 'sleep 3; touch " + str(marker) + "'],"
+        " start_new_session=True)\n"
+        f"pathlib.Path({str(pidfile)!r}).write_text(str(p.pid))",
+    )
+    said: list[str] = []
+    outcome = start_run(git_repo, "r", said.append)
+    assert outcome.exit_code == 0
+    leftover = int(pidfile.read_text())
+    assert any(f"stopped pid {leftover}" in line for line in said)
+    deadline = time.monotonic() + 10
+    while is_running(leftover) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not is_running(leftover)
+    time.sleep(3.5)
+    assert not marker.exists()
