@@ -207,6 +207,19 @@ def ls_tree(repo: Path, commit: str, paths: list[str] | None = None) -> dict[str
     return files
 
 
+def blob_sizes(repo: Path, shas: list[str]) -> dict[str, int]:
+    """The size of each object in one ``cat-file --batch-check`` call."""
+    if not shas:
+        return {}
+    out = git(repo, "cat-file", "--batch-check", input="".join(f"{s}\n" for s in shas).encode())
+    sizes: dict[str, int] = {}
+    for line in out.decode().splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[2].isdigit():
+            sizes[fields[0]] = int(fields[2])
+    return sizes
+
+
 def cat_blob(repo: Path, sha: str) -> bytes:
     return git(repo, "cat-file", "blob", sha)
 

@@ -16,7 +16,7 @@ from gitrun import git
 from gitrun.committer import branch_ref
 from gitrun.errors import CommandError, GitrunError
 from gitrun.local import LocalPaths
-from gitrun.outputs import blob_id
+from gitrun.outputs import blob_on_disk
 from gitrun.proc import run_cmd
 
 
@@ -48,9 +48,14 @@ def land_run(repo: Path, run_id: str, squash: bool = False) -> str:
     _restore(repo, aside_dir)  # what an earlier land, killed mid-way, had set aside
     identical: list[str] = []
     blocking: list[str] = []
-    for path in _untracked(repo, sorted(incoming)):
+    untracked = _untracked(repo, sorted(incoming))
+    sizes = git.blob_sizes(repo, sorted({incoming[p] for p in untracked}))
+    for path in untracked:
         try:
-            same = blob_id((repo / path).read_bytes(), fmt) == incoming[path]
+            # A file of another size is another file: never read (it may be huge).
+            same = os.lstat(repo / path).st_size == sizes.get(incoming[path]) and (
+                blob_on_disk(repo / path, fmt) == incoming[path]
+            )
         except OSError:
             same = False
         (identical if same else blocking).append(path)
@@ -129,7 +134,7 @@ def _restore(repo: Path, aside_dir: Path) -> None:
         if not os.path.lexists(target):
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(source, target)
-        elif target.is_file() and target.read_bytes() == source.read_bytes():
+        elif _same_file_content(target, source):
             source.unlink()
         else:
             kept.append(rel)
@@ -141,6 +146,17 @@ def _restore(repo: Path, aside_dir: Path) -> None:
             "again"
         )
     shutil.rmtree(aside_dir, ignore_errors=True)
+
+
+def _same_file_content(a: Path, b: Path) -> bool:
+    """Two regular files with the same bytes (sizes first: a huge one is not read)."""
+    try:
+        if os.lstat(a).st_size != os.lstat(b).st_size:
+            return False
+    except OSError:
+        return False
+    found = blob_on_disk(a)
+    return found is not None and found == blob_on_disk(b)
 
 
 def _refuse_a_held_index(repo: Path) -> None:

@@ -163,3 +163,10 @@ def test_a_copy_set_aside_is_kept_when_its_place_is_taken(finished: Path) -> Non
         land_run(finished, "r")
     assert (aside / "out/t01.json").exists()  # never deleted
     assert (finished / "out/t01.json").read_text() == '{"someone": "else"}\n'
+
+
+def test_a_huge_untracked_file_in_the_way_is_refused_not_read(finished: Path) -> None:
+    with open(finished / "out/t01.json", "wb") as handle:
+        handle.truncate(200 * 1024**3)  # sparse: no disk used
+    with pytest.raises(GitrunError, match=r"untracked out/t01\.json would be overwritten"):
+        land_run(finished, "r")
