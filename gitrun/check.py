@@ -37,6 +37,8 @@ from gitrun.runs import GITRUN_DIR, RunDef
 from gitrun.settings import BUILTIN_VALIDATORS
 
 RESERVED = (".git", GITRUN_DIR)
+# Files whose every copy, at any depth, changes what git does with the files near it.
+GIT_CONTROL_FILES = (".gitattributes", ".gitignore", ".gitmodules")
 
 
 @dataclass(frozen=True)
@@ -477,6 +479,18 @@ def _outputs(run: RunDef, owned: list[Claim]) -> tuple[list[tuple[str, str]], li
                         "invalid-output",
                         f"{run.tasks_path}: task {task.id}: output {path!r} has a wildcard; "
                         "outputs are the exact files that prove the task done",
+                        (task.id,),
+                        path,
+                    )
+                )
+                continue
+            if path.rsplit("/", 1)[-1] in GIT_CONTROL_FILES:
+                out.append(
+                    Problem(
+                        "protected",
+                        f"{run.tasks_path}: task {task.id}: output {path} would change how git "
+                        "treats the files around it (what it ignores, converts or fetches); no "
+                        "task may write one — name the output otherwise",
                         (task.id,),
                         path,
                     )

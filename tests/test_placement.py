@@ -538,3 +538,11 @@ def test_a_directory_swapped_for_a_link_after_the_look_is_never_followed(
     assert "cannot be read safely" in check.reason
     moved = outputs.quarantine(git_repo, tmp_path / "q", [check])
     assert moved == [] and (git_repo / "secret/a.json").exists()
+
+
+@pytest.mark.parametrize("path", ["sub/.gitattributes", "out/.gitignore", "x/.gitmodules"])
+def test_an_output_that_changes_what_git_does_is_a_problem_at_any_depth(
+    git_repo: Path, path: str
+) -> None:
+    problems = _problems(git_repo, [{"id": "a", "outputs": [path]}])
+    assert [(p.code, p.path) for p in problems] == [("protected", path)]
