@@ -236,6 +236,45 @@ def is_locked(local: LocalPaths) -> bool:
 PROC_LOCKS = Path("/proc/locks")
 
 
+def lock_damage(local: LocalPaths) -> str:
+    """Why the run's lock file is not one gitrun can trust ("" when it is sound
+    or absent): it must be a regular file with one link, in a real directory
+    ``.git/gitrun/<run>/``.
+
+    A symlink or a hard link makes the kernel's lock table name whatever
+    process holds a lock on the file it shares an inode with, anywhere on the
+    machine, so no signal may rest on such a lock.
+    """
+    import stat
+
+    for directory in (local.root.parent, local.root):
+        try:
+            st = os.lstat(directory)
+        except FileNotFoundError:
+            return ""  # nothing of this run's local state exists yet
+        except OSError as exc:
+            return f"cannot read {directory}: {exc.strerror or exc}"
+        if not stat.S_ISDIR(st.st_mode):
+            what = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a directory"
+            return f"{directory} is {what}"
+    try:
+        st = os.lstat(local.lock)
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        return f"cannot read {local.lock}: {exc.strerror or exc}"
+    if stat.S_ISLNK(st.st_mode):
+        return f"the run lock {local.lock} is a symlink"
+    if not stat.S_ISREG(st.st_mode):
+        return f"the run lock {local.lock} is not a regular file"
+    if st.st_nlink != 1:
+        return (
+            f"the run lock {local.lock} has {st.st_nlink} links (it is hard-linked to a file "
+            "elsewhere)"
+        )
+    return ""
+
+
 def lock_holders(lock: Path, table: Path | None = None) -> set[int] | None:
     """The pids the kernel lists as holding an ``flock`` on the file ``lock``;
     None when this system has no such table (``/proc/locks`` is Linux's).
@@ -252,7 +291,7 @@ def lock_holders(lock: Path, table: Path | None = None) -> set[int] | None:
     except OSError:
         return None  # no such table here (not Linux), or it cannot be read: no proof
     try:
-        st = os.stat(lock)
+        st = os.lstat(lock)  # a symlink's own inode, which no flock names
     except OSError:
         return set()
     want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)

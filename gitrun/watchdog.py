@@ -8,7 +8,9 @@ alerts); ``--kill`` ends a stale driver so that the next ``resume`` takes over.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import signal
 import socket
 import time
@@ -18,7 +20,7 @@ from typing import Any
 
 from gitrun import git
 from gitrun.local import LocalPaths
-from gitrun.lock import PROC_LOCKS, is_locked, lock_holders, read_owner
+from gitrun.lock import PROC_LOCKS, is_locked, lock_damage, lock_holders, read_owner
 from gitrun.reaper import (
     is_recorded_worker,
     kill_recorded_group,
@@ -33,7 +35,9 @@ DEFAULT_STALE = 120.0  # seconds without a heartbeat (the driver beats every 2 s
 @dataclass
 class RunHealth:
     run: str
-    driver: str  # "alive", "dead" (nobody holds the lock) or "elsewhere" (another host)
+    # "alive", "dead" (nobody holds the lock), "elsewhere" (another host) or
+    # "damaged" (the run's local state cannot be read or trusted: see reason)
+    driver: str
     pid: int | None = None
     host: str | None = None
     heartbeat_age: float | None = None
@@ -46,6 +50,8 @@ class RunHealth:
         return asdict(self)
 
     def describe(self) -> str:
+        if self.driver == "damaged":
+            return f"{self.run}: {self.reason}; STALE"
         if self.driver == "dead":
             state = "no driver"
         else:
@@ -58,21 +64,37 @@ class RunHealth:
 def _runs_here(repo: Path) -> list[str]:
     names = set(list_runs(repo))
     local_root = git.git_dir(repo) / "gitrun"
-    if local_root.is_dir():
+    # no local state yet, or none readable: each run says so when inspected
+    with contextlib.suppress(OSError):
         names |= {p.name for p in local_root.iterdir() if p.is_dir()}
     return sorted(names)
 
 
 def inspect_runs(repo: Path, stale_after: float = DEFAULT_STALE) -> list[RunHealth]:
+    """The health of every run; a run whose local state is damaged is reported
+    as such (stale) and never stops the inspection of the others: a cron check
+    that one broken run blinds to every other run would be worse than none."""
     now = time.time()
     found = []
     for run_id in _runs_here(repo):
         local = LocalPaths.of(repo, run_id)
-        if is_locked(local):
-            found.append(_inspect_live(run_id, local, stale_after, now))
-        else:
-            found.append(_inspect_dead(run_id, local))
+        try:
+            damage = lock_damage(local)
+            if damage:
+                found.append(_damaged(run_id, damage))
+            elif is_locked(local):
+                found.append(_inspect_live(run_id, local, stale_after, now))
+            else:
+                found.append(_inspect_dead(run_id, local))
+        except Exception as exc:  # also RecursionError or a bad record: report, go on
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            where = getattr(exc, "filename", None) or local.root
+            found.append(_damaged(run_id, f"cannot inspect {where}: {why or type(exc).__name__}"))
     return found
+
+
+def _damaged(run_id: str, damage: str) -> RunHealth:
+    return RunHealth(run_id, "damaged", stale=True, reason=f"damaged: {damage}")
 
 
 def _inspect_live(run_id: str, local: LocalPaths, stale_after: float, now: float) -> RunHealth:
@@ -129,6 +151,12 @@ def kill_stale(repo: Path, health: RunHealth) -> str:
     their attempt's id (:func:`gitrun.reaper.kill_recorded_group`).
     """
     local = LocalPaths.of(repo, health.run)
+    if health.driver == "damaged":
+        return (
+            f"{health.run}: not stopped: its local state is {health.reason}; gitrun signals "
+            "nothing it cannot prove it started, so check that run's processes yourself and "
+            f"repair or remove {local.root} once none of them runs"
+        )
     if health.driver == "elsewhere":
         return f"{health.run}: the driver runs on {health.host}; kill it there"
     if health.pid is not None and health.driver == "alive":
@@ -152,8 +180,23 @@ def kill_stale(repo: Path, health: RunHealth) -> str:
 
 
 def _unproven_driver(local: LocalPaths, health: RunHealth) -> str:
-    """Why the pid the owner record names is not proved to hold the run's lock ("" if it is)."""
+    """Why the pid the owner record names is not proved to hold the run's lock ("" if it is).
+
+    The lock file must be gitrun's own (:func:`gitrun.lock.lock_damage`), before
+    and after the kernel's table is read: through a hard link or a symlink the
+    kernel would name the holder of some other file's lock.
+    """
+    damage = lock_damage(local)
+    if damage:
+        return f"{health.run}: not stopped: {damage}, so its holder proves nothing"
+    before = _inode(local.lock)
     holders = lock_holders(local.lock)
+    damage = lock_damage(local)
+    if damage or before is None or _inode(local.lock) != before:
+        return (
+            f"{health.run}: not stopped: the run lock {local.lock} changed while gitrun read "
+            "who holds it; run the watchdog again"
+        )
     if holders is None:
         return (
             f"{health.run}: not stopped: this system has no {PROC_LOCKS} to prove that pid "
@@ -168,3 +211,11 @@ def _unproven_driver(local: LocalPaths, health: RunHealth) -> str:
             "processes and stop the driver yourself"
         )
     return ""
+
+
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino

@@ -19,7 +19,7 @@ from gitrun.cli import app
 from gitrun.local import LocalPaths
 from gitrun.lock import is_locked, lock_holders, read_owner, run_locked
 from gitrun.reaper import group_members
-from gitrun.watchdog import inspect_runs, kill_stale
+from gitrun.watchdog import RunHealth, inspect_runs, kill_stale
 from tests.helpers import commit_all, gitrun_process, write_run
 
 runner = CliRunner()
@@ -190,3 +190,105 @@ def test_watchdog_kill_stops_a_real_stale_driver_and_only_with_proof(
             driver.wait(timeout=10)
         if worker and _alive(worker):
             os.killpg(worker, signal.SIGKILL)
+
+
+_FLOCK_AND_SLEEP = (
+    "import fcntl, sys, time\n"
+    "f = open(sys.argv[1], 'a')\n"
+    "fcntl.flock(f, fcntl.LOCK_EX)\n"
+    "time.sleep(1000)\n"
+)
+
+
+def test_watchdog_kill_never_kills_through_a_hard_linked_lock(git_repo: Path) -> None:
+    """The red-team repro: an unrelated process holds an flock on a file
+    outside the repository; the run's driver.lock is replaced by a hard link
+    to that file (the same inode, so the kernel lists the victim as its
+    holder) and the owner record names the victim. Nothing is killed, the
+    run is reported damaged, and the watchdog still exits 1, never 70."""
+    import psutil
+
+    write_run(git_repo, "r", [{"id": "t1", "outputs": ["out/t1.json"]}])
+    local = LocalPaths.of(git_repo, "r")
+    local.root.mkdir(parents=True)
+    outside = git_repo.parent / f"{git_repo.name}-victim.lock"
+    outside.touch()
+    os.link(outside, local.lock)
+    victim = subprocess.Popen(
+        ["setsid", sys.executable, "-c", _FLOCK_AND_SLEEP, str(outside)],
+    )
+    try:
+        assert _wait_for(lambda: lock_holders(outside) == {victim.pid})
+        seen = psutil.Process(victim.pid)
+        forged = {
+            "pid": victim.pid,
+            "host": socket.gethostname(),
+            "started": time.time() - 3600,
+            "heartbeat": time.time() - 3600,
+            "create_time": seen.create_time(),
+            "cmdline": seen.cmdline(),
+            "state": {},
+        }
+        local.owner.write_text(json.dumps(forged))
+        out = subprocess.run(
+            [sys.executable, "-m", "gitrun", "watchdog", "--stale", "1m", "--kill"],
+            cwd=git_repo,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        said = out.stdout + out.stderr
+        assert out.returncode == 1, said
+        assert _alive(victim.pid), "the watchdog killed a process through a hard-linked lock"
+        assert "r: damaged:" in said and "2 links" in said, said
+        assert "not stopped" in said, said
+        assert "Traceback" not in said
+        # the proof itself refuses the linked lock, whatever the inspection said
+        posing = RunHealth("r", "alive", victim.pid, socket.gethostname(), 3600.0, stale=True)
+        refused = kill_stale(git_repo, posing)
+        assert refused.startswith("r: not stopped: the run lock") and "2 links" in refused
+        assert _alive(victim.pid)
+    finally:
+        victim.kill()
+        victim.wait(timeout=10)
+        outside.unlink()
+
+
+@pytest.mark.parametrize("damage", ["symlink-loop", "symlink-out", "directory"])
+def test_one_damaged_run_does_not_blind_the_watchdog_to_the_others(
+    git_repo: Path, damage: str
+) -> None:
+    """A driver.lock that is a symlink (a loop, or pointing out of `.git/`)
+    or a directory made `gitrun watchdog` exit 70 for every run. The damaged
+    run is reported stale with its reason; the other run is still inspected."""
+    write_run(git_repo, "bad", [{"id": "t1", "outputs": ["out/t1.json"]}])
+    write_run(git_repo, "good", [{"id": "t1", "outputs": ["out/t2.json"]}])
+    bad = LocalPaths.of(git_repo, "bad")
+    bad.root.mkdir(parents=True)
+    if damage == "symlink-loop":
+        bad.lock.symlink_to(bad.lock.name)
+    elif damage == "symlink-out":
+        target = git_repo / "elsewhere.lock"
+        target.touch()
+        bad.lock.symlink_to(target)
+    else:
+        bad.lock.mkdir()
+    good = LocalPaths.of(git_repo, "good")
+    with run_locked(good, "good"):
+        [found_bad, found_good] = inspect_runs(git_repo)
+        assert found_bad.run == "bad" and found_bad.stale and found_bad.driver == "damaged"
+        assert found_bad.reason.startswith("damaged: ") and str(bad.lock) in found_bad.reason
+        assert found_good.run == "good" and found_good.driver == "alive"
+        assert not found_good.stale
+        out = subprocess.run(
+            [sys.executable, "-m", "gitrun", "watchdog", "--kill"],
+            cwd=git_repo,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    said = out.stdout + out.stderr
+    assert out.returncode == 1, said
+    assert "bad: damaged" in said and "good: driver pid" in said, said
+    assert "bad: not stopped" in said, said
+    assert "Traceback" not in said and "internal error" not in said
