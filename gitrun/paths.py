@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import unicodedata
 from dataclasses import dataclass
 
 NAME_MAX = 255  # bytes in one path component (Linux, macOS and git itself)
@@ -64,6 +65,13 @@ def canonical_problem(text: str, *, is_file: bool) -> NotCanonical | None:
     if found:
         return NotCanonical(
             f"contains the control character {found[0]!r}; rename the file without it"
+        )
+    invisible = next((ch for ch in text if unicodedata.category(ch) == "Cf"), None)
+    if invisible is not None:
+        # Zero-width and format characters: invisible in every listing, and
+        # some file systems (HFS+) drop them, so `.g\u200cit` is `.git` there.
+        return NotCanonical(
+            f"contains the invisible character U+{ord(invisible):04X}; rename the file without it"
         )
     if text.startswith(("/", "~")) or re.match(r"^[A-Za-z]:[\\/]", text):
         return NotCanonical(

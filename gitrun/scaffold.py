@@ -159,6 +159,12 @@ def _generate(
                 f"--output {output!r} uses an unknown placeholder ({exc}); use "
                 + ", ".join("{" + p + "}" for p in OUTPUT_PLACEHOLDERS)
             ) from exc
+        if any(ch in out_path for ch in "*?"):
+            raise UsageError(
+                f"--output {output!r} gives {out_path!r} for {group[0]}, a file name with a "
+                "wildcard character ('*' or '?'), which an output cannot have; rename that "
+                "input, or use {task} or {n} in --output"
+            )
         if out_path in seen:
             raise UsageError(
                 f"--output {output!r} gives {out_path} for both {seen[out_path]} and {task_id}; "

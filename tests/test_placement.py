@@ -546,3 +546,9 @@ def test_an_output_that_changes_what_git_does_is_a_problem_at_any_depth(
 ) -> None:
     problems = _problems(git_repo, [{"id": "a", "outputs": [path]}])
     assert [(p.code, p.path) for p in problems] == [("protected", path)]
+
+
+def test_an_invisible_character_in_a_path_is_a_problem(git_repo: Path) -> None:
+    problems = _problems(git_repo, [{"id": "a", "outputs": ["out/.g\u200cit/a.json"]}])
+    assert [p.code for p in problems] == ["non-canonical-path"]
+    assert "U+200C" in problems[0].message

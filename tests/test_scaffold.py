@@ -110,3 +110,13 @@ def test_generated_tasks_escape_file_names_that_look_like_patterns(git_repo: Pat
     assert check_run(run, check_dirty=False).problems == []
     [first, _] = run.tasks
     assert first.owns == ["out/\\[x].json"] and first.inputs == ["docs/\\[x].md"]
+
+
+def test_an_input_named_with_a_wildcard_is_a_usage_error(git_repo: Path) -> None:
+    from gitrun.errors import UsageError
+    from gitrun.scaffold import new_run
+    from tests.helpers import build_tree
+
+    build_tree(git_repo, {"docs/*.md": "a\n"})
+    with pytest.raises(UsageError, match=r"wildcard character"):
+        new_run(git_repo, "r", inputs="docs/*.md", output="out/{stem}.json")
