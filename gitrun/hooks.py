@@ -77,10 +77,14 @@ def _context(
     run_id, task_id = environ.get("GITRUN_RUN"), environ.get("GITRUN_TASK")
     agent_type = (data or {}).get("agent_type")
     ours = isinstance(agent_type, str) and agent_type.startswith(PREFIX)
-    if task_id and not run_id:  # a task that cannot be identified: fail closed
+    # In a task's context (either variable set) a task that cannot be
+    # identified fails closed: it is never judged as "no task at all".
+    if task_id and not run_id:
         raise HookFailure("GITRUN_TASK is set but GITRUN_RUN is not")
+    if run_id and not task_id and not ours:
+        raise HookFailure("GITRUN_RUN is set but GITRUN_TASK is not")
     if repo is None:
-        if (run_id and task_id) or ours:
+        if run_id or ours:
             raise HookFailure("not inside a git repository")
         return None
     if run_id and task_id:
@@ -94,6 +98,11 @@ def _context(
         found = task_of_agent(repo, agent_type)
         if found is None:  # gitrun's prefix but no task: never treat it as unrelated
             raise HookFailure(f"the agent type {agent_type!r} names no task of a gitrun run here")
+        if run_id and found[0].id != run_id:
+            raise HookFailure(
+                f"GITRUN_RUN is {run_id!r} but the agent type {agent_type!r} names run "
+                f"{found[0].id!r}"
+            )
         return found
     return None
 
@@ -253,8 +262,9 @@ def subagent_stop(stdin: str, environ: dict[str, str]) -> HookResult:
 
 
 def pre_commit(environ: dict[str, str]) -> HookResult:
-    """Reject a worker's commit (GITRUN_TASK set) that touches paths outside its owns."""
-    if not environ.get("GITRUN_TASK"):
+    """Reject a worker's commit (GITRUN_RUN or GITRUN_TASK set) that touches
+    paths outside its owns, or any commit when its task cannot be identified."""
+    if not (environ.get("GITRUN_TASK") or environ.get("GITRUN_RUN")):
         return HookResult(0)
     from gitrun.proc import run_cmd
 
@@ -265,7 +275,7 @@ def pre_commit(environ: dict[str, str]) -> HookResult:
         return HookResult(1, stderr=f"gitrun: cannot check this commit ({exc}); commit rejected\n")
     if context is None or repo is None:
         return HookResult(
-            1, stderr="gitrun: GITRUN_TASK is set but names no task here; commit rejected\n"
+            1, stderr="gitrun: GITRUN_RUN/GITRUN_TASK name no task here; commit rejected\n"
         )
     run, task = context
     # The index being committed: git exports GIT_INDEX_FILE to the hook (for

@@ -317,3 +317,44 @@ def test_any_unexpected_failure_of_a_hook_blocks_in_a_task_context(
     agent = json.dumps({"agent_type": agent_name("r", "t1"), "tool_name": "Write"})
     result = runner.invoke(app, ["hook", "pre-write"], input=agent, env={"GITRUN_RUN": ""})
     assert result.exit_code == 2, result.output
+
+
+def test_a_task_context_that_cannot_identify_its_task_blocks(hooked: Path) -> None:
+    """GITRUN_RUN without GITRUN_TASK was judged "no task" and allowed any
+    write; through the real `gitrun hook pre-write` command it now blocks,
+    unless the agent type names a task of that very run."""
+
+    def pre_write(payload: str, **env: str) -> subprocess.CompletedProcess[str]:
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}
+        return subprocess.run(
+            [sys.executable, "-m", "gitrun", "hook", "pre-write"],
+            input=payload,
+            cwd=hooked,
+            capture_output=True,
+            text=True,
+            env={**full_env, **env},
+            timeout=60,
+        )
+
+    for env in ({"GITRUN_RUN": "r"}, {"GITRUN_RUN": "nope"}, {"GITRUN_TASK": "t1"}):
+        for path in ("README.md", "out/t1.json", "TODO.md"):
+            proc = pre_write(_pre_tool_use(hooked, path), **env)
+            assert proc.returncode == 2, (env, path, proc.returncode, proc.stdout, proc.stderr)
+            assert proc.stderr.rstrip().endswith("write blocked") and _decision(proc) is None
+            assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    named = {"agent_type": agent_name("r", "t1"), "agent_id": "x"}
+    ok = pre_write(_pre_tool_use(hooked, "out/t1.json", **named), GITRUN_RUN="r")
+    assert (ok.returncode, _decision(ok)) == (0, None), ok.stderr
+    other = pre_write(_pre_tool_use(hooked, "out/t2.json", **named), GITRUN_RUN="r")
+    assert _decision(other) == "deny"
+    elsewhere = pre_write(_pre_tool_use(hooked, "out/t1.json", **named), GITRUN_RUN="s")
+    assert elsewhere.returncode == 2, elsewhere.stdout
+    no_write = pre_write(json.dumps({"tool_name": "Bash", "tool_input": {}}), GITRUN_RUN="r")
+    assert no_write.returncode == 0  # not a write: nothing to judge
+
+
+def test_git_pre_commit_rejects_a_commit_in_a_run_without_a_task(git_repo: Path) -> None:
+    write_run(git_repo, "r", TASKS)
+    install_git(git_repo)
+    rejected = _commit(git_repo, ["src/other.py"], GITRUN_RUN="r")
+    assert rejected.returncode != 0 and "commit rejected" in rejected.stderr
