@@ -96,7 +96,7 @@ _LANGUAGES: dict[str, Language] = {
     "python": _PYTHON,
     "perl": _PERL,
     "ruby": _RUBY,
-    **dict.fromkeys(("node", "nodejs", "bun", "deno"), _NODE),
+    **dict.fromkeys(("node", "nodejs", "bun"), _NODE),  # deno: see gitrun.wrappers
     "php": _PHP,
     **dict.fromkeys(("lua", "luajit"), _LUA),
     "rscript": _RSCRIPT,
@@ -106,14 +106,21 @@ _LANGUAGES: dict[str, Language] = {
     **dict.fromkeys(("pwsh", "powershell"), _PWSH),
 }
 _VERSIONED = re.compile(r"(python|pypy|perl|ruby|node|php|lua)[\d.]*")
+# bash5, bash-5.2, zsh5.9, ksh93, sh.exe (the suffix is dropped first): a
+# shell under a versioned name is still that shell.
+_SHELL_NAME = re.compile(r"(ba|da|z|k|c|tc|fi|mk|y|po|a)?sh(?:[-.]?\d[\d.]*)?")
 
 
 def program_name(arg: str) -> str:
-    """``/usr/bin/python3.12`` -> ``python``; ``bash`` -> ``bash``."""
-    name = arg.rsplit("/", 1)[-1].lower()
+    """``/usr/bin/python3.12`` -> ``python``; ``bash-5.2`` -> ``bash``;
+    ``C:\\Windows\\System32\\cmd.exe`` -> ``cmd``."""
+    name = re.split(r"[/\\]", arg)[-1].lower().removesuffix(".exe")
     found = _VERSIONED.fullmatch(name)
     if found:
         return "python" if found[1] == "pypy" else found[1]
+    shell = _SHELL_NAME.fullmatch(name)
+    if shell:
+        return f"{shell[1] or ''}sh"
     return name
 
 

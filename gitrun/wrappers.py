@@ -106,6 +106,81 @@ _UV_RUN = Wrapper(
     ),
 )
 _CONDA_RUN = Wrapper(arg_flags="np", long_args=_words("--name --prefix --cwd"))
+# make expands --eval text and its makefiles ($(shell ...) runs a command),
+# and a NAME=VALUE operand is a variable it expands: every operand is code.
+_MAKE = Wrapper(
+    arg_flags="CIjlOoW",
+    long_args=_words(
+        "--directory --include-dir --jobs --load-average --output-sync --old-file "
+        "--assume-old --what-if --new-file --assume-new"
+    ),
+    code_flags="Ef",
+    long_code=_words("--eval --file --makefile"),
+    then_code=True,
+)
+# Editors and debuggers run commands given as options (vim -c, nvim --cmd,
+# emacs --eval, gdb -ex) and as operands (vim +CMD, gdb's program): all code.
+_VIM = Wrapper(arg_flags="iuUTrwWs", code_flags="cS", long_code=_words("--cmd"), then_code=True)
+_EMACS = Wrapper(
+    arg_flags="dLt",
+    code_flags="lf",
+    long_code=_words("--eval --execute --load --funcall --script"),
+    then_code=True,
+)
+_GDB = Wrapper(
+    arg_flags="pcsedD",
+    code_flags="x",
+    long_code=_words("--eval-command --init-eval-command --command --init-command"),
+    then_code=True,
+)
+# git -c NAME=VALUE sets any configuration (an alias `!cmd`, core.pager,
+# core.sshCommand): code. Its subcommand picks the program (aliases too), and
+# a few subcommands run a command line or a program.
+_GIT = Wrapper(
+    arg_flags="C",
+    long_args=_words("--git-dir --work-tree --namespace --super-prefix --attr-source"),
+    code_flags="c",
+    long_code=_words("--config-env"),
+    long_program=_words("--exec-path"),
+    subcommands={
+        "rebase": Wrapper(
+            arg_flags="sX",
+            long_args=_words("--onto --strategy --strategy-option"),
+            code_flags="x",
+            long_code=_words("--exec"),
+        ),
+        "submodule": Wrapper(subcommands={"foreach": Wrapper(then_code=True)}),
+        "bisect": Wrapper(subcommands={"run": Wrapper()}),
+        "filter-branch": Wrapper(then_code=True),
+        "difftool": Wrapper(code_flags="x", long_code=_words("--extcmd")),
+    },
+)
+# rsync -e/--rsh is the remote shell command line, --rsync-path runs on the
+# remote side; its operands are paths (the first is read as a program here,
+# which errs towards a false alarm).
+_RSYNC = Wrapper(
+    arg_flags="BfT",
+    long_args=_words(
+        "--filter --exclude --include --exclude-from --include-from --files-from --temp-dir "
+        "--block-size --log-file --password-file --partial-dir --compare-dest --copy-dest "
+        "--link-dest --backup-dir --suffix --chmod --chown --timeout --bwlimit"
+    ),
+    code_flags="eM",
+    long_code=_words("--rsh --rsync-path --remote-option"),
+)
+# A terminal's -e runs the rest (as argv, or through a shell when it is one word).
+_TERMINAL = Wrapper(rest_is_code="e", long_rest_code=_words("--command"))
+# deno eval CODE, deno task (a shell line), deno SCRIPT: code; deno run SCRIPT ARGS: argv.
+_DENO = Wrapper(
+    subcommands={
+        "run": Wrapper(
+            arg_flags="c",
+            long_args=_words("--config --import-map --location --seed --cert --lock --env-file"),
+            long_code=_words("--preload --import"),
+        ),
+        "*": Wrapper(then_code=True),
+    }
+)
 
 WRAPPERS: dict[str, Wrapper] = {
     "env": Wrapper(
@@ -286,6 +361,21 @@ WRAPPERS: dict[str, Wrapper] = {
     "pipx": Wrapper(
         subcommands={"run": Wrapper(long_args=_words("--spec --python --pip-args --index-url"))}
     ),
+    **dict.fromkeys(("make", "gmake", "bmake"), _MAKE),
+    **dict.fromkeys(("vim", "nvim", "vi", "gvim", "rvim", "vimdiff"), _VIM),
+    **dict.fromkeys(("emacs", "emacsclient"), _EMACS),
+    **dict.fromkeys(("gdb", "gdb-multiarch", "lldb"), _GDB),
+    "git": _GIT,
+    "rsync": _RSYNC,
+    **dict.fromkeys(
+        ("xterm", "uxterm", "urxvt", "rxvt", "konsole", "alacritty", "kitty"), _TERMINAL
+    ),
+    "deno": _DENO,
+    # busybox APPLET ARGS (toybox too): the applet is the program, analysed in turn.
+    "busybox": Wrapper(),
+    "toybox": Wrapper(),
+    # cmd /c LINE, cmd /k LINE: a command line; /-options are operands here.
+    "cmd": Wrapper(then_code=True),
 }
 # Shell builtins (in argv they only ever make sense first): never looked for
 # further along, where they are ordinary words (`codex exec ...`).

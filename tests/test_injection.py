@@ -547,3 +547,110 @@ def test_a_placeholder_that_stays_one_argv_element_is_accepted(name: str) -> Non
     template = ARGV_FORMS[name]
     assert template.index(P) not in code_slots(template), (name, code_slots(template))
     assert template_problems(template) == []
+
+
+def test_make_eval_never_runs_a_note_end_to_end(git_repo: Path, tmp_path: Path) -> None:
+    """`make --eval {pointer}` passed check, and a note `$(shell touch ...)`
+    ran during `gitrun start`: make expands its --eval text as a makefile."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed here")
+    marker = tmp_path / "PWNED"
+    note = f"$(shell touch {marker})"
+    template = ["make", "-f", "/dev/null", "--eval", "{pointer}", "all"]
+    naive = [values_for(note)["pointer"] if arg == "{pointer}" else arg for arg in template]
+    subprocess.run(naive, cwd=tmp_path, capture_output=True, timeout=60, env=clean_env())
+    assert marker.exists(), "the repro did not run here, so the test would prove nothing"
+    marker.unlink()
+
+    tasks: list[dict[str, object]] = [{"id": "t1", "outputs": ["out/t1.json"], "note": note}]
+    write_run(git_repo, "r", tasks, {"executor": {"command": template}})
+    commit_all(git_repo, "define r")
+    problems = check_run(load_run(git_repo, "r", environ={})).problems
+    messages = [p.message for p in problems if p.code == "executor"]
+    assert messages and "[executor] command[4] is {pointer}" in messages[0], messages
+    started = subprocess.run(
+        [sys.executable, "-m", "gitrun", "start", "r"],
+        cwd=git_repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert not marker.exists(), "gitrun start ran a note through make --eval"
+    assert started.returncode == 1 and "[executor]" in started.stderr, started.stderr
+
+
+# Programs the table did not know, each of which runs an argument as code.
+UNKNOWN_BEFORE_FORMS: dict[str, list[str]] = {
+    "make --eval": ["make", "-f", "/dev/null", "--eval", P, "all"],
+    "make --eval=": ["make", "all", "--eval", P],
+    "make -E": ["make", "-E", P],
+    "make -f": ["make", "-f", P],
+    "make assignment operand": ["make", P],
+    "deno eval": ["deno", "eval", P],
+    "deno eval -p": ["deno", "eval", "-p", P],
+    "deno run script from data": ["deno", "run", "-A", P],
+    "deno task": ["deno", "task", P],
+    "vim -c": ["vim", "-c", P],
+    "vim +cmd operand": ["vim", P],
+    "vim -S": ["vim", "-S", P],
+    "nvim --cmd": ["nvim", "--cmd", P],
+    "nvim -c": ["nvim", "-c", P],
+    "nvim +cmd operand": ["nvim", "--headless", P],
+    "vi -c": ["/usr/bin/vi", "-c", P],
+    "emacs --eval": ["emacs", "--batch", "--eval", P],
+    "emacs -l": ["emacs", "-l", P],
+    "gdb -ex": ["gdb", "-batch", "-ex", P],
+    "gdb --eval-command": ["gdb", "--eval-command", P],
+    "gdb program": ["gdb", "--args", P],
+    "git -c": ["git", "-c", P, "log"],
+    "git -c, glued": ["git", "--no-pager", "-c", P, "status"],
+    "git rebase --exec": ["git", "rebase", "--exec", P, "main"],
+    "git rebase -x": ["git", "rebase", "-x", P],
+    "git submodule foreach": ["git", "submodule", "foreach", P],
+    "git bisect run": ["git", "bisect", "run", P],
+    "git bisect run sh -c": ["git", "bisect", "run", "sh", "-c", P],
+    "rsync -e": ["rsync", "-a", "-e", P, "src/", "host:dst/"],
+    "rsync --rsh": ["rsync", "--rsh", P, "src/", "host:dst/"],
+    "rsync --rsync-path": ["rsync", "--rsync-path", P, "src/", "host:dst/"],
+    "xterm -e": ["xterm", "-e", P],
+    "xterm -e argv": ["xterm", "-hold", "-e", "agent", P],
+    "busybox applet": ["busybox", P],
+    "busybox sh -c": ["busybox", "sh", "-c", P],
+    "bash5 -c": ["bash5", "-c", P],
+    "bash-5.2 -c": ["bash-5.2", "-c", P],
+    "sh.exe -c": ["sh.exe", "-c", P],
+    "zsh5.9 -c": ["/usr/local/bin/zsh5.9", "-c", P],
+    "ksh93 -c": ["ksh93", "-c", P],
+    "bash.exe windows path": ["C:\\Program Files\\Git\\bin\\bash.exe", "-c", P],
+    "cmd /c": ["cmd", "/c", P],
+    "cmd.exe /c": ["cmd.exe", "/s", "/c", P],
+    "cmd /k": ["cmd", "/k", P],
+    "powershell -Command": ["powershell", "-Command", P],
+    "powershell.exe -Command": ["powershell.exe", "-NoProfile", "-Command", P],
+    "pwsh.exe -c": ["pwsh.exe", "-c", P],
+    "python.exe -c": ["python.exe", "-c", P],
+    "unknown runner then make": ["my-runner", "make", "--eval", P],
+}
+
+# ... while these, of the same programs, take the placeholder as data.
+KNOWN_PROGRAMS_DATA_FORMS: dict[str, list[str]] = {
+    "git commit -m": ["git", "commit", "-m", P],
+    "git log --grep": ["git", "log", "--grep", P],
+    "deno run script args": ["deno", "run", "-A", "agent.ts", P],
+    "rsync destination": ["rsync", "-a", "src/", P],
+    "busybox applet argv": ["busybox", "timeout", "5", "agent", P],
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNKNOWN_BEFORE_FORMS))
+def test_programs_the_table_did_not_know_are_refused(name: str) -> None:
+    template = UNKNOWN_BEFORE_FORMS[name]
+    assert template.index(P) in code_slots(template), (name, code_slots(template))
+    problems = template_problems(template)
+    assert problems and "[executor]" in problems[0]
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_PROGRAMS_DATA_FORMS))
+def test_known_programs_still_take_whole_arguments_as_data(name: str) -> None:
+    template = KNOWN_PROGRAMS_DATA_FORMS[name]
+    assert template.index(P) not in code_slots(template), (name, code_slots(template))
