@@ -542,7 +542,7 @@ STATE_CASES: list[tuple[str, dict[str, str | bytes | None], list[str], str]] = [
     ("packet is a symlink", {}, ["start", RUN], r"packet\.toml: is a symlink"),
     ("runs dir is a file", {}, ["check", RUN], r"no run 'r'"),
     ("config is a directory", {}, ["check", RUN], r"\.gitrun/config\.toml: is a directory"),
-    ("local state is a file", {}, ["watchdog"], r"\.git/gitrun/r/running\.jsonl: .*is a file"),
+    ("local state is a file", {}, ["watchdog"], r"r: damaged: .*\.git/gitrun/r is not a directory"),
     ("-C is a file", {}, ["-C", "README.md", "status"], r"README\.md is not inside a git"),
     ("-C does not exist", {}, ["-C", "nowhere", "status"], r"nowhere is not inside a git"),
 ]
