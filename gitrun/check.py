@@ -6,11 +6,11 @@ sentence naming the tasks, a concrete path and the fix.
 
 from __future__ import annotations
 
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass, replace
 
 from gitrun import git
+from gitrun.aliases import case_alias_problems
 from gitrun.executor import command_template, executor_problems, literal_models
 from gitrun.ownership import OWNS, READS, Claim, OwnerIndex, find_meetings
 from gitrun.paths import canonical_problem
@@ -78,7 +78,7 @@ def check_run(run: RunDef, *, check_dirty: bool = True) -> CheckReport:
     output_paths = {path for _, path in outputs}
     problems += symlink_problems(run, owned, protected, base, changed, output_paths)
     problems += output_place_problems(run, outputs, base)
-    problems += _case_alias_problems(run, owned, protected)
+    problems += case_alias_problems(run, owned, protected, RESERVED)
     problems += file_dir_clash_problems(run, outputs)
     problems += refused_name_problems(run, outputs)
     problems += ignored_problems(run, outputs)
@@ -320,102 +320,6 @@ def _place_problems(
                     )
                 )
     return out
-
-
-def _fold(text: str) -> str:
-    """The spelling a case-insensitive, normalising file system (macOS, Windows) sees."""
-    if text.isascii():
-        return text.lower()
-    return unicodedata.normalize("NFC", text).casefold()
-
-
-def _case_alias_problems(
-    run: RunDef, owned: list[Claim], protected: list[tuple[str, Pattern]]
-) -> list[Problem]:
-    """Owned paths that meet another task's, a protected or a reserved path
-    only once case and Unicode form are ignored: one file on macOS and
-    Windows, where a paused run may be resumed (`TODO.md` and `todo.md`).
-
-    One trie walk over the folded spellings; a pair that meets as written is
-    left to the exact checks, and a pair where nothing was folded cannot
-    meet only after folding, so it is not even compared."""
-    shared = [(text, pattern) for text, pattern in protected]
-    shared += [(name, parse(name)) for name in RESERVED]
-    folded: list[Claim] = []
-    exact: dict[tuple[str, str], Pattern] = {}
-    changed: set[tuple[str, str]] = set()
-    for task, text, pattern in [(c.task, c.text, c.pattern) for c in owned] + [
-        (_SHARED, text, pattern) for text, pattern in shared
-    ]:
-        key = (task, text)
-        exact[key] = pattern
-        spelled = _fold(text)
-        if spelled == text:
-            folded.append(Claim(task, text, pattern, OWNS))
-            continue
-        try:
-            folded.append(Claim(task, text, parse(spelled), OWNS))
-        except PatternError:
-            folded.append(Claim(task, text, pattern, OWNS))
-            continue
-        changed.add(key)
-    if not changed:
-        return []
-    # Only a claim at, above or beneath a folded one can meet it: the walk
-    # takes those, not the whole run.
-    heads = {c.pattern.literal_prefix for c in folded if (c.task, c.text) in changed}
-    above = {head[:n] for head in heads for n in range(len(head) + 1)}
-
-    def near(claim: Claim) -> bool:
-        prefix = claim.pattern.literal_prefix
-        return prefix in above or any(prefix[:n] in heads for n in range(len(prefix)))
-
-    folded = [c for c in folded if (c.task, c.text) in changed or near(c)]
-
-    def conflicts(a: Claim, b: Claim) -> bool:
-        if a.task == _SHARED and b.task == _SHARED:
-            return False
-        return (a.task, a.text) in changed or (b.task, b.text) in changed
-
-    out: list[Problem] = []
-    seen: set[tuple[str, str]] = set()
-    for meeting in find_meetings(folded, conflicts):
-        a, b = sorted((meeting.first, meeting.second), key=lambda c: c.task != _SHARED)
-        if intersect(exact[(a.task, a.text)], exact[(b.task, b.text)]) is not None:
-            continue  # they meet as written: reported already
-        if a.task == _SHARED:
-            if (b.task, b.text) in seen:
-                continue
-            seen.add((b.task, b.text))
-            out.append(
-                Problem(
-                    "protected",
-                    f"{run.tasks_path}: task {b.task} owns {b.text!r}, which is {a.text} on "
-                    "case-insensitive file systems (macOS, Windows); no task may own it — "
-                    "rename or narrow the pattern",
-                    (b.task,),
-                    meeting.witness,
-                )
-            )
-            continue
-        a, b = sorted((a, b), key=lambda c: c.task)
-        if (a.task, b.task) in seen:
-            continue
-        seen.add((a.task, b.task))
-        out.append(
-            Problem(
-                "overlap",
-                f"{run.tasks_path}: tasks {a.task} and {b.task} own {a.text!r} and {b.text!r}, "
-                "which name one path on case-insensitive file systems (macOS, Windows); give "
-                "them names that differ by more than case",
-                (a.task, b.task),
-                meeting.witness,
-            )
-        )
-    return out
-
-
-_SHARED = "\0shared"  # the task of a claim standing for a protected or reserved entry
 
 
 def _overlap_problems(where: str, claims: list[Claim]) -> list[Problem]:
