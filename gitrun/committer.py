@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gitrun import git
-from gitrun.errors import GitrunError
+from gitrun.errors import CommandError, GitrunError
 from gitrun.local import LocalPaths
-from gitrun.outputs import OutputCheck, blob_id
+from gitrun.outputs import OutputCheck, blob_id, linked_parent
 from gitrun.tomlfile import write_atomic
 
 BRANCH_PREFIX = "gitrun/"
@@ -164,8 +164,18 @@ class Committer:
                 assert check.data is not None
                 wanted.append((check.mode, check.path, check.data))
         wanted += [("100644", path, data) for path, data in own_files.items()]
-        on_disk = [path for _, path, _ in wanted if (self.repo / path).is_file()]
-        ids = dict(zip(on_disk, git.hash_files(self.repo, on_disk), strict=True))
+        # Hashing from disk saves a process per file; never through a link (a
+        # file there is not the validated one anyway), and a file that went
+        # away meanwhile only means the validated bytes are stored instead.
+        on_disk = [
+            path
+            for _, path, _ in wanted
+            if linked_parent(self.repo, path) is None and (self.repo / path).is_file()
+        ]
+        try:
+            ids = dict(zip(on_disk, git.hash_files(self.repo, on_disk), strict=True))
+        except CommandError:
+            ids = {}
         entries = []
         for mode, path, data in wanted:
             expected = blob_id(data, self.object_format)

@@ -47,3 +47,27 @@ def test_a_deleted_branch_is_named_with_its_last_tip_and_restorable(git_repo: Pa
     git(git_repo, *command[1].split()[1:])
     assert git(git_repo, "rev-parse", "gitrun/r").strip() == tip
     _land(committer, "t2", b"{}\n")  # the run goes on
+
+
+def test_an_output_that_vanished_after_validation_is_committed_from_its_bytes(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One file of a batch gone from disk between validation and commit must
+    not fail the commit: the validated bytes are what is committed anyway."""
+    committer = _committer(git_repo)
+    build_tree(git_repo, {"out/t1.json": '{"a": 1}\n', "out/t2.json": '{"b": 2}\n'})
+    landings = [
+        Landing("t1", 1, [OutputCheck("out/t1.json", "valid", data=b'{"a": 1}\n')]),
+        Landing("t2", 1, [OutputCheck("out/t2.json", "valid", data=b'{"b": 2}\n')]),
+    ]
+    import gitrun.git as gitmod
+
+    real = gitmod.hash_files
+
+    def vanish_then_hash(repo: Path, paths: list[str]) -> list[str]:
+        (git_repo / "out/t2.json").unlink()  # gone between the look and the hash
+        return real(repo, paths)
+
+    monkeypatch.setattr(gitmod, "hash_files", vanish_then_hash)
+    tip = committer.commit(landings, {}, landing_message("r", landings))
+    assert git(git_repo, "show", f"{tip}:out/t2.json") == '{"b": 2}\n'
