@@ -76,6 +76,11 @@ def format_status(status: RunStatus, limit: int | None = 20) -> str:
             f"run {status.run!r}: driven by pid {d.pid} on {d.host}, heartbeat {d.silence:.0f} s ago"
         )
         lines.append(f"  {_live_state(d.state)}")
+    elif status.damaged:
+        lines.append(
+            f"run {status.run!r}: its branch names a commit whose objects are missing; "
+            f"`gitrun resume {status.run}` moves it back to its newest whole commit"
+        )
     else:
         lines.append(
             f"run {status.run!r}: {'no driver running' if status.started else 'not started'}"

@@ -60,6 +60,7 @@ class RunStatus:
     driver: Owner | None = None
     violations: list[dict[str, Any]] = field(default_factory=list)
     halt: dict[str, str] | None = None  # a halt that holds the run until `gitrun retry`
+    damaged: bool = False  # the branch names a commit whose objects are missing
 
     def counts(self, stage: str | None = None) -> dict[str, int]:
         out = dict.fromkeys(STATUSES, 0)
@@ -130,6 +131,8 @@ def running_records(local: LocalPaths) -> dict[str, dict[str, Any]]:
 def read_status(repo: Path, run_id: str, run: RunDef | None = None) -> RunStatus:
     run = run or load_run(repo, run_id)
     tip = git.rev_parse(repo, branch_ref(run_id))
+    # The branch exists but its tip's objects are gone (a prune during the run).
+    damaged = tip is None and git.ref_target(repo, branch_ref(run_id)) is not None
     done = committed_tasks(run, tip, find_base(repo, run_id)) if tip else set()
     records = read_run_ledger(run)
     summary = ledger.summarize(records)
@@ -159,7 +162,8 @@ def read_status(repo: Path, run_id: str, run: RunDef | None = None) -> RunStatus
         )
     return RunStatus(
         run=run_id,
-        started=tip is not None,
+        started=tip is not None or damaged,
+        damaged=damaged,
         stages=run.stage_names,
         tasks=tasks,
         spawns=summary.spawns,

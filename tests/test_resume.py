@@ -297,6 +297,10 @@ def test_resume_repairs_a_branch_whose_tip_commit_was_pruned(git_repo: Path) -> 
     assert start_run(git_repo, "r", quiet).exit_code == 0
     tip = git(git_repo, "rev-parse", "gitrun/r").strip()
     _drop_object(git_repo, tip)
+    from gitrun.report import format_status
+    from gitrun.state import read_status
+
+    assert "objects are missing" in format_status(read_status(git_repo, "r"))
     said: list[str] = []
     outcome = resume_run(git_repo, "r", said.append)
     assert outcome.exit_code == 0, said
