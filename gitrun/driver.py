@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from gitrun import git, ledger
 from gitrun.attempt import Attempt, AttemptEnd, Monitor
@@ -496,7 +495,7 @@ class Driver:
             last_line(end.tail),
         )
         self.governor.ended(facts, time.time(), failed_for_good)
-        extra = {"concurrency": self.governor.concurrency} if outcome == ledger.THROTTLED else {}
+        backed_off = self.governor.concurrency if outcome == ledger.THROTTLED else None
         self._record(
             end.task,
             end.attempt,
@@ -507,7 +506,7 @@ class Driver:
             end.timed_out,
             outcome,
             check.reason,
-            extra,
+            backed_off,
         )
         assert self.journal is not None
         self.journal.write({"task": end.task, "attempt": end.attempt, "end": True})
@@ -545,24 +544,22 @@ class Driver:
         timed_out: bool,
         outcome: str,
         reason: str,
-        extra: dict[str, Any] | None = None,
+        concurrency: int | None = None,
     ) -> None:
-        record: dict[str, Any] = {
-            "task": tid,
-            "attempt": number,
-            "stage": self.run.stage_of(self.tasks[tid]),
-            "started": ledger.iso(started),
-            "ended": ledger.iso(ended),
-            "duration": round(ended - started, 3),
-            "exit": exit_code,
-            "signal": sig,
-            "timed_out": timed_out,
-            "outcome": outcome,
-        }
-        if reason:
-            record["reason"] = reason
-        record.update(extra or {})
-        self.ledger.write(record)
+        record = ledger.AttemptRecord(
+            tid,
+            number,
+            self.run.stage_of(self.tasks[tid]),
+            started,
+            ended,
+            outcome,
+            exit_code,
+            sig,
+            timed_out,
+            reason,
+            concurrency=concurrency,
+        )
+        self.ledger.write(record.to_json())
         self.recorded.add((tid, number))
         history = self.history[tid]
         history.attempts = max(history.attempts, number)

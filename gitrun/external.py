@@ -246,25 +246,22 @@ class External:
                 started = lease.leased if lease else now
                 facts = EndFacts(task_id, outcome, now - started, None, None, False, "")
                 self.governor.ended(facts, now, failed_now)
-                record: dict[str, Any] = {
-                    "task": task_id,
-                    "attempt": number,
-                    "stage": self.run.stage_of(task),
-                    "started": ledger.iso(started),
-                    "ended": ledger.iso(now),
-                    "duration": round(now - started, 3),
-                    "exit": None,
-                    "signal": None,
-                    "timed_out": bool(lease and now > lease.expires),
-                    "outcome": outcome,
-                    "dispatch": "external",
-                }
-                if check.reason and outcome != "valid":
-                    record["reason"] = check.reason
-                    result.reasons[task_id] = check.reason
-                if outcome == ledger.THROTTLED:
-                    record["concurrency"] = self.governor.concurrency
-                writer.write(record)
+                reason = check.reason if outcome != "valid" else ""
+                if reason:
+                    result.reasons[task_id] = reason
+                record = ledger.AttemptRecord(
+                    task_id,
+                    number,
+                    self.run.stage_of(task),
+                    started,
+                    now,
+                    outcome,
+                    timed_out=bool(lease and now > lease.expires),
+                    reason=reason,
+                    dispatch="external",
+                    concurrency=self.governor.concurrency if outcome == ledger.THROTTLED else None,
+                )
+                writer.write(record.to_json())
                 if counted:
                     history.used += 1
                 self.leases.pop(task_id, None)
@@ -285,8 +282,8 @@ class External:
             halt = self.governor.halt
             if halt is not None and halt.kind in PERSISTENT and not self.halt_recorded:
                 self.halt_recorded = True
-                record = {"event": ledger.HALT, "kind": halt.kind, "message": halt.message}
-                writer.write({**record, "at": ledger.iso(now)})
+                event = {"event": ledger.HALT, "kind": halt.kind, "message": halt.message}
+                writer.write({**event, "at": ledger.iso(now)})
         finally:
             writer.close()
         recorded = result.done + result.missing + result.invalid + result.throttled

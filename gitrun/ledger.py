@@ -202,6 +202,52 @@ def read_ledger(run_dir: Path) -> list[dict[str, Any]]:
     return records
 
 
+LEDGER_FORMAT = 1  # the "v" of every attempt record; README documents the format
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One attempt, as the ledger keeps it: the one definition both dispatch
+    modes write (README, "The ledger"). Times are UTC ISO 8601 with
+    milliseconds; ``exit``/``signal`` are None where no process was seen
+    (external dispatch, or an attempt a dead driver left)."""
+
+    task: str
+    attempt: int
+    stage: str
+    started: float
+    ended: float
+    outcome: str  # valid, missing, invalid, throttled, interrupted, abandoned
+    exit: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    reason: str = ""
+    dispatch: str = "command"  # or "external"
+    concurrency: int | None = None  # after a throttle: the concurrency backed off to
+
+    def to_json(self) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "v": LEDGER_FORMAT,
+            "task": self.task,
+            "attempt": self.attempt,
+            "stage": self.stage,
+            "started": iso(self.started),
+            "ended": iso(self.ended),
+            "duration": round(self.ended - self.started, 3),
+            "exit": self.exit,
+            "signal": self.signal,
+            "timed_out": self.timed_out,
+            "outcome": self.outcome,
+        }
+        if self.reason:
+            record["reason"] = self.reason
+        if self.dispatch != "command":
+            record["dispatch"] = self.dispatch
+        if self.concurrency is not None:
+            record["concurrency"] = self.concurrency
+        return record
+
+
 class LedgerWriter:
     """The one way records enter the ledger.
 
