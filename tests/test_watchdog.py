@@ -116,24 +116,8 @@ def test_watchdog_kill_never_kills_a_process_a_forged_owner_record_names(
     try:
         assert _wait_for(lambda: is_locked(local))
         assert _wait_for(lambda: psutil.Process(victim.pid).cmdline() == ["sleep", "1000"])
-        seen = psutil.Process(victim.pid)
-        forged = {
-            "pid": victim.pid,
-            "host": socket.gethostname(),
-            "started": time.time() - 3600,
-            "heartbeat": time.time() - 3600,
-            "create_time": seen.create_time(),
-            "cmdline": seen.cmdline(),
-            "state": {},
-        }
-        local.owner.write_text(json.dumps(forged))
-        out = subprocess.run(
-            [sys.executable, "-m", "gitrun", "watchdog", "--stale", "1s", "--kill"],
-            cwd=git_repo,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        _forge_owner(local, victim.pid)
+        out = _watchdog_kill(git_repo, "1s")
         said = out.stdout + out.stderr
         assert out.returncode == 1, said
         assert _alive(victim.pid), "the watchdog killed a process gitrun never started"
@@ -206,7 +190,6 @@ def test_watchdog_kill_never_kills_through_a_hard_linked_lock(git_repo: Path) ->
     to that file (the same inode, so the kernel lists the victim as its
     holder) and the owner record names the victim. Nothing is killed, the
     run is reported damaged, and the watchdog still exits 1, never 70."""
-    import psutil
 
     write_run(git_repo, "r", [{"id": "t1", "outputs": ["out/t1.json"]}])
     local = LocalPaths.of(git_repo, "r")
@@ -219,24 +202,8 @@ def test_watchdog_kill_never_kills_through_a_hard_linked_lock(git_repo: Path) ->
     )
     try:
         assert _wait_for(lambda: lock_holders(outside) == {victim.pid})
-        seen = psutil.Process(victim.pid)
-        forged = {
-            "pid": victim.pid,
-            "host": socket.gethostname(),
-            "started": time.time() - 3600,
-            "heartbeat": time.time() - 3600,
-            "create_time": seen.create_time(),
-            "cmdline": seen.cmdline(),
-            "state": {},
-        }
-        local.owner.write_text(json.dumps(forged))
-        out = subprocess.run(
-            [sys.executable, "-m", "gitrun", "watchdog", "--stale", "1m", "--kill"],
-            cwd=git_repo,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        _forge_owner(local, victim.pid)
+        out = _watchdog_kill(git_repo, "1m")
         said = out.stdout + out.stderr
         assert out.returncode == 1, said
         assert _alive(victim.pid), "the watchdog killed a process through a hard-linked lock"
@@ -292,3 +259,30 @@ def test_one_damaged_run_does_not_blind_the_watchdog_to_the_others(
     assert "bad: damaged" in said and "good: driver pid" in said, said
     assert "bad: not stopped" in said, said
     assert "Traceback" not in said and "internal error" not in said
+
+
+def _forge_owner(local: LocalPaths, pid: int) -> None:
+    """An owner record naming ``pid`` exactly as a driver record would, stale."""
+    import psutil
+
+    seen = psutil.Process(pid)
+    forged = {
+        "pid": pid,
+        "host": socket.gethostname(),
+        "started": time.time() - 3600,
+        "heartbeat": time.time() - 3600,
+        "create_time": seen.create_time(),
+        "cmdline": seen.cmdline(),
+        "state": {},
+    }
+    local.owner.write_text(json.dumps(forged))
+
+
+def _watchdog_kill(repo: Path, stale: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gitrun", "watchdog", "--stale", stale, "--kill"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
