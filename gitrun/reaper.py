@@ -73,6 +73,15 @@ def may_signal(pid: object) -> bool:
     return True
 
 
+def _worker_record(record: Mapping[str, Any]) -> tuple[int, float, dict[str, str]] | None:
+    """pid, create time and attempt environment of a complete worker record."""
+    fields = _recorded(record)
+    env = attempt_env(record)
+    if fields is None or env is None:
+        return None
+    return fields[0], fields[1], env
+
+
 def _recorded(record: Mapping[str, Any]) -> tuple[int, float, list[str]] | None:
     """pid, create time and command line of a complete, well-typed record."""
     pid, created, cmdline = record.get("pid"), record.get("create_time"), record.get("cmdline")
@@ -199,11 +208,10 @@ def is_recorded_worker(record: Mapping[str, Any]) -> bool:
     """
     import psutil
 
-    fields = _recorded(record)
-    env = attempt_env(record)
-    if fields is None or env is None:
+    found = _worker_record(record)
+    if found is None:
         return False
-    pid, created, _cmdline = fields
+    pid, created, env = found
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE or not _same_start(proc, created):
@@ -258,11 +266,10 @@ def kill_recorded_group(record: Mapping[str, Any]) -> bool:
     """
     import psutil
 
-    fields = _recorded(record)
-    env = attempt_env(record)
-    if fields is None or env is None:
+    found = _worker_record(record)
+    if found is None:
         return False
-    pid, created, _cmdline = fields
+    pid, created, env = found
     try:
         leader = psutil.Process(pid)
         zombie = leader.status() == psutil.STATUS_ZOMBIE
