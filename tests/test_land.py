@@ -170,3 +170,15 @@ def test_a_huge_untracked_file_in_the_way_is_refused_not_read(finished: Path) ->
         handle.truncate(200 * 1024**3)  # sparse: no disk used
     with pytest.raises(GitrunError, match=r"untracked out/t01\.json would be overwritten"):
         land_run(finished, "r")
+
+
+def test_log_attempts_prints_the_ledger_records_one_a_line(finished: Path) -> None:
+    result = runner.invoke(app, ["log", "r", "--attempts"])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in result.output.splitlines()]
+    assert sorted(r["task"] for r in records) == ["t01", "t02", "t03"]
+    for record in records:
+        assert record["v"] == 1 and record["outcome"] == "valid" and record["attempt"] == 1
+        assert {"stage", "started", "ended", "duration", "exit", "signal", "timed_out"} <= set(
+            record
+        )

@@ -149,15 +149,30 @@ def log(
     ctx: typer.Context,
     run: Annotated[str, typer.Argument(metavar="RUN", help="The run.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the history as JSON.")] = False,
+    attempts: Annotated[
+        bool,
+        typer.Option(
+            "--attempts",
+            help="Print every attempt record of the ledger instead, one JSON object a line "
+            "(the format README documents under 'The ledger').",
+        ),
+    ] = False,
 ) -> None:
     """Show a run's history from its branch: when, which tasks, which attempt."""
     from gitrun.committer import branch_ref
     from gitrun.git import rev_parse
     from gitrun.history import read_history
-    from gitrun.runs import check_run_id
+    from gitrun.runs import RUNS_DIR, check_run_id
 
     repo = _repo(ctx)
     check_run_id(run)
+    if attempts:
+        from gitrun.ledger import read_ledger
+
+        for record in read_ledger(repo / RUNS_DIR / run):
+            if "attempt" in record and "event" not in record:
+                typer.echo(json.dumps(record, sort_keys=True, separators=(",", ":")))
+        return
     if rev_parse(repo, branch_ref(run)) is None:
         raise GitrunError(
             f"run {run!r} has no branch gitrun/{run} yet; start it with `gitrun start {run}`"
@@ -167,10 +182,10 @@ def log(
         typer.echo(json.dumps([e.to_json() for e in entries], indent=2))
         return
     for entry in entries:
-        attempts = " ".join(f"{t}#{n}" for t, n in entry.attempts.items())
+        shown = " ".join(f"{t}#{n}" for t, n in entry.attempts.items())
         typer.echo(
             f"{entry.date}  {entry.commit[:10]}  {entry.subject}"
-            + (f"  [{attempts}]" if attempts else "")
+            + (f"  [{shown}]" if shown else "")
         )
 
 
