@@ -188,11 +188,9 @@ def is_recorded_process(record: Mapping[str, Any]) -> bool:
     if fields is None:
         return False
     pid, created, cmdline = fields
+    proc = _live_since(pid, created)
     try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE or not _same_start(proc, created):
-            return False
-        return bool(proc.cmdline() == cmdline)
+        return proc is not None and bool(proc.cmdline() == cmdline)
     except psutil.Error:
         return False
 
@@ -206,19 +204,27 @@ def is_recorded_worker(record: Mapping[str, Any]) -> bool:
     (``sh -c 'exec agent ...'``; a shell does this by itself for its last
     command) keeps its pid, create time and environment, not its command line.
     """
-    import psutil
-
     found = _worker_record(record)
     if found is None:
         return False
     pid, created, env = found
+    proc = _live_since(pid, created)
+    return proc is not None and _carries(proc, env)
+
+
+def _live_since(pid: int, created: float) -> Any:
+    """The process ``pid`` (a ``psutil.Process``) when it runs, is not a
+    zombie, and started when recorded; else None (the pid was reused, or it
+    is gone)."""
+    import psutil
+
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE or not _same_start(proc, created):
-            return False
-        return _carries(proc, env)
+            return None
+        return proc
     except psutil.Error:
-        return False
+        return None
 
 
 def signal_recorded_process(record: Mapping[str, Any], sig: int) -> bool:

@@ -25,6 +25,7 @@ import tomli_w
 from typer.testing import CliRunner
 
 from gitrun.cli import app
+from gitrun.settings import _merge  # tables merge the way configuration layers do
 from tests.helpers import build_tree, git_env
 
 RUN = "r"
@@ -57,16 +58,6 @@ class Case:
 
     def __str__(self) -> str:
         return self.name
-
-
-def _merge(low: dict[str, Any], high: dict[str, Any]) -> dict[str, Any]:
-    out = dict(low)
-    for key, value in high.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def _where(file: str, dotted: str) -> str:
