@@ -1,16 +1,23 @@
-"""Machine-local state of a run under ``.git/gitrun/<run>/``.
+"""Machine-local state of a run under ``.git/gitrun/<run>/``: the one home of its paths.
 
 Never committed and never needed for correctness after a crash: the run lock
 and its owner record, records of running attempts (so a new driver can stop
-the workers of a dead one), worker logs and quarantined outputs.
+the workers of a dead one), leases, the governor's state, caches, worker logs,
+quarantined outputs, files ``land`` set aside, retired ledgers. Every file and
+directory there is named by a property of :class:`LocalPaths` and nowhere
+else (a test greps the package for paths built by hand); the JSON files are
+typed, versioned records (:mod:`gitrun.records`).
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from gitrun import git
+
+HOME = "gitrun"  # under the repository's git directory
 
 
 @dataclass(frozen=True)
@@ -19,7 +26,12 @@ class LocalPaths:
 
     @classmethod
     def of(cls, repo: Path, run_id: str) -> LocalPaths:
-        return cls(git.git_dir(repo) / "gitrun" / run_id)
+        return cls.under(git.git_dir(repo), run_id)
+
+    @classmethod
+    def under(cls, git_dir: Path, run_id: str) -> LocalPaths:
+        """For a caller that knows the git directory (and spares a git process)."""
+        return cls(git_dir / HOME / run_id)
 
     @property
     def lock(self) -> Path:
@@ -27,6 +39,7 @@ class LocalPaths:
 
     @property
     def owner(self) -> Path:
+        """Who holds the lock, and the driver's live state (:class:`gitrun.lock.Owner`)."""
         return self.root / "driver.json"
 
     @property
@@ -35,6 +48,7 @@ class LocalPaths:
 
     @property
     def index(self) -> Path:
+        """The committer's private index file."""
         return self.root / "index"
 
     @property
@@ -50,6 +64,26 @@ class LocalPaths:
         return self.root / "running.jsonl"
 
     @property
+    def leases(self) -> Path:
+        """Tasks an external run handed out and has not collected (:mod:`gitrun.leases`)."""
+        return self.root / "leases.json"
+
+    @property
+    def governor(self) -> Path:
+        """The concurrency governor's state between the commands of an external run."""
+        return self.root / "governor.json"
+
+    @property
+    def tasks_cache(self) -> Path:
+        """A big task table parsed once, as JSON (:func:`gitrun.runs.load_run`)."""
+        return self.root / "tasks.cache.json"
+
+    @property
+    def land_aside(self) -> Path:
+        """Untracked copies ``gitrun land`` moved out of the merge's way, until it is committed."""
+        return self.root / "land-aside"
+
+    @property
     def logs(self) -> Path:
         return self.root / "logs"
 
@@ -62,3 +96,20 @@ class LocalPaths:
 
     def quarantine_of(self, task: str, attempt: int) -> Path:
         return self.quarantine / task / str(attempt)
+
+    def retired(self, name: str, stamp: int) -> Path:
+        """Where a run file ``name`` (``ledger.jsonl``, the ``ledger`` directory)
+        left by an earlier run of the same id is kept: ``ledger.<stamp>.jsonl``."""
+        stem, dot, suffix = name.partition(".")
+        return self.root / f"{stem}.{stamp}{dot}{suffix}"
+
+
+def local_runs(repo: Path) -> list[str]:
+    """The runs that have local state here (a directory under ``.git/gitrun/``).
+
+    None readable (or none yet) is an empty list: each run says what is wrong
+    with its own state when it is inspected."""
+    home = git.git_dir(repo) / HOME
+    with contextlib.suppress(OSError):
+        return sorted(p.name for p in home.iterdir() if p.is_dir())
+    return []

@@ -11,10 +11,8 @@ and who exactly that process is (its create time and command line), so that
 from __future__ import annotations
 
 import errno
-import json
 import os
 import socket
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,7 +22,7 @@ from typing import Any
 
 from gitrun.errors import GitrunError
 from gitrun.local import LocalPaths
-from gitrun.tomlfile import write_atomic
+from gitrun.records import VERSION, Fields, RecordDamaged, load_record, warn_stderr, write_record
 
 
 @dataclass(frozen=True)
@@ -47,6 +45,7 @@ class Owner:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "v": VERSION,
             "pid": self.pid,
             "host": self.host,
             "started": self.started,
@@ -56,17 +55,36 @@ class Owner:
             "state": self.state,
         }
 
+    @classmethod
+    def from_json(cls, data: Fields) -> Owner:
+        """Who the record names must be well-typed; what only informs (the live
+        state, the process identity) is read as absent when it is not."""
+        state, created, cmdline = (data.data.get(k) for k in ("state", "create_time", "cmdline"))
+        return cls(
+            data.integer("pid"),
+            data.string("host"),
+            data.number("started"),
+            data.number("heartbeat"),
+            state if isinstance(state, dict) else {},
+            create_time=float(created) if isinstance(created, int | float) else None,
+            cmdline=cmdline
+            if isinstance(cmdline, list) and all(isinstance(a, str) for a in cmdline)
+            else None,
+        )
+
 
 class RunBusy(GitrunError):
-    def __init__(self, run_id: str, owner: Owner | None) -> None:
+    def __init__(self, run_id: str, owner: Owner | None, damage: str = "") -> None:
         self.owner = owner
-        if owner is None:
-            who = "another gitrun process"
-        else:
+        if owner is not None:
             who = (
                 f"pid {owner.pid} on host {owner.host} (started {_ago(owner.age)} ago, "
                 f"last heartbeat {_ago(owner.silence)} ago)"
             )
+        elif damage:
+            who = f"another gitrun process (its owner record {damage})"
+        else:
+            who = "another gitrun process"
         super().__init__(
             f"run {run_id!r} is already being driven by {who}; wait for it to finish or stop it "
             "(Ctrl-C in its terminal, or `kill` that pid), then `gitrun resume "
@@ -98,28 +116,27 @@ class LocalStateUnwritable(GitrunError):
 
 
 def read_owner(local: LocalPaths) -> Owner | None:
-    try:
-        data = json.loads(local.owner.read_text())
-        cmdline = data.get("cmdline")
-        created = data.get("create_time")
-        state = data.get("state")
-        return Owner(
-            int(data["pid"]),
-            str(data["host"]),
-            float(data["started"]),
-            float(data["heartbeat"]),
-            state if isinstance(state, dict) else {},
-            create_time=float(created) if isinstance(created, int | float) else None,
-            cmdline=cmdline
-            if isinstance(cmdline, list) and all(isinstance(a, str) for a in cmdline)
-            else None,
-        )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+    """The owner record of the run's driver; None when there is none.
+
+    It is read while a live process holds the lock (a dead driver's record
+    says nothing), so a record that cannot be read is reported, never guessed
+    at: :class:`gitrun.records.RecordDamaged` names the file and the fix.
+    """
+    run = local.root.name
+    return load_record(
+        local.owner,
+        Owner.from_json,
+        what="owner record of the run's driver",
+        fix=(
+            f"the driver of run {run!r} rewrites it every few seconds, so if this stays, that "
+            "driver is another gitrun version or the file is being damaged: use the gitrun that "
+            f"started the run, or stop that driver and run `gitrun resume {run}`"
+        ),
+    )
 
 
-def _live_owner(local: LocalPaths, patience: float = 2.0) -> Owner | None:
-    """The owner record of the lock's live holder.
+def _live_owner(local: LocalPaths, patience: float = 2.0) -> tuple[Owner | None, str]:
+    """The owner record of the lock's live holder, or (None, why it cannot be read).
 
     The holder writes its record just after taking the lock, so a record
     naming a dead process is the previous holder's: wait for the new one.
@@ -127,19 +144,18 @@ def _live_owner(local: LocalPaths, patience: float = 2.0) -> Owner | None:
     import psutil
 
     deadline = time.time() + patience
-    owner = read_owner(local)
-    while time.time() < deadline:
+    while True:
+        try:
+            owner, damage = read_owner(local), ""
+        except RecordDamaged as exc:
+            owner, damage = None, f"{exc.path} {exc.problem}"
         if owner is not None and (
             owner.host != socket.gethostname() or psutil.pid_exists(owner.pid)
         ):
-            return owner
+            return owner, ""
+        if time.time() >= deadline:
+            return owner, damage
         time.sleep(0.05)
-        owner = read_owner(local)
-    return owner
-
-
-def _warn(message: str) -> None:
-    sys.stderr.write(f"gitrun: warning: {message}\n")
 
 
 class RunLock:
@@ -151,7 +167,7 @@ class RunLock:
     next beat: the lock itself is held by the kernel, the record only informs.
     """
 
-    def __init__(self, local: LocalPaths, warn: Callable[[str], None] = _warn) -> None:
+    def __init__(self, local: LocalPaths, warn: Callable[[str], None] = warn_stderr) -> None:
         from gitrun.reaper import identity
 
         self.local = local
@@ -178,9 +194,8 @@ class RunLock:
             self.owner.create_time,
             self.owner.cmdline,
         )
-        data = json.dumps(self.owner.to_json()).encode()
         try:
-            write_atomic(self.local.owner, data, durable=False)
+            write_record(self.local.owner, self.owner)
         except OSError as exc:
             if not self._written:
                 raise LocalStateUnwritable(self.local.owner, exc) from None
@@ -206,7 +221,7 @@ def run_locked(local: LocalPaths, run_id: str) -> Iterator[RunLock]:
         local.root.mkdir(parents=True, exist_ok=True)
         lock.acquire()
     except Timeout:
-        raise RunBusy(run_id, _live_owner(local)) from None
+        raise RunBusy(run_id, *_live_owner(local)) from None
     except OSError as exc:
         raise LocalStateUnwritable(Path(exc.filename or local.lock), exc) from None
     held = RunLock(local)
