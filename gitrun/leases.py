@@ -1,21 +1,30 @@
 """Leases of an external run: the tasks handed to an orchestrator and not yet collected.
 
-Machine-local (``.git/gitrun/<run>/leases.json``), written by ``next`` and
-``collect`` and read by them and by ``status``. A record that is not a
-well-typed lease is skipped: it says nothing about any task.
+Machine-local (:attr:`gitrun.local.LocalPaths.leases`), written by ``next``
+and ``collect`` and read by them and by ``status``. The file is one versioned
+record (:mod:`gitrun.records`) listing the leases. A lease that is not
+well-typed, or a file that cannot be read at all, is skipped with a warning:
+it says nothing reliable about any task, and a task whose lease is lost only
+counts as not handed out.
 """
 
 from __future__ import annotations
 
-import json
-import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gitrun.local import LocalPaths
-from gitrun.tomlfile import write_atomic
+from gitrun.records import (
+    VERSION,
+    Fields,
+    RecordInvalid,
+    Warn,
+    load_record,
+    warn_stderr,
+    write_record,
+)
 
-LEASES_NAME = "leases.json"
+SKIPPED = "its tasks count as not handed out"
 
 
 @dataclass
@@ -28,45 +37,71 @@ class Lease:
     agent: str | None = None
 
     @classmethod
-    def from_json(cls, item: object) -> Lease | None:
-        """The lease ``item`` describes, or None when it is not a complete, well-typed one."""
-        if not isinstance(item, dict):
-            return None
-        task, attempt, before, agent = (item.get(k) for k in ("task", "attempt", "before", "agent"))
-        times = [item.get("leased"), item.get("expires")]
-        if not isinstance(task, str) or type(attempt) is not int:
-            return None
-        if not all(_finite(t) for t in times):
-            return None
-        if not isinstance(before, dict) or not all(
-            isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in before.items()
-        ):
-            return None
-        if agent is not None and not isinstance(agent, str):
-            return None
-        return cls(task, attempt, float(times[0]), float(times[1]), before, agent)  # type: ignore[arg-type]  # _finite checked them
+    def from_json(cls, data: Fields) -> Lease:
+        before = data.mapping("before")
+        if not all(v is None or isinstance(v, str) for v in before.values()):
+            raise RecordInvalid("before", "maps a path to something that is not a blob id")
+        return cls(
+            data.string("task"),
+            data.integer("attempt"),
+            data.number("leased"),
+            data.number("expires"),
+            before,
+            data.optional_string("agent"),
+        )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _finite(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+@dataclass
+class LeaseFile:
+    """The record on disk: leases by task, plus how many entries were skipped."""
+
+    leases: dict[str, Lease]
+    skipped: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"v": VERSION, "leases": [lease.to_json() for lease in self.leases.values()]}
+
+    @classmethod
+    def from_json(cls, data: Fields) -> LeaseFile:
+        found = cls({})
+        for number, item in enumerate(data.array("leases"), 1):
+            try:
+                if not isinstance(item, dict):
+                    raise RecordInvalid("leases", f"entry {number} is not a JSON object")
+                lease = Lease.from_json(Fields(item))
+            except RecordInvalid as exc:
+                found.skipped.append(f"lease {number}: {exc}")
+                continue
+            found.leases[lease.task] = lease
+        return found
 
 
-def read_leases(local: LocalPaths) -> dict[str, Lease]:
-    try:
-        data = json.loads((local.root / LEASES_NAME).read_text())
-    except (OSError, ValueError):
+def _upgrade(value: object) -> object:
+    """Before records had a version, the file was a bare list of leases."""
+    return {"v": 1, "leases": value} if isinstance(value, list) else value
+
+
+def read_leases(local: LocalPaths, warn: Warn = warn_stderr) -> dict[str, Lease]:
+    found = load_record(
+        local.leases,
+        LeaseFile.from_json,
+        what="lease file",
+        fix=f"ignored: {SKIPPED}",
+        warn=warn,
+        upgrade=_upgrade,
+    )
+    if found is None:
         return {}
-    leases = {}
-    for item in data if isinstance(data, list) else []:
-        lease = Lease.from_json(item)
-        if lease is not None:
-            leases[lease.task] = lease
-    return leases
+    if found.skipped:
+        shown = "; ".join(found.skipped[:3]) + (
+            f" and {len(found.skipped) - 3} more" if len(found.skipped) > 3 else ""
+        )
+        warn(f"{local.leases}: skipped {len(found.skipped)} damaged lease(s) ({shown}); {SKIPPED}")
+    return found.leases
 
 
 def write_leases(local: LocalPaths, leases: dict[str, Lease]) -> None:
-    data = json.dumps([lease.to_json() for lease in leases.values()]).encode()
-    write_atomic(local.root / LEASES_NAME, data, durable=False)
+    write_record(local.leases, LeaseFile(leases))
