@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import Field
 
 from gitrun.errors import DefinitionError, GitrunError
+from gitrun.records import VERSION, Fields, load_record, warn_stderr, write_record
 from gitrun.settings import (
     ID_PATTERN,
     ArgText,
@@ -222,40 +223,54 @@ def _check_real_files(repo: Path, run_id: str) -> None:
 CACHE_ABOVE = 64 * 1024  # bytes of TOML worth caching as JSON
 
 
+@dataclass(frozen=True)
+class TasksCache:
+    """A parsed task table (:attr:`gitrun.local.LocalPaths.tasks_cache`), valid
+    for the file whose content has this SHA-1."""
+
+    sha1: str
+    data: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"v": VERSION, "sha1": self.sha1, "data": self.data}
+
+    @classmethod
+    def from_json(cls, data: Fields) -> TasksCache:
+        return cls(data.string("sha1"), data.mapping("data"))
+
+
 def _read_cached(
     repo: Path, run_id: str, path: Path, shown: str, errors: _Errors
 ) -> tuple[str, dict[str, Any]]:
     """Like _read, for big task tables: tomllib is pure Python (~15 us a task),
-    so the parsed table is kept as JSON under .git/gitrun/<run>/, keyed by the
-    file's content hash, and parsed again only when the file changes."""
+    so the parsed table is kept as JSON in the run's local state, keyed by the
+    file's content hash, and parsed again only when the file changes. A cache
+    that cannot be read is only a warning: the file is parsed again."""
     try:
         data = path.read_bytes()
     except OSError:
         return _read(path, shown, errors)
-    git_dir = repo / ".git"
+    git_dir = repo / ".git"  # a worktree's .git is a file: no cache there
     if len(data) < CACHE_ABOVE or not git_dir.is_dir():
         return _read(path, shown, errors)
+    from gitrun.local import LocalPaths  # lazy: it imports the git door, only big tables need it
+
     digest = hashlib.sha1(data).hexdigest()
-    cache = git_dir / "gitrun" / run_id / "tasks.cache.json"
-    try:
-        cached = json.loads(cache.read_bytes())
-        if (
-            isinstance(cached, dict)
-            and cached.get("sha1") == digest
-            and isinstance(cached.get("data"), dict)
-        ):
-            return data.decode("utf-8", errors="replace"), cached["data"]
-    except (OSError, ValueError, RecursionError):
-        pass  # a missing or broken cache: parse the file
+    cache = LocalPaths.under(git_dir, run_id).tasks_cache
+    cached = load_record(
+        cache,
+        TasksCache.from_json,
+        what="cache of the task table",
+        fix=f"ignored: {shown} is parsed again and the cache rewritten",
+        warn=warn_stderr,
+    )
+    if cached is not None and cached.sha1 == digest:
+        return data.decode("utf-8", errors="replace"), cached.data
     text, raw = _read(path, shown, errors)
     if raw:
-        from gitrun.tomlfile import write_atomic
-
-        try:
-            data = json.dumps({"sha1": digest, "data": raw}).encode()
-            write_atomic(cache, data, durable=False)
-        except (OSError, ValueError, RecursionError):
-            pass  # only a cache: the next load parses the file again
+        # only a cache: when it cannot be written, the next load parses the file again
+        with contextlib.suppress(OSError, ValueError, RecursionError):
+            write_record(cache, TasksCache(digest, raw))
     return text, raw
 
 
