@@ -12,17 +12,27 @@ index and can drop entries staged at the same moment.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gitrun import git
 from gitrun.errors import CommandError, GitrunError
 from gitrun.local import LocalPaths
 from gitrun.outputs import OutputCheck, blob_id, linked_parent
-from gitrun.tomlfile import write_atomic
+from gitrun.records import (
+    VERSION,
+    Fields,
+    RecordInvalid,
+    Warn,
+    load_record,
+    warn_stderr,
+    write_record,
+)
 
 BRANCH_PREFIX = "gitrun/"
 MAX_RACES = 50
@@ -43,6 +53,55 @@ class Landing:
     task: str
     attempt: int
     files: list[OutputCheck]
+
+
+@dataclass(frozen=True)
+class Tip:
+    """The record of the last commit gitrun published on a run's branch
+    (:attr:`gitrun.local.LocalPaths.tip`)."""
+
+    commit: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"v": VERSION, "commit": self.commit}
+
+    @classmethod
+    def from_json(cls, data: Fields) -> Tip:
+        commit = data.string("commit")
+        if not _HEX.fullmatch(commit):
+            raise RecordInvalid("commit", "is not a commit id")
+        return cls(commit)
+
+
+_HEX = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def _tip_upgrade(value: object) -> object:
+    """Before records had a version, the file was the commit id on a line of its
+    own (which JSON reads as a number when it has no letter and no leading 0)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    return {"v": 1, "commit": value.strip()} if isinstance(value, str) else value
+
+
+def read_tip(local: LocalPaths, warn: Warn = warn_stderr) -> str | None:
+    """The run's last published commit as recorded here, or None (a damaged
+    record is only a warning: it serves recovery and advice, never correctness)."""
+    tip = load_record(
+        local.tip,
+        Tip.from_json,
+        what="record of the run branch's last commit",
+        fix="ignored: recovery falls back on the branch's reflog",
+        warn=warn,
+        upgrade=_tip_upgrade,
+    )
+    return tip.commit if tip is not None else None
+
+
+def note_tip(local: LocalPaths, commit: str) -> None:
+    """Record ``commit`` as the run's tip; a convenience for recovery, never a failure."""
+    with contextlib.suppress(OSError):
+        write_record(local.tip, Tip(commit))
 
 
 @dataclass
@@ -100,7 +159,7 @@ class Committer:
                 tree = git.tree_with(self.repo, old, entries, self.local.index)
                 new = git.commit_tree(self.repo, tree, [old] if old else [], message)
                 if git.update_ref(self.repo, self.ref, new, old):
-                    self._note_tip(new)
+                    note_tip(self.local, new)
                     return new
         raise GitrunError(
             f"could not publish a commit on gitrun/{self.run_id}: the branch kept moving "
@@ -118,7 +177,7 @@ class Committer:
             tree = git.tree_with(self.repo, base, entries, self.local.index)
             new = git.commit_tree(self.repo, tree, [base], message)
             if git.update_ref(self.repo, self.ref, new, None):
-                self._note_tip(new)
+                note_tip(self.local, new)
             else:
                 raise GitrunError(
                     f"branch gitrun/{self.run_id} appeared while starting the run; continue it "
@@ -126,17 +185,10 @@ class Committer:
                 )
             return new
 
-    def _note_tip(self, commit: str) -> None:
-        with contextlib.suppress(OSError):  # a convenience for recovery, never a failure
-            write_atomic(self.local.tip, f"{commit}\n".encode(), durable=False)
-
     def _gone(self) -> str:
         """The sentence for a run branch deleted under a live run."""
         branch = f"gitrun/{self.run_id}"
-        try:
-            tip = self.local.tip.read_text().strip()
-        except OSError:
-            tip = ""
+        tip = read_tip(self.local)
         if tip and git.rev_parse(self.repo, tip):
             how = (
                 f"its last tip was {tip[:12]} (recorded in {self.local.tip}): restore it with "

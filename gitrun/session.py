@@ -9,7 +9,6 @@ and on disk, and drives on.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from pathlib import Path
 
 from gitrun import git, ledger
 from gitrun.check import check_run
-from gitrun.committer import BRANCH_PREFIX, Committer, branch_ref, trailers
+from gitrun.committer import BRANCH_PREFIX, Committer, branch_ref, read_tip, trailers
 from gitrun.driver import Driver, Progress, Reporter, RunOutcome
 from gitrun.errors import GitrunError
 from gitrun.ledger import CHUNK_DIR
@@ -132,11 +131,11 @@ def _retire_stale_ledger(run: RunDef, local: LocalPaths) -> None:
     """A ledger without a branch is left from a run whose branch was deleted:
     its chunks (and an older run's single file) move aside, kept for inspection."""
     stamp = int(time.time())
-    for name, aside in ((LEDGER_NAME, f"ledger.{stamp}.jsonl"), (CHUNK_DIR, f"ledger.{stamp}")):
+    for name in (LEDGER_NAME, CHUNK_DIR):
         stale = run.repo / run.dir / name
         if os.path.lexists(stale):
             local.root.mkdir(parents=True, exist_ok=True)
-            os.replace(stale, local.root / aside)
+            os.replace(stale, local.retired(name, stamp))
 
 
 def _ensure_branch(repo: Path, run_id: str, report: Reporter) -> str:
@@ -170,8 +169,7 @@ def _repair_branch(repo: Path, run_id: str, broken: str, report: Reporter) -> st
     ref = branch_ref(run_id)
     local = LocalPaths.of(repo, run_id)
     candidates = git.reflog_targets(repo, ref)
-    with contextlib.suppress(OSError):
-        candidates.append(local.tip.read_text().strip())
+    candidates += filter(None, [read_tip(local)])
     for commit in candidates:
         if commit == broken or git.rev_parse(repo, commit) is None:
             continue
