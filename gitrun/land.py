@@ -44,7 +44,7 @@ def land_run(repo: Path, run_id: str, squash: bool = False) -> str:
     base = git.git(repo, "merge-base", head, tip).decode().strip()
     incoming = _incoming_files(repo, base, tip)
     fmt = git.object_format(repo)
-    aside_dir = LocalPaths.of(repo, run_id).root / "land-aside"
+    aside_dir = LocalPaths.of(repo, run_id).land_aside
     _restore(repo, aside_dir)  # what an earlier land, killed mid-way, had set aside
     identical: list[str] = []
     blocking: list[str] = []

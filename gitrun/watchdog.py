@@ -8,7 +8,6 @@ alerts); ``--kill`` ends a stale driver so that the next ``resume`` takes over.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import signal
@@ -18,14 +17,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gitrun import git
-from gitrun.local import LocalPaths
+from gitrun.local import LocalPaths, local_runs
 from gitrun.lock import PROC_LOCKS, is_locked, lock_damage, lock_holders, read_owner
 from gitrun.reaper import (
     is_recorded_worker,
     kill_recorded_group,
     signal_recorded_process,
 )
+from gitrun.records import RecordDamaged
 from gitrun.runs import list_runs
 from gitrun.state import running_records
 
@@ -62,12 +61,7 @@ class RunHealth:
 
 
 def _runs_here(repo: Path) -> list[str]:
-    names = set(list_runs(repo))
-    local_root = git.git_dir(repo) / "gitrun"
-    # no local state yet, or none readable: each run says so when inspected
-    with contextlib.suppress(OSError):
-        names |= {p.name for p in local_root.iterdir() if p.is_dir()}
-    return sorted(names)
+    return sorted(set(list_runs(repo)) | set(local_runs(repo)))
 
 
 def inspect_runs(repo: Path, stale_after: float = DEFAULT_STALE) -> list[RunHealth]:
@@ -86,6 +80,8 @@ def inspect_runs(repo: Path, stale_after: float = DEFAULT_STALE) -> list[RunHeal
                 found.append(_inspect_live(run_id, local, stale_after, now))
             else:
                 found.append(_inspect_dead(run_id, local))
+        except RecordDamaged as exc:  # the sentence names the file and the fix
+            found.append(_damaged(run_id, exc.message))
         except Exception as exc:  # also RecursionError or a bad record: report, go on
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             where = getattr(exc, "filename", None) or local.root
@@ -163,7 +159,10 @@ def kill_stale(repo: Path, health: RunHealth) -> str:
         refused = _unproven_driver(local, health)
         if refused:
             return refused
-        owner = read_owner(local)
+        try:
+            owner = read_owner(local)
+        except RecordDamaged as exc:
+            return f"{health.run}: not stopped: {exc.message}"
         record = owner.to_json() if owner is not None and owner.pid == health.pid else {}
         if not signal_recorded_process(record, signal.SIGKILL):
             return (
