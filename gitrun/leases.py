@@ -38,17 +38,12 @@ class Lease:
 
     @classmethod
     def from_json(cls, data: Fields) -> Lease:
+        task, attempt = data.string("task"), data.integer("attempt")
+        leased, expires = data.number("leased"), data.number("expires")
         before = data.mapping("before")
         if not all(v is None or isinstance(v, str) for v in before.values()):
             raise RecordInvalid("before", "maps a path to something that is not a blob id")
-        return cls(
-            data.string("task"),
-            data.integer("attempt"),
-            data.number("leased"),
-            data.number("expires"),
-            before,
-            data.optional_string("agent"),
-        )
+        return cls(task, attempt, leased, expires, before, data.optional_string("agent"))
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

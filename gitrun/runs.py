@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field
 
 from gitrun.errors import DefinitionError, GitrunError
-from gitrun.records import VERSION, Fields, load_record, warn_stderr, write_record
+from gitrun.records import VERSION, Fields, Warn, load_record, warn_stderr, write_record
 from gitrun.settings import (
     ID_PATTERN,
     ArgText,
@@ -239,6 +239,17 @@ class TasksCache:
         return cls(data.string("sha1"), data.mapping("data"))
 
 
+def read_tasks_cache(cache: Path, shown: str, warn: Warn = warn_stderr) -> TasksCache | None:
+    """The cache of the task table ``shown``; a damaged one is a warning and None."""
+    return load_record(
+        cache,
+        TasksCache.from_json,
+        what="cache of the task table",
+        fix=f"ignored: {shown} is parsed again and the cache rewritten",
+        warn=warn,
+    )
+
+
 def _read_cached(
     repo: Path, run_id: str, path: Path, shown: str, errors: _Errors
 ) -> tuple[str, dict[str, Any]]:
@@ -257,13 +268,7 @@ def _read_cached(
 
     digest = hashlib.sha1(data).hexdigest()
     cache = LocalPaths.under(git_dir, run_id).tasks_cache
-    cached = load_record(
-        cache,
-        TasksCache.from_json,
-        what="cache of the task table",
-        fix=f"ignored: {shown} is parsed again and the cache rewritten",
-        warn=warn_stderr,
-    )
+    cached = read_tasks_cache(cache, shown)
     if cached is not None and cached.sha1 == digest:
         return data.decode("utf-8", errors="replace"), cached.data
     text, raw = _read(path, shown, errors)
