@@ -160,3 +160,18 @@ def test_the_first_write_failing_raises_a_sentence_not_an_oserror(tmp_path: Path
     lock = RunLock(LocalPaths(blocker / "r"))
     with pytest.raises(LocalStateUnwritable, match=r"cannot write .*driver\.json"):
         lock.beat()
+
+
+def test_the_owner_record_is_a_version_1_record_with_the_live_state(git_repo: Path) -> None:
+    """What `beat` writes is what `read_owner` reads back, live state included
+    (status and the watchdog read the driver's concurrency and deadlines there)."""
+    import json
+
+    local = LocalPaths.of(git_repo, "r")
+    state = {"concurrency": 3, "max_concurrency": 4, "running": [{"task": "t1", "deadline": 1.0}]}
+    with run_locked(local, "r") as held:
+        held.beat(state)
+        on_disk = json.loads(local.owner.read_text())
+        assert on_disk["v"] == 1 and on_disk["state"] == state
+        assert read_owner(local) == held.owner
+    assert not local.owner.exists(), "released: the record goes with the lock"
