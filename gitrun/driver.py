@@ -9,14 +9,13 @@ when to halt. :mod:`gitrun.session` sets a driver up for start and resume.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import math
 import os
 import signal
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,28 +24,21 @@ from pathlib import Path
 from gitrun import git, ledger
 from gitrun.attempt import Attempt, AttemptEnd, Monitor
 from gitrun.audit import Audit, Violation
-from gitrun.committer import CommitQueue, Committed, Committer, Landing, landing_message
+from gitrun.committer import CommitQueue, Committed, Committer, Landing
+from gitrun.engine import DONE, FAILED, PENDING, RUNNING, STATUSES, Ended, Engine
 from gitrun.executor import command_template, render_command
-from gitrun.governor import (
-    PERSISTENT,
-    STRICT,
-    EndFacts,
-    Governor,
-    Halt,
-    choose_canary,
-    is_throttled,
-    last_line,
-)
-from gitrun.history import find_base
+from gitrun.governor import STRICT, Halt, is_throttled, last_line
+from gitrun.journal import Journal, JournalEntry
 from gitrun.local import LocalPaths
 from gitrun.lock import RunLock
 from gitrun.outputs import check_task, prepare_outputs, prior_in_tree, quarantine
 from gitrun.pointer import render_pointer
 from gitrun.proc import clean_env
-from gitrun.reaper import kill_attempt_processes, kill_leftovers, kill_recorded_group
+from gitrun.reaper import kill_leftovers
+from gitrun.recovery import reconcile, recover_orphans
 from gitrun.runfiles import definition_files, definition_snapshot
 from gitrun.runs import RunDef, Task
-from gitrun.state import RunStatus, committed_tasks, read_status, running_records
+from gitrun.state import RunStatus, read_status
 
 HEARTBEAT = 2.0  # seconds between owner-record heartbeats
 TICK = 0.5  # longest wait before the loop looks at deadlines and signals again
@@ -105,34 +97,11 @@ class Driver:
         self.limits = run.packet.limits
         self.tasks = {task.id: task for task in run.tasks}
         self.ledger = ledger.LedgerWriter(self.repo / run.dir)
-        self.journal: ledger.LineWriter | None = None  # opened when driving starts
-        records = ledger.read_ledger(self.repo / run.dir)
-        summary = ledger.summarize(records)
-        # Attempts the ledger already holds: a driver killed between writing an
-        # attempt's record and closing it in the journal must not make the
-        # next resume record it again.
-        self.recorded = {
-            (r["task"], r["attempt"])
-            for r in records
-            if isinstance(r.get("task"), str) and isinstance(r.get("attempt"), int)
-        }
-        self.history = {tid: summary.of(tid) for tid in self.tasks}
-        tip = git.rev_parse(self.repo, committer.ref)
-        done = committed_tasks(run, tip, find_base(self.repo, run.id)) if tip else set()
-        self.status: dict[str, str] = {}
-        self.queues: dict[str, deque[str]] = {stage: deque() for stage in run.stage_names}
-        # Tasks per stage still pending or running: a stage starts when the one
-        # before it has none.
-        self.open: dict[str, int] = dict.fromkeys(run.stage_names, 0)
-        for task in run.tasks:
-            if task.id in done:
-                self.status[task.id] = "done"
-            elif self.history[task.id].used >= self.limits.max_attempts:
-                self.status[task.id] = "failed"
-            else:
-                self.status[task.id] = "pending"
-                self.open[run.stage_of(task)] += 1
-                self.queues[run.stage_of(task)].append(task.id)
+        self.journal: Journal | None = None  # started when driving starts
+        # Nothing runs yet: the attempts a dead driver's journal names are
+        # recovered (recover) before this driver starts its own.
+        self.engine = Engine(run, local, git.rev_parse(self.repo, committer.ref), running=())
+        self.governor = self.engine.governor
         self.running: dict[str, Attempt] = {}
         self.before: dict[str, dict[str, str | None]] = {}
         self.monitor = Monitor(kill_grace=self.limits.kill_grace)
@@ -143,16 +112,6 @@ class Driver:
         self.template = command_template(run.packet.executor)
         self.started_at = time.time()
         self.finished_here = 0
-        self.governor = Governor(
-            self.limits,
-            tasks=len(run.tasks),
-            spawns=summary.spawns,
-            canary=[],
-            failed=sum(1 for s in self.status.values() if s == "failed"),
-            usable=len(done),
-            halt=Halt(**summary.halt) if summary.halt else None,
-        )
-        self.halt_recorded = summary.halt is not None
         self.load_held = False  # the load gate held starts at the last look
         self.proven_stage: str | None = None  # the stage whose symlink proof holds
         self.attempt_ids: set[str] = set()  # of the attempts this session started
@@ -173,80 +132,28 @@ class Driver:
 
     # -- before driving -----------------------------------------------------------
 
-    def recover_orphans(self) -> None:
-        """Stop workers a dead driver left running and record their attempts;
-        stop what its ended attempts left behind, too."""
-        ids = {r.get("attempt_id") for r in ledger.read_lines(self.local.running)}
-        for tid, record in running_records(self.local).items():
-            if "pid" in record:
-                stopped = kill_recorded_group(record)
-            else:  # killed between the write-ahead record and the spawn's record
-                stopped = kill_attempt_processes(record)
-            task = self.tasks.get(tid)
-            if task is None:
-                continue
-            number = record.get("attempt")
-            if not isinstance(number, int) or isinstance(number, bool) or number < 1:
-                number = self.history[tid].attempts  # a damaged record: the last one known
-            if (tid, number) in self.recorded:
-                continue  # recorded already; only its journal entry was not closed
-            prior = record.get("before")
-            prior = prior if isinstance(prior, dict) else {}
-            check = check_task(self.run, task, prior, self.committer.object_format)
-            outcome = "valid" if check.outcome == "valid" else ledger.ABANDONED
-            if check.outcome == "invalid":
-                quarantine(self.repo, self.local.quarantine_of(tid, number), check.outputs)
-            started = record.get("started")
-            if not isinstance(started, int | float) or not math.isfinite(started):
-                started = time.time()
-            reason = check.reason if outcome != "valid" else ""
-            self._record(tid, number, started, time.time(), None, None, False, outcome, reason)
-            how = "stopped" if stopped else "nothing of it verifiably running, nothing signalled"
-            self.report(f"{tid} attempt {number}: left by a dead driver; {how} ({outcome})")
-        for pid in kill_leftovers(self.run.id, {i for i in ids if isinstance(i, str) and i}):
-            self.report(f"stopped pid {pid}, left behind by an attempt of a dead driver")
+    def recover(self) -> None:
+        """Stop what a dead driver of this run left running and record its attempts."""
+        recover_orphans(self.engine, self.ledger, self.committer.object_format, self.report)
 
     @functools.cached_property
     def base_tree(self) -> dict[str, tuple[str, str]]:
         """The files at the commit the run forked from (what "new content" means)."""
-        base = find_base(self.repo, self.run.id)
+        base = self.engine.base
         return git.ls_tree(self.repo, base) if base else {}
 
     def reconcile(self) -> None:
         """Commit valid outputs already on disk; quarantine invalid ones."""
-        at_base = self.base_tree
-        landings: list[Landing] = []
-        for tid, status in self.status.items():
-            if status == "done":
-                continue
-            task = self.tasks[tid]
-            prior = prior_in_tree(self.run, task, at_base)
-            check = check_task(self.run, task, prior, self.committer.object_format)
-            history = self.history[tid]
-            if check.outcome == "valid":
-                landings.append(Landing(tid, history.attempts, check.outputs))
-                self._set_status(tid, "done")
-                self.governor.usable += 1
-            elif check.outcome == "invalid":
-                where = self.local.quarantine_of(tid, history.attempts)
-                moved = quarantine(self.repo, where, check.outputs)
-                self.report(f"{tid}: quarantined {', '.join(moved)} ({check.reason})")
-        if landings:
-            message = landing_message(self.run.id, landings)
-            self.committer.commit(landings, self._own_files(), message)
-            self.report(
-                f"reconciled: committed {len(landings)} tasks whose valid outputs were on disk"
-            )
+        reconcile(self.engine, self.committer, self.base_tree, self._own_files, self.report)
 
     # -- the loop -----------------------------------------------------------------------
 
     def drive(self) -> RunOutcome:
         # Orphans are handled (recover_orphans) before a new journal begins.
-        self.local.running.unlink(missing_ok=True)
-        self.journal = ledger.LineWriter(self.local.running)
+        self.journal = Journal(self.local)
         self.audit = Audit(self.run)
         self._choose_canary()
-        self.proven_stage = self._current_stage()  # check_run proved it just now
+        self.proven_stage = self.engine.current_stage()  # check_run proved it just now
         commits = CommitQueue(self.committer, self._own_files, self._on_commit)
         self.commits = commits
         last_beat = last_audit = 0.0
@@ -260,7 +167,7 @@ class Driver:
                     if halt is not None and not halted_reported:
                         halted_reported = True
                         self.report(f"halted: {halt.message}")
-                        self._record_halt(halt)
+                        self.engine.record_halt(self.ledger)
                     if not self.stopping and halt is None:
                         self._launch_ready(now)
                         self._say_load_gate()
@@ -286,7 +193,7 @@ class Driver:
                 halt = self.governor.halt
                 if halt is not None and not halted_reported:
                     self.report(f"halted: {halt.message}")
-                    self._record_halt(halt)
+                    self.engine.record_halt(self.ledger)
             finally:
                 for attempt in self.running.values():
                     attempt.stop()
@@ -316,7 +223,7 @@ class Driver:
     def _waiting(self, now: float) -> bool:
         """Nothing runs: is there still work that may start later (after a backoff
         or once the load drops)?"""
-        if self.stopping or self.governor.halt is not None or self._current_stage() is None:
+        if self.stopping or self.governor.halt is not None or self.engine.current_stage() is None:
             return False
         return self.governor.next_wake(now) is not None
 
@@ -330,7 +237,7 @@ class Driver:
         elif halt is not None:
             code = EXIT_HALTED
         else:
-            code = EXIT_DONE if status.counts()["done"] == len(self.tasks) else EXIT_FAILED
+            code = EXIT_DONE if status.counts()[DONE] == len(self.tasks) else EXIT_FAILED
         held = self.load_held_for + (time.time() - self.load_held_since if self.load_held else 0)
         return RunOutcome(status, code, stopped, halt, self.violations, held)
 
@@ -345,38 +252,22 @@ class Driver:
         if self.progress is not None:
             self.progress(self._progress(time.time()))
 
-    def _current_stage(self) -> str | None:
-        return next((stage for stage in self.run.stage_names if self.open[stage]), None)
-
-    def _set_status(self, tid: str, status: str) -> None:
-        old = self.status[tid]
-        stage = self.run.stage_of(self.tasks[tid])
-        self.open[stage] += (status in ("pending", "running")) - (old in ("pending", "running"))
-        self.status[tid] = status
-
     def _choose_canary(self) -> None:
-        """The first `canary` open tasks run alone until one validates,
-        unless some task already produced valid output."""
-        stage = self._current_stage()
-        if stage is None or self.governor.halt is not None:
-            return
-        any_done = any(s == "done" for s in self.status.values())
-        self.governor.canary = choose_canary(list(self.queues[stage]), self.limits.canary, any_done)
-        if self.governor.canary:
+        if self.engine.choose_canary():
             self.report(f"canary: {', '.join(self.governor.canary)} run alone first")
 
     def _launch_ready(self, now: float) -> None:
         slots = self.governor.slots(len(self.running), now)
         if slots <= 0:
             return
-        stage = self._current_stage()
+        stage = self.engine.current_stage()
         if stage is None or not self._stage_still_proven(stage):
             return
-        pending = self.queues[stage]
+        pending = self.engine.queues[stage]
         skipped: list[str] = []
         while pending and slots > 0:
             tid = pending.popleft()
-            if self.status[tid] != "pending":
+            if self.engine.status[tid] != PENDING:
                 continue
             if not self.governor.eligible(tid):
                 skipped.append(tid)
@@ -398,16 +289,13 @@ class Driver:
         check = check_task(self.run, task, prior, self.committer.object_format)
         if check.outcome != "valid":
             return False
-        self._set_status(task.id, "done")
-        self.governor.usable += 1
-        self.commits.put(Landing(task.id, self.history[task.id].attempts, check.outputs))
+        self.engine.mark_done(task.id)
+        self.commits.put(Landing(task.id, self.engine.history[task.id].attempts, check.outputs))
         self.report(f"{task.id}: a valid output is already on disk; committed, not dispatched")
         return True
 
     def _launch(self, task: Task) -> None:
-        history = self.history[task.id]
-        history.attempts += 1
-        number = history.attempts
+        number = self.engine.history[task.id].attempts + 1
         outputs = [o.path for o in self.run.outputs_of(task)]
         aside = self.local.quarantine_of(task.id, number - 1)  # left before this attempt
         before = prepare_outputs(self.run, task, self.committer.object_format, aside)
@@ -437,36 +325,27 @@ class Driver:
         assert self.journal is not None
         # Write-ahead: a driver killed between the spawn and the full record
         # leaves this, and the next resume finds the worker by its attempt id.
-        journaled = {
-            "run": self.run.id,
-            "task": task.id,
-            "attempt": number,
-            "attempt_id": attempt_id,
-            "started": time.time(),
-            "before": before,
-        }
-        self.journal.write(journaled)
+        ahead = JournalEntry(task.id, number, self.run.id, attempt_id, time.time(), before)
+        self.journal.write(ahead)
         attempt = self.monitor.launch(
             task.id, number, argv, env, self.repo, log, self.limits.timeout
         )
         self.running[task.id] = attempt
-        self._set_status(task.id, "running")
-        self.governor.started()
-        assert self.audit is not None and self.journal is not None
+        self.engine.begin(task.id)
+        assert self.audit is not None
         self.audit.running(task.id)
         if attempt.proc is not None:
-            self.journal.write(
-                {
-                    **journaled,
-                    # Who it is, as psutil saw it at once: a later driver
-                    # signals it only if pid, create time and command line match.
-                    "pid": attempt.pid,
-                    "create_time": attempt.create_time,
-                    "cmdline": attempt.cmdline,
-                    "started": attempt.started,
-                    "deadline": attempt.deadline,
-                }
+            # Who it is, as psutil saw it at once: a later driver signals it
+            # only if pid, create time and command line match.
+            spawned = dataclasses.replace(
+                ahead,
+                pid=attempt.pid,
+                create_time=attempt.create_time,
+                cmdline=attempt.cmdline,
+                started=attempt.started,
+                deadline=attempt.deadline,
             )
+            self.journal.write(spawned)
         self.report(f"{task.id} attempt {number}: started")
 
     def _finish(self, end: AttemptEnd, commits: CommitQueue) -> None:
@@ -482,92 +361,40 @@ class Driver:
                 outcome = ledger.THROTTLED
             elif end.stopped and not end.timed_out:
                 outcome = ledger.INTERRUPTED
-        history = self.history[end.task]
-        counted = outcome in ledger.COUNTED
-        failed_for_good = counted and history.used + 1 >= self.limits.max_attempts
-        facts = EndFacts(
-            end.task,
-            outcome,
-            end.duration,
-            end.exit_code,
-            end.signal,
-            all(o.reason == "does not exist" for o in check.outputs),
-            last_line(end.tail),
-        )
-        self.governor.ended(facts, time.time(), failed_for_good)
-        backed_off = self.governor.concurrency if outcome == ledger.THROTTLED else None
-        self._record(
+        ended = Ended(
             end.task,
             end.attempt,
             end.started,
             end.ended,
+            outcome,
+            check.reason,
             end.exit_code,
             end.signal,
             end.timed_out,
-            outcome,
-            check.reason,
-            backed_off,
+            wrote_nothing=all(o.reason == "does not exist" for o in check.outputs),
+            diagnostic=last_line(end.tail),
         )
+        status = self.engine.end(self.ledger, ended)
         assert self.journal is not None
-        self.journal.write({"task": end.task, "attempt": end.attempt, "end": True})
+        self.journal.write(JournalEntry(end.task, end.attempt, end=True))
         self.finished_here += 1
         self.audit_due = True
         how = f"signal {end.signal}" if end.signal else f"exit {end.exit_code}"
         if end.timed_out:
             how += ", timed out"
-        if outcome == "valid":
-            self._set_status(end.task, "done")
+        if outcome == ledger.VALID:
             commits.put(Landing(end.task, end.attempt, check.outputs))
             self.report(f"{end.task} attempt {end.attempt}: valid ({how}, {end.duration:.1f} s)")
             return
-        if failed_for_good:
-            self._set_status(end.task, "failed")
-            verdict = f"failed for good after {history.used} attempts"
+        if status == FAILED:
+            verdict = f"failed for good after {self.engine.history[end.task].used} attempts"
         else:
-            self._set_status(end.task, "pending")
-            self.queues[self.run.stage_of(task)].append(end.task)
             verdict = {
                 ledger.THROTTLED: f"throttled; concurrency now {self.governor.concurrency}",
                 ledger.INTERRUPTED: "pending",
             }.get(outcome, "will retry")
         detail = f": {check.reason}" if check.reason else ""
         self.report(f"{end.task} attempt {end.attempt}: {outcome} ({how}){detail} — {verdict}")
-
-    def _record(
-        self,
-        tid: str,
-        number: int,
-        started: float,
-        ended: float,
-        exit_code: int | None,
-        sig: int | None,
-        timed_out: bool,
-        outcome: str,
-        reason: str,
-        concurrency: int | None = None,
-    ) -> None:
-        record = ledger.AttemptRecord(
-            tid,
-            number,
-            self.run.stage_of(self.tasks[tid]),
-            started,
-            ended,
-            outcome,
-            exit_code,
-            sig,
-            timed_out,
-            reason,
-            concurrency=concurrency,
-        )
-        self.ledger.write(record.to_json())
-        self.recorded.add((tid, number))
-        history = self.history[tid]
-        history.attempts = max(history.attempts, number)
-        history.spawns += 1
-        if outcome in ledger.COUNTED:
-            history.used += 1
-        history.last_outcome = outcome
-        history.last_reason = reason or None
 
     def _stage_still_proven(self, stage: str) -> bool:
         """Before a later stage starts, make the symlink proof again for its
@@ -616,13 +443,6 @@ class Driver:
         else:
             self.report(f"the load average is under max_load {bound:g} again; starts resume")
 
-    def _record_halt(self, halt: Halt) -> None:
-        """A halt only a person can lift holds every later resume (``retry`` lifts it)."""
-        if halt.kind in PERSISTENT and not self.halt_recorded:
-            self.halt_recorded = True
-            record = {"event": ledger.HALT, "kind": halt.kind, "message": halt.message}
-            self.ledger.write({**record, "at": ledger.iso(time.time())})
-
     def _audit(self) -> None:
         if self.audit is None:
             return
@@ -643,11 +463,9 @@ class Driver:
         self.lock.beat(state)
 
     def _progress(self, now: float) -> Progress:
-        counts = dict.fromkeys(("done", "running", "pending", "failed"), 0)
-        for status in self.status.values():
-            counts[status] += 1
+        counts = {status: self.engine.count(status) for status in STATUSES}
         rate = self.finished_here / max(1e-6, now - self.started_at)
-        left = counts["pending"] + counts["running"]
+        left = counts[PENDING] + counts[RUNNING]
         return Progress(
             counts=counts,
             running=[(a.task, a.number, now - a.started) for a in self.running.values()],
@@ -657,7 +475,7 @@ class Driver:
             waiting_for_load=self.governor.waiting_for_load,
             canary=list(self.governor.canary),
             spawns=self.governor.spawns,
-            usable=counts["done"],
+            usable=counts[DONE],
             eta=left / rate if rate > 0 and self.finished_here >= 3 else None,
         )
 

@@ -21,9 +21,8 @@ from typing import Any
 
 from gitrun import git, ledger
 from gitrun.committer import Committer, Landing, branch_ref, landing_message
+from gitrun.engine import DONE, FAILED, Ended, Engine
 from gitrun.errors import GitrunError
-from gitrun.governor import PERSISTENT, EndFacts, Governor, Halt, choose_canary
-from gitrun.history import find_base
 from gitrun.leases import Lease, read_leases, write_leases
 from gitrun.local import LocalPaths
 from gitrun.lock import RunBusy, run_locked
@@ -31,7 +30,6 @@ from gitrun.outputs import check_task, prepare_outputs, prior_in_tree, quarantin
 from gitrun.pointer import render_pointer
 from gitrun.runfiles import definition_files
 from gitrun.runs import RunDef, load_run
-from gitrun.state import committed_tasks
 from gitrun.tomlfile import write_atomic
 
 LOCK_PATIENCE = 30.0  # seconds next/collect wait for another next/collect
@@ -88,28 +86,12 @@ class External:
                 f"run {run.id!r} has not started; start it with `gitrun start {run.id}` "
                 "(in external mode that hands out the first batch)"
             )
-        self.base = find_base(self.repo, run.id)
-        self.done = committed_tasks(run, tip, self.base)
-        summary = ledger.summarize(ledger.read_ledger(self.repo / run.dir))
-        self.history = {t.id: summary.of(t.id) for t in run.tasks}
+        self.leases = read_leases(local)
+        self.engine = Engine(run, local, tip, running=self.leases)
+        self.governor = self.engine.governor
         self.limits = run.packet.limits
-        self.leases = self._read_leases()
-        failed = sum(
-            1
-            for t in run.tasks
-            if t.id not in self.done and self.history[t.id].used >= self.limits.max_attempts
-        )
-        self.governor = Governor(
-            self.limits,
-            tasks=len(run.tasks),
-            spawns=summary.spawns + len(self.leases),
-            canary=choose_canary(self._open_tasks(), self.limits.canary, bool(self.done)),
-            failed=failed,
-            usable=len(self.done),
-            halt=Halt(**summary.halt) if summary.halt else None,
-        )
-        self.halt_recorded = summary.halt is not None
         self._restore_governor()
+        self.engine.choose_canary()
 
     # -- next ---------------------------------------------------------------------
 
@@ -120,9 +102,9 @@ class External:
             batch.halted = True
             batch.reason = f"halted: {self.governor.halt.message}"
             return batch
-        pending = self._pending()
+        pending = self.engine.pending()
         if not pending and not self.leases:
-            failed = [t.id for t in self.run.tasks if t.id not in self.done]
+            failed = [tid for tid, status in self.engine.status.items() if status == FAILED]
             batch.done = not failed
             batch.reason = (
                 f"every task is done; bring the results in with `gitrun land {self.run.id}`"
@@ -163,24 +145,9 @@ class External:
             return "the machine is busy (load average over max_load); try again shortly"
         return f"no task of the current stage is ready ({len(pending)} pending)"
 
-    def _pending(self) -> list[str]:
-        """Tasks of the current stage that may be handed out, in table order."""
-        return [t for t in self._open_tasks() if t not in self.leases]
-
-    def _open_tasks(self) -> list[str]:
-        """Tasks of the current stage not done and not failed for good (leased
-        ones included), in table order: the first stage that has any."""
-        open_by_stage: dict[str, list[str]] = {s: [] for s in self.run.stage_names}
-        for task in self.run.tasks:
-            if task.id in self.done or self.history[task.id].used >= self.limits.max_attempts:
-                continue
-            open_by_stage[self.run.stage_of(task)].append(task.id)
-        return next((tasks for tasks in open_by_stage.values() if tasks), [])
-
     def _lease(self, task_id: str, now: float, agents: bool) -> dict[str, Any]:
-        task = next(t for t in self.run.tasks if t.id == task_id)
-        history = self.history[task_id]
-        number = history.attempts + 1
+        task = self.engine.tasks[task_id]
+        number = self.engine.history[task_id].attempts + 1
         outputs = [o.path for o in self.run.outputs_of(task)]
         aside = self.local.quarantine_of(task_id, number - 1)  # left before this attempt
         before = prepare_outputs(self.run, task, self.committer.object_format, aside)
@@ -192,8 +159,7 @@ class External:
 
             agent = write_agent(self.run, task, pointer)
         self.leases[task_id] = Lease(task_id, number, now, now + self.limits.timeout, before, agent)
-        history.attempts = number
-        self.governor.started()
+        self.engine.begin(task_id)
         item: dict[str, Any] = {
             "task": task_id,
             "attempt": number,
@@ -219,71 +185,63 @@ class External:
         result = Collected()
         landings: list[Landing] = []
         now = time.time()
-        at_base = git.ls_tree(self.repo, self.base) if self.base else {}
-        tasks = {t.id: t for t in self.run.tasks}
-        # Leased tasks, and pending ones whose outputs appeared anyway.
-        candidates = list(self.leases) + [
-            t.id for t in self.run.tasks if t.id not in self.done and t.id not in self.leases
-        ]
+        base = self.engine.base
+        at_base = git.ls_tree(self.repo, base) if base else {}
         writer = ledger.LedgerWriter(self.repo / self.run.dir)
         try:
-            for task_id in candidates:
-                task = tasks[task_id]
-                lease = self.leases.get(task_id)
-                prior = lease.before if lease else prior_in_tree(self.run, task, at_base)
-                check = check_task(self.run, task, prior, self.committer.object_format)
-                if lease is None and check.outcome != "valid":
-                    continue  # not handed out, nothing there: not this call's business
-                number = lease.attempt if lease else self.history[task_id].attempts
+            for task_id, lease in list(self.leases.items()):
+                check = check_task(
+                    self.run, self.engine.tasks[task_id], lease.before, self.committer.object_format
+                )
                 outcome = check.outcome
-                if outcome == "invalid":
-                    quarantine(self.repo, self.local.quarantine_of(task_id, number), check.outputs)
-                if outcome != "valid" and task_id in throttled:
+                if outcome == ledger.INVALID:
+                    where = self.local.quarantine_of(task_id, lease.attempt)
+                    quarantine(self.repo, where, check.outputs)
+                if outcome != ledger.VALID and task_id in throttled:
                     outcome = ledger.THROTTLED
-                history = self.history[task_id]
-                counted = outcome in ledger.COUNTED
-                failed_now = counted and history.used + 1 >= self.limits.max_attempts
-                started = lease.leased if lease else now
-                facts = EndFacts(task_id, outcome, now - started, None, None, False, "")
-                self.governor.ended(facts, now, failed_now)
-                reason = check.reason if outcome != "valid" else ""
+                reason = check.reason if outcome != ledger.VALID else ""
                 if reason:
                     result.reasons[task_id] = reason
-                record = ledger.AttemptRecord(
+                ended = Ended(
                     task_id,
-                    number,
-                    self.run.stage_of(task),
-                    started,
+                    lease.attempt,
+                    lease.leased,
                     now,
                     outcome,
-                    timed_out=bool(lease and now > lease.expires),
-                    reason=reason,
+                    reason,
+                    timed_out=now > lease.expires,
                     dispatch="external",
-                    concurrency=self.governor.concurrency if outcome == ledger.THROTTLED else None,
                 )
-                writer.write(record.to_json())
-                if counted:
-                    history.used += 1
-                self.leases.pop(task_id, None)
-                if lease and lease.agent:
+                status = self.engine.end(writer, ended)
+                self.leases.pop(task_id)
+                if lease.agent:
                     from gitrun.agents import remove_agent
 
                     remove_agent(self.repo, lease.agent)
-                if outcome == "valid":
-                    landings.append(Landing(task_id, number, check.outputs))
+                if outcome == ledger.VALID:
+                    landings.append(Landing(task_id, lease.attempt, check.outputs))
                     result.done.append(task_id)
-                    self.done.add(task_id)
                 elif outcome == ledger.THROTTLED:
                     result.throttled.append(task_id)
                 else:
-                    (result.invalid if outcome == "invalid" else result.missing).append(task_id)
-                    if failed_now:
+                    (result.invalid if outcome == ledger.INVALID else result.missing).append(
+                        task_id
+                    )
+                    if status == FAILED:
                         result.failed.append(task_id)
-            halt = self.governor.halt
-            if halt is not None and halt.kind in PERSISTENT and not self.halt_recorded:
-                self.halt_recorded = True
-                event = {"event": ledger.HALT, "kind": halt.kind, "message": halt.message}
-                writer.write({**event, "at": ledger.iso(now)})
+            # Tasks not handed out whose valid outputs appeared anyway are
+            # committed (rule 5), without an attempt to record.
+            for task_id in self.engine.pending():
+                task = self.engine.tasks[task_id]
+                prior = prior_in_tree(self.run, task, at_base)
+                check = check_task(self.run, task, prior, self.committer.object_format)
+                if check.outcome == ledger.VALID:
+                    self.engine.mark_done(task_id)
+                    landings.append(
+                        Landing(task_id, self.engine.history[task_id].attempts, check.outputs)
+                    )
+                    result.done.append(task_id)
+            self.engine.record_halt(writer)
         finally:
             writer.close()
         recorded = result.done + result.missing + result.invalid + result.throttled
@@ -299,19 +257,16 @@ class External:
         run_id = self.run.id
         if self.governor.halt is not None:
             return f"halted: {self.governor.halt.message}"
-        left = [t.id for t in self.run.tasks if t.id not in self.done]
+        left = [tid for tid, status in self.engine.status.items() if status != DONE]
         if not left:
             return f"every task is done; bring the results in with `gitrun land {run_id}`"
-        if not self._pending():
+        if not self.engine.pending() and not self.leases:
             return (
                 f"{len(left)} tasks used up their attempts; `gitrun retry {run_id}` gives them more"
             )
         return f"`gitrun next {run_id}` hands out the next batch"
 
     # -- state --------------------------------------------------------------------------
-
-    def _read_leases(self) -> dict[str, Lease]:
-        return read_leases(self.local)
 
     def _restore_governor(self) -> None:
         try:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gitrun.state import DONE, RunStatus
+from gitrun.engine import DONE
+from gitrun.state import RunStatus
 
 if TYPE_CHECKING:
     from gitrun.audit import Violation

@@ -7,11 +7,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gitrun import ledger
+from gitrun.engine import FAILED
 from gitrun.errors import GitrunError
 from gitrun.local import LocalPaths
 from gitrun.lock import run_locked
 from gitrun.runs import load_run
-from gitrun.state import FAILED, read_status
+from gitrun.state import read_status
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,7 @@ def start_run(
     with run_locked(local, run_id) as lock:
         committer = _create_branch(repo, run, local, report)
         driver = Driver(run, local, lock, committer, report, progress)
-        driver.recover_orphans()  # workers of an earlier life of this run id
+        driver.recover()  # workers of an earlier life of this run id
         return driver.drive()
 
 
@@ -107,7 +107,7 @@ def resume_run(
             raise CheckFailed(run_id, problems)
         committer = Committer(repo, run_id, local)
         driver = Driver(run, local, lock, committer, report, progress)
-        driver.recover_orphans()
+        driver.recover()
         driver.reconcile()
         return driver.drive()
 

@@ -1,10 +1,5 @@
-"""A run's state, derived — never stored (DESIGN.md rule 2).
-
-A task is *done* when every output is in the run branch's tree with content
-other than at the fork point; *failed* when it used up its attempts (from the
-ledger); *running* when a live driver has an attempt out for it; otherwise
-*pending*.
-"""
+"""A run's status, as ``gitrun status`` shows it: the engine's task states
+(:mod:`gitrun.engine` derives them) with each task's attempts and reasons."""
 
 from __future__ import annotations
 
@@ -14,16 +9,10 @@ from typing import Any
 
 from gitrun import git, ledger
 from gitrun.committer import branch_ref
-from gitrun.history import find_base
+from gitrun.engine import DONE, STATUSES, load_engine
 from gitrun.local import LocalPaths
 from gitrun.lock import Owner, is_locked, read_owner
 from gitrun.runs import RunDef, load_run
-
-DONE = "done"
-PENDING = "pending"
-RUNNING = "running"
-FAILED = "failed"
-STATUSES = (DONE, PENDING, RUNNING, FAILED)
 
 
 @dataclass
@@ -98,63 +87,16 @@ def read_run_ledger(run: RunDef) -> list[dict[str, Any]]:
     return ledger.read_ledger(run.repo / run.dir)
 
 
-def committed_tasks(run: RunDef, tip: str, base: str | None) -> set[str]:
-    """Tasks whose every output is in ``tip``'s tree with content new since ``base``."""
-    outputs = {o.path for task in run.tasks for o in run.outputs_of(task)}
-    tops = sorted({path.split("/", 1)[0] for path in outputs})
-    if len(tops) > 256:  # a command line has limits; list the whole tree then
-        tops = []
-    at_tip = git.ls_tree(run.repo, tip, tops)
-    at_base = git.ls_tree(run.repo, base, tops) if base else {}
-    done = set()
-    for task in run.tasks:
-        paths = [o.path for o in run.outputs_of(task)]
-        if all(p in at_tip and at_tip[p][1] != at_base.get(p, ("", ""))[1] for p in paths):
-            done.add(task.id)
-    return done
-
-
-def running_records(local: LocalPaths) -> dict[str, dict[str, Any]]:
-    """Attempts the running journal shows started and not ended, by task."""
-    records: dict[str, dict[str, Any]] = {}
-    for record in ledger.read_lines(local.running):
-        if not isinstance(record.get("task"), str):
-            continue  # a junk record says nothing about any task
-        if record.get("end"):
-            if records.get(record["task"], {}).get("attempt") == record.get("attempt"):
-                del records[record["task"]]
-        else:
-            records[record["task"]] = record
-    return records
-
-
 def read_status(repo: Path, run_id: str, run: RunDef | None = None) -> RunStatus:
     run = run or load_run(repo, run_id)
-    tip = git.rev_parse(repo, branch_ref(run_id))
+    local = LocalPaths.of(repo, run_id)
+    engine, tip = load_engine(run, local)
     # The branch exists but its tip's objects are gone (a prune during the run).
     damaged = tip is None and git.ref_target(repo, branch_ref(run_id)) is not None
-    done = committed_tasks(run, tip, find_base(repo, run_id)) if tip else set()
-    records = read_run_ledger(run)
-    summary = ledger.summarize(records)
-    local = LocalPaths.of(repo, run_id)
-    live = is_locked(local)
-    running: dict[str, Any] = running_records(local) if live else {}
-    if run.packet.executor.kind == "external":
-        from gitrun.leases import read_leases
-
-        running = dict(read_leases(local))
-    max_attempts = run.packet.limits.max_attempts
     tasks: dict[str, TaskStatus] = {}
     for task in run.tasks:
-        history = summary.of(task.id)
-        if task.id in done:
-            status = DONE
-        elif task.id in running:
-            status = RUNNING
-        elif history.used >= max_attempts:
-            status = FAILED
-        else:
-            status = PENDING
+        history = engine.history[task.id]
+        status = engine.status[task.id]
         missing = [] if status == DONE else [o.path for o in run.outputs_of(task)]
         reason = history.last_reason if status != DONE else None
         tasks[task.id] = TaskStatus(
@@ -166,8 +108,8 @@ def read_status(repo: Path, run_id: str, run: RunDef | None = None) -> RunStatus
         damaged=damaged,
         stages=run.stage_names,
         tasks=tasks,
-        spawns=summary.spawns,
-        driver=read_owner(local) if live else None,
-        violations=[r for r in records if r.get("event") == "violation"],
-        halt=summary.halt,
+        spawns=engine.summary.spawns,
+        driver=read_owner(local) if is_locked(local) else None,
+        violations=engine.violations(),
+        halt=engine.summary.halt,
     )

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gitrun.journal import running_records
 from gitrun.local import LocalPaths, local_runs
 from gitrun.lock import PROC_LOCKS, is_locked, lock_damage, lock_holders, read_owner
 from gitrun.reaper import (
@@ -26,7 +27,6 @@ from gitrun.reaper import (
 )
 from gitrun.records import RecordDamaged
 from gitrun.runs import list_runs
-from gitrun.state import running_records
 
 DEFAULT_STALE = 120.0  # seconds without a heartbeat (the driver beats every 2 s)
 
@@ -124,9 +124,9 @@ def _inspect_live(run_id: str, local: LocalPaths, stale_after: float, now: float
 
 def _inspect_dead(run_id: str, local: LocalPaths) -> RunHealth:
     health = RunHealth(run_id, "dead")
-    for task, record in running_records(local).items():
-        if is_recorded_worker(record):
-            health.orphans.append(f"{task}#{record.get('attempt')} (pid {record['pid']})")
+    for task, entry in running_records(local).items():
+        if is_recorded_worker(entry.to_json()):
+            health.orphans.append(f"{task}#{entry.attempt} (pid {entry.pid})")
     if health.orphans:
         health.stale = True
         health.reason = f"workers left running by a dead driver: {', '.join(health.orphans)}"
@@ -173,8 +173,8 @@ def kill_stale(repo: Path, health: RunHealth) -> str:
         deadline = time.time() + 10
         while is_locked(local) and time.time() < deadline:
             time.sleep(0.05)
-    for record in running_records(local).values():
-        kill_recorded_group(record)
+    for entry in running_records(local).values():
+        kill_recorded_group(entry.to_json())
     return f"{health.run}: stopped; continue it with `gitrun resume {health.run}`"
 
 

@@ -322,8 +322,8 @@ def test_a_ledger_that_is_a_directory_is_one_sentence(git_repo: Path) -> None:
 
 
 def test_junk_in_the_local_journal_is_skipped(git_repo: Path) -> None:
+    from gitrun.journal import running_records
     from gitrun.local import LocalPaths
-    from gitrun.state import running_records
 
     write_run(git_repo, "r", [{"id": "t1", "outputs": ["a"]}])
     local = LocalPaths.of(git_repo, "r")

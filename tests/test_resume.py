@@ -108,9 +108,9 @@ def test_user_commits_on_their_branch_while_the_run_commits(git_repo: Path, tmp_
 def test_resume_on_a_fresh_clone_carries_attempt_counts(git_repo: Path, tmp_path: Path) -> None:
     """The run directory exists only on gitrun/r (never committed on main):
     `gitrun resume` on a fresh clone brings it back and carries the attempts."""
+    from gitrun.journal import running_records
     from gitrun.local import LocalPaths
     from gitrun.reaper import kill_recorded_group
-    from gitrun.state import running_records
 
     remote = tmp_path / "remote.git"
     git(tmp_path, "init", "-q", "--bare", str(remote))
@@ -127,7 +127,8 @@ def test_resume_on_a_fresh_clone_carries_attempt_counts(git_repo: Path, tmp_path
         deadline = time.time() + 60
         while time.time() < deadline:
             records = committed_ledger(git_repo)
-            hanging = running_records(local).get("t01", {}).get("attempt") == 2
+            entry = running_records(local).get("t01")
+            hanging = entry is not None and entry.attempt == 2
             if len(records) >= 6 and hanging:
                 break
             time.sleep(0.05)
@@ -138,7 +139,7 @@ def test_resume_on_a_fresh_clone_carries_attempt_counts(git_repo: Path, tmp_path
         driver.kill()
         driver.wait()
         for record in running_records(local).values():  # the worker the killed driver left
-            kill_recorded_group(record)
+            kill_recorded_group(record.to_json())
 
     clone = tmp_path / "elsewhere"
     git(tmp_path, "clone", "-q", str(remote), str(clone))
