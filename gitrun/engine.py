@@ -157,7 +157,9 @@ class Engine:
         stage = self.current_stage()
         if stage is None:
             return []
-        return [tid for tid in self.queues[stage] if self.status[tid] == PENDING]
+        # A task handed out stays queued until its end queues it again (the
+        # driver pops what it launches; external mode's engine lives one call).
+        return list(dict.fromkeys(t for t in self.queues[stage] if self.status[t] == PENDING))
 
     def open_tasks(self) -> list[str]:
         """Tasks of the current stage pending or running, in table order."""
