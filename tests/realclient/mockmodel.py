@@ -1,0 +1,433 @@
+"""A scripted stand-in for the Anthropic Messages API on 127.0.0.1.
+
+Real agent CLIs (Claude Code) talk to it through ``ANTHROPIC_BASE_URL``
+with a dummy key and no network. Each request of the agent loop (one that
+offers tools) is answered with the next scripted :class:`Turn`: tool calls
+streamed the way the real API streams them (``message_start``, ``ping``,
+``content_block_start`` with ``tool_use``, ``input_json_delta`` in pieces,
+``content_block_stop``, ``message_delta`` with ``stop_reason`` and usage,
+``message_stop``), or a closing text. Requests without tools (titles,
+summaries, helper prompts) get ``side_text`` and use no turn.
+
+Everything received is recorded, so a test can read what the client sent
+back: :meth:`MockModel.tool_result` is what the model was told about one of
+its tool calls (the hook's denial, an error, the output of a command).
+
+Bounded: the server answers at most ``max_requests`` requests, shuts itself
+down after ``lifetime`` seconds, and stops when its ``with`` block ends.
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+MODEL = "claude-mock-1"
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """The model calls a tool: ``name`` with ``input``; ``id`` is made up when empty."""
+
+    name: str
+    input: dict[str, Any]
+    id: str = ""
+
+
+@dataclass(frozen=True)
+class Text:
+    text: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts as the API reports them: input and cache counts in
+    ``message_start``, the final output count (and the same input counts)
+    in ``message_delta``."""
+
+    input_tokens: int = 100
+    output_tokens: int = 20
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One assistant message. It stops with ``tool_use`` when it calls a tool,
+    else with ``end_turn``."""
+
+    blocks: tuple[ToolUse | Text, ...]
+    usage: Usage = Usage()
+
+    @property
+    def stop_reason(self) -> str:
+        return "tool_use" if any(isinstance(b, ToolUse) for b in self.blocks) else "end_turn"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The API refuses this request: ``status`` with an Anthropic error body
+    (429 ``rate_limit_error``, 529 ``overloaded_error``, ...)."""
+
+    status: int = 429
+    type: str = "rate_limit_error"
+    message: str = "Server is temporarily limiting requests (not your usage limit)"
+
+
+def write(path: str, content: str) -> Turn:
+    return Turn((ToolUse("Write", {"file_path": path, "content": content}),))
+
+
+def edit(path: str, old: str, new: str) -> Turn:
+    return Turn((ToolUse("Edit", {"file_path": path, "old_string": old, "new_string": new}),))
+
+
+def bash(command: str, description: str = "Run a command") -> Turn:
+    return Turn((ToolUse("Bash", {"command": command, "description": description}),))
+
+
+def say(text: str) -> Turn:
+    return Turn((Text(text),))
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+    @property
+    def is_agent_turn(self) -> bool:
+        """A request of the agent loop: a Messages call that offers tools."""
+        return (
+            self.method == "POST"
+            and self.path.split("?")[0] == "/v1/messages"
+            and isinstance(self.body, dict)
+            and bool(self.body.get("tools"))
+        )
+
+
+@dataclass
+class _State:
+    script: list[Turn | Failure]
+    max_requests: int
+    side_text: str
+    requests: list[Request] = field(default_factory=list)
+    served_turns: int = 0
+    overrun: int = 0
+    ids: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class MockModel:
+    """``with MockModel([write(...), say("done")]) as model:`` then point the
+    client at ``model.url``."""
+
+    def __init__(
+        self,
+        script: Sequence[Turn | Failure],
+        *,
+        max_requests: int = 50,
+        lifetime: float = 120.0,
+        side_text: str = "none",
+    ) -> None:
+        self._state = _State(list(script), max_requests, side_text)
+        self._lifetime = lifetime
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self._state))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def __enter__(self) -> MockModel:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    def _serve(self) -> None:
+        deadline = threading.Timer(self._lifetime, self._server.shutdown)
+        deadline.daemon = True
+        deadline.start()
+        try:
+            self._server.serve_forever(poll_interval=0.05)
+        finally:
+            deadline.cancel()
+            self._server.server_close()  # from now on a connection is refused at once
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join(timeout=10)
+        self._server.server_close()
+
+    # -- what the client sent ------------------------------------------------
+
+    @property
+    def requests(self) -> list[Request]:
+        with self._state.lock:
+            return list(self._state.requests)
+
+    @property
+    def served_turns(self) -> int:
+        """How many scripted turns were answered."""
+        return self._state.served_turns
+
+    @property
+    def overrun(self) -> int:
+        """Agent-loop requests that came after the script ran out."""
+        return self._state.overrun
+
+    def tool_results(self) -> dict[str, list[dict[str, Any]]]:
+        """Every ``tool_result`` block the client sent back, by ``tool_use_id``
+        (a result is sent again with each later request; the last copy wins)."""
+        found: dict[str, list[dict[str, Any]]] = {}
+        for request in self.requests:
+            for block in _blocks(request.body):
+                if block.get("type") == "tool_result":
+                    found[str(block.get("tool_use_id"))] = [block]
+        return found
+
+    def tool_result(self, tool_use_id: str) -> tuple[bool, str]:
+        """(is_error, text) of what the model was told about one tool call."""
+        blocks = self.tool_results().get(tool_use_id)
+        if not blocks:
+            raise AssertionError(f"the client never reported a result for {tool_use_id}")
+        block = blocks[-1]
+        return bool(block.get("is_error")), _text_of(block.get("content"))
+
+    def tool_use_ids(self) -> list[str]:
+        """The ids of the tool calls served so far, in order."""
+        return [
+            b.id
+            for turn in self._state.script[: self._state.served_turns]
+            if isinstance(turn, Turn)
+            for b in turn.blocks
+            if isinstance(b, ToolUse)
+        ]
+
+
+def _blocks(body: Any) -> Iterator[dict[str, Any]]:
+    if not isinstance(body, dict):
+        return
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            yield from (b for b in content if isinstance(b, dict))
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return ""
+
+
+def _sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _pieces(text: str, count: int = 3) -> list[str]:
+    """Split JSON text the way the API streams it: in arbitrary fragments."""
+    size = max(1, -(-len(text) // count))
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _stream(message_id: str, model: str, turn: Turn) -> bytes:
+    usage = turn.usage
+    start_usage = {
+        "input_tokens": usage.input_tokens,
+        "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+        "cache_read_input_tokens": usage.cache_read_input_tokens,
+        "output_tokens": 1,
+        "service_tier": "standard",
+    }
+    events = [
+        _sse(
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": message_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": start_usage,
+                },
+            },
+        ),
+        _sse("ping", {"type": "ping"}),
+    ]
+    for index, block in enumerate(turn.blocks):
+        if isinstance(block, Text):
+            start: dict[str, Any] = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": piece} for piece in _pieces(block.text, 2)]
+        else:
+            start = {"type": "tool_use", "id": block.id, "name": block.name, "input": {}}
+            deltas = [
+                {"type": "input_json_delta", "partial_json": piece}
+                for piece in ["", *_pieces(json.dumps(block.input))]
+            ]
+        events.append(
+            _sse(
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": start},
+            )
+        )
+        for delta in deltas:
+            events.append(
+                _sse(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": delta},
+                )
+            )
+        events.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
+    events.append(
+        _sse(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": turn.stop_reason, "stop_sequence": None},
+                "usage": {
+                    "input_tokens": usage.input_tokens,
+                    "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+                    "cache_read_input_tokens": usage.cache_read_input_tokens,
+                    "output_tokens": usage.output_tokens,
+                },
+            },
+        )
+    )
+    events.append(_sse("message_stop", {"type": "message_stop"}))
+    return b"".join(events)
+
+
+def _message(message_id: str, model: str, turn: Turn) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [
+        {"type": "text", "text": b.text}
+        if isinstance(b, Text)
+        else {"type": "tool_use", "id": b.id, "name": b.name, "input": b.input}
+        for b in turn.blocks
+    ]
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": turn.stop_reason,
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": turn.usage.input_tokens,
+            "cache_creation_input_tokens": turn.usage.cache_creation_input_tokens,
+            "cache_read_input_tokens": turn.usage.cache_read_input_tokens,
+            "output_tokens": turn.usage.output_tokens,
+        },
+    }
+
+
+def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # the requests are recorded, not printed
+
+        def _record(self, body: Any) -> Request | None:
+            request = Request(self.command, self.path, dict(self.headers), body)
+            with state.lock:
+                if len(state.requests) >= state.max_requests:
+                    return None
+                state.requests.append(request)
+            return request
+
+        def _send(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("content-type", content_type)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _json(self, status: int, data: Any) -> None:
+            self._send(status, json.dumps(data).encode(), "application/json")
+
+        def _refuse(self) -> None:
+            self._json(
+                503,
+                {
+                    "type": "error",
+                    "error": {"type": "api_error", "message": "mock model: request budget spent"},
+                },
+            )
+
+        def do_GET(self) -> None:
+            if self._record(None) is None:
+                return self._refuse()
+            self._json(404, {"type": "error", "error": {"type": "not_found_error"}})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length)
+            try:
+                body: Any = json.loads(raw)
+            except ValueError:
+                body = raw.decode(errors="replace")
+            request = self._record(body)
+            if request is None:
+                return self._refuse()
+            path = self.path.split("?")[0]
+            if path == "/v1/messages/count_tokens":
+                return self._json(200, {"input_tokens": 100})
+            if path != "/v1/messages" or not isinstance(body, dict):
+                return self._json(404, {"type": "error", "error": {"type": "not_found_error"}})
+            turn = self._next_turn(request)
+            if isinstance(turn, Failure):
+                error = {"type": "error", "error": {"type": turn.type, "message": turn.message}}
+                return self._json(turn.status, error)
+            with state.lock:
+                state.ids += 1
+                message_id = f"msg_mock_{state.ids:04d}"
+            model = str(body.get("model") or MODEL)
+            if body.get("stream"):
+                self._send(200, _stream(message_id, model, turn), "text/event-stream")
+            else:
+                self._json(200, _message(message_id, model, turn))
+
+        def _next_turn(self, request: Request) -> Turn | Failure:
+            if not request.is_agent_turn:
+                return say(state.side_text)
+            with state.lock:
+                if state.served_turns >= len(state.script):
+                    state.overrun += 1
+                    return say("The script has ended.")
+                turn = state.script[state.served_turns]
+                if isinstance(turn, Turn):
+                    turn = _with_ids(turn, state)
+                    state.script[state.served_turns] = turn
+                state.served_turns += 1
+                return turn
+
+    return Handler
+
+
+def _with_ids(turn: Turn, state: _State) -> Turn:
+    blocks: list[ToolUse | Text] = []
+    for block in turn.blocks:
+        if isinstance(block, ToolUse) and not block.id:
+            state.ids += 1
+            block = ToolUse(block.name, block.input, f"toolu_mock_{state.ids:04d}")
+        blocks.append(block)
+    return Turn(tuple(blocks), turn.usage)
