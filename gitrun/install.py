@@ -4,7 +4,12 @@ The git pre-commit hook chains any hook that was there (renamed, still
 called); gitrun refuses to write into a ``core.hooksPath`` outside the
 repository's own hooks directory unless told to. The Claude Code hooks are
 merged into ``.claude/settings.json`` next to existing entries; installing
-twice changes nothing, and uninstalling removes only gitrun's entries.
+twice changes nothing, installing again brings gitrun's own entries up to
+date, and uninstalling removes only gitrun's entries.
+
+Installed hooks outlive this process and travel with a clone, so they call
+gitrun the portable way (``gitrun`` on PATH, else ``python3 -m gitrun``),
+checked at install time, never through this interpreter's absolute path.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import os
 import shlex
 import shutil
 import stat
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,24 +33,82 @@ MARKER = "gitrun-managed-hook"
 CHAINED = "pre-commit.gitrun-chained"
 SETTINGS = ".claude/settings.json"
 WRITE_MATCHER = "Write|Edit|MultiEdit|NotebookEdit"
+PORTABLE_COMMANDS = ("gitrun", "python3 -m gitrun")
+_ENTRY_COMMANDS = (" hook pre-write", " hook subagent-stop")
 
 
-def gitrun_command() -> str:
-    """How hooks call gitrun: `gitrun` when that is this installation, else this Python."""
-    found = shutil.which("gitrun")
-    if found and Path(found).resolve().parent == Path(sys.executable).resolve().parent:
-        return "gitrun"
+def running_gitrun() -> str:
+    """This very installation, for the hooks of a client gitrun launches
+    itself (the claude preset's ``--settings``): they live only as long as
+    the attempt, on this machine."""
     return f"{shlex.quote(sys.executable)} -m gitrun"
 
 
+def portable_gitrun() -> str:
+    """How installed hooks call gitrun: the first of ``gitrun`` and
+    ``python3 -m gitrun`` that runs from PATH here.
+
+    An absolute interpreter path (a venv's python) breaks in every clone and
+    after every rebuild of the venv, and an installed write hook that cannot
+    start blocks every write (:func:`fail_closed`), so the command is run
+    once before it is written anywhere.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}
+    for command in PORTABLE_COMMANDS:
+        argv = command.split()
+        if shutil.which(argv[0], path=env.get("PATH")) is None:
+            continue
+        try:
+            proc = subprocess.run(
+                [*argv, "--version"],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=60,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if proc.returncode == 0 and proc.stdout.startswith("gitrun "):
+            return command
+    raise GitrunError(
+        "neither `gitrun` nor `python3 -m gitrun` runs from PATH here, and an installed hook "
+        "that cannot start blocks every write; put gitrun on PATH (activate its virtual "
+        "environment, or `pipx install` it), then run `gitrun hooks install` again"
+    )
+
+
+def fail_closed(command: str) -> str:
+    """``command`` as a Claude Code hook command that blocks on any failure.
+
+    Claude Code blocks a tool call only when its hook exits 2; any other
+    non-zero status, even 127 from a hook that cannot start, lets the call
+    through (seen with the real client, issue 11). Claude Code runs a hook
+    command with ``/bin/sh -c``: here every status but 0 becomes 2, and one
+    that is not gitrun's own block says why on stderr, which the model reads.
+    """
+    why = (  # fixed text: nothing in it that sh would expand but the status
+        "gitrun: the write hook could not run (status $s), so this write is blocked; "
+        f"make gitrun runnable in this session, or remove gitrun's hooks from {SETTINGS}"
+    )
+    return f'{command} || {{ s=$?; [ $s -eq 2 ] || echo "{why}" >&2; exit 2; }}'
+
+
 def claude_hooks(command: str | None = None) -> dict[str, list[dict[str, Any]]]:
-    """gitrun's Claude Code hook entries (also passed to `claude -p --settings`)."""
-    prefix = command or gitrun_command()
+    """gitrun's Claude Code hook entries, calling gitrun as ``command``
+    (default: this installation, for `claude -p --settings`).
+
+    The write hook fails closed. The stop hook does not: a SubagentStop hook
+    that exits 2 keeps the subagent from stopping, so one that cannot start
+    would hold every subagent, and outputs are judged on disk anyway.
+    """
+    prefix = command or running_gitrun()
     return {
         "PreToolUse": [
             {
                 "matcher": WRITE_MATCHER,
-                "hooks": [{"type": "command", "command": f"{prefix} hook pre-write"}],
+                "hooks": [{"type": "command", "command": fail_closed(f"{prefix} hook pre-write")}],
             }
         ],
         "SubagentStop": [
@@ -53,17 +117,17 @@ def claude_hooks(command: str | None = None) -> dict[str, list[dict[str, Any]]]:
     }
 
 
-def _is_ours(entry: object) -> bool:
-    if not isinstance(entry, dict):
+def is_ours(entry: object) -> bool:
+    """Whether a settings hook entry is one gitrun installed (any version)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("hooks"), list):
         return False
     return any(
-        (isinstance(h, dict) and " hook pre-write" in str(h.get("command", "")))
-        or (isinstance(h, dict) and " hook subagent-stop" in str(h.get("command", "")))
-        for h in entry.get("hooks", [])
+        isinstance(h, dict) and any(c in str(h.get("command", "")) for c in _ENTRY_COMMANDS)
+        for h in entry["hooks"]
     )
 
 
-def _read_settings(path: Path) -> dict[str, Any]:
+def read_settings(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
     try:
@@ -77,31 +141,34 @@ def _read_settings(path: Path) -> dict[str, Any]:
     return data
 
 
-def install_claude(repo: Path) -> str:
+def install_claude(repo: Path, command: str | None = None) -> str:
+    """Merge gitrun's hooks into ``.claude/settings.json``, calling gitrun as
+    ``command`` (default :func:`portable_gitrun`). gitrun's entries from an
+    earlier install are replaced where they stand; everything else is kept."""
     path = repo / SETTINGS
-    settings = _read_settings(path)
+    settings = read_settings(path)
     hooks = settings.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise GitrunError(f'{SETTINGS}: "hooks" is not an object; fix it first')
-    changed = False
-    for event, entries in claude_hooks().items():
+    before = json.dumps(settings, sort_keys=True)
+    for event, entries in claude_hooks(command or portable_gitrun()).items():
         existing = hooks.setdefault(event, [])
         if not isinstance(existing, list):
             raise GitrunError(f"{SETTINGS}: hooks.{event} is not a list; fix it first")
-        if not any(_is_ours(e) for e in existing):
-            existing.extend(entries)
-            changed = True
-    if not changed:
+        at = next((i for i, e in enumerate(existing) if is_ours(e)), len(existing))
+        others = [e for e in existing if not is_ours(e)]
+        hooks[event] = others[:at] + entries + others[at:]
+    if json.dumps(settings, sort_keys=True) == before:
         return f"{SETTINGS}: gitrun's hooks are already there"
     write_atomic(path, (json.dumps(settings, indent=2) + "\n").encode())
-    return f"{SETTINGS}: added gitrun's PreToolUse and SubagentStop hooks"
+    return f"{SETTINGS}: installed gitrun's PreToolUse and SubagentStop hooks"
 
 
 def uninstall_claude(repo: Path) -> str:
     path = repo / SETTINGS
     if not path.exists():
         return f"{SETTINGS}: not there; nothing to remove"
-    settings = _read_settings(path)
+    settings = read_settings(path)
     hooks = settings.get("hooks")
     if not isinstance(hooks, dict):
         return f"{SETTINGS}: no gitrun hooks"
@@ -110,7 +177,7 @@ def uninstall_claude(repo: Path) -> str:
         entries = hooks[event]
         if not isinstance(entries, list):
             continue
-        kept = [e for e in entries if not _is_ours(e)]
+        kept = [e for e in entries if not is_ours(e)]
         removed |= len(kept) != len(entries)
         if kept:
             hooks[event] = kept
@@ -127,7 +194,9 @@ def uninstall_claude(repo: Path) -> str:
     return f"{SETTINGS}: removed gitrun's hooks"
 
 
-def _hooks_dir(repo: Path, force: bool) -> Path:
+def hooks_dir(repo: Path, force: bool) -> Path:
+    """Where git looks for this repository's hooks (``core.hooksPath`` or
+    ``.git/hooks``); one elsewhere than ``.git/hooks`` only with ``force``."""
     own = git.git_dir(repo) / "hooks"
     configured = git.run_git_quiet(repo, "config", "--get", "core.hooksPath")
     if configured:
@@ -141,11 +210,14 @@ def _hooks_dir(repo: Path, force: bool) -> Path:
     return own
 
 
-def install_git(repo: Path, force: bool = False) -> str:
-    hooks = _hooks_dir(repo, force)
+def install_git(repo: Path, force: bool = False, command: str | None = None) -> str:
+    """Install the git pre-commit hook, calling gitrun as ``command``
+    (default :func:`portable_gitrun`)."""
+    hooks = hooks_dir(repo, force)
     hooks.mkdir(parents=True, exist_ok=True)
     target = hooks / "pre-commit"
-    script = (data_dir("hooks") / "pre-commit").read_text().replace("@GITRUN@", gitrun_command())
+    script = (data_dir("hooks") / "pre-commit").read_text()
+    script = script.replace("@GITRUN@", command or portable_gitrun())
     note = ""
     if target.exists() and MARKER not in target.read_text(errors="replace"):
         if (hooks / CHAINED).exists():
@@ -162,7 +234,7 @@ def install_git(repo: Path, force: bool = False) -> str:
 
 
 def uninstall_git(repo: Path, force: bool = False) -> str:
-    hooks = _hooks_dir(repo, force)
+    hooks = hooks_dir(repo, force)
     target = hooks / "pre-commit"
     if not target.exists() or MARKER not in target.read_text(errors="replace"):
         return f"{target}: no gitrun hook"

@@ -14,6 +14,7 @@ from gitrun.agents import agent_name, parse_agent_name, task_of_agent
 from gitrun.install import install_claude, install_git, uninstall_claude, uninstall_git
 from tests.helpers import build_tree, git, write_run
 
+WORKER = {"GITRUN_RUN": "r", "GITRUN_TASK": "t1"}
 TASKS = [
     {"id": "t1", "outputs": ["out/t1.json"], "owns": ["out/t1.json", "notes/t1/**"]},
     {"id": "t2", "outputs": ["out/t2.json"]},
@@ -32,7 +33,12 @@ def _run_hook(
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}
     full_env.update(env)
     return subprocess.run(
-        ["sh", "-c", command], input=payload, cwd=repo, capture_output=True, text=True, env=full_env
+        ["/bin/sh", "-c", command],
+        input=payload,
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env=full_env,
     )
 
 
@@ -53,6 +59,16 @@ def _decision(proc: subprocess.CompletedProcess[str]) -> str | None:
     if not proc.stdout.strip():
         return None
     return str(json.loads(proc.stdout)["hookSpecificOutput"]["permissionDecision"])
+
+
+@pytest.fixture(autouse=True)
+def _gitrun_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Installed hooks call `gitrun` from PATH, as in an activated venv:
+    this installation comes first."""
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), _PATH]))
+
+
+_PATH = os.environ.get("PATH", "/usr/bin:/bin")
 
 
 @pytest.fixture
@@ -358,3 +374,172 @@ def test_git_pre_commit_rejects_a_commit_in_a_run_without_a_task(git_repo: Path)
     install_git(git_repo)
     rejected = _commit(git_repo, ["src/other.py"], GITRUN_RUN="r")
     assert rejected.returncode != 0 and "commit rejected" in rejected.stderr
+
+
+def _settings_command(repo: Path) -> str:
+    return _hook_command(repo, "PreToolUse")
+
+
+def _bin_dir(tmp: Path, **scripts: str) -> str:
+    """A folder of tiny executables (name -> shell body), for a PATH of our choosing."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    for name, body in scripts.items():
+        (tmp / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp / name).chmod(0o755)
+    return str(tmp)
+
+
+def test_installed_hooks_call_gitrun_portably_never_through_this_interpreter(
+    hooked: Path,
+) -> None:
+    """The settings travel with a clone: a venv's absolute interpreter path
+    (what was written before) breaks in every other checkout."""
+    settings = (hooked / ".claude/settings.json").read_text()
+    assert sys.executable not in settings and str(Path(sys.executable).parent) not in settings
+    assert _settings_command(hooked).startswith("gitrun hook pre-write || ")
+    install_git(hooked)
+    assert "gitrun hook pre-commit || exit 1" in (hooked / ".git/hooks/pre-commit").read_text()
+
+
+def test_install_falls_back_to_python3_m_gitrun_and_refuses_when_neither_runs(
+    git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gitrun.errors import GitrunError
+
+    system = "/usr/bin:/bin"  # git and sh, and no gitrun
+    python3 = _bin_dir(tmp_path / "py", python3=f'exec "{sys.executable}" "$@"')
+    monkeypatch.setenv("PATH", os.pathsep.join([python3, system]))
+    install_claude(git_repo)
+    assert _settings_command(git_repo).startswith("python3 -m gitrun hook pre-write || ")
+    uninstall_claude(git_repo)
+    broken = _bin_dir(tmp_path / "broken", python3="exit 1", gitrun="exit 1")
+    monkeypatch.setenv("PATH", os.pathsep.join([broken, system]))
+    for install in (install_claude, install_git):
+        with pytest.raises(
+            GitrunError, match=r"put gitrun on PATH .* `gitrun hooks install` again"
+        ):
+            install(git_repo)
+    assert not (git_repo / ".claude/settings.json").exists()
+    assert not (git_repo / ".git/hooks/pre-commit").exists()
+
+
+def test_a_write_hook_that_cannot_start_blocks_with_exit_2(hooked: Path, tmp_path: Path) -> None:
+    """Claude Code blocks only on exit 2: the command gitrun installed before
+    (no wrapper) exited 127 when gitrun was not on PATH, and every write went
+    through. Now every failure to start, or to run at all, is exit 2."""
+    from gitrun.install import fail_closed
+
+    command = _settings_command(hooked)
+    payload = _pre_tool_use(hooked, "out/t2.json")
+    empty = _bin_dir(tmp_path / "empty")
+    cases = [
+        {"PATH": empty, **WORKER},  # a clone without gitrun
+        {"PYTHONHOME": empty, **WORKER},  # an interpreter that cannot start
+        {"PATH": empty},  # no task in the environment: the hook cannot know, so it blocks
+    ]
+    for env in cases:
+        proc = _run_hook(hooked, command, payload, **env)
+        assert proc.returncode == 2, (env, proc.returncode, proc.stderr)
+        assert "gitrun: the write hook could not run (status " in proc.stderr, proc.stderr
+        assert "so this write is blocked" in proc.stderr
+    assert command.split(" || ")[0] == "gitrun hook pre-write"
+    unwrapped = _run_hook(hooked, "gitrun hook pre-write", payload, PATH=empty, **WORKER)
+    assert unwrapped.returncode == 127  # what Claude Code treats as "go ahead"
+    for status in ("1", "70", "126", "127", "137"):
+        crashed = _run_hook(hooked, fail_closed(f"(exit {status})"), payload)
+        assert crashed.returncode == 2 and f"(status {status})" in crashed.stderr
+    allowed = _run_hook(hooked, fail_closed("(exit 0)"), payload)
+    assert (allowed.returncode, allowed.stderr) == (0, "")
+    # gitrun's own decisions pass through the wrapper untouched.
+    denied = _run_hook(hooked, command, payload, **WORKER)
+    assert (denied.returncode, _decision(denied), denied.stderr) == (0, "deny", "")
+    blocked = _run_hook(hooked, command, payload, GITRUN_RUN="r")
+    assert blocked.returncode == 2 and blocked.stderr.startswith("gitrun: cannot check this")
+    assert "could not run" not in blocked.stderr
+
+
+def test_installing_again_updates_an_old_gitrun_entry_in_place(hooked: Path) -> None:
+    settings_path = hooked / ".claude/settings.json"
+    user_entry = {"matcher": "Bash", "hooks": [{"type": "command", "command": "audit.sh"}]}
+    old_entry = {
+        "matcher": "Write|Edit|MultiEdit|NotebookEdit",
+        "hooks": [{"type": "command", "command": "/gone/venv/bin/python -m gitrun hook pre-write"}],
+    }
+    old = json.loads(settings_path.read_text())
+    old["hooks"]["PreToolUse"] = [old_entry, user_entry]
+    settings_path.write_text(json.dumps(old))
+    assert "installed" in install_claude(hooked)
+    now = json.loads(settings_path.read_text())
+    assert [e["hooks"][0]["command"].split(" || ")[0] for e in now["hooks"]["PreToolUse"]] == [
+        "gitrun hook pre-write",
+        "audit.sh",
+    ]
+    assert "already there" in install_claude(hooked)
+    uninstall_claude(hooked)
+    assert json.loads(settings_path.read_text())["hooks"] == {"PreToolUse": [user_entry]}
+
+
+def _status(repo: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}
+    full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "gitrun", "hooks", "status", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=120,
+    )
+
+
+def _set_write_hook(repo: Path, command: str) -> None:
+    path = repo / ".claude/settings.json"
+    settings = json.loads(path.read_text())
+    [entry] = [e for e in settings["hooks"]["PreToolUse"] if "pre-write" in json.dumps(e)]
+    entry["hooks"][0]["command"] = command
+    path.write_text(json.dumps(settings))
+
+
+def test_hooks_status_runs_the_installed_hooks_and_says_whether_they_block(git_repo: Path) -> None:
+    missing = _status(git_repo)
+    assert missing.returncode == 1
+    assert "FAIL  .claude/settings.json: no gitrun write hook" in missing.stdout
+    assert "FAIL  .git/hooks/pre-commit: not installed" in missing.stdout
+    subprocess.run(
+        [sys.executable, "-m", "gitrun", "hooks", "install"], cwd=git_repo, check=True, timeout=120
+    )
+    healthy = _status(git_repo)
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    assert healthy.stdout.splitlines() == [
+        "ok  .claude/settings.json PreToolUse: runs: allows an owned write, denies one outside "
+        "the task's owns, and blocks when it cannot identify the task or cannot start",
+        "ok  .git/hooks/pre-commit: runs: rejects a worker's commit it cannot check",
+    ]
+    # gitrun's hook as installed before: it runs and decides, but when it
+    # cannot start Claude Code lets the write through.
+    _set_write_hook(git_repo, "gitrun hook pre-write")
+    unwrapped = _status(git_repo, "--claude")
+    assert unwrapped.returncode == 1 and "does not fail closed" in unwrapped.stdout
+    assert "status 127" in unwrapped.stdout and "pre-commit" not in unwrapped.stdout
+    # A clone whose settings name an interpreter that is not there.
+    _set_write_hook(git_repo, "/gone/venv/bin/python -m gitrun hook pre-write")
+    stale = _status(git_repo, "--claude")
+    assert stale.returncode == 1
+    assert "does not run, and Claude Code lets every write through (status 127" in stale.stdout
+    # The fail-closed form of the same stale command blocks every write.
+    from gitrun.install import fail_closed
+
+    _set_write_hook(git_repo, fail_closed("/gone/venv/bin/python -m gitrun hook pre-write"))
+    closed = _status(git_repo, "--claude")
+    assert closed.returncode == 1 and "blocks even a write the task owns" in closed.stdout
+    git_only = _status(git_repo, "--git")
+    assert git_only.returncode == 0 and "settings" not in git_only.stdout
+
+
+def test_hooks_status_finds_a_git_hook_that_cannot_start_gitrun(git_repo: Path) -> None:
+    install_git(git_repo, command="/gone/venv/bin/python -m gitrun")
+    proc = _status(git_repo, "--git")
+    assert proc.returncode == 1, proc.stdout
+    assert "cannot start gitrun (status 1: " in proc.stdout
+    assert "/gone/venv/bin/python: not found" in proc.stdout
+    assert "worker commits are all rejected" in proc.stdout

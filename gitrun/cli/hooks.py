@@ -140,3 +140,22 @@ def hooks_uninstall(
 ) -> None:
     """Remove only what gitrun installed (a chained hook is put back)."""
     _hooks_action(ctx, git_hook, claude, force, install=False)
+
+
+@hooks_app.command("status")
+def hooks_status(
+    ctx: typer.Context,
+    git_hook: _GitHook = False,
+    claude: _ClaudeHooks = False,
+) -> None:
+    """Run the installed hooks on sample inputs and say whether they would run and block.
+
+    Exit 0 when every hook checked runs and blocks what it must; 1 otherwise.
+    """
+    from gitrun.hookcheck import hook_statuses
+
+    repo = _repo(ctx)
+    statuses = hook_statuses(repo, claude=claude or not git_hook, git_hook=git_hook or not claude)
+    for status in statuses:
+        typer.echo(f"{'ok' if status.ok else 'FAIL'}  {status.where}: {status.says}")
+    raise typer.Exit(0 if all(s.ok for s in statuses) else 1)
