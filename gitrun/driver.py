@@ -25,6 +25,7 @@ from gitrun import git, ledger
 from gitrun.attempt import Attempt, AttemptEnd, Monitor
 from gitrun.audit import Audit, Violation
 from gitrun.committer import CommitQueue, Committed, Committer, Landing
+from gitrun.crashpoints import crash_point
 from gitrun.engine import DONE, FAILED, PENDING, RUNNING, STATUSES, Ended, Engine
 from gitrun.executor import command_template, render_command
 from gitrun.governor import STRICT, Halt, is_throttled, last_line
@@ -327,9 +328,11 @@ class Driver:
         # leaves this, and the next resume finds the worker by its attempt id.
         ahead = JournalEntry(task.id, number, self.run.id, attempt_id, time.time(), before)
         self.journal.write(ahead)
+        crash_point("launch.ahead")
         attempt = self.monitor.launch(
             task.id, number, argv, env, self.repo, log, self.limits.timeout
         )
+        crash_point("launch.spawned")
         self.running[task.id] = attempt
         self.engine.begin(task.id)
         assert self.audit is not None
@@ -346,6 +349,7 @@ class Driver:
                 deadline=attempt.deadline,
             )
             self.journal.write(spawned)
+            crash_point("launch.journaled")
         self.report(f"{task.id} attempt {number}: started")
 
     def _finish(self, end: AttemptEnd, commits: CommitQueue) -> None:
@@ -374,9 +378,12 @@ class Driver:
             wrote_nothing=all(o.reason == "does not exist" for o in check.outputs),
             diagnostic=last_line(end.tail),
         )
+        crash_point("end.judged")
         status = self.engine.end(self.ledger, ended)
+        crash_point("end.recorded")
         assert self.journal is not None
         self.journal.write(JournalEntry(end.task, end.attempt, end=True))
+        crash_point("end.closed")
         self.finished_here += 1
         self.audit_due = True
         how = f"signal {end.signal}" if end.signal else f"exit {end.exit_code}"

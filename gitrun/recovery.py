@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from gitrun import ledger
 from gitrun.committer import Committer, Landing, landing_message
+from gitrun.crashpoints import crash_point
 from gitrun.engine import DONE, Ended, Engine
 from gitrun.journal import read_journal, running_records
 from gitrun.outputs import check_task, prior_in_tree, quarantine
@@ -46,6 +47,7 @@ def recover_orphans(
         reason = check.reason if outcome != ledger.VALID else ""
         ended = Ended(tid, entry.attempt, entry.started or now, now, outcome, reason)
         engine.record(writer, ended)
+        crash_point("recover.recorded")
         how = "stopped" if stopped else "nothing of it verifiably running, nothing signalled"
         report(f"{tid} attempt {entry.attempt}: left by a dead driver; {how} ({outcome})")
     for pid in kill_leftovers(run.id, ids):
