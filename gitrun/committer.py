@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gitrun import git
+from gitrun.crashpoints import crash_point
 from gitrun.errors import CommandError, GitrunError
 from gitrun.local import LocalPaths
 from gitrun.outputs import OutputCheck, blob_id, linked_parent
@@ -158,7 +159,9 @@ class Committer:
                     raise GitrunError(self._gone())
                 tree = git.tree_with(self.repo, old, entries, self.local.index)
                 new = git.commit_tree(self.repo, tree, [old] if old else [], message)
+                crash_point("commit.made")
                 if git.update_ref(self.repo, self.ref, new, old):
+                    crash_point("commit.published")
                     note_tip(self.local, new)
                     return new
         raise GitrunError(
