@@ -73,11 +73,12 @@ def claude_env(
     env = {
         k: v
         for k, v in os.environ.items()
-        if k.startswith("GIT_") or k in ("LANG", "LC_ALL", "TMPDIR", "USER", "LOGNAME")
+        if k.startswith("GIT_") or k in ("LANG", "LC_ALL", "USER", "LOGNAME")
     }
     env.update(
         {
             "HOME": str(home),
+            "TMPDIR": str(home),  # the client's scratch files stay with the test
             "PATH": path
             if path is not None
             else os.pathsep.join([gitrun_bin_dir(), os.environ.get("PATH", "/usr/bin:/bin")]),

@@ -1,0 +1,152 @@
+"""Write-time ownership inside the real Claude Code CLI (issue 11).
+
+Each test drives ``claude -p`` against the scripted mock model on
+127.0.0.1 (no network, no API key) in a real repository with gitrun's hooks
+installed by ``gitrun hooks install``, as a worker that gitrun launched for
+task t1 (``GITRUN_RUN``/``GITRUN_TASK`` in its environment). Skipped, with
+the reason, when the CLI is not installed (``.ci/install-clients``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import commit_all, write_run
+from tests.realclient.claude import claude_binary, claude_env, gitrun_bin_dir, run_claude
+from tests.realclient.mockmodel import MockModel, Turn, bash, edit, say, write
+
+pytestmark = pytest.mark.realclient
+
+WORKER = {"GITRUN_RUN": "r", "GITRUN_TASK": "t1"}
+
+
+@pytest.fixture
+def repo(git_repo: Path, tmp_path: Path) -> Path:
+    """A repository with run r (t1 owns out/t1.json) and gitrun's hooks,
+    installed by the real command with this gitrun first on PATH."""
+    claude_binary()  # skip before any work when the client is missing
+    write_run(git_repo, "r", [{"id": "t1", "outputs": ["out/t1.json"]}])
+    commit_all(git_repo, "run r")
+    env = {**os.environ, "PATH": os.pathsep.join([gitrun_bin_dir(), os.environ["PATH"]])}
+    subprocess.run(
+        [sys.executable, "-m", "gitrun", "hooks", "install", "--claude"],
+        cwd=git_repo,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    (tmp_path / "home").mkdir()
+    return git_repo
+
+
+def _drive(
+    repo: Path, script: list[Turn], *, path: str | None = None, **env: str
+) -> tuple[MockModel, dict[str, Any]]:
+    """One worker session: the client runs the script to its end."""
+    with MockModel(script) as model:
+        proc = run_claude(
+            repo,
+            "Follow the packet.",
+            claude_env(repo.parent / "home", model.url, path=path, **{**WORKER, **env}),
+        )
+    assert proc.returncode == 0, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert model.served_turns == len(script) and model.overrun == 0
+    return model, json.loads(proc.stdout)
+
+
+def _hooks_status(repo: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gitrun", "hooks", "status", "--claude"],
+        cwd=repo,
+        env={**os.environ, "PATH": os.pathsep.join([gitrun_bin_dir(), os.environ["PATH"]])},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _set_write_hook(repo: Path, command: str) -> None:
+    path = repo / ".claude/settings.json"
+    settings = json.loads(path.read_text())
+    settings["hooks"]["PreToolUse"][0]["hooks"][0]["command"] = command
+    path.write_text(json.dumps(settings))
+
+
+def test_an_owned_write_is_allowed_and_lands(repo: Path) -> None:
+    model, result = _drive(repo, [write(str(repo / "out/t1.json"), '{"ok": 1}'), say("done")])
+    assert (repo / "out/t1.json").read_text() == '{"ok": 1}'
+    [call] = model.tool_use_ids()
+    is_error, text = model.tool_result(call)
+    assert not is_error and "out/t1.json" in text
+    assert result["permission_denials"] == [] and result["result"] == "done"
+
+
+@pytest.mark.parametrize(
+    ("turn", "stray", "said"),
+    [
+        (lambda r: write(str(r / "src/stray.py"), "x = 1\n"), "src/stray.py", "is not among them"),
+        (lambda r: write(str(r / "TODO.md"), "mine\n"), "TODO.md", "may not write the shared"),
+        (lambda r: write(str(r / "out/../../outside.txt"), "x"), "../outside.txt", "outside the"),
+        (lambda r: edit(str(r / "README.md"), "sample", "changed"), "README.md", "not among"),
+    ],
+    ids=["write", "protected", "dotdot", "edit"],
+)
+def test_a_write_outside_the_task_s_owns_is_denied_and_the_model_is_told(
+    repo: Path, turn: Callable[[Path], Turn], stray: str, said: str
+) -> None:
+    before = (repo / "README.md").read_text()
+    model, result = _drive(repo, [turn(repo), say("done")])
+    assert not (repo / stray).exists() or (repo / stray).read_text() == before
+    [call] = model.tool_use_ids()
+    is_error, text = model.tool_result(call)
+    assert is_error and "gitrun task t1 may" in text and said in text, text
+    assert [d["tool_use_id"] for d in result["permission_denials"]] == [call]
+
+
+def test_the_client_lets_a_write_through_when_a_plain_hook_cannot_start(repo: Path) -> None:
+    """The fact behind fail-closed (issue 11): Claude Code blocks only on
+    exit 2, so a hook command that exits 127 (a stale interpreter path, as
+    gitrun installed before) lets a stray write through."""
+    assert _hooks_status(repo).returncode == 0
+    _set_write_hook(repo, "/gone/venv/bin/python -m gitrun hook pre-write")
+    model, _ = _drive(repo, [write(str(repo / "src/stray.py"), "x = 1\n"), say("done")])
+    assert (repo / "src/stray.py").read_text() == "x = 1\n"
+    assert model.tool_result(model.tool_use_ids()[0])[0] is False
+    status = _hooks_status(repo)  # and `gitrun hooks status` says so
+    assert status.returncode == 1 and "Claude Code lets every write through" in status.stdout
+
+
+def test_the_installed_hook_blocks_when_gitrun_cannot_start(repo: Path, tmp_path: Path) -> None:
+    """The command `gitrun hooks install` writes, in a session where gitrun
+    is not on PATH (a clone without it): every write is blocked, the owned
+    one too, and the model is told why."""
+    system = os.pathsep.join(
+        p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / "gitrun").exists()
+    )
+    script = [
+        write(str(repo / "src/stray.py"), "x = 1\n"),
+        write(str(repo / "out/t1.json"), "{}"),
+        say("done"),
+    ]
+    model, _ = _drive(repo, script, path=system)
+    assert not (repo / "src/stray.py").exists() and not (repo / "out/t1.json").exists()
+    for call in model.tool_use_ids():
+        is_error, text = model.tool_result(call)
+        assert is_error and "the write hook could not run (status 127)" in text, text
+
+
+def test_a_bash_write_is_not_seen_by_the_write_hook(repo: Path) -> None:
+    """What the write hook cannot enforce (issue 11): with acceptEdits, a
+    shell redirection inside the repository runs without asking, and no
+    PreToolUse hook on Write sees it. The audit reports it afterwards."""
+    _drive(repo, [bash("echo stray > stray.txt"), say("done")])
+    assert (repo / "stray.txt").read_text() == "stray\n"
