@@ -11,7 +11,6 @@ state are machine-local (``.git/gitrun/<run>/``).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -23,14 +22,15 @@ from gitrun import git, ledger
 from gitrun.committer import Committer, Landing, branch_ref, landing_message
 from gitrun.engine import DONE, FAILED, Ended, Engine
 from gitrun.errors import GitrunError
+from gitrun.governor import GovernorState
 from gitrun.leases import Lease, read_leases, write_leases
 from gitrun.local import LocalPaths
 from gitrun.lock import RunBusy, run_locked
 from gitrun.outputs import check_task, prepare_outputs, prior_in_tree, quarantine
 from gitrun.pointer import render_pointer
+from gitrun.records import load_record, warn_stderr, write_record
 from gitrun.runfiles import definition_files
 from gitrun.runs import RunDef, load_run
-from gitrun.tomlfile import write_atomic
 
 LOCK_PATIENCE = 30.0  # seconds next/collect wait for another next/collect
 
@@ -269,17 +269,19 @@ class External:
     # -- state --------------------------------------------------------------------------
 
     def _restore_governor(self) -> None:
-        try:
-            state = json.loads((self.local.root / "governor.json").read_text())
-        except (OSError, ValueError):
-            return
-        if isinstance(state, dict):
+        state = load_record(
+            self.local.governor,
+            GovernorState.from_json,
+            what="governor state",
+            fix="concurrency and backoff start afresh from the packet's limits",
+            warn=warn_stderr,
+        )
+        if state is not None:
             self.governor.restore(state)
 
     def _save(self) -> None:
         write_leases(self.local, self.leases)
-        state = json.dumps(self.governor.export()).encode()
-        write_atomic(self.local.root / "governor.json", state, durable=False)
+        write_record(self.local.governor, self.governor.export())
 
 
 @contextmanager

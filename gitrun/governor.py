@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gitrun.records import VERSION, Fields
 from gitrun.settings import Limits
 
 THROTTLE_EXIT = 75  # EX_TEMPFAIL
@@ -230,27 +231,16 @@ class Governor:
         if self.halt is None:
             self.halt = halt
 
-    def export(self) -> dict[str, Any]:
+    def export(self) -> GovernorState:
         """What must outlive one process (external dispatch calls gitrun per batch)."""
-        return {
-            "concurrency": self.concurrency,
-            "backoff_until": self.backoff_until,
-            "throttles": self._throttles,
-            "valid_run": self._valid_run,
-        }
+        return GovernorState(self.concurrency, self.backoff_until, self._throttles, self._valid_run)
 
-    def restore(self, state: dict[str, Any]) -> None:
-        concurrency = state.get("concurrency")
-        if isinstance(concurrency, int) and 1 <= concurrency <= self.limits.concurrency:
-            self.concurrency = concurrency
-        for key, attr in (
-            ("backoff_until", "backoff_until"),
-            ("throttles", "_throttles"),
-            ("valid_run", "_valid_run"),
-        ):
-            value = state.get(key)
-            if isinstance(value, int | float):
-                setattr(self, attr, type(getattr(self, attr))(value))
+    def restore(self, state: GovernorState) -> None:
+        if 1 <= state.concurrency <= self.limits.concurrency:
+            self.concurrency = state.concurrency
+        self.backoff_until = state.backoff_until
+        self._throttles = max(0, state.throttles)
+        self._valid_run = max(0, state.valid_run)
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -261,6 +251,35 @@ class Governor:
             "canary": list(self.canary),
             "halt": {"kind": self.halt.kind, "message": self.halt.message} if self.halt else None,
         }
+
+
+@dataclass(frozen=True)
+class GovernorState:
+    """The governor's state between two calls of external dispatch
+    (``.git/gitrun/<run>/governor.json``, a version-1 record)."""
+
+    concurrency: int
+    backoff_until: float = 0.0
+    throttles: int = 0  # since the last valid completion
+    valid_run: int = 0  # valid completions since the last change of concurrency
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "v": VERSION,
+            "concurrency": self.concurrency,
+            "backoff_until": self.backoff_until,
+            "throttles": self.throttles,
+            "valid_run": self.valid_run,
+        }
+
+    @classmethod
+    def from_json(cls, data: Fields) -> GovernorState:
+        return cls(
+            data.integer("concurrency"),
+            data.number("backoff_until"),
+            data.integer("throttles"),
+            data.integer("valid_run"),
+        )
 
 
 def _describe_exit(facts: EndFacts) -> str:

@@ -193,3 +193,30 @@ def test_a_failed_canary_halts_external_mode_until_retry(git_repo: Path) -> None
     batch = _gitrun(git_repo, "next", "e", "--json")
     assert batch.returncode == 0, batch.stderr
     assert [b["task"] for b in json.loads(batch.stdout)] == ["t1"]  # the canary again, alone
+
+
+def test_governor_state_outlives_a_call_and_damage_to_it_is_a_warning(git_repo: Path) -> None:
+    from gitrun.local import LocalPaths
+
+    tasks = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(1, 5)]
+    packet = {
+        "executor": {"kind": "external"},
+        "limits": {"canary": 0, "concurrency": 4, "backoff_base": "60s", "backoff_cap": "60s"},
+    }
+    write_run(git_repo, "e", tasks, packet)
+    assert _gitrun(git_repo, "start", "e").returncode == 0
+    collected = _gitrun(git_repo, "collect", "e", "--throttled", "t1")
+    assert collected.returncode == 0, collected.stderr
+    state = LocalPaths.of(git_repo, "e").governor
+    saved = json.loads(state.read_text())
+    assert saved["v"] == 1 and saved["concurrency"] == 2 and saved["throttles"] == 1
+    held = _gitrun(git_repo, "next", "e")  # the backoff, read back from disk, holds it
+    assert "throttled: wait" in held.stdout + held.stderr, held.stdout
+    state.write_text('{"v": 1, "concurrency": "two"')  # cut short
+    proc = _gitrun(git_repo, "next", "e")
+    assert "Traceback" not in proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    [warning] = proc.stderr.strip().splitlines()
+    assert warning.startswith(f"gitrun: warning: {state} is not valid JSON"), warning
+    assert "start afresh" in warning
+    assert json.loads(state.read_text())["concurrency"] == 4  # written anew
