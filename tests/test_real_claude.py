@@ -150,3 +150,33 @@ def test_a_bash_write_is_not_seen_by_the_write_hook(repo: Path) -> None:
     PreToolUse hook on Write sees it. The audit reports it afterwards."""
     _drive(repo, [bash("echo stray > stray.txt"), say("done")])
     assert (repo / "stray.txt").read_text() == "stray\n"
+
+
+def test_the_claude_preset_s_settings_enforce_ownership_without_installed_hooks(
+    repo: Path,
+) -> None:
+    """The claude preset passes gitrun's hooks with `--settings` JSON, and
+    claude -p silently ignores settings that fail its validation: the real
+    client must run them (here with no hooks in .claude/settings.json)."""
+    from gitrun.executor import claude_settings
+
+    (repo / ".claude/settings.json").unlink()
+    script = [
+        write(str(repo / "out/t1.json"), "{}"),
+        write(str(repo / "src/stray.py"), "x = 1\n"),
+        say("done"),
+    ]
+    with MockModel(script) as model:
+        proc = run_claude(
+            repo,
+            "Follow the packet.",
+            claude_env(repo.parent / "home", model.url, **WORKER),
+            "--settings",
+            claude_settings(),
+        )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (repo / "out/t1.json").exists() and not (repo / "src/stray.py").exists()
+    owned, stray = model.tool_use_ids()
+    assert model.tool_result(owned)[0] is False
+    is_error, text = model.tool_result(stray)
+    assert is_error and "src/stray.py is not among them" in text
