@@ -1,12 +1,39 @@
-"""The one door to git. Small named functions over git plumbing."""
+"""The one door to git. Small named functions over git plumbing.
+
+Behind the door, two ways to start git, each where it was measured to serve
+(``python bench/compare.py``):
+
+- What writes to the object database or a ref (blobs, trees, commits, the
+  compare-and-swap of a run branch) runs through GitPython's command layer,
+  whose failures arrive as ``GitCommandError`` and leave here as gitrun's
+  :class:`CommandError`. Only processes that commit pay for importing it.
+- Reads run as plain one-shot child processes (:func:`gitrun.proc.run_cmd`):
+  the read-only commands (``status``, ``check``, ``log``, hooks) make a handful
+  of git calls each, and importing GitPython alone made ``gitrun status`` on
+  10,000 tasks 11% slower. ``--version`` and ``--help`` never import it.
+
+Nothing here keeps a GitPython ``Repo`` or its persistent ``cat-file``
+processes alive between calls: its README warns that it leaks resources in
+long-running processes, and the driver runs for hours.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Mapping
+from contextlib import nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gitrun.errors import CommandError, GitrunError
-from gitrun.proc import run_cmd
+from gitrun.proc import clean_env, is_hook_git_var, run_cmd
+
+if TYPE_CHECKING:  # GitPython is imported where it runs, never at start-up
+    from git.cmd import Git
+    from git.exc import CommandError as GitPythonError
 
 # Every git gitrun runs: core.fsmonitor names a command git runs while it
 # scans the work tree, and one a worker planted in .git/config must not run
@@ -22,6 +49,88 @@ def git(repo: Path, *args: str, input: bytes | None = None) -> bytes:
     """
     argv = [*GIT, "--literal-pathspecs", "-C", str(repo), *args]
     return run_cmd(argv, input=input).stdout
+
+
+def write_git(
+    repo: Path, *args: str, input: bytes | None = None, env: Mapping[str, str] | None = None
+) -> bytes:
+    """Run a git command that writes objects or refs; return its stdout.
+
+    Through GitPython's command layer, with the options of :func:`git`; its
+    ``GitCommandError`` becomes :class:`CommandError` (the command, its exit
+    status and git's stderr). GitPython starts git with the whole inherited
+    environment plus additions and cannot drop a variable, so inside a git
+    hook (GIT_DIR, GIT_INDEX_FILE, ... exported) the command runs as a plain
+    child process without them, as everywhere else in gitrun.
+    """
+    argv = [*GIT, "--literal-pathspecs", "-C", str(repo), *args]
+    if any(is_hook_git_var(name) for name in os.environ):
+        return run_cmd(argv, input=input, env=clean_env(env)).stdout
+    runner, failure = _command_layer(argv, repo)
+    # GitPython hands git a file as its stdin, never bytes.
+    with tempfile.TemporaryFile() if input is not None else nullcontext() as stdin:
+        if stdin is not None and input is not None:
+            stdin.write(input)
+            stdin.seek(0)
+        try:
+            _status, out, _err = runner.execute(
+                argv,
+                istream=stdin,
+                env=dict(env) if env else None,
+                with_extended_output=True,
+                stdout_as_string=False,
+                strip_newline_in_stdout=False,
+            )
+        except failure as exc:
+            raise _command_error(argv, exc) from exc
+    return out
+
+
+def _command_layer(argv: list[str], repo: Path) -> tuple[Git, type[GitPythonError]]:
+    """GitPython's command runner for ``repo`` and the base of its errors.
+
+    Not a ``Repo``: one per call costs a third of a git process, and a kept
+    one grows persistent ``cat-file`` processes; the command layer holds
+    nothing between calls. It also sets LC_ALL=C, so the messages
+    :func:`commit_tree` reads are English whatever the user's locale.
+    """
+    try:
+        from git.cmd import Git
+        from git.exc import CommandError as GitPythonError
+    except ImportError as exc:  # GitPython looks for git when it is first imported
+        if shutil.which(argv[0]) is None:
+            raise CommandError(argv, 127, f"{argv[0]}: command not found") from exc
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise GitrunError(
+            f"GitPython could not be loaded ({first}); reinstall gitrun with its "
+            "dependencies (`pip install --force-reinstall gitrun`)"
+        ) from exc
+    return Git(str(repo)), GitPythonError
+
+
+def _command_error(argv: list[str], exc: GitPythonError) -> CommandError:
+    """gitrun's error for a failure GitPython reported: the same sentence a
+    plain child process gives (the command, its status, git's last line)."""
+    if isinstance(exc.status, int):
+        # GitPython keeps git's output only inside its own message.
+        said = _unwrap(exc.stderr, "stderr") or _unwrap(exc.stdout, "stdout")
+        return CommandError(argv, exc.status, said)
+    # The status is the exception that kept git from starting at all.
+    return CommandError(argv, 127, f"{argv[0]}: command not found")
+
+
+def _unwrap(text: str, label: str) -> str:
+    return text.removeprefix(f"\n  {label}: '").removesuffix("'")
+
+
+def _stdin_path(path: str) -> str:
+    """A path as a line of ``--stdin-paths`` or ``--index-info``: git reads a
+    line that starts with a double quote as a C-quoted string (a file named
+    ``"a".json`` would be read as ``a``), so such a path is quoted."""
+    if not path.startswith('"') and "\n" not in path:
+        return path
+    escaped = path.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
 
 
 def find_repo_root(start: Path | None = None) -> Path:
@@ -109,10 +218,6 @@ def refused_paths(repo: Path, paths: list[str]) -> set[str]:
     """Which of ``paths`` git would refuse to record (core.protectNTFS and
     friends: ``.git:x``, ``git~1``, ...), asked of git itself in a scratch
     index, so gitrun's idea of a valid name can never drift from git's."""
-    import tempfile
-
-    from gitrun.proc import clean_env
-
     if not paths:
         return set()
     empty = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"  # need not exist for --index-info
@@ -232,13 +337,14 @@ def hash_files(repo: Path, paths: list[str]) -> list[str]:
     """
     if not paths:
         return []
-    data = "".join(f"{p}\n" for p in paths).encode(errors="surrogateescape")
-    out = git(repo, "hash-object", "-w", "--no-filters", "--stdin-paths", input=data)
+    data = "".join(f"{_stdin_path(p)}\n" for p in paths).encode(errors="surrogateescape")
+    out = write_git(repo, "hash-object", "-w", "--no-filters", "--stdin-paths", input=data)
     return out.decode().split()
 
 
 def hash_bytes(repo: Path, data: bytes) -> str:
-    return git(repo, "hash-object", "-w", "--no-filters", "--stdin", input=data).decode().strip()
+    out = write_git(repo, "hash-object", "-w", "--no-filters", "--stdin", input=data)
+    return out.decode().strip()
 
 
 def tree_with(
@@ -251,10 +357,11 @@ def tree_with(
     env = {"GIT_INDEX_FILE": str(index)}
     index.unlink(missing_ok=True)
     if base:
-        _git_env(repo, env, "read-tree", base)
-    info = "".join(f"{mode} {sha}\t{path}\n" for mode, sha, path in entries)
-    _git_env(repo, env, "update-index", "--add", "--index-info", input=info.encode())
-    tree = _git_env(repo, env, "write-tree").decode().strip()
+        write_git(repo, "read-tree", base, env=env)
+    info = "".join(f"{mode} {sha}\t{_stdin_path(path)}\n" for mode, sha, path in entries)
+    data = info.encode(errors="surrogateescape")
+    write_git(repo, "update-index", "--add", "--index-info", input=data, env=env)
+    tree = write_git(repo, "write-tree", env=env).decode().strip()
     index.unlink(missing_ok=True)
     _verify_tree(repo, tree, entries)
     return tree
@@ -283,7 +390,7 @@ def commit_tree(repo: Path, tree: str, parents: list[str], message: str) -> str:
     for parent in parents:
         args += ["-p", parent]
     try:
-        return git(repo, *args, "-F", "-", input=message.encode()).decode().strip()
+        return write_git(repo, *args, "-F", "-", input=message.encode()).decode().strip()
     except CommandError as exc:
         if "tell me who you are" not in exc.output and "empty ident" not in exc.output:
             raise
@@ -294,20 +401,17 @@ def commit_tree(repo: Path, tree: str, parents: list[str], message: str) -> str:
         "GIT_COMMITTER_NAME": "gitrun",
         "GIT_COMMITTER_EMAIL": "gitrun@localhost",
     }
-    return _git_env(repo, ident, *args, "-F", "-", input=message.encode()).decode().strip()
+    return write_git(repo, *args, "-F", "-", input=message.encode(), env=ident).decode().strip()
 
 
 def update_ref(repo: Path, ref: str, new: str, old: str | None) -> bool:
     """Compare-and-swap ``ref`` from ``old`` (None: must not exist) to ``new``."""
     expected = old or ""  # empty: the ref must not exist yet
-    proc = run_cmd([*GIT, "-C", str(repo), "update-ref", ref, new, expected], check=False)
-    return proc.returncode == 0
-
-
-def _git_env(repo: Path, extra: dict[str, str], *args: str, input: bytes | None = None) -> bytes:
-    from gitrun.proc import clean_env
-
-    return run_cmd([*GIT, "-C", str(repo), *args], input=input, env=clean_env(extra)).stdout
+    try:
+        write_git(repo, "update-ref", ref, new, expected)
+    except CommandError:
+        return False
+    return True
 
 
 def run_git_quiet(repo: Path, *args: str) -> str:

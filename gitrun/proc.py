@@ -21,13 +21,13 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     Code that runs inside a git hook would otherwise talk to the hook's index
     and work tree instead of the repository it names.
     """
-    env = {k: v for k, v in os.environ.items() if not _is_hook_git_var(k)}
+    env = {k: v for k, v in os.environ.items() if not is_hook_git_var(k)}
     if extra:
         env.update(extra)
     return env
 
 
-def _is_hook_git_var(name: str) -> bool:
+def is_hook_git_var(name: str) -> bool:
     return name in {
         "GIT_DIR",
         "GIT_WORK_TREE",

@@ -1,0 +1,221 @@
+"""git.py against real temporary repositories: what it writes, how it fails,
+which names it handles, and that a process committing for hours keeps no
+child processes or open files from it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gitrun import git
+from gitrun.errors import CommandError, GitrunError
+from tests.helpers import build_tree, commit_all
+from tests.helpers import git as run_git
+
+ODD_NAMES = [
+    '"quoted".json',  # git reads a stdin line starting with '"' as C-quoted
+    "-n.json",
+    "sp ace.json",
+    "back\\slash.json",
+    "[a].json",
+    "*.json",
+    ":(top)magic.json",
+    "ünïcode.json",
+    "out/[a].json",
+    "out/a.json",
+    "\udcffraw.json",  # a file name that is not UTF-8, as surrogateescape gives it
+]
+
+
+def _commit_files(repo: Path, paths: list[str], message: str = "files") -> str:
+    """Commit ``paths`` (as on disk) on refs/heads/side with git.py's write path."""
+    ids = git.hash_files(repo, paths)
+    base = git.rev_parse(repo, "HEAD")
+    entries = [("100644", sha, path) for sha, path in zip(ids, paths, strict=True)]
+    tree = git.tree_with(repo, base, entries, repo / ".git" / "test-index")
+    commit = git.commit_tree(repo, tree, [base] if base else [], message)
+    assert git.update_ref(repo, "refs/heads/side", commit, git.rev_parse(repo, "refs/heads/side"))
+    return commit
+
+
+def test_odd_file_names_are_committed_and_read_back_as_they_are(git_repo: Path) -> None:
+    for name in ODD_NAMES:
+        path = git_repo / os.fsencode(name).decode(errors="surrogateescape")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(f"content of {name!r}\n".encode(errors="surrogateescape"))
+    commit = _commit_files(git_repo, ODD_NAMES)
+    files = git.ls_tree(git_repo, commit)
+    for name in ODD_NAMES:
+        assert name in files, name
+        blob = git.cat_blob(git_repo, files[name][1])
+        assert blob == f"content of {name!r}\n".encode(errors="surrogateescape")
+    # Nothing else came in under a name git made up from an odd one.
+    assert set(files) == {"README.md", *ODD_NAMES}
+
+
+def test_a_path_is_never_a_pattern(git_repo: Path) -> None:
+    build_tree(git_repo, {"out/a.json": "a", "out/b.json": "b", "out/[a].json": "bracket"})
+    commit = _commit_files(git_repo, ["out/a.json", "out/b.json", "out/[a].json"])
+    assert set(git.ls_tree(git_repo, commit, ["out/[a].json"])) == {"out/[a].json"}
+    assert git.ls_tree(git_repo, commit, ["out/*.json"]) == {}
+    assert git.ls_tree(git_repo, commit, [":(glob)out/*"]) == {}
+
+
+def test_a_failed_write_names_the_command_its_status_and_what_git_said(git_repo: Path) -> None:
+    with pytest.raises(CommandError) as caught:
+        git.hash_files(git_repo, ["no-such-file.json"])
+    error = caught.value
+    assert error.returncode == 128
+    assert "hash-object" in error.argv
+    assert "no-such-file.json" in error.output
+    assert "could not open" in str(error) or "No such file" in str(error)
+    assert "exited with status 128" in str(error)
+    # The failure came through GitPython's command layer and was mapped.
+    from git.exc import GitCommandError
+
+    assert isinstance(error.__cause__, GitCommandError)
+
+
+def test_git_that_cannot_start_is_command_not_found(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import git as gitpython  # GitPython looks for git once, on import: do that first
+
+    assert gitpython.__version__
+    monkeypatch.setenv("PATH", str(git_repo / "no-bin"))
+    with pytest.raises(CommandError) as caught:
+        git.hash_bytes(git_repo, b"x")
+    assert caught.value.returncode == 127
+    assert "command not found" in str(caught.value)
+
+
+def test_update_ref_is_a_compare_and_swap(git_repo: Path) -> None:
+    head = git.rev_parse(git_repo, "HEAD")
+    assert head
+    ref = "refs/heads/gitrun/r"
+    assert git.update_ref(git_repo, ref, head, None)
+    assert not git.update_ref(git_repo, ref, head, None)  # exists already
+    build_tree(git_repo, {"x.txt": "x"})
+    commit_all(git_repo, "second")
+    second = git.rev_parse(git_repo, "HEAD")
+    assert second
+    assert not git.update_ref(git_repo, ref, second, second)  # wrong old value
+    assert git.rev_parse(git_repo, ref) == head
+    assert git.update_ref(git_repo, ref, second, head)
+    assert git.rev_parse(git_repo, ref) == second
+
+
+def test_commits_without_a_configured_identity_are_made_as_gitrun(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"):
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("EMAIL", "")
+    run_git(git_repo, "config", "user.useConfigOnly", "true")
+    head = git.rev_parse(git_repo, "HEAD")
+    assert head
+    tree = run_git(git_repo, "rev-parse", "HEAD^{tree}").strip()
+    commit = git.commit_tree(git_repo, tree, [head], "no identity\n")
+    assert run_git(git_repo, "log", "-1", "--format=%an <%ae>", commit).strip() == (
+        "gitrun <gitrun@localhost>"
+    )
+
+
+def test_inside_a_git_hook_writes_go_to_the_named_repository(
+    tmp_path: Path, git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hook exports GIT_DIR and GIT_INDEX_FILE of the repository being
+    committed to; GitPython passes the whole environment on, so git.py must
+    not let them redirect its writes."""
+    other = tmp_path / "other"
+    subprocess.run(["git", "init", "-q", str(other)], check=True)
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(other))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(other / ".git" / "index"))
+    build_tree(git_repo, {"out/x.json": "{}"})
+    commit = _commit_files(git_repo, ["out/x.json"])
+    for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        monkeypatch.delenv(key)
+    assert run_git(git_repo, "rev-parse", "refs/heads/side").strip() == commit
+    assert "out/x.json" in run_git(git_repo, "ls-tree", "-r", "--name-only", commit)
+    listed = subprocess.run(
+        ["git", "-C", str(other), "for-each-ref"], capture_output=True, text=True, check=True
+    )
+    assert listed.stdout == ""
+    assert not (other / ".git" / "index").exists()
+
+
+def test_a_name_git_refuses_is_an_error_and_nothing_is_committed(git_repo: Path) -> None:
+    blob = git.hash_bytes(git_repo, b"x")
+    with pytest.raises(GitrunError, match="would not record"):
+        git.tree_with(git_repo, None, [("100644", blob, ".git/config")], git_repo / "idx")
+
+
+def test_writes_that_fail_leave_no_process_behind(git_repo: Path) -> None:
+    me = psutil.Process()
+    before = {child.pid for child in me.children(recursive=True)}
+    for _ in range(20):
+        with pytest.raises(CommandError):
+            git.write_git(git_repo, "cat-file", "-e", "0" * 40)
+    assert {child.pid for child in me.children(recursive=True)} <= before
+
+
+def _resources() -> tuple[int, int]:
+    me = psutil.Process()
+    return len(me.children(recursive=True)), me.num_fds()
+
+
+def test_two_thousand_commits_keep_no_process_or_file_open(git_repo: Path) -> None:
+    """The driver commits for hours in one process, and GitPython is known to
+    leak persistent cat-file processes and open handles when a Repo is kept.
+    Each commit is commit-tree and the ref's compare-and-swap; every 20th one
+    also writes a blob and a tree, the rest reuse the last tree."""
+    index = git_repo / ".git" / "leak-index"
+    ref = "refs/heads/gitrun/leak"
+    tip: str | None = None
+    tree = ""
+    baseline = (-1, -1)
+    for i in range(2020):
+        if i % 20 == 0:
+            blob = git.hash_bytes(git_repo, f"{i}\n".encode())
+            tree = git.tree_with(git_repo, tip, [("100644", blob, f"out/{i}.txt")], index)
+        new = git.commit_tree(git_repo, tree, [tip] if tip else [], f"commit {i}\n")
+        assert git.update_ref(git_repo, ref, new, tip)
+        tip = new
+        if i == 19:  # imports and first-use caches have settled
+            assert "git.cmd" in sys.modules  # the writes really go through GitPython
+            baseline = _resources()
+    assert _resources() == baseline
+    assert run_git(git_repo, "rev-list", "--count", ref).strip() == "2020"
+
+
+def _imported_by(*argv: str, cwd: Path) -> set[str]:
+    """Top-level names of the modules a fresh interpreter imports running ``argv``."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", *argv], capture_output=True, text=True, cwd=cwd
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    names = set()
+    for line in proc.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            names.add(line.rsplit("|", 1)[1].strip().split(".")[0])
+    return names
+
+
+GITPYTHON = {"git", "gitdb", "smmap"}
+
+
+def test_the_import_probe_sees_gitpython(tmp_path: Path) -> None:
+    assert _imported_by("-c", "import git", cwd=tmp_path) >= GITPYTHON
+
+
+@pytest.mark.parametrize("command", [["--version"], ["--help"], ["status"]])
+def test_read_only_commands_do_not_import_gitpython(git_repo: Path, command: list[str]) -> None:
+    imported = _imported_by("-m", "gitrun", *command, cwd=git_repo)
+    assert "gitrun" in imported
+    assert not imported & GITPYTHON
