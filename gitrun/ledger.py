@@ -205,6 +205,11 @@ def read_ledger(run_dir: Path) -> list[dict[str, Any]]:
 LEDGER_FORMAT = 1  # the "v" of every attempt record; README documents the format
 
 
+def attempt_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The attempt records among a ledger's records (not run-level events), in order."""
+    return [r for r in records if "attempt" in r and "event" not in r]
+
+
 @dataclass(frozen=True)
 class AttemptRecord:
     """One attempt, as the ledger keeps it: the one definition both dispatch

@@ -24,6 +24,7 @@ class TaskStatus:
     last_attempt: int
     missing: list[str] = field(default_factory=list)
     reason: str | None = None
+    records: list[dict[str, Any]] = field(default_factory=list)  # its attempts, from the ledger
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -36,6 +37,7 @@ class TaskStatus:
             data["missing"] = self.missing
         if self.reason:
             data["reason"] = self.reason
+        data["records"] = self.records
         return data
 
 
@@ -93,6 +95,9 @@ def read_status(repo: Path, run_id: str, run: RunDef | None = None) -> RunStatus
     engine, tip = load_engine(run, local)
     # The branch exists but its tip's objects are gone (a prune during the run).
     damaged = tip is None and git.ref_target(repo, branch_ref(run_id)) is not None
+    records: dict[str, list[dict[str, Any]]] = {}
+    for record in ledger.attempt_records(engine.records):
+        records.setdefault(str(record.get("task")), []).append(record)
     tasks: dict[str, TaskStatus] = {}
     for task in run.tasks:
         history = engine.history[task.id]
@@ -100,7 +105,14 @@ def read_status(repo: Path, run_id: str, run: RunDef | None = None) -> RunStatus
         missing = [] if status == DONE else [o.path for o in run.outputs_of(task)]
         reason = history.last_reason if status != DONE else None
         tasks[task.id] = TaskStatus(
-            task.id, run.stage_of(task), status, history.used, history.attempts, missing, reason
+            task.id,
+            run.stage_of(task),
+            status,
+            history.used,
+            history.attempts,
+            missing,
+            reason,
+            records.get(task.id, []),
         )
     return RunStatus(
         run=run_id,

@@ -182,3 +182,15 @@ def test_log_attempts_prints_the_ledger_records_one_a_line(finished: Path) -> No
         assert {"stage", "started", "ended", "duration", "exit", "signal", "timed_out"} <= set(
             record
         )
+
+
+def test_attempt_records_in_log_json_and_status_json(finished: Path) -> None:
+    listed = runner.invoke(app, ["log", "r", "--attempts", "--json"])
+    assert listed.exit_code == 0, listed.output
+    records = sorted(json.loads(listed.output), key=lambda r: (r["task"], r["attempt"]))
+    assert [r["task"] for r in records] == ["t01", "t02", "t03"]
+    status = runner.invoke(app, ["status", "r", "--json"])
+    assert status.exit_code == 0, status.output
+    tasks = json.loads(status.output)["tasks"]
+    # status names each task's attempts: the very records of the ledger.
+    assert [r for tid in sorted(tasks) for r in tasks[tid]["records"]] == records

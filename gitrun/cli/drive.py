@@ -154,7 +154,7 @@ def log(
         typer.Option(
             "--attempts",
             help="Print every attempt record of the ledger instead, one JSON object a line "
-            "(the format README documents under 'The ledger').",
+            "(with --json: one JSON array; the format README documents under 'The ledger').",
         ),
     ] = False,
 ) -> None:
@@ -167,11 +167,13 @@ def log(
     repo = _repo(ctx)
     check_run_id(run)
     if attempts:
-        from gitrun.ledger import read_ledger
+        from gitrun.ledger import attempt_records, read_ledger
 
-        for record in read_ledger(repo / RUNS_DIR / run):
-            if "attempt" in record and "event" not in record:
-                typer.echo(json.dumps(record, sort_keys=True, separators=(",", ":")))
+        records = attempt_records(read_ledger(repo / RUNS_DIR / run))
+        if as_json:
+            typer.echo(json.dumps(records, indent=2, sort_keys=True))
+        for record in records if not as_json else []:
+            typer.echo(json.dumps(record, sort_keys=True, separators=(",", ":")))
         return
     if rev_parse(repo, branch_ref(run)) is None:
         raise GitrunError(
