@@ -75,3 +75,38 @@ def test_only_the_command_line_imports_typer() -> None:
         imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         assert not {m for m in imported if m.split(".")[0] == "typer"}, path
+
+
+def _reaches(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for dep in graph[todo.pop()] - seen:
+            seen.add(dep)
+            todo.append(dep)
+    return seen
+
+
+# What decides task state sits below everything that acts on it.
+ABOVE_THE_ENGINE = {
+    "gitrun.driver",
+    "gitrun.external",
+    "gitrun.recovery",
+    "gitrun.session",
+    "gitrun.state",
+    "gitrun.retry",
+    "gitrun.watchdog",
+    "gitrun.demo",
+}
+
+
+def test_the_engine_imports_nothing_that_acts_on_it() -> None:
+    graph = _graph()
+    below = _reaches(graph, "gitrun.engine")
+    assert not below & ABOVE_THE_ENGINE
+    assert not {m for m in below if m.startswith("gitrun.cli")}
+    # Both dispatch modes and status stand on it.
+    for user in ("gitrun.driver", "gitrun.external", "gitrun.state", "gitrun.recovery"):
+        assert "gitrun.engine" in graph[user], user
+    assert "gitrun.driver" not in _reaches(graph, "gitrun.external")
+    assert "gitrun.external" not in _reaches(graph, "gitrun.driver")
