@@ -24,6 +24,7 @@ from typing import Any
 from gitrun import git
 from gitrun.ownership import OWNS, Claim, OwnerIndex
 from gitrun.patterns import PatternError, parse
+from gitrun.records import VERSION, Fields, RecordInvalid
 from gitrun.runfiles import is_ledger_path
 from gitrun.runs import RunDef
 
@@ -42,8 +43,51 @@ class Violation:
         return {"event": "violation", "path": self.path, "tasks": self.tasks, "at": self.at}
 
 
+Signature = tuple[int, int, int, int] | None
+
+
+@dataclass(frozen=True)
+class AuditState:
+    """The audit's last look, kept between the commands of an external run
+    (``.git/gitrun/<run>/audit.json``, a version-1 record): changed paths and
+    the files of ``.git/`` it watches, with their stat signatures, and the
+    tasks out since."""
+
+    known: dict[str, Signature]
+    git_files: dict[str, Signature]
+    active: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "v": VERSION,
+            "known": {p: list(s) if s else None for p, s in self.known.items()},
+            "git_files": {p: list(s) if s else None for p, s in self.git_files.items()},
+            "active": self.active,
+        }
+
+    @classmethod
+    def from_json(cls, data: Fields) -> AuditState:
+        return cls(
+            _signatures(data.mapping("known"), "known"),
+            _signatures(data.mapping("git_files"), "git_files"),
+            data.strings("active"),
+        )
+
+
+def _signatures(items: dict[str, Any], name: str) -> dict[str, Signature]:
+    out: dict[str, Signature] = {}
+    for path, value in items.items():
+        if value is None:
+            out[path] = None
+        elif isinstance(value, list) and len(value) == 4 and all(type(v) is int for v in value):
+            out[path] = (value[0], value[1], value[2], value[3])
+        else:
+            raise RecordInvalid(name, f"holds {path!r} without a stat signature")
+    return out
+
+
 class Audit:
-    def __init__(self, run: RunDef) -> None:
+    def __init__(self, run: RunDef, state: AuditState | None = None) -> None:
         self.run = run
         claims = []
         for task in run.tasks:
@@ -53,10 +97,18 @@ class Audit:
                 except PatternError:
                     continue  # check_run reported it before launch
         self.index = OwnerIndex(claims)
-        self.known = {p: _signature(run.repo / p) for p in git.changed_paths(run.repo)}
         self.git_dir = git.git_dir(run.repo)
-        self.git_files = self._git_files()
-        self.active: set[str] = set()
+        if state is None:
+            self.known = {p: _signature(run.repo / p) for p in git.changed_paths(run.repo)}
+            self.git_files = self._git_files()
+            self.active: set[str] = set()
+        else:  # an external run's audit, picked up where the last command left it
+            self.known = dict(state.known)
+            self.git_files = dict(state.git_files)
+            self.active = set(state.active)
+
+    def state(self) -> AuditState:
+        return AuditState(self.known, self.git_files, sorted(self.active))
 
     def running(self, task: str) -> None:
         self.active.add(task)
@@ -82,10 +134,10 @@ class Audit:
         self.active = set(running)
         return found
 
-    def _git_files(self) -> dict[str, tuple[int, int, int, int] | None]:
+    def _git_files(self) -> dict[str, Signature]:
         """Stat signatures of what git runs or reads from .git/ (a worker that
         plants a hook or a core.fsmonitor command there runs code later)."""
-        found: dict[str, tuple[int, int, int, int] | None] = {".git/config": None}
+        found: dict[str, Signature] = {".git/config": None}
         for sub in ("", "hooks", "info"):
             folder = self.git_dir / sub
             names = ["config"] if not sub else _listing(folder)
@@ -102,7 +154,7 @@ def _listing(folder: Path) -> list[str]:
         return []
 
 
-def _signature(path: Path) -> tuple[int, int, int, int] | None:
+def _signature(path: Path) -> Signature:
     """What tells a file's content changed without reading it (None: gone).
     The change time is in it: a write can restore the size and mtime (utime),
     not the ctime the kernel sets."""

@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from gitrun import git, ledger
+from gitrun.audit import Audit, AuditState
 from gitrun.committer import Committer, Landing, branch_ref, landing_message
 from gitrun.engine import DONE, FAILED, Ended, Engine
 from gitrun.errors import GitrunError
-from gitrun.governor import GovernorState
+from gitrun.governor import STRICT, GovernorState, Halt
 from gitrun.leases import Lease, read_leases, write_leases
 from gitrun.local import LocalPaths
 from gitrun.lock import RunBusy, run_locked
@@ -41,6 +42,7 @@ class Batch:
     reason: str = ""  # why nothing (more) was handed out
     done: bool = False  # every task is done
     halted: bool = False  # a halt holds the run until `gitrun retry` lifts it
+    violations: list[str] = field(default_factory=list)  # found by this call's audit
 
 
 @dataclass
@@ -53,6 +55,7 @@ class Collected:
     reasons: dict[str, str] = field(default_factory=dict)
     next_step: str = ""
     halted: bool = False
+    violations: list[str] = field(default_factory=list)  # found by this call's audit
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -64,6 +67,7 @@ class Collected:
             "reasons": self.reasons,
             "next": self.next_step,
             "halted": self.halted,
+            "violations": self.violations,
         }
 
 
@@ -92,16 +96,53 @@ class External:
         self.limits = run.packet.limits
         self._restore_governor()
         self.engine.choose_canary()
+        state = load_record(
+            local.audit,
+            AuditState.from_json,
+            what="stray-write audit state",
+            fix="the audit looks afresh from now on (changes before this command go unreported)",
+            warn=warn_stderr,
+        )
+        self.audit = Audit(run, state)
+
+    def _audit(self) -> list[str]:
+        """Changes outside every owned path since the last command, while tasks
+        were leased: ownership violations, as in command mode (recorded in the
+        ledger; under strict ownership they halt the run). With nothing leased
+        since, a change is the orchestrator's own work, not a subagent's."""
+        out = self.audit.active | set(self.leases)
+        self.audit.active = out
+        found = self.audit.check(self.leases)
+        if not out or not found:
+            return []
+        writer = ledger.LedgerWriter(self.repo / self.run.dir)
+        try:
+            for violation in found:
+                writer.write(violation.to_record())
+                if self.run.packet.ownership.strict:
+                    halt = Halt(STRICT, f"ownership violation: {violation.describe()}")
+                    self.governor.stop_for(halt)
+            self.engine.record_halt(writer)
+        finally:
+            writer.close()
+        return [violation.describe() for violation in found]
 
     # -- next ---------------------------------------------------------------------
 
     def next_batch(self, limit: int | None, agents: bool) -> Batch:
-        batch = Batch()
+        batch = Batch(violations=self._audit())
+        try:
+            self._fill(batch, limit, agents)
+        finally:
+            self._save()
+        return batch
+
+    def _fill(self, batch: Batch, limit: int | None, agents: bool) -> None:
         now = time.time()
         if self.governor.halt is not None:
             batch.halted = True
             batch.reason = f"halted: {self.governor.halt.message}"
-            return batch
+            return
         pending = self.engine.pending()
         if not pending and not self.leases:
             failed = [tid for tid, status in self.engine.status.items() if status == FAILED]
@@ -112,7 +153,7 @@ class External:
                 else f"nothing left to hand out: {', '.join(failed)} used up their attempts "
                 f"(`gitrun retry {self.run.id}`)"
             )
-            return batch
+            return
         slots = self.governor.slots(len(self.leases), now)
         if limit is not None:
             slots = min(slots, limit)
@@ -125,8 +166,6 @@ class External:
             slots -= 1
         if not batch.leased:
             batch.reason = self._why_none(now, pending)
-        self._save()
-        return batch
 
     def _why_none(self, now: float, pending: list[str]) -> str:
         halt = self.governor.halt
@@ -182,7 +221,7 @@ class External:
                 f"--throttled names {', '.join(unknown)}, which {'is' if len(unknown) == 1 else 'are'} "
                 f"not leased; see `gitrun status {self.run.id}`"
             )
-        result = Collected()
+        result = Collected(violations=self._audit())
         landings: list[Landing] = []
         now = time.time()
         base = self.engine.base
@@ -244,6 +283,7 @@ class External:
             self.engine.record_halt(writer)
         finally:
             writer.close()
+        self.audit.active = set(self.leases)  # what is still out after this collect
         recorded = result.done + result.missing + result.invalid + result.throttled
         if recorded:  # nothing judged, nothing to commit
             own = definition_files(self.run)
@@ -281,6 +321,8 @@ class External:
 
     def _save(self) -> None:
         write_leases(self.local, self.leases)
+        self.audit.active |= set(self.leases)
+        write_record(self.local.audit, self.audit.state())
         write_record(self.local.governor, self.governor.export())
 
 

@@ -74,6 +74,12 @@ class LocalPaths:
         return self.root / "governor.json"
 
     @property
+    def audit(self) -> Path:
+        """The stray-write audit's last look at the work tree, between the
+        commands of an external run (:class:`gitrun.audit.AuditState`)."""
+        return self.root / "audit.json"
+
+    @property
     def tasks_cache(self) -> Path:
         """A big task table parsed once, as JSON (:func:`gitrun.runs.load_run`)."""
         return self.root / "tasks.cache.json"

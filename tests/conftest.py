@@ -27,11 +27,14 @@ def _isolated_git(
 @pytest.fixture(autouse=True)
 def _quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """The load gate reads the machine's load average, which counts every
-    process on a shared machine: in-process drivers see an idle machine, so
-    no test depends on what else runs. The load-gate tests set their own."""
+    process on a shared machine: in-process drivers see an idle machine and
+    child processes a bound no load reaches, so no test depends on what else
+    runs. The load-gate tests set their own."""
     from gitrun import governor
 
     monkeypatch.setattr(governor, "read_load", lambda: 0.0)
+    # gitrun run as a child process reads the real load: a bound no machine reaches.
+    monkeypatch.setenv("GITRUN_MAX_LOAD", "1000000")
 
 
 @pytest.fixture

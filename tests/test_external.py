@@ -220,3 +220,46 @@ def test_governor_state_outlives_a_call_and_damage_to_it_is_a_warning(git_repo: 
     assert warning.startswith(f"gitrun: warning: {state} is not valid JSON"), warning
     assert "start afresh" in warning
     assert json.loads(state.read_text())["concurrency"] == 4  # written anew
+
+
+def test_external_runs_get_the_stray_write_audit(git_repo: Path) -> None:
+    tasks = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(1, 3)]
+    write_run(git_repo, "e", tasks, {"executor": {"kind": "external"}, "limits": {"canary": 0}})
+    git(git_repo, "add", ".gitrun")
+    git(git_repo, "commit", "-qm", "define e")
+    (git_repo / "draft.md").write_text("the user's work in progress\n")  # before the run
+    assert _gitrun(git_repo, "start", "e").returncode == 0  # t1 and t2 leased
+    # A subagent writes its output and a file no task owns.
+    (git_repo / "out/t1.json").write_text('{"ok": true}')  # out/ exists: gitrun made it
+    (git_repo / "stray.txt").write_text("not mine to write\n")
+    proc = _gitrun(git_repo, "collect", "e", "--json")
+    assert proc.returncode == 0, proc.stderr
+    collected = json.loads(proc.stdout)
+    assert collected["done"] == ["t1"]
+    assert collected["violations"] == [
+        "stray.txt changed outside every owned path (running: t1, t2)"
+    ]
+    status = json.loads(_gitrun(git_repo, "status", "e", "--json").stdout)
+    assert [v["path"] for v in status["violations"]] == ["stray.txt"]
+    # With nothing leased, a change is the orchestrator's own: not a violation.
+    (git_repo / "notes.md").write_text("the lead's notes\n")
+    nxt = _gitrun(git_repo, "next", "e")
+    assert nxt.returncode == 0 and "violation" not in nxt.stderr, nxt.stderr
+    again = json.loads(_gitrun(git_repo, "collect", "e", "--json").stdout)
+    assert again["violations"] == []  # each change is reported once
+
+
+def test_a_stray_write_halts_a_strict_external_run(git_repo: Path) -> None:
+    write_run(
+        git_repo,
+        "e",
+        [{"id": "t1", "outputs": ["out/t1.json"]}],
+        {"executor": {"kind": "external"}, "ownership": {"strict": True}},
+    )
+    assert _gitrun(git_repo, "start", "e").returncode == 0
+    (git_repo / "elsewhere.txt").write_text("x")
+    proc = _gitrun(git_repo, "collect", "e")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "ownership violation: elsewhere.txt" in proc.stdout
+    later = _gitrun(git_repo, "next", "e")
+    assert later.returncode == 3 and "halted: ownership violation" in later.stdout + later.stderr

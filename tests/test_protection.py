@@ -144,6 +144,7 @@ def test_load_gate_holds_starts_while_the_machine_is_busy(
 ) -> None:
     readings = iter([99.0] * 2)  # busy for two looks (one start each), then idle
     monkeypatch.setattr(governor, "read_load", lambda: next(readings, 0.0))
+    monkeypatch.delenv("GITRUN_MAX_LOAD")  # the packet's bound, not the suite's
     limits = {"max_load": 4.0, "canary": 0, "concurrency": 3}
     fake_worker_run(git_repo, "r", 3, {"sleep": 0.3}, {"limits": limits})
     seen: list[tuple[bool, int]] = []
@@ -164,6 +165,7 @@ def test_a_load_that_never_drops_slows_the_run_but_never_stalls_it(
     git_repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(governor, "read_load", lambda: 99.0)
+    monkeypatch.delenv("GITRUN_MAX_LOAD")  # the packet's bound, not the suite's
     spec = {"sleep": 0.2, "spawn_log": str(git_repo.parent / "spawns.log")}
     spec_path = fake_worker_run(git_repo, "r", 4, spec, {"limits": {"max_load": 4.0, "canary": 0}})
     # A deadline: a stalled driver gets SIGTERM (which it turns into a stop).
