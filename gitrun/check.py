@@ -11,7 +11,13 @@ from dataclasses import dataclass, replace
 
 from gitrun import git
 from gitrun.aliases import case_alias_problems
-from gitrun.executor import command_template, executor_problems, literal_models
+from gitrun.executor import (
+    command_template,
+    executor_problems,
+    literal_models,
+    render_command,
+    template_problems,
+)
 from gitrun.ownership import OWNS, READS, Claim, OwnerIndex, find_meetings
 from gitrun.paths import canonical_problem
 from gitrun.patterns import (
@@ -30,10 +36,10 @@ from gitrun.placement import (
     refused_name_problems,
     symlink_problems,
 )
-from gitrun.pointer import render_pointer
+from gitrun.pointer import attempt_values, render_pointer
 from gitrun.problem import Problem
 from gitrun.runfiles import run_file_problems
-from gitrun.runs import GITRUN_DIR, RunDef
+from gitrun.runs import GITRUN_DIR, RunDef, Task
 from gitrun.settings import BUILTIN_VALIDATORS
 
 RESERVED = (".git", GITRUN_DIR)
@@ -54,8 +60,8 @@ class CheckReport:
     def summary(self) -> str:
         return (
             f"{_count(self.tasks, 'task')} in {_count(self.stages, 'stage')}, "
-            f"{_count(self.claims, 'owned pattern')}, no overlaps; pointers take {self.pointer_bytes:,} "
-            f"of {self.payload_budget:,} bytes"
+            f"{_count(self.claims, 'owned pattern')}, no overlaps; the largest dispatch takes "
+            f"{self.pointer_bytes:,} of {self.payload_budget:,} bytes"
         )
 
 
@@ -437,10 +443,9 @@ def _dirty_problems(run: RunDef, owned: list[Claim], changed: list[str]) -> list
 
 def _pointer_problems(run: RunDef) -> tuple[int, list[Problem]]:
     out: list[Problem] = []
-    total = 0
+    pointers: dict[str, str] = {}
     for task in run.tasks:
-        pointer = render_pointer(run, task)
-        total += len(pointer.encode()) + 1
+        pointer = pointers[task.id] = render_pointer(run, task)
         if pointer.count("\n") > 1:
             out.append(
                 Problem(
@@ -451,16 +456,52 @@ def _pointer_problems(run: RunDef) -> tuple[int, list[Problem]]:
                 )
             )
     budget = run.packet.limits.payload_budget
-    if total > budget:
+    largest, what = _largest_dispatch(run, pointers)
+    if largest > budget:
         out.append(
             Problem(
                 "payload-budget",
-                f"{run.packet_path}: the {len(run.tasks)} pointers take {total:,} bytes, over "
+                f"{run.packet_path}: {what} takes {largest:,} bytes, over "
                 f"limits.payload_budget = {budget:,}; shorten notes, group inputs into bundles "
-                "(`gitrun new --per-task N`) or split the run",
+                "(`gitrun new --per-task N`), lower limits.concurrency or raise the budget",
             )
         )
-    return total, out
+    return largest, out
+
+
+# What `next` prints around a batch's pointers, at most (cli/external.py).
+BATCH_TEXT = 160
+
+
+def _largest_dispatch(run: RunDef, pointers: dict[str, str]) -> tuple[int, str]:
+    """The bytes of the largest single dispatch, and what it is: in external
+    mode one `next` batch (the ``concurrency`` longest pointers and the text
+    around them), in command mode one attempt's rendered argv. Nobody ever
+    holds every pointer at once, so the run's size does not count."""
+    if not pointers:
+        return 0, "no dispatch"
+    sizes = {tid: len(p.encode()) + 1 for tid, p in pointers.items()}
+    if run.packet.executor.kind == "external":
+        batch = sorted(sizes.values(), reverse=True)[: run.packet.limits.concurrency]
+        return sum(batch) + BATCH_TEXT, f"one `gitrun next` batch of {len(batch)} pointers"
+    template = command_template(run.packet.executor)
+    if template is None or template_problems(template):
+        return max(sizes.values()), "one pointer"  # the executor's problem is reported apart
+    # The argv grows with the pointer and the outputs: render the few tasks
+    # longest in either (rendering all 100,000 would cost seconds).
+    tasks = {t.id: t for t in run.tasks}
+    by_outputs = sorted(tasks, key=lambda tid: -sum(len(o) for o in _output_paths(run, tasks[tid])))
+    candidates = set(sorted(sizes, key=lambda tid: -sizes[tid])[:8]) | set(by_outputs[:8])
+    largest = 0
+    for tid in candidates:
+        values = attempt_values(run, tasks[tid], run.packet.limits.max_attempts, pointers[tid])
+        argv = render_command(template, values)
+        largest = max(largest, sum(len(arg.encode()) + 1 for arg in argv))
+    return largest, "one attempt's command line"
+
+
+def _output_paths(run: RunDef, task: Task) -> list[str]:
+    return [o.path for o in run.outputs_of(task)]
 
 
 def _executor_model_problems(run: RunDef) -> list[Problem]:

@@ -33,7 +33,7 @@ from gitrun.journal import Journal, JournalEntry
 from gitrun.local import LocalPaths
 from gitrun.lock import RunLock
 from gitrun.outputs import check_task, prepare_outputs, prior_in_tree, quarantine
-from gitrun.pointer import render_pointer
+from gitrun.pointer import attempt_values
 from gitrun.proc import clean_env
 from gitrun.reaper import kill_leftovers
 from gitrun.recovery import reconcile, recover_orphans
@@ -297,21 +297,10 @@ class Driver:
 
     def _launch(self, task: Task) -> None:
         number = self.engine.history[task.id].attempts + 1
-        outputs = [o.path for o in self.run.outputs_of(task)]
         aside = self.local.quarantine_of(task.id, number - 1)  # left before this attempt
         before = prepare_outputs(self.run, task, self.committer.object_format, aside)
         self.before[task.id] = before
-        stage = self.run.stage_of(task)
-        values = {
-            "pointer": render_pointer(self.run, task),
-            "task": task.id,
-            "run": self.run.id,
-            "model": self.run.packet.model_for(stage),
-            "packet": self.run.packet_path,
-            "attempt": str(number),
-            "outputs": "\n".join(outputs),
-            "stage": stage,
-        }
+        values = attempt_values(self.run, task, number)
         assert self.template is not None  # check_run refuses a command executor without one
         attempt_id = uuid.uuid4().hex
         self.attempt_ids.add(attempt_id)

@@ -2,6 +2,8 @@
 
 It names the run, the packet, the task, its inputs and its outputs, nothing
 else: the shared rules stay in the packet file, which workers read from disk.
+:func:`attempt_values` are the values a command's placeholders (and the
+worker's ``GITRUN_*`` environment) take for one attempt.
 """
 
 from __future__ import annotations
@@ -35,3 +37,20 @@ def render_pointer(run: RunDef, task: Task) -> str:
         outputs=", ".join(outputs),
         done_when="it exists and validates" if len(outputs) == 1 else "they exist and validate",
     )
+
+
+def attempt_values(
+    run: RunDef, task: Task, attempt: int, pointer: str | None = None
+) -> dict[str, str]:
+    """What one attempt of ``task`` is told: placeholder name -> value."""
+    stage = run.stage_of(task)
+    return {
+        "pointer": pointer if pointer is not None else render_pointer(run, task),
+        "task": task.id,
+        "run": run.id,
+        "model": run.packet.model_for(stage),
+        "packet": run.packet_path,
+        "attempt": str(attempt),
+        "outputs": "\n".join(o.path for o in run.outputs_of(task)),
+        "stage": stage,
+    }

@@ -164,12 +164,35 @@ def test_pointer_over_two_lines(git_repo: Path) -> None:
     assert problem.tasks == ("ta",)
 
 
-def test_pointers_over_the_payload_budget(git_repo: Path) -> None:
+def test_the_payload_budget_bounds_one_next_batch(git_repo: Path) -> None:
     tasks = [_task(f"t{i:03d}", note="x" * 50) for i in range(40)]
-    problems = _problems(git_repo, tasks, limits={"payload_budget": 2000})
-    [problem] = problems
+    external = {"kind": "external"}
+    limits = {"payload_budget": 2000, "concurrency": 2}
+    assert _problems(git_repo, tasks, limits=limits, executor=external) == []
+    limits["concurrency"] = 16  # sixteen pointers of ~250 bytes in one batch
+    [problem] = _problems(git_repo, tasks, limits=limits, executor=external)
     assert problem.code == "payload-budget"
-    assert "2,000" in problem.message
+    assert "one `gitrun next` batch of 16 pointers" in problem.message
+    assert "2,000" in problem.message and "limits.concurrency" in problem.message
+
+
+def test_the_payload_budget_bounds_one_command_line(git_repo: Path) -> None:
+    command = {"command": ["worker", "--task", "{task}", "{pointer}", "{outputs}"]}
+    tasks = [_task(f"t{i:03d}", note="x" * 50) for i in range(40)]
+    assert _problems(git_repo, tasks, limits={"payload_budget": 2000}, executor=command) == []
+    tasks.append(_task("tlong", outputs=[f"out/{'o' * 200}/{n}.json" for n in range(10)]))
+    [problem] = _problems(git_repo, tasks, limits={"payload_budget": 2000}, executor=command)
+    assert problem.code == "payload-budget"
+    assert "one attempt's command line takes" in problem.message
+
+
+@pytest.mark.parametrize("size", [1000, 10000])
+def test_big_generated_runs_pass_check_with_the_default_budget(git_repo: Path, size: int) -> None:
+    tasks = [
+        {"id": f"t{i:05d}", "inputs": [f"src/{i:05d}.txt"], "outputs": [f"out/{i:05d}.json"]}
+        for i in range(size)
+    ]
+    assert "payload-budget" not in _codes(_problems(git_repo, tasks))
 
 
 def test_literal_model_in_command(git_repo: Path) -> None:
