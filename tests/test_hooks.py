@@ -419,6 +419,15 @@ def test_install_falls_back_to_python3_m_gitrun_and_refuses_when_neither_runs(
             GitrunError, match=r"put gitrun on PATH .* `gitrun hooks install` again"
         ):
             install(git_repo)
+    cli = subprocess.run(
+        [sys.executable, "-m", "gitrun", "hooks", "install"],
+        cwd=git_repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cli.returncode == 1 and cli.stderr.startswith("gitrun: error: neither `gitrun`")
+    assert cli.stderr.count("\n") == 1 and cli.stdout == ""
     assert not (git_repo / ".claude/settings.json").exists()
     assert not (git_repo / ".git/hooks/pre-commit").exists()
 

@@ -109,11 +109,17 @@ def _hooks_action(
     from gitrun import install as installer
 
     repo = _repo(ctx)
+    if not install:
+        if git_hook or not claude:
+            typer.echo(installer.uninstall_git(repo, force))
+        if claude or not git_hook:
+            typer.echo(installer.uninstall_claude(repo))
+        return
+    command = installer.portable_gitrun()  # checked once, before anything is written
     if git_hook or not claude:
-        action = installer.install_git if install else installer.uninstall_git
-        typer.echo(action(repo, force))
+        typer.echo(installer.install_git(repo, force, command))
     if claude or not git_hook:
-        typer.echo((installer.install_claude if install else installer.uninstall_claude)(repo))
+        typer.echo(installer.install_claude(repo, command))
 
 
 @hooks_app.command("install")
