@@ -404,10 +404,6 @@ def test_status_with_a_damaged_task_cache_warns_and_rebuilds_it(git_repo: Path) 
 
 # -- one home for every path ---------------------------------------------------
 
-# Paths another change is moving to LocalPaths right now: (module, text of the
-# offending line). An entry whose line no longer offends is simply unused.
-PENDING = {("external.py", '"governor.json"')}
-
 
 def _local_names() -> list[str]:
     """The names of LocalPaths' files specific enough to grep for (``index``,
@@ -472,12 +468,8 @@ def test_no_module_but_local_builds_a_local_state_path() -> None:
     for path in sorted(PACKAGE.rglob("*.py")):
         if path.name == "local.py":
             continue
-        source = path.read_text(encoding="utf-8")
-        lines = source.splitlines()
-        for line, what in hand_built_paths(source):
-            text = lines[line - 1]
-            if not any(path.name == name and part in text for name, part in PENDING):
-                offenders.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {what}")
+        for line, what in hand_built_paths(path.read_text(encoding="utf-8")):
+            offenders.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {what}")
     assert not offenders, (
         "name these paths with a property of gitrun.local.LocalPaths instead: "
         + ", ".join(offenders)
@@ -486,7 +478,7 @@ def test_no_module_but_local_builds_a_local_state_path() -> None:
 
 def test_every_record_reader_goes_through_load_record() -> None:
     """No state module parses a local JSON file by hand any more."""
-    for name in ("lock.py", "leases.py", "committer.py", "runs.py"):
+    for name in ("lock.py", "leases.py", "committer.py", "runs.py", "external.py"):
         source = (PACKAGE / name).read_text(encoding="utf-8")
         assert "json.loads" not in source, name
         assert "load_record(" in source, name
