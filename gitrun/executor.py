@@ -14,29 +14,62 @@ problem, and :func:`render_command` refuses it too.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from gitrun.errors import GitrunError
 from gitrun.interpreters import code_slots
+from gitrun.patterns import PatternError, literal_path, matches, parse
 from gitrun.settings import Executor
 
-PLACEHOLDERS = ("pointer", "task", "run", "model", "packet", "attempt", "outputs", "stage")
-_PLACEHOLDER = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
-_OPTION_THEN_PLACEHOLDER = re.compile(r"(-[^=\s]+)=(\{(?:" + "|".join(PLACEHOLDERS) + r")\})")
+PLACEHOLDERS = (
+    "pointer", "task", "run", "model", "packet", "attempt", "outputs", "inputs", "stage",
+)  # fmt: skip
+# Placeholders whose value is a list: one argument per item, or with a flag,
+# `{inputs:--read}`, the flag before each item (`--read a --read b`).
+LISTS = ("outputs", "inputs")
+_NAMES = "|".join(PLACEHOLDERS)
+_FLAG = r"-{1,2}[A-Za-z0-9][\w.-]*"
+_PLACEHOLDER = re.compile(
+    r"\{(?:(?P<list>" + "|".join(LISTS) + r"):(?P<flag>" + _FLAG + r")|(?P<name>" + _NAMES + r"))\}"
+)
+_OPTION_THEN_PLACEHOLDER = re.compile(r"(-[^=\s]+)=(" + _PLACEHOLDER.pattern + ")")
+# What a user meant as a placeholder: a whole argument in braces naming a word.
+_LOOKS_LIKE = re.compile(r"\{([A-Za-z_][\w-]*)(?::([^{}]*))?\}")
 
 # Each preset's exact argv; README.md documents them. The packet may replace
-# any of them with its own `command`.
+# any of them with its own `command`. Why each flag is there: issue 11.
 PRESETS: dict[str, list[str]] = {
     "claude": [
         "claude", "-p", "{pointer}", "--model", "{model}",
         "--permission-mode", "acceptEdits", "--output-format", "text",
     ],
-    "codex": ["codex", "exec", "--model", "{model}", "--sandbox", "workspace-write", "{pointer}"],
-    "gemini": ["gemini", "--model", "{model}", "--yolo", "--prompt", "{pointer}"],
+    # --ephemeral: no saved session per task.
+    "codex": [
+        "codex", "exec", "--model", "{model}", "--sandbox", "workspace-write", "--ephemeral",
+        "{pointer}",
+    ],
+    # --skip-trust: a fresh folder is untrusted, which downgrades yolo to
+    # default approvals (or exits 55).
+    "gemini": [
+        "gemini", "--model", "{model}", "--skip-trust", "--approval-mode", "yolo",
+        "--prompt", "{pointer}",
+    ],
+    # --no-git: aider `git add`s what it creates even with --no-auto-commits,
+    # leaving outputs staged in the user's index. The history, gitignore and
+    # repo-map flags keep it from writing .aider* files and .gitignore; the
+    # update, URL, release-notes and model-warning flags keep it from
+    # installing things or waiting on a browser; --read hands it the packet
+    # and every input read-only (it has no tool to open files itself).
     "aider": [
-        "aider", "--model", "{model}", "--no-auto-commits", "--yes-always",
-        "--message", "{pointer}",
+        "aider", "--model", "{model}", "--no-git", "--no-gitignore", "--no-auto-commits",
+        "--yes-always", "--chat-history-file", "/dev/null", "--input-history-file", "/dev/null",
+        "--map-tokens", "0", "--no-check-update", "--no-detect-urls", "--no-show-release-notes",
+        "--no-show-model-warnings", "--no-analytics", "--no-pretty", "--no-stream",
+        "--no-fancy-input", "--no-suggest-shell-commands", "--read", "{packet}",
+        "{inputs:--read}", "--message", "{pointer}",
     ],
 }  # fmt: skip
 SHELL_PRESET = "shell"
@@ -132,19 +165,23 @@ def _field_namer(executor: Executor) -> Callable[[int], str]:
 def template_problems(
     template: list[str], field: Callable[[int], str] = lambda i: f"command[{i}]"
 ) -> list[str]:
-    """Why a command template could hand task data to a program as code.
+    """Why a command template could hand task data to a program as code, or
+    names a placeholder gitrun does not know.
 
     Each problem is one sentence naming the ``[executor]`` field and the fix.
     """
     slots = code_slots(template)
     problems = []
     for index, arg in enumerate(template):
-        names = list(dict.fromkeys(_PLACEHOLDER.findall(arg)))
-        if not names:
+        found = [m[0] for m in _PLACEHOLDER.finditer(arg)]
+        if not found:
+            if field(index) != "shell":
+                problems += _syntax_problems(field(index), arg)
             continue
         where = field(index)
+        names = list(dict.fromkeys(_name(m) for m in _PLACEHOLDER.finditer(arg)))
         env = ", ".join(f'"$GITRUN_{n.upper()}"' for n in names)
-        marks = " and ".join("{" + n + "}" for n in names)
+        marks = " and ".join(dict.fromkeys(found))
         if where == "shell":
             problems.append(
                 f"[executor] shell contains {marks}, but the shell preset substitutes nothing "
@@ -153,7 +190,11 @@ def template_problems(
             )
         elif _PLACEHOLDER.fullmatch(arg) is None:
             split = _OPTION_THEN_PLACEHOLDER.fullmatch(arg)
-            own = f'"{split[1]}", "{split[2]}"' if split else ", ".join(f'"{{{n}}}"' for n in names)
+            own = (
+                f'"{split[1]}", "{split[2]}"'
+                if split
+                else ", ".join(f'"{m}"' for m in dict.fromkeys(found))
+            )
             problems.append(
                 f"[executor] {where} ({arg!r}) embeds {marks} in a longer string, where a "
                 f"program could parse task data as code; make each placeholder an argument of "
@@ -183,6 +224,37 @@ def template_problems(
     return problems
 
 
+def _name(found: re.Match[str]) -> str:
+    return found["list"] or found["name"]
+
+
+def _syntax_problems(where: str, arg: str) -> list[str]:
+    """A whole argument written like a placeholder that is none: a misspelt
+    name (``{input}``), a flag on a single value (``{task:--id}``), or a
+    flag that is not one (``{inputs:read}``)."""
+    shape = _LOOKS_LIKE.fullmatch(arg)
+    if shape is None:
+        return []
+    name, flag = shape[1], shape[2]
+    known = ", ".join("{" + n + "}" for n in PLACEHOLDERS)
+    if name not in PLACEHOLDERS:
+        if flag is not None:
+            return []  # `{x:>10}` and the like: literal text for the program
+        return [
+            f"[executor] {where} is {arg!r}, which is not a placeholder gitrun knows; use one "
+            f"of {known} (or {{inputs:--flag}} to put a flag before each input)"
+        ]
+    if name not in LISTS:
+        return [
+            f"[executor] {where} is {arg!r}, but only {{inputs}} and {{outputs}} take a flag to "
+            f'repeat; write the flag as an argument of its own before "{{{name}}}"'
+        ]
+    return [
+        f"[executor] {where} is {arg!r}, whose flag {flag!r} is not an option; write it with "
+        f"its dashes: {{{name}:--read}} gives --read before each item"
+    ]
+
+
 def literal_models(argv: list[str]) -> list[str]:
     """Model names written into a command instead of ``{model}``."""
     found: list[str] = []
@@ -210,8 +282,9 @@ def render_command(template: list[str], values: Mapping[str, str]) -> list[str]:
 
     ``gitrun check`` reports the same problems; refusing here too means a run
     whose check was skipped still never executes task data. An element that is
-    exactly ``{outputs}`` becomes one argument per output; elements without a
-    placeholder (JSON, scripts) are passed as they are.
+    exactly ``{outputs}`` or ``{inputs}`` becomes one argument per path (in
+    ``values`` one per line), and ``{inputs:--read}`` puts ``--read`` before
+    each; elements without a placeholder (JSON, scripts) are passed as they are.
     """
     problems = template_problems(template)
     if problems:
@@ -221,8 +294,42 @@ def render_command(template: list[str], values: Mapping[str, str]) -> list[str]:
         found = _PLACEHOLDER.fullmatch(arg)
         if found is None:
             out.append(arg)
-        elif found[1] == "outputs":
-            out += [line for line in values.get("outputs", "").split("\n") if line]
+        elif _name(found) in LISTS:
+            for path in values.get(_name(found), "").split("\n"):
+                if path:
+                    # A path is never read as an option: `-rf` goes as `./-rf`.
+                    item = f"./{path}" if path.startswith("-") else path
+                    out += [found["flag"], item] if found["flag"] else [item]
         else:
-            out.append(values.get(found[1], ""))
+            out.append(values.get(_name(found), ""))
     return out
+
+
+def input_paths(repo: Path, inputs: list[str]) -> list[str]:
+    """The files a task's inputs name, for ``{inputs}`` and ``GITRUN_INPUTS``:
+    a plain path as written (escapes removed), a glob as the regular files it
+    matches in the work tree now, sorted, without following a symlink."""
+    paths: list[str] = []
+    for text in inputs:
+        try:
+            pattern = parse(text)
+        except PatternError:
+            continue  # `gitrun check` reports it
+        literal = literal_path(pattern)
+        if literal is not None:
+            paths.append(literal)
+            continue
+        base = repo.joinpath(*pattern.literal_prefix)
+        if base.is_symlink():
+            continue
+        found = []
+        for folder, dirs, files in os.walk(base):
+            rel = Path(folder).relative_to(repo).as_posix()
+            dirs[:] = sorted(d for d in dirs if not (rel == "." and d == ".git"))
+            for name in files:
+                path = name if rel == "." else f"{rel}/{name}"
+                full = Path(folder) / name
+                if matches(pattern, path) and full.is_file() and not full.is_symlink():
+                    found.append(path)
+        paths += sorted(found)
+    return list(dict.fromkeys(paths))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from functools import cache
 
+from gitrun.executor import input_paths
 from gitrun.resources import template_text
 from gitrun.runs import RunDef, Task
 
@@ -52,5 +53,6 @@ def attempt_values(
         "packet": run.packet_path,
         "attempt": str(attempt),
         "outputs": "\n".join(o.path for o in run.outputs_of(task)),
+        "inputs": "\n".join(input_paths(run.repo, task.inputs)),
         "stage": stage,
     }

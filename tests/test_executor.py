@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 
 from gitrun.check import check_run
-from gitrun.executor import command_template, literal_models, render_command
+from gitrun.executor import command_template, input_paths, literal_models, render_command
+from gitrun.patterns import escape
 from gitrun.runs import load_run
+from gitrun.session import start_run
 from gitrun.settings import Executor
-from tests.helpers import write_run
+from tests.helpers import build_tree, commit_all, write_run
 
 VALUES = {
     "pointer": "gitrun run r, task t1: follow .gitrun/runs/r/packet.toml.\nInputs: a. Write only b.",
@@ -21,16 +23,27 @@ VALUES = {
     "packet": ".gitrun/runs/r/packet.toml",
     "attempt": "1",
     "outputs": "out/a.json\nout/b.json",
+    "inputs": "docs/a.md\ndocs/b c.md",
     "stage": "work",
 }
 POINTER = VALUES["pointer"]
 
 DOCUMENTED = {
-    "codex": ["codex", "exec", "--model", "configured-model", "--sandbox", "workspace-write", POINTER],
-    "gemini": ["gemini", "--model", "configured-model", "--yolo", "--prompt", POINTER],
+    "codex": [
+        "codex", "exec", "--model", "configured-model", "--sandbox", "workspace-write",
+        "--ephemeral", POINTER,
+    ],
+    "gemini": [
+        "gemini", "--model", "configured-model", "--skip-trust", "--approval-mode", "yolo",
+        "--prompt", POINTER,
+    ],
     "aider": [
-        "aider", "--model", "configured-model", "--no-auto-commits", "--yes-always",
-        "--message", POINTER,
+        "aider", "--model", "configured-model", "--no-git", "--no-gitignore", "--no-auto-commits",
+        "--yes-always", "--chat-history-file", "/dev/null", "--input-history-file", "/dev/null",
+        "--map-tokens", "0", "--no-check-update", "--no-detect-urls", "--no-show-release-notes",
+        "--no-show-model-warnings", "--no-analytics", "--no-pretty", "--no-stream",
+        "--no-fancy-input", "--no-suggest-shell-commands", "--read", ".gitrun/runs/r/packet.toml",
+        "--read", "docs/a.md", "--read", "docs/b c.md", "--message", POINTER,
     ],
 }  # fmt: skip
 
@@ -94,3 +107,101 @@ def test_presets_name_no_model_themselves() -> None:
     for preset in ("claude", "codex", "gemini", "aider"):
         template = command_template(Executor(preset=preset))
         assert template is not None and literal_models(template) == []
+
+
+# -- {inputs} and the flag-repeating form ---------------------------------------------
+
+
+def test_inputs_expand_to_one_argument_each_and_a_flag_repeats_before_each() -> None:
+    template = ["w", "{inputs}", "{inputs:--read}", "{outputs:-o}", "{task}"]
+    argv = render_command(template, {**VALUES, "inputs": "a b\nc", "outputs": "x.json"})
+    assert argv == ["w", "a b", "c", "--read", "a b", "--read", "c", "-o", "x.json", "t1"]
+
+
+def test_an_empty_list_expands_to_nothing_not_to_a_dangling_flag() -> None:
+    argv = render_command(["w", "{inputs:--read}", "--go"], {**VALUES, "inputs": ""})
+    assert argv == ["w", "--go"]
+
+
+def test_list_values_are_never_split_or_read_as_options() -> None:
+    """Each path is one argument, whatever it holds; one that starts with a
+    dash goes as ./-name, so a program never reads an input as its option."""
+    hostile = "$(touch pwned) ; rm -rf x\n--yes-always\n-rf\n`id` & echo {task}"
+    argv = render_command(["w", "{inputs:--read}", "{inputs}"], {**VALUES, "inputs": hostile})
+    items = ["$(touch pwned) ; rm -rf x", "./--yes-always", "./-rf", "`id` & echo {task}"]
+    assert argv == ["w", *[a for i in items for a in ("--read", i)], *items]
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        (["w", "{input}"], "command[1] is '{input}', which is not a placeholder gitrun knows"),
+        (["w", "{task:--id}"], "only {inputs} and {outputs} take a flag to repeat"),
+        (["w", "{inputs:read}"], "whose flag 'read' is not an option; write it with its dashes"),
+        (["w", "--read={inputs}"], "embeds {inputs} in a longer string"),
+        (["w", "--read={inputs:--read}"], "embeds {inputs:--read} in a longer string"),
+        (["{inputs:--read}", "x"], "which is the program to run"),
+        (["sh", "-c", "{inputs}"], "which is the script sh runs"),
+    ],
+)
+def test_check_names_the_field_of_a_bad_placeholder(
+    git_repo: Path, command: list[str], says: str
+) -> None:
+    write_run(
+        git_repo, "r", [{"id": "t1", "outputs": ["a.json"]}], {"executor": {"command": command}}
+    )
+    problems = check_run(load_run(git_repo, "r", environ={})).problems
+    assert [p.code for p in problems] == ["executor"], problems
+    message = problems[0].message
+    assert message.startswith(".gitrun/runs/r/packet.toml: [executor] command[")
+    assert says in message
+    assert message.count(". ") == 0 and "\n" not in message  # one sentence
+
+
+def test_literal_braces_that_name_no_placeholder_pass_through() -> None:
+    template = ["w", '{"json": 1}', "{}", "{x:>10}", "{a,b}"]
+    assert render_command(template, VALUES) == template
+
+
+def test_args_after_a_preset_are_named_in_check(git_repo: Path) -> None:
+    executor = {"preset": "aider", "args": ["--verbose", "{inputz}"]}
+    write_run(git_repo, "r", [{"id": "t1", "outputs": ["a.json"]}], {"executor": executor})
+    problems = check_run(load_run(git_repo, "r", environ={})).problems
+    assert len(problems) == 1 and "[executor] args[1] is '{inputz}'" in problems[0].message
+
+
+def test_input_paths_unescape_plain_paths_and_expand_globs(git_repo: Path) -> None:
+    build_tree(
+        git_repo,
+        {"docs/[x].md": "x", "docs/b.md": "b", "docs/a.md": "a", "docs/sub/c.md": "c", "n.txt": ""},
+    )
+    (git_repo / "docs" / "link.md").symlink_to("../README.md")
+    inputs = [escape("docs/[x].md"), "docs/*.md", "n.txt", "docs/**/*.md", "[broken"]
+    assert input_paths(git_repo, inputs) == [
+        "docs/[x].md",
+        "docs/a.md",
+        "docs/b.md",
+        "n.txt",
+        "docs/sub/c.md",
+    ]
+
+
+def test_a_worker_gets_every_input_as_its_own_argument(git_repo: Path) -> None:
+    """Through a real run: the driver hands {inputs:--read} and GITRUN_INPUTS
+    to the worker, which writes what it received as its output."""
+    import sys
+
+    script = (
+        "import json, os, sys; out = os.environ['GITRUN_OUTPUTS']; "
+        "os.makedirs(os.path.dirname(out), exist_ok=True); "
+        "json.dump({'argv': sys.argv[1:], 'env': os.environ['GITRUN_INPUTS']}, open(out, 'w'))"
+    )
+    build_tree(git_repo, {"docs/a b.md": "a", "docs/-c.md": "c"})
+    commit_all(git_repo, "docs")
+    task = {"id": "t1", "inputs": ["docs/a b.md", "docs/-c.md"], "outputs": ["out/t1.json"]}
+    command = [sys.executable, "-c", script, "{inputs:--read}"]
+    write_run(git_repo, "r", [task], {"executor": {"command": command}})
+    assert start_run(git_repo, "r", lambda _line: None).exit_code == 0
+    received = json.loads((git_repo / "out/t1.json").read_text())
+    assert received["argv"] == ["--read", "docs/a b.md", "--read", "docs/-c.md"]
+    assert received["env"] == "docs/a b.md\ndocs/-c.md"
