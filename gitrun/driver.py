@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import shutil
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -28,7 +30,7 @@ from gitrun.committer import CommitQueue, Committed, Committer, Landing
 from gitrun.crashpoints import crash_point
 from gitrun.engine import DONE, FAILED, PENDING, RUNNING, STATUSES, Ended, Engine
 from gitrun.executor import command_template, render_command
-from gitrun.governor import STRICT, Halt, is_throttled, last_line
+from gitrun.governor import ENVIRONMENT, STRICT, Halt, is_throttled, last_line
 from gitrun.journal import Journal, JournalEntry
 from gitrun.local import LocalPaths
 from gitrun.lock import RunLock
@@ -106,7 +108,7 @@ class Driver:
         self.running: dict[str, Attempt] = {}
         self.before: dict[str, dict[str, str | None]] = {}
         self.monitor = Monitor(kill_grace=self.limits.kill_grace)
-        self.base_env = clean_env()
+        self.base_env = _worker_env()
         self.made_dirs: set[Path] = set()
         self.stop_signal: int | None = None
         self.stopping = False
@@ -350,7 +352,9 @@ class Driver:
         if outcome == "invalid":
             quarantine(self.repo, self.local.quarantine_of(end.task, end.attempt), check.outputs)
         if outcome != "valid":
-            if is_throttled(end.exit_code, end.tail, self.limits.throttle_patterns):
+            if end.fault:  # the client showed an environment fault (gitrun.clients)
+                self.governor.stop_for(Halt(ENVIRONMENT, end.fault))
+            elif is_throttled(end.exit_code, end.tail, self.limits.throttle_patterns):
                 outcome = ledger.THROTTLED
             elif end.stopped and not end.timed_out:
                 outcome = ledger.INTERRUPTED
@@ -489,6 +493,20 @@ class Driver:
 
     def _on_signal(self, signum: int) -> None:
         self.stop_signal = signum
+
+
+def _worker_env() -> dict[str, str]:
+    """The environment every worker starts from. Its hooks call ``gitrun``
+    (installed hooks fail closed: a gitrun they cannot find blocks every
+    write), so when PATH has none, the directory of this installation's
+    ``gitrun`` script joins the end of PATH (a venv's bin/, run without
+    activating it); it never shadows the user's own programs."""
+    env = clean_env()
+    path = env.get("PATH", os.defpath)
+    here = Path(sys.executable).parent
+    if shutil.which("gitrun", path=path) is None and (here / "gitrun").is_file():
+        env["PATH"] = f"{path}{os.pathsep}{here}" if path else str(here)
+    return env
 
 
 @contextmanager

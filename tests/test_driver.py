@@ -16,12 +16,14 @@ from gitrun.local import LocalPaths
 from gitrun.session import CheckFailed, resume_run, start_run
 from gitrun.state import read_status
 from tests.helpers import (
+    commit_all,
     committed_ledger,
     fake_worker_run,
     git,
     gitrun_process,
     ledger_records,
     spawn_events,
+    write_run,
 )
 
 quiet = print if os.environ.get("GITRUN_TEST_VERBOSE") else (lambda _line: None)
@@ -321,3 +323,32 @@ def test_a_valid_output_that_lands_before_dispatch_is_committed_not_rerun(
     assert "out/t03.json" in _branch_files(git_repo)
     committed = git(git_repo, "show", "gitrun/r:out/t03.json")
     assert committed == '{"by": "someone else"}\n'
+
+
+def test_workers_find_this_gitrun_when_path_has_none(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Installed hooks call `gitrun` and fail closed without it: a driver run
+    from a venv that is not activated puts its own bin/ at the end of PATH."""
+    import shutil
+    import sys
+
+    if not (Path(sys.executable).parent / "gitrun").is_file():
+        pytest.skip("this interpreter has no gitrun script beside it (not a venv install)")
+    probe = (
+        "import json, os, shutil; "
+        "json.dump({'gitrun': shutil.which('gitrun')}, open(os.environ['GITRUN_OUTPUTS'], 'w'))"
+    )
+    write_run(
+        git_repo,
+        "r",
+        [{"id": "t1", "outputs": ["out/t1.json"]}],
+        {"executor": {"command": [sys.executable, "-c", probe]}},
+    )
+    commit_all(git_repo, "define r")
+    bare = "/usr/bin:/bin"
+    assert shutil.which("gitrun", path=bare) is None, "gitrun is installed system-wide here"
+    monkeypatch.setenv("PATH", bare)
+    assert start_run(git_repo, "r", quiet).exit_code == 0
+    found = json.loads((git_repo / "out/t1.json").read_text())["gitrun"]
+    assert found == str(Path(sys.executable).parent / "gitrun")
