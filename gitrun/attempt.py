@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from gitrun.clients import UnreachableWatch, client_signs
 from gitrun.reaper import identity, is_running, kill_recorded_group
 
 __all__ = ["Attempt", "AttemptEnd", "Monitor", "is_running", "kill_recorded_group"]
@@ -41,6 +42,9 @@ class AttemptEnd:
     timed_out: bool
     stopped: bool  # stopped by gitrun (Ctrl-C, SIGTERM)
     tail: str  # the last lines of the worker's output, for diagnosis
+    # Why the environment, not the task, failed (gitrun.clients): a sentence
+    # for the run's halt, or "" when the client showed no such sign.
+    fault: str = ""
 
     @property
     def duration(self) -> float:
@@ -51,7 +55,12 @@ class Attempt:
     """A started worker. Create it with :meth:`Monitor.launch`."""
 
     def __init__(
-        self, task: str, number: int, timeout: float, kill_grace: float = TERM_GRACE
+        self,
+        task: str,
+        number: int,
+        timeout: float,
+        kill_grace: float = TERM_GRACE,
+        argv: list[str] | None = None,
     ) -> None:
         self.task = task
         self.kill_grace = kill_grace
@@ -75,6 +84,12 @@ class Attempt:
         self._dropped = 0
         self._tail = bytearray()
         self.failure: str | None = None  # why it could not start
+        self.fault = ""  # the environment's fault, once the client showed one
+        client = client_signs(argv or [])
+        self._client = client
+        self._watch = (
+            UnreachableWatch(*client) if client is not None and client[1].unreachable else None
+        )
 
     # -- stopping --------------------------------------------------------------
 
@@ -117,6 +132,13 @@ class Attempt:
     # -- output and exit -------------------------------------------------------------
 
     def take_output(self, chunk: bytes) -> None:
+        if self._watch is not None and not self.fault:
+            fault = self._watch.feed(chunk)
+            if fault is not None and self.status is None:
+                # The client cannot reach its model and will not stop trying:
+                # end the attempt now instead of at its deadline.
+                self.fault = f"environment fault: {self.task} attempt {self.number}: {fault}"
+                self._terminate()
         self._tail += chunk
         if len(self._tail) > LOG_TAIL:
             del self._tail[: len(self._tail) - LOG_TAIL]
@@ -138,6 +160,10 @@ class Attempt:
 
     def end(self) -> AttemptEnd:
         status = self.status if self.status is not None else 127
+        if not self.fault and self._client is not None and not (self.timed_out or self.stopped):
+            said = self._client[1].exit_fault(self._client[0], status)
+            if said is not None:
+                self.fault = f"environment fault: {self.task} attempt {self.number}: {said}"
         return AttemptEnd(
             self.task,
             self.number,
@@ -148,6 +174,7 @@ class Attempt:
             self.timed_out,
             self.stopped,
             self.failure or bytes(self._tail[-4096:]).decode(errors="replace"),
+            self.fault,
         )
 
 
@@ -171,7 +198,7 @@ class Monitor:
         log_path: Path,
         timeout: float,
     ) -> Attempt:
-        attempt = Attempt(task, number, timeout, self.kill_grace)
+        attempt = Attempt(task, number, timeout, self.kill_grace, argv)
         log = log_path.open("wb")
         try:
             proc = subprocess.Popen(

@@ -1,0 +1,148 @@
+"""What gitrun knows of the agent CLIs its presets run, beyond their argv.
+
+Each client has a model family (what ``gitrun new --preset NAME`` writes as
+the packet's default model) and its own ways of saying that the environment,
+not the task, is at fault: exit codes that mean the same for every task
+(gemini exits 41 when it cannot authenticate), and a line it keeps printing
+while it cannot reach its model (codex loops "Reconnecting... waiting for
+network" forever; aider and gemini retry a refused connection for a minute).
+An attempt that shows either is an environment fault at once: the run halts
+instead of spending the next attempts on the same wall (issue 11).
+
+The signs belong to the program, not to the preset: a ``command`` that runs
+``codex`` directly is judged the same way. They were read from the clients'
+sources and observed against a refused connection with the versions in
+README.md's compatibility table.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePath
+
+# The packet's default model for each preset (`gitrun new --preset NAME`):
+# an alias or a name the client accepts with its usual credentials.
+DEFAULT_MODELS: dict[str, str] = {
+    "claude": "sonnet",  # Claude Code's alias
+    "codex": "gpt-6.2-sol",  # what codex 0.171 picks when given none
+    "gemini": "gemini-2.5-pro",  # gemini-cli 0.61's DEFAULT_GEMINI_MODEL
+    "aider": "sonnet",  # aider's alias for its Claude Sonnet default
+    "shell": "sonnet",  # the script reads "$GITRUN_MODEL"; any name it understands
+}
+
+_RETRY = "then `gitrun retry` and `gitrun resume`"
+
+
+@dataclass(frozen=True)
+class ClientSigns:
+    """How one client CLI says that its environment failed.
+
+    ``exits``: exit statuses that mean the same for every task, each with
+    what it means and the fix. ``unreachable``: one report that the model
+    cannot be reached; ``reports`` of them among the last ``window`` lines
+    of output (what the client prints around one retry, so: in a row, with
+    no work between them) stop the attempt.
+    """
+
+    exits: Mapping[int, str] = field(default_factory=dict)
+    unreachable: str = ""
+    reports: int = 0
+    window: int = 0
+    fix: str = ""
+
+    def exit_fault(self, program: str, status: int) -> str | None:
+        """The sentence for an exit status that is an environment fault, else None."""
+        meaning = self.exits.get(status)
+        if meaning is None:
+            return None
+        return f"{program} exited {status}, {meaning}, {_RETRY}"
+
+    def unreachable_fault(self, program: str, line: str) -> str:
+        shown = " ".join(line.split())[:120]
+        return (
+            f"{program} reported {self.reports} times in a row that it cannot reach its model "
+            f"(`{shown}`) and was stopped; {self.fix}, {_RETRY}"
+        )
+
+
+_NETWORK_FIX = "check the network and the client's API base URL and key"
+
+CLIENT_SIGNS: dict[str, ClientSigns] = {
+    "gemini": ClientSigns(
+        exits={
+            41: "an authentication error; set GEMINI_API_KEY (or the auth type in "
+            "~/.gemini/settings.json)",
+            52: "a configuration error; fix gemini's settings.json",
+            55: "because the folder is not trusted; pass --skip-trust (the gemini preset does)",
+        },
+        # "Attempt 2 failed. Retrying with backoff... Error: exception TypeError:
+        # fetch failed sending request", then a stack trace of ten lines.
+        unreachable=r"\bfetch failed\b",
+        reports=2,
+        window=12,
+        fix=_NETWORK_FIX,
+    ),
+    "codex": ClientSigns(
+        # "ERROR: Reconnecting... waiting for network" at 3 s, 11 s, 24 s, ...,
+        # forever; a numbered "Reconnecting... 2/5" ends by itself.
+        unreachable=r"Reconnecting\.\.\. waiting for network",
+        reports=2,
+        window=2,
+        fix=_NETWORK_FIX,
+    ),
+    "aider": ClientSigns(
+        # "litellm.InternalServerError: ... OpenAIException - Connection error.",
+        # wrapped at 80 columns, "The API provider's servers are down or
+        # overloaded." (not a rate limit) and "Retrying in 0.5 seconds...".
+        unreachable=r"\bConnection\s+(?:error|refused)|APIConnectionError",
+        reports=3,
+        window=12,
+        fix=_NETWORK_FIX,
+    ),
+}
+
+
+def client_signs(argv: Sequence[str]) -> tuple[str, ClientSigns] | None:
+    """The client an argv runs and its signs, when gitrun knows them."""
+    if not argv:
+        return None
+    program = PurePath(argv[0]).name
+    signs = CLIENT_SIGNS.get(program)
+    return (program, signs) if signs is not None else None
+
+
+class UnreachableWatch:
+    """Reads a worker's output line by line; says when the client has reported
+    ``reports`` times within its last ``window`` lines that it cannot reach
+    its model. Lines are joined before matching, so a report the client
+    wrapped over two lines still counts."""
+
+    def __init__(self, program: str, signs: ClientSigns) -> None:
+        self.program = program
+        self.signs = signs
+        self._pattern = re.compile(signs.unreachable)
+        self._lines: list[str] = []
+        self._partial = b""
+
+    def feed(self, chunk: bytes) -> str | None:
+        """Take output; the fault's sentence once the reports are in, else None."""
+        data = self._partial + chunk
+        *complete, self._partial = data.split(b"\n")
+        self._partial = self._partial[-4096:]  # a line without an end is cut, not hoarded
+        found = None
+        for raw in complete:
+            line = raw[:2000].decode(errors="replace").strip()  # reports are short
+            if not line:
+                continue
+            self._lines.append(line)
+            del self._lines[: -self.signs.window]
+            text = " ".join(self._lines)
+            reports = list(self._pattern.finditer(text))
+            if len(reports) >= self.signs.reports:
+                last = reports[-1]
+                found = self.signs.unreachable_fault(
+                    self.program, text[max(0, last.start() - 60) : last.end() + 20]
+                )
+        return found
