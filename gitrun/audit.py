@@ -8,7 +8,8 @@ path is an ownership violation, reported with the tasks that were running
 since the last audit. So is a change to the run's own definition (a worker
 rewriting packet.toml) and to what git runs or reads from ``.git/``
 (``config``, ``hooks/``, ``info/``). Only the ledger gitrun appends to is
-exempt. Such changes are never committed: the committer only takes
+exempt, and so is a client's atomic-write temporary of an owned path
+(:mod:`gitrun.temporaries`). Such changes are never committed: the committer only takes
 validated outputs and the definition as it was when driving started.
 """
 
@@ -27,6 +28,7 @@ from gitrun.patterns import PatternError, parse
 from gitrun.records import VERSION, Fields, RecordInvalid
 from gitrun.runfiles import is_ledger_path
 from gitrun.runs import RunDef
+from gitrun.temporaries import target_of_temporary
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,7 @@ class Audit:
             if path in self.known and self.known[path] == signature:
                 continue  # as it was at the last look
             self.known[path] = signature
-            if is_ledger_path(self.run, path) or self.index.owners(path):
+            if is_ledger_path(self.run, path) or self._owned(path):
                 continue
             found.append(Violation(path, sorted(self.active), now))
         git_files = self._git_files()
@@ -133,6 +135,14 @@ class Audit:
         self.git_files = git_files
         self.active = set(running)
         return found
+
+    def _owned(self, path: str) -> bool:
+        """Owned by a task, itself or as a client's atomic-write temporary
+        of an owned path (:mod:`gitrun.temporaries`)."""
+        if self.index.owners(path):
+            return True
+        target = target_of_temporary(path)
+        return target is not None and bool(self.index.owners(target))
 
     def _git_files(self) -> dict[str, Signature]:
         """Stat signatures of what git runs or reads from .git/ (a worker that

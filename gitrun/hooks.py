@@ -140,7 +140,13 @@ def _covered(patterns: list[str], path: str) -> bool:
 
 
 def _owned(run: RunDef, task: Task, path: str) -> bool:
-    return _covered(run.owns_of(task), path)
+    """``path`` is owned by ``task``, itself or as a client's atomic-write
+    temporary of an owned path (as the audit judges it)."""
+    from gitrun.temporaries import target_of_temporary
+
+    owns = run.owns_of(task)
+    target = target_of_temporary(path)
+    return _covered(owns, path) or (target is not None and _covered(owns, target))
 
 
 def _protected(run: RunDef, path: str) -> bool:
