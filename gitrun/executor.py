@@ -88,6 +88,9 @@ _MODEL_ALIASES = {"opus", "sonnet", "haiku", "o1", "o3", "o4-mini", "gpt-5"}
 # `--model X` anywhere; `-m` is ambiguous (`python -m`, `git commit -m`), so
 # its value counts only when it looks like a model name.
 _MODEL_FLAG = re.compile(r"(?:^|\s)--model(?:=|\s+)(\S+)")
+# What a command writes for the configured model: the placeholder, or in a
+# script the variable gitrun sets.
+_FROM_CONFIG = {"{model}", "$GITRUN_MODEL", "${GITRUN_MODEL}"}
 
 
 def command_template(executor: Executor) -> list[str] | None:
@@ -265,7 +268,7 @@ def literal_models(argv: list[str]) -> list[str]:
         if arg == "-m" and (value.lower() in _MODEL_ALIASES or _MODEL_NAME.fullmatch(value)):
             found.append(value)
         for value in _MODEL_FLAG.findall(arg):
-            if value.strip("'\"") != "{model}":
+            if value.strip("'\"") not in _FROM_CONFIG:
                 found.append(value.strip("'\""))
         if arg.lower() in _MODEL_ALIASES:
             found.append(arg)

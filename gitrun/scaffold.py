@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from gitrun.clients import DEFAULT_MODELS
 from gitrun.errors import GitrunError, UsageError
 from gitrun.patterns import escape
 from gitrun.resources import template_text
@@ -21,6 +22,8 @@ from gitrun.runs import CONFIG_FILE, GITRUN_DIR, PACKET_NAME, RUNS_DIR, TASKS_NA
 from gitrun.tomlfile import write_atomic, write_toml
 
 OUTPUT_PLACEHOLDERS = ("task", "stem", "name", "n")
+# The shell preset's script in a new packet: a stand-in to replace.
+SHELL_SAMPLE = 'my-agent --task "$GITRUN_TASK" --model "$GITRUN_MODEL" "$GITRUN_POINTER"'
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,11 @@ def new_run(
     output: str | None = None,
     per_task: int = 1,
     executor: str = "command",
+    preset: str | None = None,
     description: str = "",
 ) -> Created:
+    """Scaffold run ``run_id``; ``preset`` (command runs) picks the agent CLI
+    and, from its family, the packet's default model."""
     check_run_id(run_id)
     if (inputs is None) != (output is None):
         raise UsageError("--inputs and --output go together; give both or neither")
@@ -58,6 +64,14 @@ def new_run(
         raise UsageError("--per-task must be 1 or more")
     if executor not in ("command", "external"):
         raise UsageError(f"--executor must be command or external, not {executor!r}")
+    if preset is not None and executor == "external":
+        raise UsageError(
+            "--preset picks the CLI gitrun launches, which an external run does not; drop "
+            "--preset or use --executor command"
+        )
+    preset = preset or "claude"
+    if preset not in DEFAULT_MODELS:
+        raise UsageError(f"--preset must be one of {', '.join(DEFAULT_MODELS)}, not {preset!r}")
     run_dir = repo / RUNS_DIR / run_id
     if run_dir.exists():
         raise GitrunError(
@@ -69,11 +83,16 @@ def new_run(
     if inputs is not None and output is not None:
         tasks, bundles = _generate(repo, run_id, inputs, output, per_task)
 
-    executor_block = (
-        'kind = "external"          # an orchestrating session dispatches the pointers'
-        if executor == "external"
-        else 'kind = "command"\npreset = "claude"         # claude, codex, gemini, aider or shell'
-    )
+    if executor == "external":
+        executor_block = (
+            'kind = "external"          # an orchestrating session dispatches the pointers'
+        )
+    else:
+        executor_block = f'kind = "command"\npreset = {_toml_value(preset)}'
+        executor_block += " " * (17 - len(preset)) + "# claude, codex, gemini, aider or shell"
+        if preset == "shell":
+            executor_block += f"\nshell = {_toml_value(SHELL_SAMPLE)}"
+    model = DEFAULT_MODELS["claude" if executor == "external" else preset]
     # The templates keep their comments; every value in them is written by
     # tomli-w, so any text (quotes, backslashes, newlines) reads back exactly.
     values = {
@@ -82,8 +101,13 @@ def new_run(
         "description": _toml_value(description),
         "first_output": _toml_value(f"out/{run_id}/t0001.json"),
         "executor": executor_block,
+        "model": _toml_value(model),
     }
-    packet = _render("packet.toml", values, {"run": {"id": run_id, "description": description}})
+    packet = _render(
+        "packet.toml",
+        values,
+        {"run": {"id": run_id, "description": description}, "model": {"default": model}},
+    )
     created = [f"{RUNS_DIR}/{run_id}/{PACKET_NAME}", f"{RUNS_DIR}/{run_id}/{TASKS_NAME}"]
     try:
         for path, lines in bundles.items():

@@ -205,3 +205,9 @@ def test_a_worker_gets_every_input_as_its_own_argument(git_repo: Path) -> None:
     received = json.loads((git_repo / "out/t1.json").read_text())
     assert received["argv"] == ["--read", "docs/a b.md", "--read", "docs/-c.md"]
     assert received["env"] == "docs/a b.md\ndocs/-c.md"
+
+
+def test_a_script_reading_the_model_from_the_environment_names_no_model() -> None:
+    script = 'my-agent --model "$GITRUN_MODEL" --x --model=${GITRUN_MODEL} "$GITRUN_POINTER"'
+    assert literal_models(["sh", "-c", script]) == []
+    assert literal_models(["sh", "-c", "my-agent --model $MODEL"]) == ["$MODEL"]

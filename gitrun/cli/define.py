@@ -38,6 +38,13 @@ def new(
     executor: Annotated[
         str, typer.Option(help="command (gitrun launches workers) or external (a session does).")
     ] = "command",
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            help="The agent CLI to launch: claude (default), codex, gemini, aider or shell; "
+            "the packet's default model is that CLI's."
+        ),
+    ] = None,
     description: Annotated[str, typer.Option(help="One line describing the run.")] = "",
 ) -> None:
     """Scaffold a run in .gitrun/runs/RUN/ from the templates.
@@ -54,6 +61,7 @@ def new(
         output=output,
         per_task=per_task,
         executor=executor,
+        preset=preset,
         description=description,
     )
     typer.echo(result.message)
