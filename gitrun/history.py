@@ -45,8 +45,9 @@ class HistoryEntry:
         }
 
 
-def find_base(repo: Path, run_id: str) -> str | None:
-    """The commit the run forked from, recorded in its first commit."""
+def find_base(repo: Path, run_id: str, ref: str | None = None) -> str | None:
+    """The commit the run forked from, recorded in its first commit (``ref``:
+    another copy of the run's branch, such as a remote's)."""
     out = git.git(
         repo,
         "log",
@@ -54,15 +55,15 @@ def find_base(repo: Path, run_id: str) -> str | None:
         "-1",
         "--grep=^Gitrun-Base: ",
         "--format=%(trailers:key=Gitrun-Base,valueonly)",
-        branch_ref(run_id),
+        ref or branch_ref(run_id),
     )
     return out.decode().strip() or None
 
 
-def read_history(repo: Path, run_id: str) -> list[HistoryEntry]:
+def read_history(repo: Path, run_id: str, ref: str | None = None) -> list[HistoryEntry]:
     """The run's commits, newest first, back to (and including) its first commit."""
-    ref = branch_ref(run_id)
-    base = find_base(repo, run_id)
+    ref = ref or branch_ref(run_id)
+    base = find_base(repo, run_id, ref)
     span = f"{base}..{ref}" if base else ref
     out = git.git(repo, "log", "--first-parent", f"--format={_FORMAT}", span)
     entries = []

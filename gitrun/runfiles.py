@@ -277,7 +277,7 @@ def merge_committed_ledger(repo: Path, blobs: dict[str, str]) -> None:
         except OSError as exc:
             raise file_error(repo / path, exc, "read") from exc
     wanted = {p: sha for p, sha in blobs.items() if p not in local or blob_id(local[p], fmt) != sha}
-    contents = _read_blobs(repo, sorted(set(wanted.values())))
+    contents = read_blobs(repo, sorted(set(wanted.values())))
     for path, sha in wanted.items():
         if path not in local:
             # Byte for byte, so the next commit finds the same blob; the branch
@@ -290,7 +290,7 @@ def merge_committed_ledger(repo: Path, blobs: dict[str, str]) -> None:
             write_atomic(repo / path, merged.encode())
 
 
-def _read_blobs(repo: Path, shas: list[str]) -> dict[str, bytes]:
+def read_blobs(repo: Path, shas: list[str]) -> dict[str, bytes]:
     """Blobs by id, read by one ``git cat-file --batch`` (a fresh clone of a long
     run has thousands of chunks)."""
     if not shas:
