@@ -192,6 +192,33 @@ def log(
 
 
 @app.command()
+def report(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(metavar="RUN", help="The run.")],
+    html: Annotated[
+        bool, typer.Option("--html", help="Write one self-contained HTML page (the only format).")
+    ] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Where to write it; default gitrun-report-RUN.html here."
+        ),
+    ] = None,
+) -> None:
+    """Write a run's report: a timeline of every attempt, concurrency over time,
+    summary numbers and a sortable table of tasks, from what the run's branch
+    holds (so it works on a fresh clone and after `gitrun land`)."""
+    from gitrun.errors import UsageError
+    from gitrun.htmlreport import write_report
+
+    if not html:
+        raise UsageError(
+            f"say which report: `gitrun report {run} --html` (for text, `gitrun status {run}`)"
+        )
+    typer.echo(write_report(_repo(ctx), run, output))
+
+
+@app.command()
 def land(
     ctx: typer.Context,
     run: Annotated[str, typer.Argument(metavar="RUN", help="The run to land.")],
