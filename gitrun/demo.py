@@ -22,11 +22,13 @@ import tomli_w
 
 from gitrun import git
 from gitrun.errors import GitrunError, UsageError
+from gitrun.htmlreport import default_path, write_report
 from gitrun.land import land_run
 from gitrun.proc import clean_env, run_cmd
 from gitrun.runs import load_run
 from gitrun.scaffold import new_run
 from gitrun.state import read_run_ledger, read_status
+from gitrun.timeline import needless_reruns
 
 RUN_ID = "demo"
 DEMO_IDENTITY = {
@@ -186,13 +188,7 @@ def _report(repo: Path, say: Say) -> None:
         f"\n{status.spawns} spawns for {status.usable} usable outputs; attempts by outcome: "
         + ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items()))
     )
-    liars = sorted(
-        {
-            str(r["task"])
-            for r in attempts
-            if r["outcome"] == "valid" and r.get("exit") not in (0, None)
-        }
-    )
+    liars = needless_reruns(records)
     if liars:
         say(
             f"A runner that trusts exit statuses would have re-run {len(liars)} tasks needlessly: "
@@ -201,5 +197,7 @@ def _report(repo: Path, say: Say) -> None:
     quarantined = sorted({str(r["task"]) for r in attempts if r["outcome"] == "invalid"})
     if quarantined:
         say(f"Invalid outputs were quarantined, not committed: {', '.join(quarantined)}.")
-    say(f"\nThe repository is {repo}")
+    page = write_report(repo, RUN_ID, repo / default_path(RUN_ID))
+    say(f"\nThe report, a page with the timeline of every attempt: {page}")
+    say(f"The repository is {repo}")
     say(f"Look around: cd {repo} && git log --graph --oneline && gitrun status {RUN_ID}")
