@@ -435,8 +435,13 @@ def hand_built_paths(source: str) -> list[tuple[int, str]]:
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
             if isinstance(node.left, ast.Attribute) and node.left.attr == "root":
                 found.append((node.lineno, f"{ast.unparse(node.left)} / ..."))
-            if isinstance(node.right, ast.Constant) and node.right.value == HOME:
-                found.append((node.lineno, f'... / "{HOME}"'))
+            left = ast.unparse(node.left)
+            if (
+                isinstance(node.right, ast.Constant)
+                and node.right.value == HOME
+                and ("git_dir" in left or "'.git'" in left)
+            ):
+                found.append((node.lineno, f'{left} / "{HOME}"'))
         elif (
             isinstance(node, ast.Constant)
             and isinstance(node.value, str)
@@ -458,9 +463,12 @@ def f(local, repo, run):
     c = repo / f".git/gitrun/{run}/tip"
     d = self.local.root / "anything"
     e = Path("x") / "leases.json"
+    f = repo / ".git" / "gitrun"
+    g = self.git_dir / "gitrun" / run
 '''
-    assert [line for line, _ in hand_built_paths(source)] == [4, 4, 5, 6, 7, 8]
-    assert hand_built_paths("x = local.leases\ny = local.retired('ledger.jsonl', 1)\n") == []
+    assert [line for line, _ in hand_built_paths(source)] == [4, 4, 5, 6, 7, 8, 9, 10]
+    fine = "x = local.leases\ny = local.retired('ledger.jsonl', 1)\nz = bin_dir / 'gitrun'\n"
+    assert hand_built_paths(fine) == []
 
 
 def test_no_module_but_local_builds_a_local_state_path() -> None:
