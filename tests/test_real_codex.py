@@ -1,0 +1,112 @@
+"""The codex preset driven by `gitrun start` over the real codex CLI (issue 11).
+
+codex 0.171 talks to ``tests/realclient/openai_mock.py`` (the Responses API
+on 127.0.0.1) through a custom model provider in a private ``CODEX_HOME``:
+no network, no API key. Skipped, with the reason, when codex is not
+installed (``.ci/install-clients``).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from gitrun import governor
+from tests.helpers import commit_all, git, ledger_records, write_run
+from tests.realclient.clis import client_binary, gitrun, offline_env, private_bin
+from tests.realclient.openai_mock import OpenAIMock, shell
+from tests.realclient.scripted import Reply
+
+pytestmark = pytest.mark.realclient
+
+OUTPUT = "out/t1.json"
+
+
+def _codex_env(tmp_path: Path, base_url: str) -> dict[str, str]:
+    codex_home = tmp_path / "home" / ".codex"
+    codex_home.mkdir(parents=True)
+    (codex_home / "config.toml").write_text(
+        'model_provider = "mock"\n\n'
+        "[model_providers.mock]\n"
+        'name = "mock"\n'
+        f'base_url = "{base_url}"\n'
+        'wire_api = "responses"\n'
+        'env_key = "OPENAI_API_KEY"\n'
+    )
+    # codex refuses to set up its sandbox helper under TMPDIR, so the two differ.
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    return offline_env(
+        tmp_path / "home",
+        private_bin(tmp_path, "codex"),
+        CODEX_HOME=str(codex_home),
+        OPENAI_API_KEY="sk-mock-not-a-key",
+        TMPDIR=str(scratch),
+    )
+
+
+def _run(repo: Path, **limits: object) -> None:
+    write_run(
+        repo,
+        "r",
+        [{"id": "t1", "outputs": [OUTPUT]}],
+        {
+            "model": {"default": "gpt-mock"},
+            "executor": {"kind": "command", "preset": "codex"},
+            "limits": {"canary": 1, "max_attempts": 2, "timeout": "90s", **limits},
+        },
+    )
+    commit_all(repo, "run r")
+
+
+def test_the_owned_write_lands_and_is_committed(git_repo: Path, tmp_path: Path) -> None:
+    client_binary("codex")
+    _run(git_repo)
+    write = shell(f"mkdir -p out && printf '%s' '{{\"done\": true}}' > {OUTPUT}")
+    with OpenAIMock([write, Reply("Wrote out/t1.json.")]) as api:
+        env = _codex_env(tmp_path, api.url + "/v1")
+        done = gitrun(git_repo, env, "start", "r")
+        requests = api.requests
+        outputs = api.function_outputs()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads((git_repo / OUTPUT).read_text()) == {"done": True}
+    committed = git(git_repo, "show", f"gitrun/r:{OUTPUT}")
+    assert json.loads(committed) == {"done": True}
+    assert git(git_repo, "status", "--porcelain", "--untracked-files=no") == ""
+    # codex ran the scripted command and reported its result back.
+    assert len(outputs) == 1
+    first = requests[0].body
+    assert first["model"] == "gpt-mock" and first["stream"] is True
+    prompt = json.dumps(first["input"])
+    assert "gitrun run r, task t1" in prompt and OUTPUT in prompt
+    # --ephemeral: no session was saved for the task.
+    assert not list((tmp_path / "home" / ".codex").glob("sessions/**/*.jsonl"))
+
+
+def test_an_unreachable_endpoint_halts_the_run_well_before_the_timeout(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    """codex loops "Reconnecting... waiting for network" forever; the run
+    halts as an environment fault instead of waiting out 90 s per attempt."""
+    client_binary("codex")
+    _run(git_repo)
+    with socket.socket() as probe:  # a port nothing listens on: connections are refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = _codex_env(tmp_path, f"http://127.0.0.1:{port}/v1")
+    began = time.monotonic()
+    done = gitrun(git_repo, env, "start", "r")
+    took = time.monotonic() - began
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "environment fault: t1 attempt 1: codex reported 2 times in a row" in done.stdout
+    assert took < 45, f"took {took:.1f} s"
+    records = [r for r in ledger_records(git_repo) if "outcome" in r]
+    assert [(r["attempt"], r["outcome"], r["timed_out"]) for r in records] == [
+        (1, "missing", False)
+    ]
+    halts = [r for r in ledger_records(git_repo) if r.get("event") == "halt"]
+    assert [h["kind"] for h in halts] == [governor.ENVIRONMENT]

@@ -1,0 +1,113 @@
+"""The gemini preset driven by `gitrun start` over the real gemini CLI (issue 11).
+
+gemini-cli 0.61 talks to ``tests/realclient/gemini_mock.py`` on 127.0.0.1
+through ``GOOGLE_GEMINI_BASE_URL``, with the ``gemini-api-key`` auth type in
+a private HOME and a dummy key: no network. Every test runs in a fresh
+repository gemini has never been told to trust. Skipped, with the reason,
+when gemini is not installed (``.ci/install-clients``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gitrun import governor
+from tests.helpers import commit_all, git, ledger_records, write_run
+from tests.realclient.clis import client_binary, gitrun, offline_env, private_bin
+from tests.realclient.gemini_mock import GeminiMock, write_file
+from tests.realclient.scripted import Reply
+
+pytestmark = pytest.mark.realclient
+
+OUTPUT = "out/t1.json"
+# The preset's argv before issue 11: --yolo, and no --skip-trust.
+OLD_PRESET = ["gemini", "--model", "{model}", "--yolo", "--prompt", "{pointer}"]
+
+
+def _gemini_env(tmp_path: Path, base_url: str, *, auth: bool = True) -> dict[str, str]:
+    home = tmp_path / "home"
+    (home / ".gemini").mkdir(parents=True)
+    if auth:
+        settings = {"security": {"auth": {"selectedType": "gemini-api-key"}}}
+        (home / ".gemini" / "settings.json").write_text(json.dumps(settings))
+    extra = {"GOOGLE_GEMINI_BASE_URL": base_url}
+    if auth:
+        extra["GEMINI_API_KEY"] = "mock-not-a-key"
+    return offline_env(home, private_bin(tmp_path, "gemini"), **extra)
+
+
+def _run(repo: Path, command: list[str] | None = None) -> None:
+    executor: dict[str, object] = {"kind": "command", "preset": "gemini"}
+    if command is not None:
+        executor["command"] = command
+    write_run(
+        repo,
+        "r",
+        [{"id": "t1", "outputs": [OUTPUT]}, {"id": "t2", "outputs": ["out/t2.json"]}],
+        {
+            "model": {"default": "gemini-mock"},
+            "executor": executor,
+            "limits": {"canary": 1, "max_attempts": 3, "timeout": "90s"},
+        },
+    )
+    commit_all(repo, "run r")
+
+
+def test_the_owned_write_lands_in_an_untrusted_folder_and_is_committed(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    client_binary("gemini")
+    _run(git_repo)
+    script = [
+        write_file(OUTPUT, '{"task": "t1"}'),
+        Reply("Wrote it."),
+        write_file("out/t2.json", '{"task": "t2"}'),
+        Reply("Wrote it."),
+    ]
+    with GeminiMock(script) as api:
+        done = gitrun(git_repo, _gemini_env(tmp_path, api.url), "start", "r")
+        responses = api.function_responses()
+        first = api.requests[0]
+    assert done.returncode == 0, done.stdout + done.stderr
+    for task in ("t1", "t2"):
+        assert json.loads(git(git_repo, "show", f"gitrun/r:out/{task}.json")) == {"task": task}
+    assert [r["name"] for r in responses] == ["write_file", "write_file"]
+    assert "Successfully created and wrote" in json.dumps(responses[0]["response"])
+    assert first.path.startswith("/v1beta/models/gemini-mock:streamGenerateContent")
+    assert "gitrun run r, task t1" in json.dumps(first.body["contents"])
+
+
+def test_the_old_flags_exit_55_which_halts_the_run_at_once(git_repo: Path, tmp_path: Path) -> None:
+    """Without --skip-trust gemini refuses the fresh folder (exit 55, no request
+    made); that is the same for every task, so one attempt halts the run."""
+    client_binary("gemini")
+    _run(git_repo, OLD_PRESET)
+    with GeminiMock([write_file(OUTPUT, "{}"), Reply("done")]) as api:
+        done = gitrun(git_repo, _gemini_env(tmp_path, api.url), "start", "r")
+        asked = len(api.requests)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert asked == 0
+    assert (
+        "environment fault: t1 attempt 1: gemini exited 55, because the folder is not trusted; "
+        "pass --skip-trust" in done.stdout
+    )
+    assert [r["attempt"] for r in ledger_records(git_repo) if "outcome" in r] == [1]
+    assert not (git_repo / OUTPUT).exists()
+
+
+def test_an_authentication_error_halts_after_one_attempt(git_repo: Path, tmp_path: Path) -> None:
+    client_binary("gemini")
+    _run(git_repo)
+    with GeminiMock([write_file(OUTPUT, "{}"), Reply("done")]) as api:
+        done = gitrun(git_repo, _gemini_env(tmp_path, api.url, auth=False), "start", "r")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "environment fault: t1 attempt 1: gemini exited 41, an authentication error" in (
+        done.stdout
+    )
+    records = [r for r in ledger_records(git_repo) if "outcome" in r]
+    assert [(r["task"], r["exit"]) for r in records] == [("t1", 41)]
+    halts = [r for r in ledger_records(git_repo) if r.get("event") == "halt"]
+    assert [h["kind"] for h in halts] == [governor.ENVIRONMENT]
