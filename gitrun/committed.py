@@ -83,7 +83,8 @@ def read_committed(repo: Path, run_id: str) -> CommittedRun:
     for entry in read_history(repo, run_id, tip):  # newest first
         for tid in entry.tasks:
             commits.setdefault(tid, entry.commit)
-    return CommittedRun(run, ref.removeprefix("refs/heads/"), tip, records, status, commits)
+    shown = ref.removeprefix("refs/heads/").removeprefix("refs/remotes/")
+    return CommittedRun(run, shown, tip, records, status, commits)
 
 
 def _load_definition(repo: Path, run_id: str, tip: str, tree: dict[str, tuple[str, str]]) -> RunDef:

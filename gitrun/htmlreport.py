@@ -84,7 +84,8 @@ def render_report(repo: Path, run_id: str) -> str:
     return render_page(read_committed(repo, run_id))
 
 
-def render_page(c: CommittedRun) -> str:
+def render_page(c: CommittedRun, max_rows: int = MAX_ROWS) -> str:
+    """The page; above ``max_rows`` tasks, consecutive tasks share a timeline row."""
     run = c.run
     attempts = read_attempts(c.records)
     canary = canary_attempts(attempts, run.packet.limits.canary)
@@ -94,7 +95,7 @@ def render_page(c: CommittedRun) -> str:
     times = [a.start for a in attempts] + [a.end for a in attempts] + [m.at for m in markers]
     t0 = min(times, default=0.0)
     scale = Scale(t0, max([*times, t0 + 1.0]))
-    timeline, per_row = timeline_svg(task_ids, attempts, canary, scale, markers)
+    timeline, per_row = timeline_svg(task_ids, attempts, canary, scale, markers, max_rows)
     started = datetime.fromtimestamp(t0, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     about = run.packet.run.description
     parts = [
@@ -114,7 +115,7 @@ def render_page(c: CommittedRun) -> str:
         "<p>One row per task, one bar per attempt from its start to its end, coloured by "
         "outcome; hover a bar for its attempt, exit status, duration and reason.</p>",
         _legend(),
-        _aggregated(len(task_ids), per_row),
+        _aggregated(len(task_ids), per_row, max_rows),
         f'<div class="chart">{timeline}</div></section>',
         '<section id="concurrency"><h2>Concurrency</h2>',
         '<p>Attempts <span class="key running"></span> running against '
@@ -254,11 +255,11 @@ def _legend() -> str:
     return f'<p class="legend">{"".join(items)}</p>'
 
 
-def _aggregated(tasks: int, per_row: int) -> str:
+def _aggregated(tasks: int, per_row: int, max_rows: int) -> str:
     if per_row == 1:
         return ""
     return (
-        f'<p class="aggregated">This run has {tasks:,} tasks: above {MAX_ROWS:,} the timeline '
+        f'<p class="aggregated">This run has {tasks:,} tasks: above {max_rows:,} the timeline '
         f"draws {per_row:,} consecutive tasks (in table order) per row, each row the union of "
         "their attempts by outcome, failures over successes; hover a row for its counts. The "
         "table below lists every task.</p>"
@@ -315,7 +316,7 @@ code{font:12px ui-monospace,monospace;background:#f2f4f7;padding:1px 4px;border-
 .num{border:1px solid #dde1e6;border-radius:6px;padding:6px 10px;min-width:96px}
 .num b{display:block;font-size:20px}.num span{color:#555;font-size:12px}
 .halted,.violation{color:#a3162b}.aggregated{background:#fff6db;padding:6px 10px}
-.chart{overflow-x:auto}svg text{font:11px system-ui,sans-serif;fill:#333}
+.chart{overflow-x:auto}.chart svg{max-width:100%;height:auto}svg text{font:11px system-ui,sans-serif;fill:#333}
 .label{text-anchor:end}.tick{text-anchor:middle;fill:#666}
 .grid{stroke:#eceef1;stroke-width:1}.bar{fill-opacity:.95}
 .bar:hover{stroke:#000;stroke-width:1}

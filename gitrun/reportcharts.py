@@ -84,12 +84,17 @@ def _axis(scale: Scale, top: float, bottom: float) -> str:
 
 def _markers(markers: list[Marker], scale: Scale, top: float, bottom: float) -> str:
     parts = []
-    for m in markers:
-        x = _f(scale.x(m.at))
+    placed: list[float] = []  # x of the labels on each line of labels
+    for m in sorted(markers, key=lambda m: m.at):
+        at = scale.x(m.at)
+        # A label goes on the first line where it clears the one before it.
+        line = next((i for i, x in enumerate(placed) if at - x > 140), len(placed))
+        placed[line : line + 1] = [at]
+        x = _f(at)
         parts.append(
-            f'<g class="{m.css}">{_title(m.title)}'
+            f'<g class="marker {m.css}">{_title(m.title)}'
             f'<line x1="{x}" x2="{x}" y1="{_f(top)}" y2="{_f(bottom)}"/>'
-            f'<text x="{x}" y="{_f(top + 11)}" dx="4">{escape(m.label)}</text></g>'
+            f'<text x="{x}" y="{_f(top + 11 + 12 * line)}" dx="4">{escape(m.label)}</text></g>'
         )
     return "".join(parts)
 
@@ -123,9 +128,10 @@ def timeline_svg(
     canary: set[tuple[str, int]],
     scale: Scale,
     markers: list[Marker],
+    max_rows: int = MAX_ROWS,
 ) -> tuple[str, int]:
     """The timeline, and how many tasks share a row (1: a row per task)."""
-    per_row = max(1, math.ceil(len(task_ids) / MAX_ROWS))
+    per_row = max(1, math.ceil(len(task_ids) / max_rows))
     row_of = {tid: i // per_row for i, tid in enumerate(task_ids)}
     rows = math.ceil(len(task_ids) / per_row) if task_ids else 0
     row_h = ROW_TALL if rows <= TALL_UP_TO else ROW_SHORT
