@@ -122,7 +122,9 @@ def render_page(c: CommittedRun, max_rows: int = MAX_ROWS) -> str:
         '<span class="key allowed"></span> allowed (the governor\'s rules replayed over the '
         'ledger: halved at each throttle <span class="key throttle"></span>, grown back '
         f"after {run.packet.limits.grow_after} valid endings, the canary alone first); "
-        '<span class="key backoff"></span> back-off windows, drawn to their longest.</p>',
+        '<span class="key backoff"></span> back-off windows, drawn to their longest. The load '
+        "gate, which holds starts back while the machine is busy, leaves no record in the "
+        "ledger: where it held, fewer ran than were allowed.</p>",
         f'<div class="chart">{concurrency_svg(conc, scale, run.packet.limits.concurrency, markers)}'
         "</div></section>",
         _table(c, attempts),

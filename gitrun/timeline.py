@@ -160,11 +160,16 @@ def concurrency_over_time(attempts: list[Attempt], limits: Limits, tasks: int) -
     starts = sorted(a.start for a in attempts)
     ends = sorted(attempts, key=lambda a: a.end)
     # A driver took over: from an attempt recorded by recovery, or at the
-    # first start after one gitrun interrupted.
-    takeovers = sorted(
-        {a.end for a in attempts if a.recovered}
-        | {s for a in attempts if a.outcome == ledger.INTERRUPTED for s in _next(starts, a.end)}
-    )
+    # first start after one gitrun interrupted. One takeover records all the
+    # attempts it found before it starts any.
+    takeovers: list[float] = []
+    candidates = {a.end for a in attempts if a.recovered}
+    candidates |= {
+        s for a in attempts if a.outcome == ledger.INTERRUPTED for s in _next(starts, a.end)
+    }
+    for at in sorted(candidates):
+        if not takeovers or _started_between(starts, takeovers[-1], at):
+            takeovers.append(at)
     governor = _replay_governor(limits, tasks, canary=True)
     allowed: list[tuple[float, int]] = []
     if attempts:
@@ -224,6 +229,11 @@ def _next(starts: list[float], after: float) -> list[float]:
 
     i = bisect_right(starts, after)
     return starts[i : i + 1]
+
+
+def _started_between(starts: list[float], after: float, until: float) -> bool:
+    """Whether some attempt started after ``after`` and by ``until``."""
+    return any(after < s <= until for s in _next(starts, after))
 
 
 def _first2(event: tuple[float, int, Attempt | None]) -> tuple[float, int]:

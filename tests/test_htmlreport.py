@@ -506,10 +506,12 @@ def test_a_new_driver_starts_from_the_packets_concurrency() -> None:
         attempt("a", 0, 1),
         attempt("b", 1, 2, "throttled", exit=75, concurrency=2),
         attempt("c", 1, 5, "abandoned", exit=None, recovered=True),  # found by the next driver
+        attempt("e", 1, 5.001, "valid", exit=None, recovered=True),  # by the same one
         attempt("d", 6, 7),
+        attempt("f", 6.5, 9, "abandoned", exit=None, recovered=True),  # by a third driver
     ]
     c = concurrency_over_time(attempts, limits, tasks=4)
-    assert c.takeovers == [5]
+    assert c.takeovers == [5, 9]
     assert (2, 2) in c.allowed and (5, 4) in c.allowed
 
 
