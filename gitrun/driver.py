@@ -33,7 +33,7 @@ from gitrun.executor import command_template, render_command
 from gitrun.governor import ENVIRONMENT, STRICT, Halt, is_throttled, last_line
 from gitrun.journal import Journal, JournalEntry
 from gitrun.local import LocalPaths
-from gitrun.lock import RunLock
+from gitrun.lock import LiveAttempt, LiveState, RunLock
 from gitrun.outputs import check_task, prepare_outputs, prior_in_tree, quarantine
 from gitrun.pointer import attempt_values
 from gitrun.proc import clean_env
@@ -454,12 +454,19 @@ class Driver:
                 self.governor.stop_for(Halt(STRICT, f"ownership violation: {violation.describe()}"))
 
     def _beat(self) -> None:
-        state = self.governor.snapshot()
-        state["kill_grace"] = self.limits.kill_grace
-        state["running"] = [
-            {"task": a.task, "attempt": a.number, "started": a.started, "deadline": a.deadline}
-            for a in self.running.values()
-        ]
+        governor = self.governor
+        state = LiveState(
+            concurrency=governor.concurrency,
+            max_concurrency=self.limits.concurrency,
+            kill_grace=self.limits.kill_grace,
+            backoff_until=governor.backoff_until or None,
+            waiting_for_load=governor.waiting_for_load,
+            canary=list(governor.canary),
+            halt=governor.halt.message if governor.halt else None,
+            running=[
+                LiveAttempt(a.task, a.number, a.started, a.deadline) for a in self.running.values()
+            ],
+        )
         self.lock.beat(state)
 
     def _progress(self, now: float) -> Progress:

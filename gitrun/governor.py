@@ -242,16 +242,6 @@ class Governor:
         self._throttles = max(0, state.throttles)
         self._valid_run = max(0, state.valid_run)
 
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "concurrency": self.concurrency,
-            "max_concurrency": self.limits.concurrency,
-            "backoff_until": self.backoff_until or None,
-            "waiting_for_load": self.waiting_for_load,
-            "canary": list(self.canary),
-            "halt": {"kind": self.halt.kind, "message": self.halt.message} if self.halt else None,
-        }
-
 
 @dataclass(frozen=True)
 class GovernorState:

@@ -22,7 +22,84 @@ from typing import Any
 
 from gitrun.errors import GitrunError
 from gitrun.local import LocalPaths
-from gitrun.records import VERSION, Fields, RecordDamaged, load_record, warn_stderr, write_record
+from gitrun.records import (
+    VERSION,
+    Fields,
+    RecordDamaged,
+    is_finite,
+    load_record,
+    warn_stderr,
+    write_record,
+)
+
+
+@dataclass(frozen=True)
+class LiveAttempt:
+    task: str
+    attempt: int
+    started: float
+    deadline: float
+
+
+@dataclass(frozen=True)
+class LiveState:
+    """What a live driver is doing, written with every heartbeat: ``status``
+    shows it, ``watchdog`` finds attempts past their deadline in it. Read
+    leniently: it only informs, so a damaged field reads as absent."""
+
+    concurrency: int | None = None
+    max_concurrency: int | None = None
+    kill_grace: float | None = None
+    backoff_until: float | None = None
+    waiting_for_load: bool = False
+    canary: list[str] = field(default_factory=list)
+    halt: str | None = None  # the halt's message
+    running: list[LiveAttempt] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "concurrency": self.concurrency,
+            "max_concurrency": self.max_concurrency,
+            "kill_grace": self.kill_grace,
+            "backoff_until": self.backoff_until,
+            "waiting_for_load": self.waiting_for_load,
+            "canary": self.canary,
+            "halt": self.halt,
+            "running": [vars(a) for a in self.running],
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> LiveState:
+        if not isinstance(data, dict):
+            return cls()
+        running = []
+        for item in data.get("running") or []:
+            if not isinstance(item, dict):
+                continue
+            task, attempt = item.get("task"), item.get("attempt")
+            started, deadline = item.get("started"), item.get("deadline")
+            if isinstance(task, str) and type(attempt) is int and is_finite(deadline):
+                begun = float(started) if is_finite(started) else 0.0  # type: ignore[arg-type]  # is_finite checked it
+                running.append(LiveAttempt(task, attempt, begun, float(deadline)))  # type: ignore[arg-type]
+        canary, halt = data.get("canary"), data.get("halt")
+        return cls(
+            _whole(data.get("concurrency")),
+            _whole(data.get("max_concurrency")),
+            _number(data.get("kill_grace")),
+            _number(data.get("backoff_until")),
+            data.get("waiting_for_load") is True,
+            [c for c in canary if isinstance(c, str)] if isinstance(canary, list) else [],
+            halt if isinstance(halt, str) else None,
+            running,
+        )
+
+
+def _whole(value: object) -> int | None:
+    return value if type(value) is int else None
+
+
+def _number(value: object) -> float | None:
+    return float(value) if is_finite(value) else None  # type: ignore[arg-type]  # is_finite checked it
 
 
 @dataclass(frozen=True)
@@ -31,7 +108,7 @@ class Owner:
     host: str
     started: float
     heartbeat: float
-    state: dict[str, Any] = field(default_factory=dict)  # the driver's live state
+    state: LiveState = field(default_factory=LiveState)  # the driver's live state
     create_time: float | None = None  # as psutil reports it, for reaper.is_recorded_process
     cmdline: list[str] | None = None
 
@@ -52,7 +129,7 @@ class Owner:
             "heartbeat": self.heartbeat,
             "create_time": self.create_time,
             "cmdline": self.cmdline,
-            "state": self.state,
+            "state": self.state.to_json(),
         }
 
     @classmethod
@@ -65,7 +142,7 @@ class Owner:
             data.string("host"),
             data.number("started"),
             data.number("heartbeat"),
-            state if isinstance(state, dict) else {},
+            LiveState.from_json(state),
             create_time=float(created) if isinstance(created, int | float) else None,
             cmdline=cmdline
             if isinstance(cmdline, list) and all(isinstance(a, str) for a in cmdline)
@@ -184,7 +261,7 @@ class RunLock:
         self._written = False
         self._failing = False
 
-    def beat(self, state: dict[str, Any] | None = None) -> None:
+    def beat(self, state: LiveState | None = None) -> None:
         self.owner = Owner(
             self.owner.pid,
             self.owner.host,

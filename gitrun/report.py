@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gitrun.engine import DONE
+from gitrun.lock import LiveState
 from gitrun.state import RunStatus
 
 if TYPE_CHECKING:
@@ -109,19 +110,20 @@ def format_status(status: RunStatus, limit: int | None = 20) -> str:
     return "\n".join(lines)
 
 
-def _live_state(state: dict[str, object]) -> str:
+def _live_state(state: LiveState) -> str:
     import time
 
-    parts = [f"concurrency {state.get('concurrency', '?')}/{state.get('max_concurrency', '?')}"]
-    until = state.get("backoff_until")
-    if isinstance(until, int | float) and until > time.time():
+    def shown(value: int | None) -> str:
+        return "?" if value is None else str(value)
+
+    parts = [f"concurrency {shown(state.concurrency)}/{shown(state.max_concurrency)}"]
+    until = state.backoff_until
+    if until is not None and until > time.time():
         parts.append(f"backing off for {until - time.time():.0f} s")
-    if state.get("waiting_for_load"):
+    if state.waiting_for_load:
         parts.append("waiting for load")
-    canary = state.get("canary")
-    if isinstance(canary, list) and canary:
-        parts.append(f"canary {', '.join(str(c) for c in canary)} running alone")
-    halt = state.get("halt")
-    if isinstance(halt, dict):
-        parts.append(f"halting: {halt.get('message')}")
+    if state.canary:
+        parts.append(f"canary {', '.join(state.canary)} running alone")
+    if state.halt:
+        parts.append(f"halting: {state.halt}")
     return "; ".join(parts)

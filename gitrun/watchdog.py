@@ -8,7 +8,6 @@ alerts); ``--kill`` ends a stale driver so that the next ``resume`` takes over.
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import socket
@@ -101,17 +100,11 @@ def _inspect_live(run_id: str, local: LocalPaths, stale_after: float, now: float
     health = RunHealth(
         run_id, "alive" if here else "elsewhere", owner.pid, owner.host, now - owner.heartbeat
     )
-    kill_grace = owner.state.get("kill_grace")
-    if not isinstance(kill_grace, int | float) or not math.isfinite(kill_grace):
-        kill_grace = 5.0  # a damaged record: the default
-    grace = float(kill_grace) + 30.0
-    running = owner.state.get("running")
-    for attempt in running if isinstance(running, list) else []:
-        if not isinstance(attempt, dict):
-            continue  # a damaged record says nothing
-        deadline = attempt.get("deadline")
-        if isinstance(deadline, int | float) and now > deadline + grace:
-            health.overdue.append(f"{attempt.get('task')}#{attempt.get('attempt')}")
+    kill_grace = owner.state.kill_grace
+    grace = (5.0 if kill_grace is None else kill_grace) + 30.0  # damaged: the default
+    for attempt in owner.state.running:
+        if now > attempt.deadline + grace:
+            health.overdue.append(f"{attempt.task}#{attempt.attempt}")
     reasons = []
     if health.heartbeat_age is not None and health.heartbeat_age > stale_after:
         reasons.append(f"no heartbeat for {health.heartbeat_age:.0f} s")

@@ -23,7 +23,7 @@ import pytest
 from gitrun.committer import Tip, read_tip
 from gitrun.leases import Lease, LeaseFile, read_leases
 from gitrun.local import HOME, LocalPaths, local_runs
-from gitrun.lock import Owner, RunBusy, read_owner, run_locked
+from gitrun.lock import LiveAttempt, LiveState, Owner, RunBusy, read_owner, run_locked
 from gitrun.records import Fields, Record, RecordDamaged, load_record, write_record
 from gitrun.runs import TasksCache, read_tasks_cache
 from tests.helpers import commit_all, write_run
@@ -36,7 +36,7 @@ OWNER = Owner(
     "host-a",
     1000.5,
     1002.25,
-    {"concurrency": 2, "max_concurrency": 4, "running": [{"task": "t1", "deadline": 9.5}]},
+    LiveState(2, 4, 5.0, canary=["t1"], running=[LiveAttempt("t1", 1, 8.5, 9.5)]),
     create_time=999.75,
     cmdline=["python3", "-m", "gitrun", "resume", "r"],
 )
@@ -261,7 +261,7 @@ def test_what_only_informs_in_an_owner_record_is_read_as_absent(local: LocalPath
     local.owner.write_text(json.dumps(data))
     owner = read_owner(local)
     assert owner is not None
-    assert (owner.state, owner.create_time, owner.cmdline) == ({}, None, None)
+    assert (owner.state, owner.create_time, owner.cmdline) == (LiveState(), None, None)
     assert (owner.pid, owner.host) == (OWNER.pid, OWNER.host)
 
 

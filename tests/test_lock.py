@@ -20,7 +20,14 @@ from pathlib import Path
 import pytest
 
 from gitrun.local import LocalPaths
-from gitrun.lock import LocalStateUnwritable, RunLock, read_owner, run_locked
+from gitrun.lock import (
+    LiveAttempt,
+    LiveState,
+    LocalStateUnwritable,
+    RunLock,
+    read_owner,
+    run_locked,
+)
 from tests.helpers import commit_all, git, write_run
 
 
@@ -113,8 +120,8 @@ def test_a_heartbeat_on_a_full_disk_warns_once_and_resumes(
     first = read_owner(local)
     assert first is not None
     full_disk.fill()
-    lock.beat({"running": []})
-    lock.beat({"running": []})
+    lock.beat(LiveState())
+    lock.beat(LiveState())
     assert len(warnings) == 1
     assert "No space left on device" in warnings[0] and "driver.json" in warnings[0]
     assert read_owner(local) == first, "the last good record stays in place"
@@ -168,10 +175,10 @@ def test_the_owner_record_is_a_version_1_record_with_the_live_state(git_repo: Pa
     import json
 
     local = LocalPaths.of(git_repo, "r")
-    state = {"concurrency": 3, "max_concurrency": 4, "running": [{"task": "t1", "deadline": 1.0}]}
+    state = LiveState(3, 4, 5.0, running=[LiveAttempt("t1", 2, 0.5, 1.0)])
     with run_locked(local, "r") as held:
         held.beat(state)
         on_disk = json.loads(local.owner.read_text())
-        assert on_disk["v"] == 1 and on_disk["state"] == state
+        assert on_disk["v"] == 1 and on_disk["state"] == state.to_json()
         assert read_owner(local) == held.owner
     assert not local.owner.exists(), "released: the record goes with the lock"

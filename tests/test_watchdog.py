@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from gitrun.cli import app
 from gitrun.local import LocalPaths
-from gitrun.lock import is_locked, lock_holders, read_owner, run_locked
+from gitrun.lock import LiveAttempt, LiveState, is_locked, lock_holders, read_owner, run_locked
 from gitrun.reaper import group_members
 from gitrun.watchdog import RunHealth, inspect_runs, kill_stale
 from tests.helpers import commit_all, gitrun_process, write_run
@@ -28,8 +28,8 @@ runner = CliRunner()
 def test_the_owner_record_carries_the_drivers_live_state(git_repo: Path) -> None:
     write_run(git_repo, "r", [{"id": "t1", "outputs": ["out/t1.json"]}])
     local = LocalPaths.of(git_repo, "r")
-    overdue = {"task": "t1", "attempt": 2, "started": 0.0, "deadline": time.time() - 3600}
-    state = {"concurrency": 2, "max_concurrency": 4, "kill_grace": 5.0, "running": [overdue]}
+    overdue = LiveAttempt("t1", 2, 0.0, time.time() - 3600)
+    state = LiveState(concurrency=2, max_concurrency=4, kill_grace=5.0, running=[overdue])
     with run_locked(local, "r") as lock:
         lock.beat(state)
         owner = read_owner(local)
@@ -45,14 +45,18 @@ def test_a_damaged_live_state_is_read_as_nothing_not_a_crash(git_repo: Path) -> 
     write_run(git_repo, "r", [{"id": "t1", "outputs": ["out/t1.json"]}])
     local = LocalPaths.of(git_repo, "r")
     with run_locked(local, "r") as lock:
-        lock.beat({"kill_grace": "soon", "running": ["junk", {"deadline": "never"}, 7]})
+        lock.beat()
+        record = json.loads(local.owner.read_text())
+        damaged = {"kill_grace": "soon", "running": ["junk", {"deadline": "never"}, 7]}
+        local.owner.write_text(json.dumps({**record, "state": damaged}))
         [health] = inspect_runs(git_repo)
         assert not health.stale
-        record = json.loads(local.owner.read_text())
+        owner = read_owner(local)
+        assert owner is not None and owner.state == LiveState()
         record["state"] = ["not", "a", "table"]
         local.owner.write_text(json.dumps(record))
         owner = read_owner(local)
-        assert owner is not None and owner.state == {}
+        assert owner is not None and owner.state == LiveState()
 
 
 def _alive(pid: int) -> bool:
