@@ -1,81 +1,56 @@
-"""Per-task agent definitions for orchestrating sessions (``gitrun next --agents``).
+"""The one worker agent type of external runs: ``.claude/agents/gitrun-worker.md``.
 
-Each leased task gets ``.claude/agents/<name>.md``; a subagent dispatched
-from it carries the agent type ``<name>`` in its hook input, which is how the
-write-time hooks find its task.
-
-The name is ``gitrun-<length of the run id>-<run>-<task>``. Run and task ids
-may both contain '-', so ``gitrun-<run>-<task>`` was ambiguous: run ``a``
-task ``b-c`` and run ``a-b`` task ``c`` were both ``gitrun-a-b-c``, one
-subagent was judged as the other's task, and their agent files overwrote
-each other. With the length in front, a name parses back in exactly one way.
+Claude Code loads the agent files of ``.claude/agents/`` when a turn starts:
+a file written during the lead's turn is not found in that turn, and in
+``-p`` mode never (issue 11). So gitrun no longer writes an agent file per
+leased task (``next --agents`` is gone); one generic ``gitrun-worker`` is
+installed before the lead starts, by ``gitrun new --executor external`` and
+``gitrun hooks install``. Which task a subagent works on never comes from
+its agent type: the lead's hook records the Agent call that dispatched a
+pointer (:mod:`gitrun.dispatches`), whatever type the lead picked.
 """
 
 from __future__ import annotations
 
-import string
 from pathlib import Path
 
 from gitrun.resources import template_text
-from gitrun.runs import RunDef, Task, list_runs, load_run
 from gitrun.tomlfile import write_atomic
 
 AGENTS_DIR = ".claude/agents"
-PREFIX = "gitrun-"
+WORKER_AGENT = "gitrun-worker"
+PREFIX = "gitrun-"  # agent types gitrun makes (and older per-task ones): they claim a task
+WORKER_TEMPLATE = "agent.md"
 
 
-def agent_name(run_id: str, task_id: str) -> str:
-    """``gitrun-<len(run_id)>-<run_id>-<task_id>``, which :func:`parse_agent_name` reads back."""
-    return f"{PREFIX}{len(run_id)}-{run_id}-{task_id}"
+def worker_agent_path(repo: Path) -> Path:
+    return repo / AGENTS_DIR / f"{WORKER_AGENT}.md"
 
 
-def parse_agent_name(agent_type: str) -> tuple[str, str] | None:
-    """The (run id, task id) an agent name made by :func:`agent_name` holds;
-    None for any other text (a name with gitrun's prefix that does not parse
-    names no task, and the hooks refuse it)."""
-    if not agent_type.startswith(PREFIX):
-        return None
-    length, dash, rest = agent_type[len(PREFIX) :].partition("-")
-    if not dash or not length.isascii() or not length.isdigit() or length != str(int(length)):
-        return None
-    size = int(length)
-    run_id, task_id = rest[:size], rest[size + 1 :]
-    if size == 0 or len(rest) <= size + 1 or rest[size] != "-":
-        return None
-    return run_id, task_id
+def install_worker_agent(repo: Path) -> str:
+    """Write (or bring up to date) the ``gitrun-worker`` agent; one line saying what it did."""
+    path = worker_agent_path(repo)
+    text = template_text(WORKER_TEMPLATE)
+    shown = f"{AGENTS_DIR}/{WORKER_AGENT}.md"
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return f"{shown}: the {WORKER_AGENT} agent is already there"
+    except (OSError, UnicodeDecodeError):
+        pass
+    write_atomic(path, text.encode())
+    return f"{shown}: installed the {WORKER_AGENT} agent (start the lead session after this)"
 
 
-def write_agent(run: RunDef, task: Task, pointer: str) -> str:
-    name = agent_name(run.id, task.id)
-    stage = run.stage_of(task)
-    text = string.Template(template_text("agent.md")).substitute(
-        name=name,
-        run=run.id,
-        task=task.id,
-        outputs=", ".join(o.path for o in run.outputs_of(task)),
-        model=run.packet.model_for(stage),
-        pointer=pointer,
-        packet=run.packet_path,
-    )
-    write_atomic(run.repo / AGENTS_DIR / f"{name}.md", text.encode(), durable=False)
-    return name
+def uninstall_worker_agent(repo: Path) -> str:
+    path = worker_agent_path(repo)
+    shown = f"{AGENTS_DIR}/{WORKER_AGENT}.md"
+    if not path.exists():
+        return f"{shown}: not there; nothing to remove"
+    path.unlink()
+    return f"{shown}: removed the {WORKER_AGENT} agent"
 
 
 def remove_agent(repo: Path, name: str) -> None:
-    (repo / AGENTS_DIR / f"{name}.md").unlink(missing_ok=True)
-
-
-def task_of_agent(repo: Path, agent_type: str) -> tuple[RunDef, Task] | None:
-    """The run and task an agent type made by :func:`agent_name` names, if
-    that run and task exist here; None otherwise."""
-    parsed = parse_agent_name(agent_type)
-    if parsed is None:
-        return None
-    run_id, task_id = parsed
-    if run_id not in list_runs(repo):
-        return None
-    run = load_run(repo, run_id)
-    for task in run.tasks:
-        if task.id == task_id:
-            return run, task
-    return None
+    """Remove a per-task agent file an older gitrun wrote for a lease."""
+    if name.startswith(PREFIX) and "/" not in name and name != WORKER_AGENT:
+        (repo / AGENTS_DIR / f"{name}.md").unlink(missing_ok=True)

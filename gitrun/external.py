@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gitrun import git, ledger
+from gitrun.agents import WORKER_AGENT
 from gitrun.audit import Audit, AuditState
 from gitrun.committer import Committer, Landing, branch_ref, landing_message
 from gitrun.engine import DONE, FAILED, Ended, Engine
@@ -129,15 +130,15 @@ class External:
 
     # -- next ---------------------------------------------------------------------
 
-    def next_batch(self, limit: int | None, agents: bool) -> Batch:
+    def next_batch(self, limit: int | None) -> Batch:
         batch = Batch(violations=self._audit())
         try:
-            self._fill(batch, limit, agents)
+            self._fill(batch, limit)
         finally:
             self._save()
         return batch
 
-    def _fill(self, batch: Batch, limit: int | None, agents: bool) -> None:
+    def _fill(self, batch: Batch, limit: int | None) -> None:
         now = time.time()
         if self.governor.halt is not None:
             batch.halted = True
@@ -162,7 +163,7 @@ class External:
                 break
             if not self.governor.eligible(task_id):
                 continue
-            batch.leased.append(self._lease(task_id, now, agents))
+            batch.leased.append(self._lease(task_id, now))
             slots -= 1
         if not batch.leased:
             batch.reason = self._why_none(now, pending)
@@ -184,7 +185,7 @@ class External:
             return "the machine is busy (load average over max_load); try again shortly"
         return f"no task of the current stage is ready ({len(pending)} pending)"
 
-    def _lease(self, task_id: str, now: float, agents: bool) -> dict[str, Any]:
+    def _lease(self, task_id: str, now: float) -> dict[str, Any]:
         task = self.engine.tasks[task_id]
         number = self.engine.history[task_id].attempts + 1
         outputs = [o.path for o in self.run.outputs_of(task)]
@@ -192,12 +193,7 @@ class External:
         before = prepare_outputs(self.run, task, self.committer.object_format, aside)
         pointer = render_pointer(self.run, task)
         stage = self.run.stage_of(task)
-        agent = None
-        if agents:
-            from gitrun.agents import write_agent
-
-            agent = write_agent(self.run, task, pointer)
-        self.leases[task_id] = Lease(task_id, number, now, now + self.limits.timeout, before, agent)
+        self.leases[task_id] = Lease(task_id, number, now, now + self.limits.timeout, before)
         self.engine.begin(task_id)
         item: dict[str, Any] = {
             "task": task_id,
@@ -207,9 +203,8 @@ class External:
             "outputs": outputs,
             "model": self.run.packet.model_for(stage),
             "expires": ledger.iso(now + self.limits.timeout),
+            "agent": WORKER_AGENT,  # the subagent type to dispatch it with
         }
-        if agent:
-            item["agent"] = agent
         return item
 
     # -- collect ------------------------------------------------------------------------
@@ -253,7 +248,7 @@ class External:
                 )
                 status = self.engine.end(writer, ended)
                 self.leases.pop(task_id)
-                if lease.agent:
+                if lease.agent:  # a per-task agent file an older gitrun wrote
                     from gitrun.agents import remove_agent
 
                     remove_agent(self.repo, lease.agent)

@@ -1,14 +1,16 @@
 """Write-time ownership: the hooks agents and git run while workers write.
 
-- ``pre_write``: a Claude Code PreToolUse hook for Write, Edit, MultiEdit and
-  NotebookEdit. In a task's context (``GITRUN_RUN``/``GITRUN_TASK`` in the
-  environment, or an agent type ``gitrun-<run>-<task>``) it denies writes
-  outside the task's owns; any subagent is denied the protected files of a
-  started run; with no gitrun context at all it allows everything, so
-  unrelated sessions never break. In a task's context (``GITRUN_RUN`` or
-  ``GITRUN_TASK`` set, or an agent type with gitrun's prefix, even one that
-  names no task) its own failures block (fail closed, DESIGN rule 10):
-  exit 2, the only code Claude Code treats as "block".
+- ``pre_write``: the Claude Code PreToolUse hook (Write, Edit, MultiEdit,
+  NotebookEdit, Agent/Task, Bash). The task comes from ``GITRUN_RUN``/
+  ``GITRUN_TASK`` (a worker gitrun launched) or, for a subagent of a lead
+  session, from the Agent call that dispatched it (:mod:`gitrun.subagents`).
+  A task's writes outside its owns are denied; any subagent is denied the
+  protected files of a started run; a subagent whose task cannot be told,
+  though it claims one, is denied. The lead's Agent calls carrying a pointer
+  and Bash calls go to :mod:`gitrun.agenthooks`. With no gitrun context at
+  all it allows everything, so unrelated sessions never break. In a task's
+  context (and for any subagent) its own failures block (fail closed,
+  DESIGN rule 10): exit 2, the only code Claude Code treats as "block".
 - ``subagent_stop``: blocks a subagent's stop while its task's outputs are
   missing or invalid (once: ``stop_hook_active`` lets it go).
 - ``pre_commit``: a git pre-commit hook rejecting a worker's commit of paths
@@ -21,100 +23,24 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gitrun.hookcontext import (
+    AGENT_TOOLS,
+    SHELL_TOOLS,
+    WRITE_TOOLS,
+    HookFailure,
+    HookResult,
+    claims_task,
+    deny,
+    repo_of,
+    task_context,
+)
 from gitrun.patterns import PatternError, matches, parse
 from gitrun.runs import GITRUN_DIR, RunDef, Task, list_runs, load_run
 
-WRITE_TOOLS = ("Write", "Edit", "MultiEdit", "NotebookEdit")
-
-
-@dataclass(frozen=True)
-class HookResult:
-    code: int = 0
-    stdout: str = ""
-    stderr: str = ""
-
-
-class HookFailure(Exception):
-    """The hook cannot decide; in a task context that blocks the write."""
-
-
-def _deny(reason: str) -> HookResult:
-    out = {
-        "hookSpecificOutput": {
-            "hookEventName": "PreToolUse",
-            "permissionDecision": "deny",
-            "permissionDecisionReason": reason,
-        }
-    }
-    return HookResult(0, json.dumps(out))
-
-
-def claims_task(data: object, environ: dict[str, str], raw: str = "") -> bool:
-    """Whether a hook call happens in a gitrun task's context, where a hook
-    that cannot decide must block: ``GITRUN_RUN`` or ``GITRUN_TASK`` in the
-    environment, or an agent type with gitrun's prefix (also when the input
-    cannot even be parsed but mentions such an agent type)."""
-    from gitrun.agents import PREFIX
-
-    if environ.get("GITRUN_RUN") or environ.get("GITRUN_TASK"):
-        return True
-    if isinstance(data, dict):
-        agent_type = data.get("agent_type")
-        return isinstance(agent_type, str) and agent_type.startswith(PREFIX)
-    return f'"{PREFIX}' in raw
-
-
-def _context(
-    repo: Path | None, data: dict[str, Any] | None, environ: dict[str, str]
-) -> tuple[RunDef, Task] | None:
-    """The task this hook call acts for, or None when no gitrun task applies."""
-    from gitrun.agents import PREFIX, task_of_agent
-
-    run_id, task_id = environ.get("GITRUN_RUN"), environ.get("GITRUN_TASK")
-    agent_type = (data or {}).get("agent_type")
-    ours = isinstance(agent_type, str) and agent_type.startswith(PREFIX)
-    # In a task's context (either variable set) a task that cannot be
-    # identified fails closed: it is never judged as "no task at all".
-    if task_id and not run_id:
-        raise HookFailure("GITRUN_TASK is set but GITRUN_RUN is not")
-    if run_id and not task_id and not ours:
-        raise HookFailure("GITRUN_RUN is set but GITRUN_TASK is not")
-    if repo is None:
-        if run_id or ours:
-            raise HookFailure("not inside a git repository")
-        return None
-    if run_id and task_id:
-        run = load_run(repo, run_id)
-        for task in run.tasks:
-            if task.id == task_id:
-                return run, task
-        raise HookFailure(f"run {run_id!r} has no task {task_id!r}")
-    if ours:
-        assert isinstance(agent_type, str)
-        found = task_of_agent(repo, agent_type)
-        if found is None:  # gitrun's prefix but no task: never treat it as unrelated
-            raise HookFailure(f"the agent type {agent_type!r} names no task of a gitrun run here")
-        if run_id and found[0].id != run_id:
-            raise HookFailure(
-                f"GITRUN_RUN is {run_id!r} but the agent type {agent_type!r} names run "
-                f"{found[0].id!r}"
-            )
-        return found
-    return None
-
-
-def _repo_of(cwd: str | None) -> Path | None:
-    from gitrun.errors import GitrunError
-    from gitrun.git import find_repo_root
-
-    try:
-        return find_repo_root(Path(cwd) if cwd else None)
-    except GitrunError:
-        return None
+__all__ = ["HookFailure", "HookResult", "blocked", "claims_task", "pre_commit", "pre_write"]
 
 
 def _relative(repo: Path, target: str, cwd: str | None) -> str | None:
@@ -178,15 +104,29 @@ def pre_write(stdin: str, environ: dict[str, str]) -> HookResult:
 
 
 def _pre_write(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
-    if data.get("tool_name") not in WRITE_TOOLS:
-        return HookResult(0)
+    from gitrun.subagents import Unresolved
+
+    tool = data.get("tool_name")
+    try:
+        if tool in AGENT_TOOLS or tool in SHELL_TOOLS:
+            from gitrun.agenthooks import pre_agent, pre_bash
+
+            return (pre_agent if tool in AGENT_TOOLS else pre_bash)(data, environ)
+        if tool not in WRITE_TOOLS:
+            return HookResult(0)
+        return _judge_write(data, environ)
+    except Unresolved as exc:
+        return deny(f"gitrun cannot tell this subagent's task: {exc}")
+
+
+def _judge_write(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
     cwd = data.get("cwd") if isinstance(data.get("cwd"), str) else None
     tool_input = data.get("tool_input")
     target = None
     if isinstance(tool_input, dict):
         target = tool_input.get("file_path") or tool_input.get("notebook_path")
-    repo = _repo_of(cwd)
-    context = _context(repo, data, environ)
+    repo = repo_of(cwd)
+    context = task_context(repo, data, environ)
     if context is None:
         return _check_protected_for_subagents(repo, data, target, cwd)
     run, task = context
@@ -196,19 +136,17 @@ def _pre_write(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
     owns = ", ".join(run.owns_of(task))
     path = _relative(repo, target, cwd)
     if path is None:
-        return _deny(
+        return deny(
             f"gitrun task {task.id} may write only {owns}; {target} is outside the repository"
         )
     if path == ".git" or path.startswith((".git/", GITRUN_DIR + "/")) or path == GITRUN_DIR:
-        return _deny(
-            f"gitrun task {task.id} may write only {owns}; {path} belongs to git or gitrun"
-        )
+        return deny(f"gitrun task {task.id} may write only {owns}; {path} belongs to git or gitrun")
     if _protected(run, path):
-        return _deny(
+        return deny(
             f"gitrun task {task.id} may not write the shared file {path}; write only {owns}"
         )
     if not _owned(run, task, path):
-        return _deny(f"gitrun task {task.id} may write only {owns}; {path} is not among them")
+        return deny(f"gitrun task {task.id} may write only {owns}; {path} is not among them")
     return HookResult(0)
 
 
@@ -229,7 +167,7 @@ def _check_protected_for_subagents(
             continue
         run = load_run(repo, run_id)
         if _protected(run, path):
-            return _deny(
+            return deny(
                 f"{path} is a protected shared file of the gitrun run {run_id!r}; subagents may not "
                 "write it (the lead updates it)"
             )
@@ -246,10 +184,10 @@ def subagent_stop(stdin: str, environ: dict[str, str]) -> HookResult:
     if data.get("stop_hook_active"):
         return HookResult(0)  # it was held once already: never loop
     cwd = data.get("cwd") if isinstance(data.get("cwd"), str) else None
-    repo = _repo_of(cwd)
+    repo = repo_of(cwd)
     try:
-        context = _context(repo, data, environ)
-    except Exception:
+        context = task_context(repo, data, environ)
+    except Exception:  # an unknown subagent: outputs are judged on disk anyway
         return HookResult(0)
     if context is None:
         return HookResult(0)
@@ -274,9 +212,9 @@ def pre_commit(environ: dict[str, str]) -> HookResult:
         return HookResult(0)
     from gitrun.proc import run_cmd
 
-    repo = _repo_of(None)
+    repo = repo_of(None)
     try:
-        context = _context(repo, None, environ)
+        context = task_context(repo, None, environ)
     except Exception as exc:
         return HookResult(1, stderr=f"gitrun: cannot check this commit ({exc}); commit rejected\n")
     if context is None or repo is None:

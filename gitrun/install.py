@@ -32,7 +32,10 @@ from gitrun.tomlfile import write_atomic
 MARKER = "gitrun-managed-hook"
 CHAINED = "pre-commit.gitrun-chained"
 SETTINGS = ".claude/settings.json"
-WRITE_MATCHER = "Write|Edit|MultiEdit|NotebookEdit"
+# Writes are judged against the task's owns; Agent (Task, its former name)
+# is where the lead dispatches a pointer and gitrun learns the subagent's
+# task; Bash is where a worker is kept from running gitrun.
+PRE_TOOL_MATCHER = "Write|Edit|MultiEdit|NotebookEdit|Agent|Task|Bash"
 PORTABLE_COMMANDS = ("gitrun", "python3 -m gitrun")
 _ENTRY_COMMANDS = (" hook pre-write", " hook subagent-stop")
 
@@ -89,7 +92,7 @@ def fail_closed(command: str) -> str:
     that is not gitrun's own block says why on stderr, which the model reads.
     """
     why = (  # fixed text: nothing in it that sh would expand but the status
-        "gitrun: the write hook could not run (status $s), so this write is blocked; "
+        "gitrun: gitrun's hook could not run (status $s), so this call is blocked; "
         f"make gitrun runnable in this session, or remove gitrun's hooks from {SETTINGS}"
     )
     return f'{command} || {{ s=$?; [ $s -eq 2 ] || echo "{why}" >&2; exit 2; }}'
@@ -107,7 +110,7 @@ def claude_hooks(command: str | None = None) -> dict[str, list[dict[str, Any]]]:
     return {
         "PreToolUse": [
             {
-                "matcher": WRITE_MATCHER,
+                "matcher": PRE_TOOL_MATCHER,
                 "hooks": [{"type": "command", "command": fail_closed(f"{prefix} hook pre-write")}],
             }
         ],

@@ -69,6 +69,12 @@ class LocalPaths:
         return self.root / "leases.json"
 
     @property
+    def dispatches(self) -> Path:
+        """Which Agent call of the lead dispatched which leased task, so a
+        subagent's hooks know its task (:mod:`gitrun.dispatches`)."""
+        return self.root / "dispatches.json"
+
+    @property
     def governor(self) -> Path:
         """The concurrency governor's state between the commands of an external run."""
         return self.root / "governor.json"

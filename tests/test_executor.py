@@ -66,7 +66,7 @@ def test_claude_preset_passes_the_write_hooks() -> None:
     assert argv[9] == "--settings"
     hooks = json.loads(argv[10])["hooks"]
     assert "hook pre-write" in hooks["PreToolUse"][0]["hooks"][0]["command"]
-    assert hooks["PreToolUse"][0]["matcher"] == "Write|Edit|MultiEdit|NotebookEdit"
+    assert hooks["PreToolUse"][0]["matcher"] == "Write|Edit|MultiEdit|NotebookEdit|Agent|Task|Bash"
 
 
 def test_shell_preset_passes_its_script_untouched() -> None:

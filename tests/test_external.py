@@ -127,25 +127,20 @@ def test_next_refuses_command_runs_and_explains_an_unstarted_run(git_repo: Path)
     assert proc.returncode == 1 and "has not started" in proc.stderr
 
 
-def test_agents_flag_writes_per_task_definitions(git_repo: Path) -> None:
+def test_next_names_the_one_worker_agent_and_writes_no_agent_files(git_repo: Path) -> None:
+    """Per-task agent files are retired (issue 11): a file written during the
+    lead's turn is not found in that turn, and in -p mode never."""
     write_run(
         git_repo,
         "e",
         [{"id": "t1", "outputs": ["a.json"]}, {"id": "t2", "outputs": ["b.json"]}],
         {"executor": {"kind": "external"}, "limits": {"canary": 0}},
     )
-    assert _gitrun(git_repo, "start", "e").returncode == 0
-    _gitrun(git_repo, "collect", "e")
-    nxt = _gitrun(git_repo, "next", "e", "--agents", "--json")
-    batch = json.loads(nxt.stdout)
-    assert {b["agent"] for b in batch} == {"gitrun-1-e-t1", "gitrun-1-e-t2"}
-    text = (git_repo / ".claude/agents/gitrun-1-e-t1.md").read_text()
-    assert text.startswith("---\nname: gitrun-1-e-t1\n") and "model: test-model" in text
-    assert "Write only a.json" in text
-    (git_repo / "a.json").write_text("{}")
-    (git_repo / "b.json").write_text("{}")
-    _gitrun(git_repo, "collect", "e")
-    assert not (git_repo / ".claude/agents/gitrun-e-t1.md").exists()
+    started = _gitrun(git_repo, "start", "e", "--json")
+    assert started.returncode == 0, started.stderr
+    assert {b["agent"] for b in json.loads(started.stdout)} == {"gitrun-worker"}
+    assert not (git_repo / ".claude/agents").exists()
+    assert _gitrun(git_repo, "next", "e", "--agents").returncode == 2  # the option is gone
 
 
 def test_resume_in_external_mode_collects_and_hands_out_the_next_batch(git_repo: Path) -> None:

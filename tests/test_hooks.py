@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.agents import agent_name, parse_agent_name, task_of_agent
 from gitrun.install import install_claude, install_git, uninstall_claude, uninstall_git
 from tests.helpers import build_tree, git, write_run
 
@@ -97,15 +96,6 @@ def test_pre_write_in_a_child_process_task(hooked: Path) -> None:
     assert malformed.returncode == 2 and "malformed" in malformed.stderr
 
 
-def test_pre_write_for_a_subagent_found_by_agent_type(hooked: Path) -> None:
-    command = _hook_command(hooked, "PreToolUse")
-    agent = {"agent_id": "a-1", "agent_type": agent_name("r", "t2")}
-    ok = _run_hook(hooked, command, _pre_tool_use(hooked, "out/t2.json", **agent))
-    assert (ok.returncode, _decision(ok)) == (0, None)
-    denied = _run_hook(hooked, command, _pre_tool_use(hooked, "out/t1.json", **agent))
-    assert _decision(denied) == "deny"
-
-
 def test_pre_write_without_task_context_allows(hooked: Path) -> None:
     command = _hook_command(hooked, "PreToolUse")
     lead = _run_hook(hooked, command, _pre_tool_use(hooked, "anything/at/all.txt"))
@@ -131,17 +121,17 @@ def test_subagent_stop_blocks_until_outputs_validate(hooked: Path) -> None:
     payload = {
         "cwd": str(hooked),
         "hook_event_name": "SubagentStop",
-        "agent_type": agent_name("r", "t1"),
+        "agent_type": "general-purpose",
         "agent_id": "a",
         "stop_hook_active": False,
     }
-    held = _run_hook(hooked, command, json.dumps(payload))
+    held = _run_hook(hooked, command, json.dumps(payload), **WORKER)
     decision = json.loads(held.stdout)
     assert decision["decision"] == "block" and "out/t1.json: does not exist" in decision["reason"]
-    again = _run_hook(hooked, command, json.dumps({**payload, "stop_hook_active": True}))
+    again = _run_hook(hooked, command, json.dumps({**payload, "stop_hook_active": True}), **WORKER)
     assert (again.returncode, again.stdout) == (0, "")
     build_tree(hooked, {"out/t1.json": "{}"})
-    done = _run_hook(hooked, command, json.dumps(payload))
+    done = _run_hook(hooked, command, json.dumps(payload), **WORKER)
     assert (done.returncode, done.stdout) == (0, "")
 
 
@@ -262,48 +252,23 @@ def test_a_hook_input_nested_too_deep_to_parse_blocks_in_a_task_context(hooked: 
     assert (outside.returncode, outside.stdout) == (0, "")  # not ours to judge
 
 
-@pytest.mark.parametrize("agent_type", ["gitrun-r1-zzz", "gitrun-r-t1", "gitrun-1-r-t9", "gitrun-"])
-def test_an_agent_type_with_gitrun_s_prefix_that_names_no_task_is_blocked(
-    hooked: Path, agent_type: str
+@pytest.mark.parametrize("agent_type", ["gitrun-worker", "gitrun-1-r-t1", "gitrun-"])
+def test_a_subagent_with_gitrun_s_agent_type_but_no_dispatch_is_denied(
+    hooked: Path, tmp_path: Path, agent_type: str
 ) -> None:
-    """Fail closed: gitrun's prefix means a task's subagent, and one whose
+    """Fail closed: gitrun's agent type means a task's subagent, and one whose
     task cannot be found must not be treated as an unrelated session."""
     command = _hook_command(hooked, "PreToolUse")
-    payload = _pre_tool_use(hooked, "README.md", agent_type=agent_type, agent_id="x")
+    transcript = tmp_path / "session.jsonl"
+    meta = tmp_path / "session/subagents/agent-x.meta.json"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps({"agentType": agent_type, "toolUseId": "toolu_unknown"}))
+    payload = _pre_tool_use(
+        hooked, "README.md", agent_type=agent_type, agent_id="x", transcript_path=str(transcript)
+    )
     proc = _run_hook(hooked, command, payload)
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    assert "names no task" in proc.stderr or "cannot check" in proc.stderr
-    assert proc.stderr.count("\n") == 1
-
-
-def test_agent_names_of_different_tasks_never_collide(git_repo: Path) -> None:
-    """Run `a` task `b-c` and run `a-b` task `c` were both `gitrun-a-b-c`:
-    one subagent was judged as the other's task."""
-    write_run(git_repo, "a", [{"id": "b-c", "outputs": ["out/one.json"]}])
-    write_run(git_repo, "a-b", [{"id": "c", "outputs": ["out/two.json"]}])
-    install_claude(git_repo)
-    first, second = agent_name("a", "b-c"), agent_name("a-b", "c")
-    assert first != second
-    assert parse_agent_name(first) == ("a", "b-c") and parse_agent_name(second) == ("a-b", "c")
-    for name, run_id, task_id in ((first, "a", "b-c"), (second, "a-b", "c")):
-        found = task_of_agent(git_repo, name)
-        assert found is not None and (found[0].id, found[1].id) == (run_id, task_id)
-    command = _hook_command(git_repo, "PreToolUse")
-    for name, mine, theirs in ((first, "out/one.json", "out/two.json"),
-                               (second, "out/two.json", "out/one.json")):  # fmt: skip
-        agent = {"agent_type": name, "agent_id": "x"}
-        ok = _run_hook(git_repo, command, _pre_tool_use(git_repo, mine, **agent))
-        assert (ok.returncode, _decision(ok)) == (0, None), name
-        denied = _run_hook(git_repo, command, _pre_tool_use(git_repo, theirs, **agent))
-        assert _decision(denied) == "deny", name
-
-
-@pytest.mark.parametrize(
-    ("run_id", "task_id"),
-    [("a", "b-c"), ("a-b", "c"), ("r", "t1"), ("1-2", "3-4"), ("x" * 30, "-"), ("a.b_c", "d")],
-)
-def test_an_agent_name_parses_back_exactly(run_id: str, task_id: str) -> None:
-    assert parse_agent_name(agent_name(run_id, task_id)) == (run_id, task_id)
+    assert proc.returncode == 0 and _decision(proc) == "deny", (proc.stdout, proc.stderr)
+    assert "the lead must dispatch the exact pointer" in proc.stdout
 
 
 def test_any_unexpected_failure_of_a_hook_blocks_in_a_task_context(
@@ -330,15 +295,14 @@ def test_any_unexpected_failure_of_a_hook_blocks_in_a_task_context(
         assert result.exit_code == 2, (command, result.exit_code, result.output)
         assert "cannot check this" in result.stderr and "a bug over two lines" in result.stderr
         assert result.stderr.count("\n") == 1
-    agent = json.dumps({"agent_type": agent_name("r", "t1"), "tool_name": "Write"})
+    agent = json.dumps({"agent_id": "a1", "agent_type": "gitrun-worker", "tool_name": "Write"})
     result = runner.invoke(app, ["hook", "pre-write"], input=agent, env={"GITRUN_RUN": ""})
     assert result.exit_code == 2, result.output
 
 
 def test_a_task_context_that_cannot_identify_its_task_blocks(hooked: Path) -> None:
     """GITRUN_RUN without GITRUN_TASK was judged "no task" and allowed any
-    write; through the real `gitrun hook pre-write` command it now blocks,
-    unless the agent type names a task of that very run."""
+    write; through the real `gitrun hook pre-write` command it now blocks."""
 
     def pre_write(payload: str, **env: str) -> subprocess.CompletedProcess[str]:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}
@@ -358,14 +322,7 @@ def test_a_task_context_that_cannot_identify_its_task_blocks(hooked: Path) -> No
             assert proc.returncode == 2, (env, path, proc.returncode, proc.stdout, proc.stderr)
             assert proc.stderr.rstrip().endswith("write blocked") and _decision(proc) is None
             assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
-    named = {"agent_type": agent_name("r", "t1"), "agent_id": "x"}
-    ok = pre_write(_pre_tool_use(hooked, "out/t1.json", **named), GITRUN_RUN="r")
-    assert (ok.returncode, _decision(ok)) == (0, None), ok.stderr
-    other = pre_write(_pre_tool_use(hooked, "out/t2.json", **named), GITRUN_RUN="r")
-    assert _decision(other) == "deny"
-    elsewhere = pre_write(_pre_tool_use(hooked, "out/t1.json", **named), GITRUN_RUN="s")
-    assert elsewhere.returncode == 2, elsewhere.stdout
-    no_write = pre_write(json.dumps({"tool_name": "Bash", "tool_input": {}}), GITRUN_RUN="r")
+    no_write = pre_write(json.dumps({"tool_name": "Read", "tool_input": {}}), GITRUN_RUN="r")
     assert no_write.returncode == 0  # not a write: nothing to judge
 
 
@@ -449,8 +406,8 @@ def test_a_write_hook_that_cannot_start_blocks_with_exit_2(hooked: Path, tmp_pat
     for env in cases:
         proc = _run_hook(hooked, command, payload, **env)
         assert proc.returncode == 2, (env, proc.returncode, proc.stderr)
-        assert "gitrun: the write hook could not run (status " in proc.stderr, proc.stderr
-        assert "so this write is blocked" in proc.stderr
+        assert "gitrun: gitrun's hook could not run (status " in proc.stderr, proc.stderr
+        assert "so this call is blocked" in proc.stderr
     assert command.split(" || ")[0] == "gitrun hook pre-write"
     unwrapped = _run_hook(hooked, "gitrun hook pre-write", payload, PATH=empty, **WORKER)
     assert unwrapped.returncode == 127  # what Claude Code treats as "go ahead"

@@ -141,7 +141,7 @@ def test_the_installed_hook_blocks_when_gitrun_cannot_start(repo: Path, tmp_path
     assert not (repo / "src/stray.py").exists() and not (repo / "out/t1.json").exists()
     for call in model.tool_use_ids():
         is_error, text = model.tool_result(call)
-        assert is_error and "the write hook could not run (status 127)" in text, text
+        assert is_error and "gitrun's hook could not run (status 127)" in text, text
 
 
 def test_a_bash_write_is_not_seen_by_the_write_hook(repo: Path) -> None:

@@ -24,7 +24,7 @@ def _drive_external(repo: Path, run: str, as_json: bool, resume: bool) -> None:
             collected = ext.collect([])
             if not as_json:
                 _print_collected(collected)
-        batch = ext.next_batch(None, agents=False)
+        batch = ext.next_batch(None)
     _print_batch(run, batch, as_json)
 
 
@@ -68,10 +68,6 @@ def next_batch(
         str, typer.Argument(metavar="RUN", help="The run (its [executor] kind is external).")
     ],
     max_tasks: Annotated[int | None, typer.Option("--max", help="Lease at most this many.")] = None,
-    agents: Annotated[
-        bool,
-        typer.Option("--agents", help="Also write .claude/agents/gitrun-N-RUN-TASK.md per task."),
-    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the batch as JSON.")] = False,
 ) -> None:
     """Lease the next batch of tasks and print their two-line pointers.
@@ -87,7 +83,7 @@ def next_batch(
 
         raise UsageError("--max must be 1 or more")
     with external_run(_repo(ctx), run) as ext:
-        batch = ext.next_batch(max_tasks, agents)
+        batch = ext.next_batch(max_tasks)
     _print_batch(run, batch, as_json)
 
 

@@ -107,6 +107,7 @@ def _hooks_action(
 ) -> None:
     """Both kinds of hook unless one is named."""
     from gitrun import install as installer
+    from gitrun.agents import install_worker_agent, uninstall_worker_agent
 
     repo = _repo(ctx)
     if not install:
@@ -114,12 +115,14 @@ def _hooks_action(
             typer.echo(installer.uninstall_git(repo, force))
         if claude or not git_hook:
             typer.echo(installer.uninstall_claude(repo))
+            typer.echo(uninstall_worker_agent(repo))
         return
     command = installer.portable_gitrun()  # checked once, before anything is written
     if git_hook or not claude:
         typer.echo(installer.install_git(repo, force, command))
     if claude or not git_hook:
         typer.echo(installer.install_claude(repo, command))
+        typer.echo(install_worker_agent(repo))
 
 
 @hooks_app.command("install")

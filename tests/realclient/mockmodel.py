@@ -9,6 +9,12 @@ streamed the way the real API streams them (``message_start``, ``ping``,
 ``message_stop``), or a closing text. Requests without tools (titles,
 summaries, helper prompts) get ``side_text`` and use no turn.
 
+A lead that launches subagents talks to the model in several conversations
+at once, in an order no test controls. ``agents`` maps a key to the script
+of one subagent: a request whose first user message (the prompt the lead
+passed to its Agent tool) contains the key is answered from that script,
+every other request from the main one. Each script keeps its own place.
+
 Everything received is recorded, so a test can read what the client sent
 back: :meth:`MockModel.tool_result` is what the model was told about one of
 its tool calls (the hook's denial, an error, the output of a command).
@@ -95,12 +101,41 @@ def say(text: str) -> Turn:
     return Turn((Text(text),))
 
 
+def agent(prompt: str, description: str = "Work on a task", kind: str = "") -> ToolUse:
+    """One Agent tool call (several in one :class:`Turn` run in parallel);
+    ``kind`` is the ``subagent_type`` (left out when empty)."""
+    tool_input = {"description": description, "prompt": prompt}
+    if kind:
+        tool_input["subagent_type"] = kind
+    return ToolUse("Agent", tool_input)
+
+
+def agents(*calls: ToolUse) -> Turn:
+    return Turn(tuple(calls))
+
+
 @dataclass
 class Request:
     method: str
     path: str
     headers: dict[str, str]
     body: Any
+
+    @property
+    def first_prompt(self) -> str:
+        """The text of the conversation's first user message: the ``-p``
+        prompt for the lead, the Agent tool's prompt for a subagent."""
+        if not isinstance(self.body, dict):
+            return ""
+        for message in self.body.get("messages") or []:
+            if isinstance(message, dict) and message.get("role") == "user":
+                return _text_of(message.get("content"))
+        return ""
+
+    @property
+    def tool_names(self) -> list[str]:
+        tools = self.body.get("tools") if isinstance(self.body, dict) else None
+        return [str(t.get("name")) for t in tools or [] if isinstance(t, dict)]
 
     @property
     def is_agent_turn(self) -> bool:
@@ -114,10 +149,18 @@ class Request:
 
 
 @dataclass
+class _Script:
+    turns: list[Turn | Failure]
+    served: int = 0
+    overrun: int = 0
+
+
+@dataclass
 class _State:
     script: list[Turn | Failure]
     max_requests: int
     side_text: str
+    agents: dict[str, _Script] = field(default_factory=dict)
     requests: list[Request] = field(default_factory=list)
     served_turns: int = 0
     overrun: int = 0
@@ -133,11 +176,13 @@ class MockModel:
         self,
         script: Sequence[Turn | Failure],
         *,
+        agents: dict[str, Sequence[Turn | Failure]] | None = None,
         max_requests: int = 50,
         lifetime: float = 120.0,
         side_text: str = "none",
     ) -> None:
-        self._state = _State(list(script), max_requests, side_text)
+        scripts = {key: _Script(list(turns)) for key, turns in (agents or {}).items()}
+        self._state = _State(list(script), max_requests, side_text, scripts)
         self._lifetime = lifetime
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self._state))
         self._server.daemon_threads = True
@@ -188,6 +233,17 @@ class MockModel:
         """Agent-loop requests that came after the script ran out."""
         return self._state.overrun
 
+    def served_of(self, key: str) -> int:
+        """How many turns of the subagent script ``key`` were answered."""
+        return self._state.agents[key].served
+
+    def overrun_of(self, key: str) -> int:
+        return self._state.agents[key].overrun
+
+    def conversation(self, key: str) -> list[Request]:
+        """The agent-loop requests answered from the subagent script ``key``."""
+        return [r for r in self.requests if r.is_agent_turn and key in r.first_prompt]
+
     def tool_results(self) -> dict[str, list[dict[str, Any]]]:
         """Every ``tool_result`` block the client sent back, by ``tool_use_id``
         (a result is sent again with each later request; the last copy wins)."""
@@ -208,13 +264,22 @@ class MockModel:
 
     def tool_use_ids(self) -> list[str]:
         """The ids of the tool calls served so far, in order."""
-        return [
-            b.id
-            for turn in self._state.script[: self._state.served_turns]
-            if isinstance(turn, Turn)
-            for b in turn.blocks
-            if isinstance(b, ToolUse)
-        ]
+        return _ids(self._state.script[: self._state.served_turns])
+
+    def tool_use_ids_of(self, key: str) -> list[str]:
+        """The ids of the tool calls served from the subagent script ``key``."""
+        script = self._state.agents[key]
+        return _ids(script.turns[: script.served])
+
+
+def _ids(turns: Sequence[Turn | Failure]) -> list[str]:
+    return [
+        b.id
+        for turn in turns
+        if isinstance(turn, Turn)
+        for b in turn.blocks
+        if isinstance(b, ToolUse)
+    ]
 
 
 def _blocks(body: Any) -> Iterator[dict[str, Any]]:
@@ -410,6 +475,10 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             if not request.is_agent_turn:
                 return say(state.side_text)
             with state.lock:
+                prompt = request.first_prompt
+                for key, script in state.agents.items():
+                    if key in prompt:
+                        return _serve(script, state)
                 if state.served_turns >= len(state.script):
                     state.overrun += 1
                     return say("The script has ended.")
@@ -421,6 +490,19 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 return turn
 
     return Handler
+
+
+def _serve(script: _Script, state: _State) -> Turn | Failure:
+    """The next turn of a subagent's script (the caller holds the lock)."""
+    if script.served >= len(script.turns):
+        script.overrun += 1
+        return say("The script has ended.")
+    turn = script.turns[script.served]
+    if isinstance(turn, Turn):
+        turn = _with_ids(turn, state)
+        script.turns[script.served] = turn
+    script.served += 1
+    return turn
 
 
 def _with_ids(turn: Turn, state: _State) -> Turn:

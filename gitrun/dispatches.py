@@ -1,0 +1,162 @@
+"""Which subagent works on which task: the lead's Agent calls, recorded (issue 11).
+
+In an external run the lead dispatches each pointer with its Agent tool.
+Claude Code gives the lead's PreToolUse hook that call's ``tool_use_id``,
+and writes the same id into the subagent's ``meta.json`` (``toolUseId``),
+which the subagent's own hooks find through their ``agent_id``. So the lead's
+hook records ``tool_use_id -> (task, attempt)`` here, for a task that is
+leased right now, and the subagent's hooks look it up: no agent file per
+task, nothing the model writes, and the canary goes the same way.
+
+One versioned record per run (:attr:`gitrun.local.LocalPaths.dispatches`),
+written under the run's lock, like the leases it is checked against; a
+dispatch of a task that is no longer leased with that attempt counts for
+nothing, and the next dispatch drops it from the record.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gitrun.local import LocalPaths
+from gitrun.records import VERSION, Fields, RecordInvalid, Warn, load_record, write_record
+
+# The first line of a pointer (templates/pointer.txt) names the run and the task.
+POINTER = re.compile(
+    r"gitrun run (?P<run>[a-z0-9][a-z0-9._-]{0,63}), task (?P<task>[a-z0-9][a-z0-9._-]{0,63}): "
+    r"follow "
+)
+DISPATCHED = 0  # what record_dispatch says of an attempt another subagent has (attempts are 1+)
+LOCK_PATIENCE = 30.0  # seconds a hook waits for next/collect (or another hook) to finish
+
+
+def pointers_in(prompt: str) -> list[tuple[str, str]]:
+    """The (run, task) of every pointer in a prompt, in order, without repeats."""
+    return list(dict.fromkeys((m["run"], m["task"]) for m in POINTER.finditer(prompt)))
+
+
+def description_of(run_id: str, task_id: str) -> str:
+    """The canonical description of a task's subagent: what the user sees in the session."""
+    return f"gitrun {run_id} {task_id}"
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    tool_use_id: str
+    task: str
+    attempt: int
+    at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tool_use_id": self.tool_use_id,
+            "task": self.task,
+            "attempt": self.attempt,
+            "at": self.at,
+        }
+
+    @classmethod
+    def from_json(cls, data: Fields) -> Dispatch:
+        return cls(
+            data.string("tool_use_id"),
+            data.string("task"),
+            data.integer("attempt"),
+            data.number("at"),
+        )
+
+
+@dataclass
+class DispatchFile:
+    """The record on disk: dispatches by tool_use_id, and how many were skipped."""
+
+    dispatches: dict[str, Dispatch]
+    skipped: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"v": VERSION, "dispatches": [d.to_json() for d in self.dispatches.values()]}
+
+    @classmethod
+    def from_json(cls, data: Fields) -> DispatchFile:
+        found = cls({})
+        for number, item in enumerate(data.array("dispatches"), 1):
+            try:
+                if not isinstance(item, dict):
+                    raise RecordInvalid("dispatches", f"entry {number} is not a JSON object")
+                dispatch = Dispatch.from_json(Fields(item))
+            except RecordInvalid:
+                found.skipped += 1
+                continue
+            found.dispatches[dispatch.tool_use_id] = dispatch
+        return found
+
+
+def read_dispatches(local: LocalPaths, warn: Warn) -> dict[str, Dispatch]:
+    found = load_record(
+        local.dispatches,
+        DispatchFile.from_json,
+        what="dispatch record",
+        fix="its subagents cannot be identified; dispatch their pointers again",
+        warn=warn,
+    )
+    if found is None:
+        return {}
+    if found.skipped:
+        warn(
+            f"{local.dispatches}: skipped {found.skipped} damaged dispatch(es); their subagents "
+            "cannot be identified"
+        )
+    return found.dispatches
+
+
+def write_dispatches(local: LocalPaths, dispatches: dict[str, Dispatch]) -> None:
+    write_record(local.dispatches, DispatchFile(dispatches))
+
+
+def record_dispatch(local: LocalPaths, run_id: str, task_id: str, tool_use_id: str) -> int | None:
+    """Record that ``tool_use_id`` dispatches ``task_id``, if it is leased now
+    and no other Agent call dispatched this attempt: the attempt number;
+    None when the task is not leased, :data:`DISPATCHED` when another
+    subagent has it."""
+    from gitrun.leases import read_leases
+    from gitrun.lock import RunBusy, run_locked
+
+    deadline = time.time() + LOCK_PATIENCE
+    while True:
+        try:
+            with run_locked(local, run_id):
+                leases = read_leases(local, warn=_quiet)
+                lease = leases.get(task_id)
+                if lease is None:
+                    return None
+                dispatches = _current(read_dispatches(local, warn=_quiet), leases)
+                if any(
+                    d.task == task_id
+                    and d.attempt == lease.attempt
+                    and d.tool_use_id != tool_use_id
+                    for d in dispatches.values()
+                ):
+                    return DISPATCHED
+                dispatches[tool_use_id] = Dispatch(tool_use_id, task_id, lease.attempt, time.time())
+                write_dispatches(local, dispatches)
+                return lease.attempt
+        except RunBusy:
+            if time.time() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _current(dispatches: dict[str, Dispatch], leases: dict[str, Any]) -> dict[str, Dispatch]:
+    """The dispatches of attempts still leased: the others were collected
+    (their subagents are told so until the next dispatch drops them)."""
+    return {
+        key: d
+        for key, d in dispatches.items()
+        if d.task in leases and leases[d.task].attempt == d.attempt
+    }
+
+
+def _quiet(_line: str) -> None:
+    """Hooks print nothing but their decision; a damaged record only identifies less."""
