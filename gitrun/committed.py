@@ -33,6 +33,7 @@ class CommittedRun:
     records: list[dict[str, Any]]  # the committed ledger, in order
     status: dict[str, str]  # task id -> done, failed or pending (table order)
     commits: dict[str, str]  # task id -> the newest commit landing its outputs
+    summary: ledger.LedgerSummary  # the committed ledger, summed up
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys((DONE, PENDING, FAILED), 0)
@@ -84,7 +85,7 @@ def read_committed(repo: Path, run_id: str) -> CommittedRun:
         for tid in entry.tasks:
             commits.setdefault(tid, entry.commit)
     shown = ref.removeprefix("refs/heads/").removeprefix("refs/remotes/")
-    return CommittedRun(run, shown, tip, records, status, commits)
+    return CommittedRun(run, shown, tip, records, status, commits, summary)
 
 
 def _load_definition(repo: Path, run_id: str, tip: str, tree: dict[str, tuple[str, str]]) -> RunDef:
@@ -101,6 +102,13 @@ def _load_definition(repo: Path, run_id: str, tip: str, tree: dict[str, tuple[st
             f"the run's branch (commit {tip[:10]}) holds no {wanted[0]}, so it is not a "
             f"gitrun run's branch; delete it or start the run again"
         )
+    from gitrun.outputs import blob_on_disk
+
+    fmt = git.object_format(repo)
+    if all(p in tree and blob_on_disk(repo / p, fmt) == tree[p][1] for p in wanted):
+        # The files here are the committed ones, byte for byte (the run's own
+        # checkout, or a landed run): loaded in place, a big task table's cache serves.
+        return load_run(repo, run_id)
     blobs = read_blobs(repo, sorted({tree[p][1] for p in wanted if p in tree}))
     with tempfile.TemporaryDirectory(prefix="gitrun-report-") as scratch:
         for path in wanted:

@@ -167,7 +167,7 @@ def _number(key: str, value: str, label: str, note: str = "") -> str:
 
 def _summary(c: CommittedRun, attempts: list[Attempt], throttles: int) -> str:
     counts = c.counts()
-    summary = ledger.summarize(c.records)
+    summary = c.summary
     spawns = summary.spawns
     usable = counts[DONE]
     needless = needless_reruns(c.records)
