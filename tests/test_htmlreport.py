@@ -739,3 +739,33 @@ def test_the_page_renders_in_headless_chromium_without_errors(
             1 for p in pixels if all(abs(a - b) <= 24 for a, b in zip(p, want, strict=True))
         )
         assert close >= 10, kind
+
+
+def test_hostile_text_stays_text(git_repo: Path) -> None:
+    import dataclasses
+
+    synthetic(git_repo, 3)
+    committed = read_committed(git_repo, "bench")
+    evil = "</title></rect><script>alert(1)</script><rect"
+    records = [dict(r) for r in committed.records]
+    records[0]["reason"] = evil
+    records.append({"event": "violation", "path": evil, "tasks": [evil], "at": "x"})
+    records.append({"event": "halt", "kind": evil, "message": evil, "at": records[0]["ended"]})
+    hostile = dataclasses.replace(committed, records=records, summary=ledger.summarize(records))
+    page_text = render_page(hostile)
+    page = parse(page_text)
+    assert [n for n in page.walk() if n.tag == "script"] == [page.one("script")]  # ours only
+    assert evil in page.one("svg", id="timeline-chart").all_text()  # shown, as text
+    assert evil in page.one("section", id="summary").all_text()
+
+
+def test_a_run_without_attempts_still_renders(git_repo: Path) -> None:
+    import dataclasses
+
+    synthetic(git_repo, 3)
+    committed = read_committed(git_repo, "bench")
+    empty = dataclasses.replace(committed, records=[], summary=ledger.summarize([]))
+    page = parse(render_page(empty))
+    assert bars(page) == []
+    assert numbers(page)["spawns"] == "0" and numbers(page)["yield"] == "n/a"
+    assert "no attempt yet" in page.one("header").all_text()
