@@ -1,0 +1,127 @@
+"""An external run led by a real Claude Code session in ``-p`` mode (issue 11).
+
+The lead runs ``gitrun next`` through Bash (allowed by ``--allowedTools``),
+then launches subagents with the pointers in one turn; the mock model
+answers each subagent from its own script, picked by the pointer in its
+first message. gitrun's hooks, installed by ``gitrun hooks install``, must
+identify each subagent without any per-task agent file. Skipped, with the
+reason, when the CLI is not installed (``.ci/install-clients``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gitrun.pointer import render_pointer
+from gitrun.runs import load_run
+from gitrun.session import prepare_external
+from tests.helpers import commit_all, git, write_run
+from tests.realclient.claude import claude_binary, claude_env, gitrun_bin_dir, run_claude
+from tests.realclient.mockmodel import MockModel, agent, agents, bash, say, write
+
+pytestmark = pytest.mark.realclient
+
+TASKS = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in (1, 2, 3)]
+# What a -p lead needs to run the gitrun commands of an external run (README).
+LEAD_TOOLS = ("--allowedTools", "Bash(gitrun next:*)", "Bash(gitrun collect:*)")
+
+
+def _gitrun(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": os.pathsep.join([gitrun_bin_dir(), os.environ["PATH"]])}
+    return subprocess.run(
+        [sys.executable, "-m", "gitrun", *args],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def repo(git_repo: Path, tmp_path: Path) -> Path:
+    """Run r in external mode (t1 and t2 leased together, t3 later), with
+    gitrun's hooks and its worker agent installed before the lead starts."""
+    claude_binary()
+    packet = {"executor": {"kind": "external"}, "limits": {"canary": 0, "concurrency": 2}}
+    write_run(git_repo, "r", TASKS, packet)
+    commit_all(git_repo, "run r")
+    installed = _gitrun(git_repo, "hooks", "install", "--claude")
+    assert installed.returncode == 0, installed.stderr
+    assert (git_repo / ".claude/agents/gitrun-worker.md").exists()
+    git(git_repo, "add", ".claude")
+    git(git_repo, "commit", "-q", "-m", "gitrun hooks")
+    (tmp_path / "home").mkdir()
+    return git_repo
+
+
+def test_a_p_lead_dispatches_two_subagents_in_one_turn_and_each_is_held_to_its_task(
+    repo: Path,
+) -> None:
+    run = load_run(repo, "r")
+    pointer = {task.id: render_pointer(run, task) for task in run.tasks}
+    prepare_external(repo, "r", lambda _line: None, resume=False)  # started, nothing leased
+    lead = [
+        bash("gitrun next r", "Lease the next batch"),
+        agents(
+            agent(pointer["t1"], "t1", "gitrun-worker"),
+            agent(pointer["t2"], "t2", "gitrun-worker"),
+            agent(pointer["t3"], "t3", "gitrun-worker"),  # not leased
+        ),
+        say("Waiting for the workers."),
+        say("Waiting for the workers."),
+        say("Waiting for the workers."),
+    ]
+    workers = {
+        "task t1:": [
+            write(str(repo / "out/t1.json"), '{"task": "t1"}'),
+            write(str(repo / "out/t2.json"), '{"task": "not mine"}'),
+            say("t1 done"),
+        ],
+        "task t2:": [write(str(repo / "out/t2.json"), '{"task": "t2"}'), say("t2 done")],
+        "task t3:": [write(str(repo / "out/t3.json"), "{}"), say("t3 done")],
+    }
+    with MockModel(lead, agents=workers) as model:
+        proc = run_claude(
+            repo,
+            "Lead the gitrun run r.",
+            claude_env(repo.parent / "home", model.url),
+            *LEAD_TOOLS,
+        )
+        assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
+        next_call, *launches = model.tool_use_ids()[:4]
+        ran, said = model.tool_result(next_call)
+        assert not ran and said.count("gitrun run r, task") == 2, said
+        t1_call, t2_call, t3_call = launches
+        denied, why = model.tool_result(t3_call)
+        assert denied and "task t3 of run r is not handed out now" in why, why
+        assert model.served_of("task t3:") == 0  # never started
+        assert model.served_of("task t1:") == 3 and model.served_of("task t2:") == 2
+        owned, stray = model.tool_use_ids_of("task t1:")
+        assert model.tool_result(owned)[0] is False
+        is_error, text = model.tool_result(stray)
+        assert is_error and "gitrun task t1 may write only out/t1.json" in text, text
+        [own2] = model.tool_use_ids_of("task t2:")
+        assert model.tool_result(own2)[0] is False
+        # The subagents ran under gitrun's canonical names.
+        assert not model.tool_result(t1_call)[0] and not model.tool_result(t2_call)[0]
+        descriptions = _descriptions(repo.parent / "home")
+        assert sorted(descriptions) == ["gitrun r t1", "gitrun r t2"]
+    assert json.loads((repo / "out/t2.json").read_text()) == {"task": "t2"}
+    assert not (repo / "out/t3.json").exists()
+    done = _gitrun(repo, "collect", "r", "--json")
+    assert sorted(json.loads(done.stdout)["done"]) == ["t1", "t2"], done.stdout
+
+
+def _descriptions(home: Path) -> list[str]:
+    """The description of every subagent the sessions under ``home`` started."""
+    found = []
+    for meta in (home / ".claude" / "projects").rglob("agent-*.meta.json"):
+        found.append(json.loads(meta.read_text())["description"])
+    return found
