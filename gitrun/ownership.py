@@ -6,26 +6,34 @@ put in a trie keyed by their leading literal segments (``out/*.json`` sits at
 with its literal segments, so two patterns can only meet when one sits at or
 under the other's node: ``a/*`` and ``b/*`` never are, so they are never
 compared. This holds for files-only globs too: ``out/*`` (at ``out``) meets the
-literal ``out/a`` (at ``out/a``, below it) at the file ``out/a``. A walk of the
-trie compares each claim with the claims at its own node and at the nodes
-above it, which is linear in the number of claims for the usual fan-out (one
-file per task in shared directories). Whether two claims meet, and where, is
-:func:`gitrun.patterns.intersect`'s answer, so the semantics are the ones
-documented in :mod:`gitrun.patterns`.
+literal ``out/a`` (at ``out/a``, below it) at the file ``out/a``.
+
+Thousands of globs may share one directory (``cache/t0001-*.bin``,
+``cache/t0002-*.bin``, ...) beside thousands of files. Every path such a glob
+owns has, at the glob's first wildcard segment, a name that starts with the
+segment's leading plain characters (its *head*) and ends with its trailing
+ones (its *tail*). So two claims at one node can meet only when one head is a
+prefix of the other and one tail a suffix of the other, and a claim above a
+node reaches it only when its segment at that depth matches the node's name.
+Both are looked up in indexes (:mod:`gitrun.nameindex`) instead of compared
+pairwise, which keeps the walk near-linear in the number of claims. Whether
+two candidate claims meet, and where, is :func:`gitrun.patterns.intersect`'s
+answer, so the semantics are the ones documented in :mod:`gitrun.patterns`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
-from gitrun.patterns import DSTAR, Pattern, intersect, matches
+from gitrun.nameindex import NameIndex, candidate_pairs, name_rule
+from gitrun.patterns import Pattern, intersect, matches
 
 OWNS = "owns"
 READS = "reads"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Claim:
     """One pattern of one task: a path it owns (may write) or reads."""
 
@@ -36,7 +44,7 @@ class Claim:
     stage: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Meeting:
     """Two claims of different tasks that can name the same path."""
 
@@ -45,53 +53,70 @@ class Meeting:
     witness: str
 
 
-@dataclass
 class _Node:
-    children: dict[str, _Node] = field(default_factory=dict)
-    exact: list[Claim] = field(default_factory=list)  # wildcard-free, ends here
-    globs: list[Claim] = field(default_factory=list)  # wildcard after this prefix
+    __slots__ = ("_index", "children", "exact", "globs")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _Node] = {}
+        self.exact: list[Claim] = []  # wildcard-free, ends here
+        self.globs: list[Claim] = []  # wildcard after this prefix
+        self._index: NameIndex[Claim] | None = None
+
+    def globs_by_name(self, depth: int) -> NameIndex[Claim]:
+        """The globs here, indexed by what their segment at ``depth`` matches."""
+        if self._index is None:
+            self._index = NameIndex([(c, name_rule(c.pattern, depth)) for c in self.globs])
+        return self._index
 
 
-def _build_trie(claims: list[Claim]) -> _Node:
+def _build_trie(claims: Sequence[Claim]) -> _Node:
     root = _Node()
     for claim in claims:
         node = root
         for name in claim.pattern.literal_prefix:
-            node = node.children.setdefault(name, _Node())
+            child = node.children.get(name)
+            if child is None:
+                child = node.children[name] = _Node()
+            node = child
         (node.exact if claim.pattern.is_literal else node.globs).append(claim)
     return root
 
 
 Conflicts = Callable[[Claim, Claim], bool]
+_NONE: tuple[Claim, ...] = ()
 
 
-def find_meetings(claims: list[Claim], conflicts: Conflicts) -> Iterator[Meeting]:
+def find_meetings(claims: Sequence[Claim], conflicts: Conflicts) -> Iterator[Meeting]:
     """Every pair of claims for which ``conflicts(a, b)`` holds and a path exists
     that both name. ``conflicts`` is only asked about claims of different tasks
     where at least one of the two owns (two readers never conflict)."""
     root = _build_trie(claims)
-    above: list[Claim] = []  # claims at the ancestors of the current node
-    # Iterative depth-first walk: (node, how many claims of `above` to keep).
-    stack: list[tuple[_Node, int]] = [(root, 0)]
+    # Iterative depth-first walk: (node, its depth, the claims above it that
+    # can reach it, owners before readers at each level, top level first).
+    stack: list[tuple[_Node, int, Sequence[Claim]]] = [(root, 0, _NONE)]
     while stack:
-        node, keep = stack.pop()
-        del above[keep:]
-        yield from _meetings_at(node, above, conflicts)
-        depth = len(above)
-        above.extend(c for c in node.exact + node.globs if c.kind == OWNS)
-        above.extend(c for c in node.exact + node.globs if c.kind == READS)
-        for child in node.children.values():
-            stack.append((child, len(above)))
+        node, depth, above = stack.pop()
+        here = node.exact + node.globs
+        if here:
+            yield from _meetings_with_above(here, above, conflicts)
+            yield from _meetings_at(here, depth, conflicts)
         if not node.children:
-            del above[depth:]
+            continue
+        reaching = [*above, *(c for c in here if c.kind == OWNS)]
+        reaching += [c for c in here if c.kind == READS]
+        if not reaching:
+            stack.extend((child, depth + 1, _NONE) for child in node.children.values())
+            continue
+        index = NameIndex([(c, name_rule(c.pattern, depth)) for c in reaching])
+        for name, child in node.children.items():
+            stack.append((child, depth + 1, index.matching(name)))
 
 
-def _meetings_at(node: _Node, above: list[Claim], conflicts: Conflicts) -> Iterator[Meeting]:
-    here = node.exact + node.globs
-    if not here:
-        return
-    # With the claims above: they may reach anything here (a glob above may own a
-    # file that a literal here names), so intersect() decides each pair.
+def _meetings_with_above(
+    here: list[Claim], above: Sequence[Claim], conflicts: Conflicts
+) -> Iterator[Meeting]:
+    # The claims above that reach this node may own anything here (a glob
+    # above may own a file that a literal here names): intersect() decides.
     for claim in here:
         for upper in above:
             if upper.task == claim.task or (upper.kind == READS and claim.kind == READS):
@@ -101,47 +126,38 @@ def _meetings_at(node: _Node, above: list[Claim], conflicts: Conflicts) -> Itera
             witness = intersect(upper.pattern, claim.pattern)
             if witness is not None:
                 yield Meeting(upper, claim, witness)
-    # At this node: owners against owners and readers; readers never against readers.
-    # A cheap test first: the plain characters that start the first wildcard
-    # segment must agree (``t01-*.bin`` and ``t02-*.bin`` cannot meet).
-    heads = [_head(claim.pattern) for claim in here]
-    for index, owner in enumerate(here):
-        if owner.kind != OWNS:
+
+
+def _meetings_at(here: list[Claim], depth: int, conflicts: Conflicts) -> Iterator[Meeting]:
+    """Owners against owners and readers at one node; readers never against
+    readers. Only pairs whose segments at ``depth`` can match one name are
+    compared, in the order owner by owner, then the other by position."""
+    if len(here) < 2:
+        return
+    rules = [name_rule(c.pattern, depth) for c in here]
+    ordered: list[tuple[int, int]] = []
+    for i, j in candidate_pairs(rules):
+        a, b = here[i], here[j]
+        if a.task == b.task:
             continue
-        for position, other in enumerate(here):
-            if other.task == owner.task:
-                continue
-            if other.kind == OWNS and position <= index:
-                continue  # each pair of owners once
-            if not conflicts(owner, other):
-                continue
-            ha, hb = heads[index], heads[position]
-            if not (ha.startswith(hb) or hb.startswith(ha)):
-                continue
-            witness = intersect(owner.pattern, other.pattern)
-            if witness is not None:
-                yield Meeting(owner, other, witness)
-
-
-def _head(pattern: Pattern) -> str:
-    depth = len(pattern.literal_prefix)
-    if depth >= len(pattern.segments):
-        return ""
-    segment = pattern.segments[depth]
-    if segment == DSTAR:
-        return ""
-    chars: list[str] = []
-    for token in segment:
-        if not isinstance(token, str):
-            break
-        chars.append(token)
-    return "".join(chars)
+        if a.kind == OWNS:
+            ordered.append((i, j))
+        elif b.kind == OWNS:
+            ordered.append((j, i))
+    ordered.sort()
+    for i, j in ordered:
+        owner, other = here[i], here[j]
+        if not conflicts(owner, other):
+            continue
+        witness = intersect(owner.pattern, other.pattern)
+        if witness is not None:
+            yield Meeting(owner, other, witness)
 
 
 class OwnerIndex:
     """Answers "which claims own this concrete path?" without scanning them all."""
 
-    def __init__(self, claims: list[Claim]) -> None:
+    def __init__(self, claims: Sequence[Claim]) -> None:
         self._root = _build_trie([c for c in claims if c.kind == OWNS])
 
     def owners(self, path: str) -> list[Claim]:
@@ -152,9 +168,12 @@ class OwnerIndex:
             assert node is not None
             # Exact claims here name the path or a directory above it; matches()
             # still refuses a path with an empty, `.` or `..` name.
-            found += [c for c in node.exact + node.globs if matches(c.pattern, path)]
+            found += [c for c in node.exact if matches(c.pattern, path)]
             if depth == len(names):
-                break
+                break  # a glob here owns only paths with a name after its node
+            if node.globs:
+                globs = node.globs_by_name(depth).matching(names[depth])
+                found += [c for c in globs if matches(c.pattern, path)]
             node = node.children.get(names[depth])
             if node is None:
                 break

@@ -36,8 +36,8 @@ test suite compares it with brute force over a universe of paths.
 
 from __future__ import annotations
 
-import posixpath
 import re
+import sys
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
@@ -53,6 +53,10 @@ DSTAR = "**"
 STAR = ("*",)
 ANY = ANY_CHAR
 _META = re.compile(r"[*?\[\\]")
+_DRIVE = re.compile(r"[A-Za-z]:[\\/]")
+# A normal plain path: names that start with a letter, a digit or '_' (so never
+# '.', '..' or empty) and hold no wildcard, space or separator but '/'.
+_PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=,@%-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.+=,@%-]*)*")
 # A path with an empty, `.` or `..` name, or a trailing slash: owned by nothing.
 _NOT_CANONICAL = re.compile(r"(?:^|/)\.{0,2}(?:/|$)")
 
@@ -69,17 +73,26 @@ class PatternError(ValueError):
         self.code = code
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pattern:
     """A parsed, normalised, root-anchored pattern."""
 
     text: str  # normalised text, without a trailing slash
-    # The segments; a trailing `/**` is stored as a last `*` segment that owns a subtree.
-    segments: tuple[Segment | str, ...]  # str only for DSTAR
+    # The segments of a pattern with a wildcard (see `segments`); () for a literal,
+    # whose segments are its names (kept once: runs have 100,000s of literals).
+    wild_segments: tuple[Segment | str, ...]
     # The leading segments that are plain names (no wildcard), unescaped.
     literal_prefix: tuple[str, ...]
     is_literal: bool  # no wildcard at all
     owns_subtree: bool = True  # also owns everything beneath what it matches
+
+    @property
+    def segments(self) -> tuple[Segment | str, ...]:
+        """The segments (str only for DSTAR); a trailing `/**` is stored as a
+        last `*` segment that owns a subtree."""
+        if self.is_literal:
+            return tuple(tuple(name) for name in self.literal_prefix)
+        return self.wild_segments
 
 
 def normalize(text: str) -> tuple[str, bool]:
@@ -92,7 +105,7 @@ def normalize(text: str) -> tuple[str, bool]:
         raise PatternError("is empty")
     if raw.startswith("!"):
         raise PatternError("negation (`!`) is not supported; list only what the task may write")
-    if raw.startswith(("/", "~")) or re.match(r"^[A-Za-z]:[\\/]", raw):
+    if raw.startswith(("/", "~")) or _DRIVE.match(raw):
         raise PatternError(
             "is an absolute path, outside the repository; write it relative to the repository root",
             code="outside-repo",
@@ -116,16 +129,17 @@ def normalize(text: str) -> tuple[str, bool]:
         parts.append(part)
     if not parts:
         raise PatternError("names the whole repository; name the files or directories instead")
-    return posixpath.join(*parts), is_dir
+    return "/".join(parts), is_dir
 
 
 @lru_cache(maxsize=65536)
 def parse(text: str) -> Pattern:
     """Parse a user-written pattern (see the module docstring for the syntax)."""
+    if _PLAIN.fullmatch(text):  # the common case, already normal: one match decides
+        return Pattern(text, (), tuple(map(sys.intern, text.split("/"))), True, True)
     norm, is_dir = normalize(text)
-    if not _META.search(norm):  # the common case: a plain path
-        names = tuple(norm.split("/"))
-        return Pattern(norm, tuple(tuple(name) for name in names), names, True, True)
+    if not _META.search(norm):  # a plain path
+        return Pattern(norm, (), tuple(map(sys.intern, norm.split("/"))), True, True)
     segments: list[Segment | str] = []
     for part in norm.split("/"):
         if part == "**":
@@ -145,7 +159,7 @@ def parse(text: str) -> Pattern:
             break
         prefix.append("".join(t for t in seg if isinstance(t, str)))
     is_literal = len(prefix) == len(segments)
-    return Pattern(norm, tuple(segments), tuple(prefix), is_literal, subtree)
+    return Pattern(norm, () if is_literal else tuple(segments), tuple(prefix), is_literal, subtree)
 
 
 def _parse_segment(part: str) -> Segment:
@@ -259,19 +273,32 @@ def _regex_text(pattern: Pattern) -> str:
         if isinstance(segment, str):  # DSTAR, never last: a trailing `**` became `*`
             parts.append("(?:[^/]+/)*")
             continue
-        for token in segment:
-            if token == STAR:
-                parts.append("[^/]*")
-            elif isinstance(token, CharSet):
-                parts.append(token.regex())
-            else:
-                assert isinstance(token, str)
-                parts.append(re.escape(token))
+        parts.append(_segment_text(segment))
         if index < last:
             parts.append("/")
     if pattern.owns_subtree:
         parts.append("(?:/.+)?")
     return "".join(parts)
+
+
+def _segment_text(segment: Segment) -> str:
+    parts: list[str] = []
+    for token in segment:
+        if token == STAR:
+            parts.append("[^/]*")
+        elif isinstance(token, CharSet):
+            parts.append(token.regex())
+        else:
+            assert isinstance(token, str)
+            parts.append(re.escape(token))
+    return "".join(parts)
+
+
+@lru_cache(maxsize=16384)
+def segment_regex(segment: Segment) -> re.Pattern[str]:
+    """A regular expression whose full match is a name the segment matches
+    (it also takes ``.`` and ``..``, which no owned path holds)."""
+    return re.compile(_segment_text(segment), re.DOTALL)
 
 
 # --- intersection -----------------------------------------------------------
