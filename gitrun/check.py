@@ -113,7 +113,7 @@ def stage_symlink_problems(run: RunDef, stage: str) -> list[Problem]:
     ignored: list[Problem] = []
     owned, _ = _claims(replace(run, tasks=tasks), ignored)
     protected, _ = _protected_entries(run)
-    outputs = {o.path for t in tasks for o in run.outputs_of(t)}
+    outputs = {path for t in tasks for path in run.output_paths(t)}
     base = BaseTree.of(run.repo, base_commit(run))
     changed = git.changed_paths(run.repo)
     return symlink_problems(run, owned, protected, base, changed, outputs)
@@ -370,8 +370,7 @@ def _outputs(run: RunDef, owned: list[Claim]) -> tuple[list[tuple[str, str]], li
     for claim in owned:
         by_task.setdefault(claim.task, []).append(claim)
     for task in run.tasks:
-        for output in run.outputs_of(task):
-            path = output.path
+        for path in run.output_paths(task):
             bad = canonical_problem(path, is_file=True)
             if bad is not None:
                 out.append(
@@ -501,7 +500,7 @@ def _largest_dispatch(run: RunDef, pointers: dict[str, str]) -> tuple[int, str]:
 
 
 def _output_paths(run: RunDef, task: Task) -> list[str]:
-    return [o.path for o in run.outputs_of(task)]
+    return run.output_paths(task)
 
 
 def _executor_model_problems(run: RunDef) -> list[Problem]:

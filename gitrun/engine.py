@@ -38,7 +38,7 @@ OPEN = (PENDING, RUNNING)
 
 def committed_tasks(run: RunDef, tip: str, base: str | None) -> set[str]:
     """Tasks whose every output is in ``tip``'s tree with content new since ``base``."""
-    outputs = {o.path for task in run.tasks for o in run.outputs_of(task)}
+    outputs = {path for task in run.tasks for path in run.output_paths(task)}
     tops = sorted({path.split("/", 1)[0] for path in outputs})
     if len(tops) > 256:  # a command line has limits; list the whole tree then
         tops = []
@@ -46,7 +46,7 @@ def committed_tasks(run: RunDef, tip: str, base: str | None) -> set[str]:
     at_base = git.ls_tree(run.repo, base, tops) if base else {}
     done = set()
     for task in run.tasks:
-        paths = [o.path for o in run.outputs_of(task)]
+        paths = run.output_paths(task)
         if all(p in at_tip and at_tip[p][1] != at_base.get(p, ("", ""))[1] for p in paths):
             done.add(task.id)
     return done

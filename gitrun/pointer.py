@@ -23,7 +23,7 @@ def _template() -> str:
 
 
 def render_pointer(run: RunDef, task: Task) -> str:
-    outputs = [o.path for o in run.outputs_of(task)]
+    outputs = run.output_paths(task)
     if task.bundle:
         inputs = f"listed in {task.bundle}"
     else:
@@ -52,7 +52,7 @@ def attempt_values(
         "model": run.packet.model_for(stage),
         "packet": run.packet_path,
         "attempt": str(attempt),
-        "outputs": "\n".join(o.path for o in run.outputs_of(task)),
+        "outputs": "\n".join(run.output_paths(task)),
         "inputs": "\n".join(input_paths(run.repo, task.inputs)),
         "stage": stage,
     }

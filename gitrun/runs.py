@@ -43,7 +43,9 @@ class OutputSpec(Strict):
 class Task(Strict):
     id: Identifier
     stage: str | None = None
-    inputs: list[str] = []
+    # A factory, not `[]`: pydantic deep-copies a mutable default for every
+    # task that leaves the field out (most of 100,000 tasks).
+    inputs: list[str] = Field(default_factory=list)
     owns: list[str] | None = None  # None: the task owns exactly its outputs
     outputs: list[str | OutputSpec] = Field(min_length=1)
     note: ArgText | None = None  # reaches workers in their prompt: never a NUL
@@ -80,10 +82,17 @@ class RunDef:
         return [stage.name for stage in self.packet.stages]
 
     def stage_of(self, task: Task) -> str:
-        return task.stage or self.stage_names[0]
+        return task.stage or self.packet.stages[0].name
 
     def outputs_of(self, task: Task) -> list[OutputSpec]:
-        return [OutputSpec(path=o) if isinstance(o, str) else o for o in task.outputs]
+        # The table was validated: a plain path needs no second validation.
+        return [
+            OutputSpec.model_construct(path=o) if isinstance(o, str) else o for o in task.outputs
+        ]
+
+    def output_paths(self, task: Task) -> list[str]:
+        """The paths of the task's outputs (what most callers of outputs_of want)."""
+        return [o if isinstance(o, str) else o.path for o in task.outputs]
 
     def owns_of(self, task: Task) -> list[str]:
         """The task's owned patterns; by default exactly its outputs (escaped:
@@ -92,7 +101,7 @@ class RunDef:
             return list(task.owns)
         from gitrun.patterns import escape
 
-        return [escape(o.path) for o in self.outputs_of(task)]
+        return [escape(path) for path in self.output_paths(task)]
 
     def validators_of(self, output: OutputSpec) -> list[str]:
         if output.validators is not None:

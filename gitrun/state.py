@@ -102,7 +102,7 @@ def read_status(repo: Path, run_id: str, run: RunDef | None = None) -> RunStatus
     for task in run.tasks:
         history = engine.history[task.id]
         status = engine.status[task.id]
-        missing = [] if status == DONE else [o.path for o in run.outputs_of(task)]
+        missing = [] if status == DONE else run.output_paths(task)
         reason = history.last_reason if status != DONE else None
         tasks[task.id] = TaskStatus(
             task.id,
