@@ -270,6 +270,8 @@ def test_demo_runs_offline_and_tells_the_story(tmp_path: Path) -> None:
     assert "spawns for 8 usable outputs" in out
     assert "Gitrun-Task: t0001" in out and "Gitrun-Attempt:" in out
     assert f"The repository is {where}" in out
+    assert f"every attempt: {where / 'gitrun-report-demo.html'}" in out  # the HTML report
+    assert (where / "gitrun-report-demo.html").read_text().count('class="bar ') >= 8
     merged = subprocess.run(
         ["git", "-C", str(where), "log", "-1", "--format=%s"], capture_output=True, text=True
     )
