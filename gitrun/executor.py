@@ -22,6 +22,7 @@ from pathlib import Path
 from gitrun.errors import GitrunError
 from gitrun.interpreters import code_slots
 from gitrun.patterns import PatternError, literal_path, matches, parse
+from gitrun.runs import RunDef, Task
 from gitrun.settings import Executor
 
 PLACEHOLDERS = (
@@ -306,6 +307,15 @@ def render_command(template: list[str], values: Mapping[str, str]) -> list[str]:
         else:
             out.append(values.get(_name(found), ""))
     return out
+
+
+def task_inputs(run: RunDef, task: Task) -> list[str]:
+    """What ``{inputs}`` gives for one task: its input files, or for a task
+    with a bundle the bundle file, as its pointer says (a bundle is for more
+    inputs than one argv, or one environment variable, can carry)."""
+    if task.bundle:
+        return [task.bundle]
+    return input_paths(run.repo, task.inputs)
 
 
 def input_paths(repo: Path, inputs: list[str]) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from gitrun.executor import input_paths
+from gitrun.executor import task_inputs
 from gitrun.resources import template_text
 from gitrun.runs import RunDef, Task
 
@@ -53,6 +53,6 @@ def attempt_values(
         "packet": run.packet_path,
         "attempt": str(attempt),
         "outputs": "\n".join(run.output_paths(task)),
-        "inputs": "\n".join(input_paths(run.repo, task.inputs)),
+        "inputs": "\n".join(task_inputs(run, task)),
         "stage": stage,
     }

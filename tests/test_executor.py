@@ -211,3 +211,20 @@ def test_a_script_reading_the_model_from_the_environment_names_no_model() -> Non
     script = 'my-agent --model "$GITRUN_MODEL" --x --model=${GITRUN_MODEL} "$GITRUN_POINTER"'
     assert literal_models(["sh", "-c", script]) == []
     assert literal_models(["sh", "-c", "my-agent --model $MODEL"]) == ["$MODEL"]
+
+
+def test_a_task_with_a_bundle_gets_the_bundle_file_as_its_pointer_says(git_repo: Path) -> None:
+    """A bundle is for more inputs than one argument list or environment
+    variable can carry (Linux refuses a single one over 128 KiB)."""
+    from gitrun.executor import task_inputs
+    from gitrun.pointer import attempt_values
+    from gitrun.scaffold import new_run
+
+    build_tree(git_repo, {f"docs/{'x' * 60}{i:05d}.md": "x" for i in range(3000)})
+    new_run(git_repo, "b", inputs="docs/*.md", output="out/{task}.json", per_task=3000)
+    run = load_run(git_repo, "b", environ={})
+    (task,) = run.tasks
+    assert task_inputs(run, task) == [".gitrun/runs/b/bundles/t0001.txt"]
+    values = attempt_values(run, task, 1)
+    assert values["inputs"] == ".gitrun/runs/b/bundles/t0001.txt"
+    assert "listed in .gitrun/runs/b/bundles/t0001.txt" in values["pointer"]
