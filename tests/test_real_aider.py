@@ -118,7 +118,7 @@ def test_a_refused_connection_is_an_environment_fault_not_a_throttle(
     took = time.monotonic() - began
     assert done.returncode == 3, done.stdout + done.stderr
     assert "environment fault: t1 attempt 1: aider reported 3 times in a row" in done.stdout
-    assert took < 45, f"took {took:.1f} s"
+    assert took < 90, f"took {took:.1f} s"  # one attempt's timeout
     outcomes = [r["outcome"] for r in ledger_records(git_repo) if "outcome" in r]
     assert outcomes == ["missing"]
     halts = [r for r in ledger_records(git_repo) if r.get("event") == "halt"]

@@ -103,7 +103,7 @@ def test_an_unreachable_endpoint_halts_the_run_well_before_the_timeout(
     took = time.monotonic() - began
     assert done.returncode == 3, done.stdout + done.stderr
     assert "environment fault: t1 attempt 1: codex reported 2 times in a row" in done.stdout
-    assert took < 45, f"took {took:.1f} s"
+    assert took < 90, f"took {took:.1f} s"  # one attempt's timeout
     records = [r for r in ledger_records(git_repo) if "outcome" in r]
     assert [(r["attempt"], r["outcome"], r["timed_out"]) for r in records] == [
         (1, "missing", False)
