@@ -28,6 +28,7 @@ from gitrun.reportcharts import (
     kind_class,
     timeline_svg,
 )
+from gitrun.resources import template_text
 from gitrun.timeline import (
     KINDS,
     LOST,
@@ -129,7 +130,7 @@ def render_page(c: CommittedRun, max_rows: int = MAX_ROWS) -> str:
         "</div></section>",
         _table(c, attempts),
         f"<footer>gitrun {escape(__version__)}; the page needs no network.</footer>",
-        f"<script>{_JS}</script></body></html>\n",
+        f"<script>{template_text('report.js')}</script></body></html>\n",
     ]
     return "".join(parts)
 
@@ -306,62 +307,4 @@ def _css() -> str:
     kinds = f".bar{{fill:{OTHER_COLOUR}}}"
     kinds += "".join(f".{kind_class(k)}{{fill:{colour}}}" for k, colour in COLOURS.items())
     statuses = "".join(f".s-{s}{{color:{colour}}}" for s, colour in STATUS_COLOURS.items())
-    return kinds + statuses + _CSS
-
-
-_CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;
-max-width:1140px;padding:0 12px;color:#1d232b;background:#fff}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}
-code{font:12px ui-monospace,monospace;background:#f2f4f7;padding:1px 4px;border-radius:3px}
-.sub{color:#555}.numbers{display:flex;flex-wrap:wrap;gap:8px}
-.num{border:1px solid #dde1e6;border-radius:6px;padding:6px 10px;min-width:96px}
-.num b{display:block;font-size:20px}.num span{color:#555;font-size:12px}
-.halted,.violation{color:#a3162b}.aggregated{background:#fff6db;padding:6px 10px}
-.chart{overflow-x:auto}.chart svg{max-width:100%;height:auto}svg text{font:11px system-ui,sans-serif;fill:#333}
-.label{text-anchor:end}.tick{text-anchor:middle;fill:#666}
-.grid{stroke:#eceef1;stroke-width:1}.bar{fill-opacity:.95}
-.bar:hover{stroke:#000;stroke-width:1}
-.canary{stroke:#d4a000;stroke-width:2}.lied{stroke:#111;stroke-width:1.5;stroke-dasharray:3 2}
-.canary-band rect{fill:#fff3c4;fill-opacity:.6}.canary-band text{fill:#8a6a00}
-.halt line{stroke:#a3162b;stroke-width:2;stroke-dasharray:6 3}.halt text{fill:#a3162b}
-.lift line{stroke:#2a9d5c;stroke-width:2;stroke-dasharray:2 3}.lift text{fill:#2a9d5c}
-.takeover line{stroke:#5f6670;stroke-width:1.5;stroke-dasharray:4 3}.takeover text{fill:#5f6670}
-.running{fill:#9cc0f5;fill-opacity:.7}.allowed{fill:none;stroke:#1d232b;stroke-width:2}
-.backoff{fill:#f6b3bd;fill-opacity:.35}.throttle{fill:#d1495b}
-.key{display:inline-block;width:14px;height:10px;vertical-align:middle}
-.key.running{background:#9cc0f5}.key.allowed{border-top:2px solid #1d232b;height:0}
-.key.throttle{background:#d1495b}.key.backoff{background:#f6b3bd}
-.legend .item{margin-right:14px;white-space:nowrap}.legend svg{vertical-align:middle;margin-right:4px}
-table{border-collapse:collapse;width:100%;font-size:13px}
-th,td{text-align:left;padding:3px 8px;border-bottom:1px solid #eceef1}
-th{cursor:pointer;user-select:none;background:#f7f8fa;position:sticky;top:0}
-th[aria-sort=ascending]::after{content:" \\25B2"}th[aria-sort=descending]::after{content:" \\25BC"}
-td:nth-child(5),td:nth-child(6){font-family:ui-monospace,monospace;font-size:12px}
-#filter{margin:0 0 8px;padding:4px 8px;width:260px}
-footer{margin-top:24px;color:#777;font-size:12px}
-"""
-
-# Sorts the table by a clicked heading (numbers as numbers) and filters its rows.
-_JS = """
-(function(){
-var table=document.getElementById('task-table');var body=table.tBodies[0];
-var heads=table.tHead.rows[0].cells;
-function sortBy(i){var th=heads[i];var up=th.getAttribute('aria-sort')!=='ascending';
-for(var h=0;h<heads.length;h++){heads[h].removeAttribute('aria-sort');}
-th.setAttribute('aria-sort',up?'ascending':'descending');
-var num=th.getAttribute('data-type')==='num';var rows=Array.prototype.slice.call(body.rows);
-rows.sort(function(a,b){var x=a.cells[i].textContent,y=b.cells[i].textContent;
-var d=num?(Number(x)-Number(y)):x.localeCompare(y,undefined,{numeric:true});
-return up?d:-d;});
-var frag=document.createDocumentFragment();rows.forEach(function(r){frag.appendChild(r);});
-body.appendChild(frag);}
-Array.prototype.forEach.call(heads,function(th,i){
-th.addEventListener('click',function(){sortBy(i);});
-th.addEventListener('keydown',function(e){if(e.key==='Enter'){sortBy(i);}});});
-var filter=document.getElementById('filter');
-filter.addEventListener('input',function(){var q=filter.value.toLowerCase();
-Array.prototype.forEach.call(body.rows,function(r){
-r.style.display=r.textContent.toLowerCase().indexOf(q)<0?'none':'';});});
-})();
-"""
+    return kinds + statuses + template_text("report.css")
