@@ -38,36 +38,41 @@ def case_alias_problems(
     meet only after folding, so it is not even compared."""
     shared = [(text, pattern) for text, pattern in protected]
     shared += [(name, parse(name)) for name in reserved]
-    folded: list[Claim] = []
-    exact: dict[tuple[str, str], Pattern] = {}
-    changed: set[tuple[str, str]] = set()
-    for task, text, pattern in [(c.task, c.text, c.pattern) for c in owned] + [
-        (_SHARED, text, pattern) for text, pattern in shared
-    ]:
-        key = (task, text)
-        exact[key] = pattern
+    entries = [(c.task, c.text, c.pattern) for c in owned]
+    entries += [(_SHARED, text, pattern) for text, pattern in shared]
+    changed: dict[tuple[str, str], Pattern] = {}  # (task, text) -> the folded pattern
+    for task, text, _ in entries:
         spelled = _fold(text)
-        if spelled == text:
-            folded.append(Claim(task, text, pattern, OWNS))
-            continue
-        try:
-            folded.append(Claim(task, text, parse(spelled), OWNS))
-        except PatternError:
-            folded.append(Claim(task, text, pattern, OWNS))
-            continue
-        changed.add(key)
+        if spelled != text:
+            try:
+                changed[(task, text)] = parse(spelled)
+            except PatternError:
+                continue
     if not changed:
         return []
     # Only a claim at, above or beneath a folded one can meet it: the walk
     # takes those, not the whole run.
-    heads = {c.pattern.literal_prefix for c in folded if (c.task, c.text) in changed}
+    heads = {pattern.literal_prefix for pattern in changed.values()}
     above = {head[:n] for head in heads for n in range(len(head) + 1)}
+    firsts = {head[0] for head in heads if head}
+    everywhere = () in heads  # a folded claim with no leading name reaches every claim
 
-    def near(claim: Claim) -> bool:
-        prefix = claim.pattern.literal_prefix
-        return prefix in above or any(prefix[:n] in heads for n in range(len(prefix)))
+    def near(prefix: tuple[str, ...]) -> bool:
+        if everywhere or prefix in above:
+            return True
+        if prefix[0] not in firsts:
+            return False
+        return any(prefix[:n] in heads for n in range(len(prefix)))
 
-    folded = [c for c in folded if (c.task, c.text) in changed or near(c)]
+    folded: list[Claim] = []
+    exact: dict[tuple[str, str], Pattern] = {}
+    for task, text, pattern in entries:
+        key = (task, text)
+        as_folded = changed.get(key)
+        if as_folded is None and not near(pattern.literal_prefix):
+            continue
+        exact[key] = pattern
+        folded.append(Claim(task, text, pattern if as_folded is None else as_folded, OWNS))
 
     def conflicts(a: Claim, b: Claim) -> bool:
         if a.task == _SHARED and b.task == _SHARED:

@@ -6,11 +6,13 @@ sentence naming the tasks, a concrete path and the fix.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from dataclasses import dataclass, replace
 
 from gitrun import git
 from gitrun.aliases import case_alias_problems
+from gitrun.collector import collector_paused
 from gitrun.executor import (
     command_template,
     executor_problems,
@@ -70,6 +72,11 @@ def _count(n: int, noun: str) -> str:
 
 
 def check_run(run: RunDef, *, check_dirty: bool = True) -> CheckReport:
+    with collector_paused():  # a big run's claims and tries are 100,000s of objects
+        return _check_run(run, check_dirty)
+
+
+def _check_run(run: RunDef, check_dirty: bool) -> CheckReport:
     problems: list[Problem] = []
     problems += _definition_problems(run)
     owned, read = _claims(run, problems)
@@ -202,7 +209,9 @@ def _validator_problems(run: RunDef) -> list[Problem]:
                 )
             )
     for task in run.tasks:
-        for output in run.outputs_of(task):
+        for output in task.outputs:
+            if isinstance(output, str):
+                continue  # a plain path takes the packet's validators
             for name in output.validators or []:
                 if name not in known and (task.id, name) not in reported:
                     reported.add((task.id, name))
@@ -236,40 +245,29 @@ def _claims(run: RunDef, problems: list[Problem]) -> tuple[list[Claim], list[Cla
     read: list[Claim] = []
     for task in run.tasks:
         stage = run.stage_of(task)
-        for kind, texts in ((OWNS, run.owns_of(task)), (READS, task.inputs)):
-            verb = "owns" if kind == OWNS else "reads"
+        for kind, texts, out in ((OWNS, run.owns_of(task), owned), (READS, task.inputs, read)):
             # A task without owns owns its outputs, which are checked as outputs.
             written = kind == READS or task.owns is not None
             for text in texts:
                 bad = canonical_problem(text, is_file=False)
-                if bad is not None and not written:
-                    continue  # reported as an output
                 if bad is not None:
-                    problems.append(
-                        Problem(
-                            bad.code,
-                            f"{run.tasks_path}: task {task.id} {verb} {text!r}, which "
-                            f"{bad.sentence()}",
-                            (task.id,),
-                            text,
+                    if written:
+                        problems.append(
+                            _claim_problem(run, task, kind, text, bad.code, bad.sentence())
                         )
-                    )
                     continue
                 try:
-                    pattern = parse(text)
+                    out.append(Claim(task.id, text, parse(text), kind, stage))
                 except PatternError as exc:
-                    problems.append(
-                        Problem(
-                            exc.code,
-                            f"{run.tasks_path}: task {task.id} {verb} {text!r}, which {exc.reason}",
-                            (task.id,),
-                            text,
-                        )
-                    )
-                    continue
-                claim = Claim(task.id, text, pattern, kind, stage)
-                (owned if kind == OWNS else read).append(claim)
+                    problems.append(_claim_problem(run, task, kind, text, exc.code, exc.reason))
     return owned, read
+
+
+def _claim_problem(run: RunDef, task: Task, kind: str, text: str, code: str, why: str) -> Problem:
+    verb = "owns" if kind == OWNS else "reads"
+    return Problem(
+        code, f"{run.tasks_path}: task {task.id} {verb} {text!r}, which {why}", (task.id,), text
+    )
 
 
 def _protected_entries(run: RunDef) -> tuple[list[tuple[str, Pattern]], list[Problem]]:
@@ -297,11 +295,24 @@ def _place_problems(
 ) -> list[Problem]:
     """Owned patterns that cover .git/, gitrun's files or a protected path."""
     out: list[Problem] = []
-    reserved = [parse(name) for name in RESERVED]
+    shared = [(name, parse(name), True) for name in RESERVED]
+    shared += [(text, pattern, False) for text, pattern in protected]
+    # Two patterns meet only where their leading names agree: each claim is
+    # compared with the entries that share its first name or have none.
+    by_first: dict[str, list[int]] = {}
+    for n, (_, pattern, _) in enumerate(shared):
+        first = pattern.literal_prefix[0] if pattern.literal_prefix else ""
+        by_first.setdefault(first, []).append(n)
+    anywhere = by_first.get("", [])
     for claim in owned:
-        for name, pattern in zip(RESERVED, reserved, strict=True):
+        prefix = claim.pattern.literal_prefix
+        near = sorted(anywhere + by_first.get(prefix[0], [])) if prefix else range(len(shared))
+        for n in near:
+            name, pattern, reserved = shared[n]
             witness = intersect(claim.pattern, pattern)
-            if witness is not None:
+            if witness is None:
+                continue
+            if reserved:
                 out.append(
                     Problem(
                         "reserved-path",
@@ -312,9 +323,7 @@ def _place_problems(
                         witness,
                     )
                 )
-        for _text, pattern in protected:
-            witness = intersect(claim.pattern, pattern)
-            if witness is not None:
+            else:
                 out.append(
                     Problem(
                         "protected",
@@ -422,7 +431,13 @@ def _outputs(run: RunDef, owned: list[Claim]) -> tuple[list[tuple[str, str]], li
 
 
 def _dirty_problems(run: RunDef, owned: list[Claim], changed: list[str]) -> list[Problem]:
-    index = OwnerIndex(owned)
+    if not changed:
+        return []
+    # Only claims whose first name is a changed path's (or that have none) can own it.
+    firsts = {path.split("/", 1)[0] for path in changed}
+    index = OwnerIndex(
+        [c for c in owned if not c.pattern.literal_prefix or c.pattern.literal_prefix[0] in firsts]
+    )
     out: list[Problem] = []
     for path in changed:
         owners = sorted({c.task for c in index.owners(path)})
@@ -489,8 +504,10 @@ def _largest_dispatch(run: RunDef, pointers: dict[str, str]) -> tuple[int, str]:
     # The argv grows with the pointer and the outputs: render the few tasks
     # longest in either (rendering all 100,000 would cost seconds).
     tasks = {t.id: t for t in run.tasks}
-    by_outputs = sorted(tasks, key=lambda tid: -sum(len(o) for o in _output_paths(run, tasks[tid])))
-    candidates = set(sorted(sizes, key=lambda tid: -sizes[tid])[:8]) | set(by_outputs[:8])
+    by_outputs = heapq.nlargest(
+        8, tasks, key=lambda tid: sum(len(o) for o in _output_paths(run, tasks[tid]))
+    )
+    candidates = set(heapq.nlargest(8, sizes, key=sizes.__getitem__)) | set(by_outputs)
     largest = 0
     for tid in candidates:
         values = attempt_values(run, tasks[tid], run.packet.limits.max_attempts, pointers[tid])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from gitrun.nameindex import NameIndex, candidate_pairs, name_rule
 from gitrun.patterns import Pattern, intersect, matches
@@ -33,9 +34,9 @@ OWNS = "owns"
 READS = "reads"
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """One pattern of one task: a path it owns (may write) or reads."""
+class Claim(NamedTuple):
+    """One pattern of one task: a path it owns (may write) or reads (a named
+    tuple: a run of 100,000 tasks makes 200,000 of them)."""
 
     task: str
     text: str  # as the user wrote it

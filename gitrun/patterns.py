@@ -40,9 +40,8 @@ import re
 import sys
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from gitrun.charset import ANY_CHAR, CharSet
 
@@ -73,9 +72,9 @@ class PatternError(ValueError):
         self.code = code
 
 
-@dataclass(frozen=True, slots=True)
-class Pattern:
-    """A parsed, normalised, root-anchored pattern."""
+class Pattern(NamedTuple):
+    """A parsed, normalised, root-anchored pattern (a named tuple: immutable, and
+    built in a fraction of a frozen dataclass's time, for runs of 100,000s)."""
 
     text: str  # normalised text, without a trailing slash
     # The segments of a pattern with a wildcard (see `segments`); () for a literal,
@@ -132,11 +131,15 @@ def normalize(text: str) -> tuple[str, bool]:
     return "/".join(parts), is_dir
 
 
-@lru_cache(maxsize=65536)
 def parse(text: str) -> Pattern:
     """Parse a user-written pattern (see the module docstring for the syntax)."""
     if _PLAIN.fullmatch(text):  # the common case, already normal: one match decides
         return Pattern(text, (), tuple(map(sys.intern, text.split("/"))), True, True)
+    return _parse_glob(text)
+
+
+@lru_cache(maxsize=4096)
+def _parse_glob(text: str) -> Pattern:
     norm, is_dir = normalize(text)
     if not _META.search(norm):  # a plain path
         return Pattern(norm, (), tuple(map(sys.intern, norm.split("/"))), True, True)
@@ -227,7 +230,7 @@ def _parse_class(part: str, start: int) -> tuple[CharSet, int]:
 
 def escape(path: str) -> str:
     """A pattern that matches exactly ``path`` (its wildcard characters escaped)."""
-    return re.sub(r"([*?\[\\])", r"\\\1", path)
+    return _META.sub(r"\\\g<0>", path) if _META.search(path) else path
 
 
 def literal_path(pattern: Pattern) -> str | None:

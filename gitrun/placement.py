@@ -185,7 +185,10 @@ def output_place_problems(
         return modes[rel]
 
     for task, path in outputs:
-        mode = mode_of(path)
+        parent = path.rpartition("/")[0]
+        # Nothing lies beneath a directory that is missing (the common case
+        # before a run: 100,000 outputs in an out/ not made yet): no lstat each.
+        mode = mode_of(path) if not parent or mode_of(parent) is not None else None
         if (mode is not None and stat.S_ISDIR(mode)) or path in base.directories:
             out.append(
                 Problem(

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import Field
 
+from gitrun.collector import collector_paused
 from gitrun.errors import DefinitionError, GitrunError
 from gitrun.records import VERSION, Fields, Warn, load_record, warn_stderr, write_record
 from gitrun.settings import (
@@ -85,10 +86,7 @@ class RunDef:
         return task.stage or self.packet.stages[0].name
 
     def outputs_of(self, task: Task) -> list[OutputSpec]:
-        # The table was validated: a plain path needs no second validation.
-        return [
-            OutputSpec.model_construct(path=o) if isinstance(o, str) else o for o in task.outputs
-        ]
+        return [OutputSpec(path=o) if isinstance(o, str) else o for o in task.outputs]
 
     def output_paths(self, task: Task) -> list[str]:
         """The paths of the task's outputs (what most callers of outputs_of want)."""
@@ -126,6 +124,11 @@ def list_runs(repo: Path) -> list[str]:
 
 def load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None = None) -> RunDef:
     """Load and schema-check a run; raises DefinitionError listing every broken field."""
+    with collector_paused():  # 100,000 tasks are 100,000s of objects, none in a cycle
+        return _load_run(repo, run_id, environ)
+
+
+def _load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None) -> RunDef:
     check_run_id(run_id)
     run_dir = repo / RUNS_DIR / run_id
     packet_name = f"{RUNS_DIR}/{run_id}/{PACKET_NAME}"

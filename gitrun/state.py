@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gitrun import git, ledger
+from gitrun.collector import collector_paused
 from gitrun.committer import branch_ref
 from gitrun.engine import DONE, STATUSES, load_engine
 from gitrun.local import LocalPaths
@@ -90,6 +91,11 @@ def read_run_ledger(run: RunDef) -> list[dict[str, Any]]:
 
 
 def read_status(repo: Path, run_id: str, run: RunDef | None = None) -> RunStatus:
+    with collector_paused():  # a big run's states are 100,000s of objects
+        return _read_status(repo, run_id, run)
+
+
+def _read_status(repo: Path, run_id: str, run: RunDef | None) -> RunStatus:
     run = run or load_run(repo, run_id)
     local = LocalPaths.of(repo, run_id)
     engine, tip = load_engine(run, local)
