@@ -17,10 +17,11 @@ from typing import Any
 
 from gitrun import git, ledger
 from gitrun.committer import branch_ref
-from gitrun.engine import DONE, FAILED, PENDING, committed_tasks
+from gitrun.engine import DONE, FAILED, PENDING, Engine
 from gitrun.errors import GitrunError
-from gitrun.history import find_base, read_history
+from gitrun.history import read_history
 from gitrun.jsonlines import file_error, parse_lines
+from gitrun.local import LocalPaths
 from gitrun.runfiles import read_blobs
 from gitrun.runs import CONFIG_FILE, LEDGER_NAME, PACKET_NAME, TASKS_NAME, RunDef, check_run_id
 
@@ -67,19 +68,10 @@ def read_committed(repo: Path, run_id: str) -> CommittedRun:
     tree = git.ls_tree(repo, tip, [run_dir])
     run = _load_definition(repo, run_id, tip, tree)
     records = _committed_ledger(repo, run_dir, tree)
-    base = find_base(repo, run_id, tip)
-    done = committed_tasks(run, tip, base)
-    summary = ledger.summarize(records)
-    status: dict[str, str] = {}
-    for task in run.tasks:
-        if task.id in done:
-            status[task.id] = DONE
-        # The engine's rule for failed, applied to the committed ledger (the
-        # engine reads the one on disk); what runs now is no committed fact.
-        elif summary.of(task.id).used >= run.packet.limits.max_attempts:
-            status[task.id] = FAILED
-        else:
-            status[task.id] = PENDING
+    # The engine's states over the committed ledger; what runs now is no committed fact.
+    engine = Engine(run, LocalPaths.of(repo, run_id), tip, running=(), records=records)
+    status = dict(engine.status)
+    summary = engine.summary
     commits: dict[str, str] = {}
     for entry in read_history(repo, run_id, tip):  # newest first
         for tid in entry.tasks:

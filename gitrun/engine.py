@@ -88,6 +88,8 @@ class Engine:
     ``tip`` is the run branch's tip (None before the first commit); ``running``
     names the tasks with an attempt out (default: as the machine-local state
     says; a driver about to recover a dead one's attempts passes none).
+    ``records`` is the ledger (default: the one on disk; the report passes the
+    one committed at ``tip``, which may be a remote's copy of the branch).
     """
 
     def __init__(
@@ -96,12 +98,13 @@ class Engine:
         local: LocalPaths,
         tip: str | None,
         running: Collection[str] | None = None,
+        records: list[dict[str, Any]] | None = None,
     ) -> None:
         self.run = run
         self.local = local
         self.limits = run.packet.limits
         self.tasks = {task.id: task for task in run.tasks}
-        self.records = ledger.read_ledger(run.repo / run.dir)
+        self.records = ledger.read_ledger(run.repo / run.dir) if records is None else records
         self.summary = ledger.summarize(self.records)
         # Attempts the ledger holds already: one killed between writing a record
         # and closing its journal entry (or lease) must not be recorded twice.
@@ -111,7 +114,7 @@ class Engine:
             if isinstance(r.get("task"), str) and type(r.get("attempt")) is int
         }
         self.history = {tid: self.summary.of(tid) for tid in self.tasks}
-        self.base = find_base(run.repo, run.id) if tip else None
+        self.base = find_base(run.repo, run.id, tip) if tip else None
         done = committed_tasks(run, tip, self.base) if tip else set()
         running = running_now(run, local) if running is None else running
         self.status: dict[str, str] = {}
