@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from gitrun import git
 from gitrun.aliases import case_alias_problems
+from gitrun.clientcheck import client_problems
 from gitrun.collector import collector_paused
 from gitrun.executor import (
     command_template,
@@ -101,6 +102,7 @@ def _check_run(run: RunDef, check_dirty: bool) -> CheckReport:
     pointer_bytes, pointer_problems = _pointer_problems(run)
     problems += pointer_problems
     problems += _executor_model_problems(run)
+    problems += client_problems(run)
     return CheckReport(
         problems=problems,
         tasks=len(run.tasks),

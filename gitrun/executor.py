@@ -27,7 +27,11 @@ from gitrun.settings import Executor
 
 PLACEHOLDERS = (
     "pointer", "task", "run", "model", "packet", "attempt", "outputs", "inputs", "stage",
+    "claude_settings",
 )  # fmt: skip
+# Filled by gitrun itself, never from the environment: gitrun's hooks and
+# Bash sandbox for this repository, as Claude Code `--settings` JSON.
+CLAUDE_SETTINGS = "claude_settings"
 # Placeholders whose value is a list: one argument per item, or with a flag,
 # `{inputs:--read}`, the flag before each item (`--read a --read b`).
 LISTS = ("outputs", "inputs")
@@ -108,20 +112,54 @@ def command_template(executor: Executor) -> list[str] | None:
             return None
         base = ["sh", "-c", executor.shell]
     elif executor.preset in PRESETS:
-        base = list(PRESETS[executor.preset])
-        if executor.preset == "claude":
-            base += ["--settings", claude_settings()]
+        base = list(PRESETS[executor.preset]) + preset_extras(executor)
     else:
         return None
     return base + list(executor.args)
 
 
-def claude_settings() -> str:
+def preset_extras(executor: Executor) -> list[str]:
+    """What gitrun adds to a preset's argv: for claude, its hooks through
+    ``--settings`` and, by ``[executor] bash``, the Bash sandbox with the
+    repository read-only (filled in per attempt: it names the repository),
+    or no Bash at all."""
+    if executor.preset != "claude":
+        return []
+    if executor.bash == "sandbox":
+        return ["--settings", "{" + CLAUDE_SETTINGS + "}"]
+    extras = ["--settings", claude_settings()]
+    return extras + (["--disallowedTools", "Bash"] if executor.bash == "deny" else [])
+
+
+def claude_sandbox(repo: Path, excluded: list[str] | None = None) -> dict[str, object]:
+    """Claude Code's Bash sandbox with ``repo`` read-only to every command
+    (checked with the real client, issue 11: sed, python and mv fail with
+    "Read-only file system"). The Write and Edit tools ignore it; the write
+    hook guards them. ``excluded`` commands (permission-rule patterns, e.g.
+    ``gitrun:*``) run outside it, and only with the session's permission."""
+    sandbox: dict[str, object] = {
+        "enabled": True,
+        "failIfUnavailable": True,  # no bubblewrap: refuse to start, never run unconfined
+        "allowUnsandboxedCommands": False,
+        "autoAllowBashIfSandboxed": True,
+        "filesystem": {"denyWrite": [os.path.realpath(repo)]},
+    }
+    if excluded:
+        sandbox["excludedCommands"] = list(excluded)
+    return sandbox
+
+
+def claude_settings(repo: Path | None = None) -> str:
+    """gitrun's hooks as ``--settings`` JSON; with ``repo``, also the Bash
+    sandbox that keeps the shell from writing in it."""
     import json
 
     from gitrun.install import claude_hooks
 
-    return json.dumps({"hooks": claude_hooks()}, separators=(",", ":"))
+    settings: dict[str, object] = {"hooks": claude_hooks()}
+    if repo is not None:
+        settings["sandbox"] = claude_sandbox(repo)
+    return json.dumps(settings, separators=(",", ":"))
 
 
 def executor_problems(executor: Executor) -> list[str]:
@@ -156,7 +194,7 @@ def _field_namer(executor: Executor) -> Callable[[int], str]:
             if index == 2:
                 return "shell"
             return f"args[{index - 3}]" if index > 2 else f"argument {index} of the preset"
-        base = len(PRESETS.get(executor.preset or "", [])) + 2 * (executor.preset == "claude")
+        base = len(PRESETS.get(executor.preset or "", [])) + len(preset_extras(executor))
         if executor.command is not None:
             base = own
         if index >= base:
@@ -298,6 +336,10 @@ def render_command(template: list[str], values: Mapping[str, str]) -> list[str]:
         found = _PLACEHOLDER.fullmatch(arg)
         if found is None:
             out.append(arg)
+        elif _name(found) == CLAUDE_SETTINGS:
+            if not values.get("repo"):  # the sandbox names it: never launch without one
+                raise UnsafeCommand(f"refusing to start the worker: {arg} needs the repository")
+            out.append(claude_settings(Path(values["repo"])))
         elif _name(found) in LISTS:
             for path in values.get(_name(found), "").split("\n"):
                 if path:

@@ -55,4 +55,5 @@ def attempt_values(
         "outputs": "\n".join(run.output_paths(task)),
         "inputs": "\n".join(task_inputs(run, task)),
         "stage": stage,
+        "repo": str(run.repo),  # absolute: where a worker's sandbox keeps Bash from writing
     }

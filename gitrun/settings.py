@@ -211,6 +211,11 @@ class Executor(Strict):
     shell: ArgText | None = None  # the command line of the "shell" preset
     args: list[ArgText] = []  # appended to the preset's (or command's) arguments
     env: Annotated[dict[str, ArgText], AfterValidator(_check_env_names)] = {}
+    # How a Claude Code worker's shell is kept from writing around ownership
+    # (issue 11): "sandbox" runs Bash in the client's sandbox with the
+    # repository read-only (Linux needs bubblewrap and socat), "deny" takes
+    # Bash away, "detect" leaves it and relies on the stray-write audit.
+    bash: Literal["sandbox", "deny", "detect"] = "sandbox"
 
     @field_validator("command")
     @classmethod

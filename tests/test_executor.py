@@ -25,6 +25,7 @@ VALUES = {
     "outputs": "out/a.json\nout/b.json",
     "inputs": "docs/a.md\ndocs/b c.md",
     "stage": "work",
+    "repo": "/work/repo",
 }
 POINTER = VALUES["pointer"]
 
@@ -64,7 +65,9 @@ def test_claude_preset_passes_the_write_hooks() -> None:
         "--permission-mode", "acceptEdits", "--output-format",
     ]  # fmt: skip
     assert argv[9] == "--settings"
-    hooks = json.loads(argv[10])["hooks"]
+    settings = json.loads(argv[10])
+    hooks = settings["hooks"]
+    assert settings["sandbox"]["filesystem"]["denyWrite"] == ["/work/repo"]
     assert "hook pre-write" in hooks["PreToolUse"][0]["hooks"][0]["command"]
     assert hooks["PreToolUse"][0]["matcher"] == "Write|Edit|MultiEdit|NotebookEdit|Agent|Task|Bash"
 

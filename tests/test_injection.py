@@ -133,6 +133,7 @@ def values_for(payload: str) -> dict[str, str]:
         "model": f"model {payload}",
         "packet": ".gitrun/runs/r/packet.toml",
         "attempt": "1",
+        "repo": "/repo",
         "outputs": f"out/{payload}.json",
         "stage": "work",
     }
