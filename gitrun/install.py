@@ -130,17 +130,17 @@ def is_ours(entry: object) -> bool:
     )
 
 
-def read_settings(path: Path) -> dict[str, Any]:
+def read_settings(path: Path, name: str = SETTINGS) -> dict[str, Any]:
     if not path.exists():
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise GitrunError(
-            f"{SETTINGS} is not valid JSON ({exc}); fix it first, gitrun will not overwrite it"
+            f"{name} is not valid JSON ({exc}); fix it first, gitrun will not overwrite it"
         ) from exc
     if not isinstance(data, dict):
-        raise GitrunError(f"{SETTINGS} does not hold a JSON object; fix it first")
+        raise GitrunError(f"{name} does not hold a JSON object; fix it first")
     return data
 
 
@@ -195,6 +195,81 @@ def uninstall_claude(repo: Path) -> str:
     else:
         path.unlink()  # gitrun created it
     return f"{SETTINGS}: removed gitrun's hooks"
+
+
+LOCAL_SETTINGS = ".claude/settings.local.json"
+LEAD_EXCLUDED = ["gitrun:*"]  # the lead's gitrun commands run outside the sandbox
+
+
+def lead_sandbox(repo: Path) -> dict[str, Any]:
+    """The Bash sandbox of every session in ``repo`` (the lead of an external
+    run and its subagents: the client's sandbox is per session, not per
+    subagent). gitrun itself runs outside it, and only with the session's
+    permission (``--allowedTools "Bash(gitrun next:*)"``); the hook denies
+    gitrun to subagents."""
+    from gitrun.executor import claude_sandbox
+
+    return claude_sandbox(repo, LEAD_EXCLUDED)
+
+
+def install_sandbox(repo: Path) -> str:
+    """Put the lead's sandbox in ``.claude/settings.local.json``: machine-local
+    (it names this clone's absolute path), read by every session here. Not
+    where the sandbox cannot start: the client would refuse to start at all."""
+    from gitrun.clientcheck import missing_sandbox_tools
+
+    missing = missing_sandbox_tools()
+    if missing:
+        return (
+            f"{LOCAL_SETTINGS}: no Bash sandbox: {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not installed, so subagents' shell writes "
+            "are only reported by the audit; install bubblewrap and socat, then install again"
+        )
+    path = repo / LOCAL_SETTINGS
+    settings = read_settings(path, LOCAL_SETTINGS)
+    ours = lead_sandbox(repo)
+    if settings.get("sandbox") == ours:
+        return f"{LOCAL_SETTINGS}: gitrun's Bash sandbox is already there"
+    if "sandbox" in settings:
+        raise GitrunError(
+            f'{LOCAL_SETTINGS} already has "sandbox" settings of its own; remove them (or run '
+            "`gitrun hooks install --no-sandbox`)"
+        )
+    settings["sandbox"] = ours
+    write_atomic(path, (json.dumps(settings, indent=2) + "\n").encode())
+    _exclude_from_git(repo, LOCAL_SETTINGS)
+    return f"{LOCAL_SETTINGS}: Bash runs in the sandbox, with the repository read-only"
+
+
+def uninstall_sandbox(repo: Path) -> str:
+    path = repo / LOCAL_SETTINGS
+    if not path.exists():
+        return f"{LOCAL_SETTINGS}: not there; nothing to remove"
+    settings = read_settings(path, LOCAL_SETTINGS)
+    if settings.get("sandbox") != lead_sandbox(repo):
+        return f"{LOCAL_SETTINGS}: no gitrun sandbox"
+    del settings["sandbox"]
+    if settings:
+        write_atomic(path, (json.dumps(settings, indent=2) + "\n").encode())
+    else:
+        path.unlink()
+    return f"{LOCAL_SETTINGS}: removed gitrun's Bash sandbox"
+
+
+def _exclude_from_git(repo: Path, name: str) -> None:
+    """Keep a machine-local file out of commits (``.git/info/exclude``)."""
+    from gitrun.proc import run_cmd
+
+    ignored = run_cmd(
+        ["git", "-C", str(repo), "check-ignore", "-q", "--no-index", name], check=False
+    )
+    if ignored.returncode == 0:
+        return
+    exclude = git.git_dir(repo) / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    text = exclude.read_text() if exclude.exists() else ""
+    if name not in text.splitlines():
+        exclude.write_text(text + ("" if not text or text.endswith("\n") else "\n") + name + "\n")
 
 
 def hooks_dir(repo: Path, force: bool) -> Path:

@@ -144,10 +144,24 @@ def test_the_installed_hook_blocks_when_gitrun_cannot_start(repo: Path, tmp_path
         assert is_error and "gitrun's hook could not run (status 127)" in text, text
 
 
-def test_a_bash_write_is_not_seen_by_the_write_hook(repo: Path) -> None:
-    """What the write hook cannot enforce (issue 11): with acceptEdits, a
-    shell redirection inside the repository runs without asking, and no
-    PreToolUse hook on Write sees it. The audit reports it afterwards."""
+def test_bash_cannot_write_in_the_repository_from_the_installed_sandbox(repo: Path) -> None:
+    """What the write hook cannot see (issue 11): with acceptEdits, a shell
+    redirection inside the repository runs without asking. `gitrun hooks
+    install` puts the sandbox in .claude/settings.local.json: the same write
+    fails at the OS level. Without it, the write goes through (the audit
+    reports it afterwards)."""
+    model, _ = _drive(repo, [bash("echo stray > stray.txt; sed -i s/a/b/ README.md"), say("done")])
+    assert not (repo / "stray.txt").exists()
+    is_error, text = model.tool_result(model.tool_use_ids()[0])
+    assert is_error and "Read-only file system" in text, text
+    uninstalled = subprocess.run(
+        [sys.executable, "-m", "gitrun", "hooks", "uninstall", "--claude"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "removed gitrun's Bash sandbox" in uninstalled.stdout, uninstalled.stdout
     _drive(repo, [bash("echo stray > stray.txt"), say("done")])
     assert (repo / "stray.txt").read_text() == "stray\n"
 
@@ -161,6 +175,7 @@ def test_the_claude_preset_s_settings_enforce_ownership_without_installed_hooks(
     from gitrun.executor import claude_settings
 
     (repo / ".claude/settings.json").unlink()
+    (repo / ".claude/settings.local.json").unlink()
     script = [
         write(str(repo / "out/t1.json"), "{}"),
         write(str(repo / "src/stray.py"), "x = 1\n"),
@@ -172,7 +187,7 @@ def test_the_claude_preset_s_settings_enforce_ownership_without_installed_hooks(
             "Follow the packet.",
             claude_env(repo.parent / "home", model.url, **WORKER),
             "--settings",
-            claude_settings(),
+            claude_settings(repo),
         )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (repo / "out/t1.json").exists() and not (repo / "src/stray.py").exists()
@@ -180,3 +195,50 @@ def test_the_claude_preset_s_settings_enforce_ownership_without_installed_hooks(
     assert model.tool_result(owned)[0] is False
     is_error, text = model.tool_result(stray)
     assert is_error and "src/stray.py is not among them" in text
+
+
+def test_gitrun_start_with_the_claude_preset_confines_bash_and_commits_the_owned_write(
+    repo: Path, tmp_path: Path
+) -> None:
+    """The whole command-mode path: `gitrun start` renders the claude preset
+    (its --settings filled for this repository) and launches the real
+    client, whose Bash cannot write in the repository while its owned Write
+    lands and is committed."""
+    from tests.realclient.claude import INSTALLED
+
+    (repo / ".claude/settings.json").unlink()  # only what the preset passes
+    (repo / ".claude/settings.local.json").unlink()
+    packet = {
+        "executor": {"preset": "claude"},
+        "model": {"default": "claude-mock-1"},
+        "limits": {"canary": 0, "concurrency": 1, "timeout": "60s"},
+    }
+    write_run(repo, "c", [{"id": "t1", "outputs": ["out/c1.json"]}], packet)
+    commit_all(repo, "run c")
+    script = [
+        bash("echo stray > stray.txt"),
+        write(str(repo / "src/stray.py"), "x = 1\n"),
+        write(str(repo / "out/c1.json"), '{"ok": 1}'),
+        say("done"),
+    ]
+    with MockModel(script) as model:
+        env = claude_env(repo.parent / "home", model.url)
+        env["PATH"] = os.pathsep.join([str(INSTALLED.parent), env["PATH"]])
+        proc = subprocess.run(
+            [sys.executable, "-m", "gitrun", "start", "c"],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
+        shell, stray, owned = model.tool_use_ids()
+        is_error, text = model.tool_result(shell)
+        assert is_error and "Read-only file system" in text, text
+        assert model.tool_result(stray)[0] and not model.tool_result(owned)[0]
+    assert not (repo / "stray.txt").exists() and not (repo / "src/stray.py").exists()
+    committed = subprocess.run(
+        ["git", "show", "gitrun/c:out/c1.json"], cwd=repo, capture_output=True, text=True
+    )
+    assert committed.stdout == '{"ok": 1}', committed.stderr

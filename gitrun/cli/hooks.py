@@ -103,7 +103,12 @@ _Force = Annotated[bool, typer.Option("--force", help="Also when core.hooksPath 
 
 
 def _hooks_action(
-    ctx: typer.Context, git_hook: bool, claude: bool, force: bool, install: bool
+    ctx: typer.Context,
+    git_hook: bool,
+    claude: bool,
+    force: bool,
+    install: bool,
+    sandbox: bool = True,
 ) -> None:
     """Both kinds of hook unless one is named."""
     from gitrun import install as installer
@@ -116,6 +121,7 @@ def _hooks_action(
         if claude or not git_hook:
             typer.echo(installer.uninstall_claude(repo))
             typer.echo(uninstall_worker_agent(repo))
+            typer.echo(installer.uninstall_sandbox(repo))
         return
     command = installer.portable_gitrun()  # checked once, before anything is written
     if git_hook or not claude:
@@ -123,6 +129,8 @@ def _hooks_action(
     if claude or not git_hook:
         typer.echo(installer.install_claude(repo, command))
         typer.echo(install_worker_agent(repo))
+        if sandbox:
+            typer.echo(installer.install_sandbox(repo))
 
 
 @hooks_app.command("install")
@@ -131,13 +139,23 @@ def hooks_install(
     git_hook: _GitHook = False,
     claude: _ClaudeHooks = False,
     force: _Force = False,
+    sandbox: Annotated[
+        bool,
+        typer.Option(
+            "--sandbox/--no-sandbox",
+            help="Run Bash in Claude Code's sandbox with the repository read-only "
+            "(.claude/settings.local.json).",
+        ),
+    ] = True,
 ) -> None:
     """Install the hooks (both kinds unless one is named); installing twice changes nothing.
 
     The git hook keeps an existing pre-commit hook (renamed, still called);
-    the Claude Code hooks are merged next to existing entries.
+    the Claude Code hooks are merged next to existing entries, and the
+    gitrun-worker agent is written to .claude/agents/. Start the lead
+    session after this: agent files are read when a session starts.
     """
-    _hooks_action(ctx, git_hook, claude, force, install=True)
+    _hooks_action(ctx, git_hook, claude, force, install=True, sandbox=sandbox)
 
 
 @hooks_app.command("uninstall")
