@@ -47,7 +47,8 @@ def _gitrun(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture
 def repo(git_repo: Path, tmp_path: Path) -> Path:
     """Run r in external mode (t1 and t2 leased together, t3 later), with
-    gitrun's hooks and its worker agent installed before the lead starts."""
+    gitrun's hooks, its worker agent and the Bash sandbox installed before
+    the lead starts."""
     claude_binary()
     packet = {"executor": {"kind": "external"}, "limits": {"canary": 0, "concurrency": 2}}
     write_run(git_repo, "r", TASKS, packet)
@@ -84,7 +85,12 @@ def test_a_p_lead_dispatches_two_subagents_in_one_turn_and_each_is_held_to_its_t
             write(str(repo / "out/t2.json"), '{"task": "not mine"}'),
             say("t1 done"),
         ],
-        "task t2:": [write(str(repo / "out/t2.json"), '{"task": "t2"}'), say("t2 done")],
+        "task t2:": [
+            bash("echo stray > stray.txt"),
+            bash("gitrun collect r"),
+            write(str(repo / "out/t2.json"), '{"task": "t2"}'),
+            say("t2 done"),
+        ],
         "task t3:": [write(str(repo / "out/t3.json"), "{}"), say("t3 done")],
     }
     with MockModel(lead, agents=workers) as model:
@@ -102,19 +108,23 @@ def test_a_p_lead_dispatches_two_subagents_in_one_turn_and_each_is_held_to_its_t
         denied, why = model.tool_result(t3_call)
         assert denied and "task t3 of run r is not handed out now" in why, why
         assert model.served_of("task t3:") == 0  # never started
-        assert model.served_of("task t1:") == 3 and model.served_of("task t2:") == 2
+        assert model.served_of("task t1:") == 3 and model.served_of("task t2:") == 4
         owned, stray = model.tool_use_ids_of("task t1:")
         assert model.tool_result(owned)[0] is False
         is_error, text = model.tool_result(stray)
         assert is_error and "gitrun task t1 may write only out/t1.json" in text, text
-        [own2] = model.tool_use_ids_of("task t2:")
+        shell, collect, own2 = model.tool_use_ids_of("task t2:")
+        is_error, text = model.tool_result(shell)  # the lead's session sandbox holds it
+        assert is_error and "Read-only file system" in text, text
+        is_error, text = model.tool_result(collect)
+        assert is_error and "may not run gitrun" in text, text
         assert model.tool_result(own2)[0] is False
         # The subagents ran under gitrun's canonical names.
         assert not model.tool_result(t1_call)[0] and not model.tool_result(t2_call)[0]
         descriptions = _descriptions(repo.parent / "home")
         assert sorted(descriptions) == ["gitrun r t1", "gitrun r t2"]
     assert json.loads((repo / "out/t2.json").read_text()) == {"task": "t2"}
-    assert not (repo / "out/t3.json").exists()
+    assert not (repo / "out/t3.json").exists() and not (repo / "stray.txt").exists()
     done = _gitrun(repo, "collect", "r", "--json")
     assert sorted(json.loads(done.stdout)["done"]) == ["t1", "t2"], done.stdout
 
