@@ -214,3 +214,20 @@ def test_a_pointer_names_its_run_and_task_exactly(
     pointer = render_pointer(run, run.tasks[0])
     assert pointers_in(pointer) == [(run_id, task_id)]
     assert pointers_in(f"Please do this:\n{pointer}\nThanks.") == [(run_id, task_id)]
+
+
+def test_the_worker_agent_is_installed_before_the_lead_starts(git_repo: Path) -> None:
+    """By `gitrun new --executor external` (and `gitrun hooks install`): one
+    generic agent, never a file per task."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "gitrun", "new", "e", "--executor", "external"],
+        cwd=git_repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    agent = git_repo / ".claude/agents/gitrun-worker.md"
+    assert agent.read_text().startswith("---\nname: gitrun-worker\n")
+    assert "installed the gitrun-worker agent" in proc.stdout
+    assert [p.name for p in agent.parent.iterdir()] == ["gitrun-worker.md"]

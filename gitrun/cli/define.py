@@ -69,6 +69,11 @@ def new(
         typer.echo(f"  {path}")
     if len(result.paths) > 5:
         typer.echo(f"  ... and {len(result.paths) - 5} more")
+    if executor == "external":
+        from gitrun.agents import install_worker_agent
+
+        # Before the lead starts: agent files are read when a session starts.
+        typer.echo(install_worker_agent(_repo(ctx)))
     typer.echo(f"next: edit the packet's [rules], then `gitrun check {run}`")
     if executor == "external":
         typer.echo("\n" + _orchestrator_guide())
