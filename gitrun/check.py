@@ -459,9 +459,10 @@ def _dirty_problems(run: RunDef, owned: list[Claim], changed: list[str]) -> list
 
 def _pointer_problems(run: RunDef) -> tuple[int, list[Problem]]:
     out: list[Problem] = []
-    pointers: dict[str, str] = {}
+    sizes: dict[str, int] = {}  # bytes a pointer takes in a dispatch (not the pointers: 100,000s)
     for task in run.tasks:
-        pointer = pointers[task.id] = render_pointer(run, task)
+        pointer = render_pointer(run, task)
+        sizes[task.id] = len(pointer.encode()) + 1
         if pointer.count("\n") > 1:
             out.append(
                 Problem(
@@ -472,7 +473,7 @@ def _pointer_problems(run: RunDef) -> tuple[int, list[Problem]]:
                 )
             )
     budget = run.packet.limits.payload_budget
-    largest, what = _largest_dispatch(run, pointers)
+    largest, what = _largest_dispatch(run, sizes)
     if largest > budget:
         out.append(
             Problem(
@@ -489,16 +490,16 @@ def _pointer_problems(run: RunDef) -> tuple[int, list[Problem]]:
 BATCH_TEXT = 160
 
 
-def _largest_dispatch(run: RunDef, pointers: dict[str, str]) -> tuple[int, str]:
+def _largest_dispatch(run: RunDef, sizes: dict[str, int]) -> tuple[int, str]:
     """The bytes of the largest single dispatch, and what it is: in external
     mode one `next` batch (the ``concurrency`` longest pointers and the text
     around them), in command mode one attempt's rendered argv. Nobody ever
-    holds every pointer at once, so the run's size does not count."""
-    if not pointers:
+    holds every pointer at once, so the run's size does not count. ``sizes``:
+    each task's pointer bytes."""
+    if not sizes:
         return 0, "no dispatch"
-    sizes = {tid: len(p.encode()) + 1 for tid, p in pointers.items()}
     if run.packet.executor.kind == "external":
-        batch = sorted(sizes.values(), reverse=True)[: run.packet.limits.concurrency]
+        batch = heapq.nlargest(run.packet.limits.concurrency, sizes.values())
         return sum(batch) + BATCH_TEXT, f"one `gitrun next` batch of {len(batch)} pointers"
     template = command_template(run.packet.executor)
     if template is None or template_problems(template):
@@ -512,7 +513,7 @@ def _largest_dispatch(run: RunDef, pointers: dict[str, str]) -> tuple[int, str]:
     candidates = set(heapq.nlargest(8, sizes, key=sizes.__getitem__)) | set(by_outputs)
     largest = 0
     for tid in candidates:
-        values = attempt_values(run, tasks[tid], run.packet.limits.max_attempts, pointers[tid])
+        values = attempt_values(run, tasks[tid], run.packet.limits.max_attempts)
         argv = render_command(template, values)
         largest = max(largest, sum(len(arg.encode()) + 1 for arg in argv))
     return largest, "one attempt's command line"

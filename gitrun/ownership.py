@@ -55,18 +55,39 @@ class Meeting:
 
 
 class _Node:
+    """A directory of the trie. A run's trie has a leaf per owned file, most of
+    them with one literal claim: such a leaf is that claim itself in its
+    parent's ``children`` (a node costs ten times a dictionary entry), and
+    what a node lacks stays None, not empty."""
+
     __slots__ = ("_index", "children", "exact", "globs")
 
-    def __init__(self) -> None:
-        self.children: dict[str, _Node] = {}
-        self.exact: list[Claim] = []  # wildcard-free, ends here
-        self.globs: list[Claim] = []  # wildcard after this prefix
+    def __init__(self, exact: list[Claim] | None = None) -> None:
+        self.children: dict[str, _Node | Claim] | None = None
+        self.exact = exact  # wildcard-free, ends here
+        self.globs: list[Claim] | None = None  # wildcard after this prefix
         self._index: NameIndex[Claim] | None = None
+
+    def claims(self) -> list[Claim]:
+        if self.globs is None:
+            return self.exact or []
+        return self.globs if self.exact is None else self.exact + self.globs
+
+    def child(self, name: str) -> _Node:
+        """The node ``name`` beneath this one, made (or made of a bare leaf) as needed."""
+        if self.children is None:
+            self.children = {}
+        found = self.children.get(name)
+        if isinstance(found, _Node):
+            return found
+        node = self.children[name] = _Node(None if found is None else [found])
+        return node
 
     def globs_by_name(self, depth: int) -> NameIndex[Claim]:
         """The globs here, indexed by what their segment at ``depth`` matches."""
         if self._index is None:
-            self._index = NameIndex([(c, name_rule(c.pattern, depth)) for c in self.globs])
+            globs = self.globs or []
+            self._index = NameIndex([(c, name_rule(c.pattern, depth)) for c in globs])
         return self._index
 
 
@@ -74,17 +95,34 @@ def _build_trie(claims: Sequence[Claim]) -> _Node:
     root = _Node()
     for claim in claims:
         node = root
-        for name in claim.pattern.literal_prefix:
-            child = node.children.get(name)
-            if child is None:
-                child = node.children[name] = _Node()
-            node = child
-        (node.exact if claim.pattern.is_literal else node.globs).append(claim)
+        names = claim.pattern.literal_prefix
+        if not claim.pattern.is_literal:
+            for name in names:
+                node = node.child(name)
+            if node.globs is None:
+                node.globs = []
+            node.globs.append(claim)
+            continue
+        for name in names[:-1]:
+            node = node.child(name)
+        last = names[-1]
+        if node.children is None:
+            node.children = {}
+        found = node.children.get(last)
+        if found is None:
+            node.children[last] = claim  # a bare leaf
+        elif isinstance(found, _Node):
+            if found.exact is None:
+                found.exact = []
+            found.exact.append(claim)
+        else:
+            node.children[last] = _Node([found, claim])
     return root
 
 
 Conflicts = Callable[[Claim, Claim], bool]
 _NONE: tuple[Claim, ...] = ()
+_Frame = tuple[_Node | Claim, int, Sequence[Claim]]
 
 
 def find_meetings(claims: Sequence[Claim], conflicts: Conflicts) -> Iterator[Meeting]:
@@ -92,25 +130,42 @@ def find_meetings(claims: Sequence[Claim], conflicts: Conflicts) -> Iterator[Mee
     that both name. ``conflicts`` is only asked about claims of different tasks
     where at least one of the two owns (two readers never conflict)."""
     root = _build_trie(claims)
-    # Iterative depth-first walk: (node, its depth, the claims above it that
-    # can reach it, owners before readers at each level, top level first).
-    stack: list[tuple[_Node, int, Sequence[Claim]]] = [(root, 0, _NONE)]
+    # Depth-first walk over frames (node, its depth, the claims above it that
+    # can reach it: owners before readers at each level, top level first); a
+    # node's children are visited last one first, each made when its turn comes.
+    stack: list[Iterator[_Frame]] = [iter([(root, 0, _NONE)])]
     while stack:
-        node, depth, above = stack.pop()
-        here = node.exact + node.globs
+        frame = next(stack[-1], None)
+        if frame is None:
+            stack.pop()
+            continue
+        node, depth, above = frame
+        if not isinstance(node, _Node):  # a bare leaf: one literal claim
+            yield from _meetings_with_above([node], above, conflicts)
+            continue
+        here = node.claims()
         if here:
             yield from _meetings_with_above(here, above, conflicts)
             yield from _meetings_at(here, depth, conflicts)
-        if not node.children:
+        if node.children is None:
             continue
         reaching = [*above, *(c for c in here if c.kind == OWNS)]
         reaching += [c for c in here if c.kind == READS]
-        if not reaching:
-            stack.extend((child, depth + 1, _NONE) for child in node.children.values())
-            continue
-        index = NameIndex([(c, name_rule(c.pattern, depth)) for c in reaching])
-        for name, child in node.children.items():
-            stack.append((child, depth + 1, index.matching(name)))
+        stack.append(_frames(node.children, depth, reaching))
+
+
+def _frames(
+    children: dict[str, _Node | Claim], depth: int, reaching: list[Claim]
+) -> Iterator[_Frame]:
+    """The frames of a node's children, last child first, each with the claims
+    (of ``reaching``, at and above the node) whose segment lets its name through."""
+    if not reaching:
+        for child in reversed(children.values()):
+            yield child, depth + 1, _NONE
+        return
+    index = NameIndex([(c, name_rule(c.pattern, depth)) for c in reaching])
+    for name, child in reversed(children.items()):
+        yield child, depth + 1, index.matching(name)
 
 
 def _meetings_with_above(
@@ -163,19 +218,24 @@ class OwnerIndex:
 
     def owners(self, path: str) -> list[Claim]:
         found: list[Claim] = []
-        node: _Node | None = self._root
+        node = self._root
         names = path.split("/")
         for depth in range(len(names) + 1):
-            assert node is not None
             # Exact claims here name the path or a directory above it; matches()
             # still refuses a path with an empty, `.` or `..` name.
-            found += [c for c in node.exact if matches(c.pattern, path)]
+            if node.exact is not None:
+                found += [c for c in node.exact if matches(c.pattern, path)]
             if depth == len(names):
                 break  # a glob here owns only paths with a name after its node
-            if node.globs:
+            if node.globs is not None:
                 globs = node.globs_by_name(depth).matching(names[depth])
                 found += [c for c in globs if matches(c.pattern, path)]
-            node = node.children.get(names[depth])
-            if node is None:
+            child = None if node.children is None else node.children.get(names[depth])
+            if child is None:
                 break
+            if not isinstance(child, _Node):  # a bare leaf: one literal claim
+                if matches(child.pattern, path):
+                    found.append(child)
+                break
+            node = child
         return found

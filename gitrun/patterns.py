@@ -37,7 +37,6 @@ test suite compares it with brute force over a universe of paths.
 from __future__ import annotations
 
 import re
-import sys
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from functools import lru_cache
@@ -80,10 +79,16 @@ class Pattern(NamedTuple):
     # The segments of a pattern with a wildcard (see `segments`); () for a literal,
     # whose segments are its names (kept once: runs have 100,000s of literals).
     wild_segments: tuple[Segment | str, ...]
-    # The leading segments that are plain names (no wildcard), unescaped.
-    literal_prefix: tuple[str, ...]
+    # The leading names (see `literal_prefix`); None when they are the text's
+    # names as written, as for most of a big run's patterns (kept once).
+    names: tuple[str, ...] | None
     is_literal: bool  # no wildcard at all
     owns_subtree: bool = True  # also owns everything beneath what it matches
+
+    @property
+    def literal_prefix(self) -> tuple[str, ...]:
+        """The leading segments that are plain names (no wildcard), unescaped."""
+        return tuple(self.text.split("/")) if self.names is None else self.names
 
     @property
     def segments(self) -> tuple[Segment | str, ...]:
@@ -134,7 +139,7 @@ def normalize(text: str) -> tuple[str, bool]:
 def parse(text: str) -> Pattern:
     """Parse a user-written pattern (see the module docstring for the syntax)."""
     if _PLAIN.fullmatch(text):  # the common case, already normal: one match decides
-        return Pattern(text, (), tuple(map(sys.intern, text.split("/"))), True, True)
+        return Pattern(text, (), None, True, True)
     return _parse_glob(text)
 
 
@@ -142,7 +147,7 @@ def parse(text: str) -> Pattern:
 def _parse_glob(text: str) -> Pattern:
     norm, is_dir = normalize(text)
     if not _META.search(norm):  # a plain path
-        return Pattern(norm, (), tuple(map(sys.intern, norm.split("/"))), True, True)
+        return Pattern(norm, (), None, True, True)
     segments: list[Segment | str] = []
     for part in norm.split("/"):
         if part == "**":
@@ -237,7 +242,7 @@ def literal_path(pattern: Pattern) -> str | None:
     """The plain path a wildcard-free pattern names (escapes removed), else None."""
     if not pattern.is_literal:
         return None
-    return "/".join(pattern.literal_prefix)
+    return pattern.text if pattern.names is None else "/".join(pattern.names)
 
 
 # --- owning one concrete path ------------------------------------------------
@@ -253,7 +258,7 @@ def matches(pattern: Pattern, path: str) -> bool:
     if _NOT_CANONICAL.search(path):
         return False
     if pattern.is_literal:
-        literal = "/".join(pattern.literal_prefix)
+        literal = pattern.text if pattern.names is None else "/".join(pattern.names)
         return path == literal or path.startswith(literal + "/")
     return _compiled(pattern).fullmatch(path) is not None
 

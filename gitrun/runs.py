@@ -180,8 +180,7 @@ def _load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None) -> Run
         tasks_text, tasks_raw = _read_cached(repo, run_id, run_dir / TASKS_NAME, tasks_name, errors)
         if tasks_text or tasks_raw:
             try:
-                table = validate_layer(TaskFile, tasks_raw, tasks_name, tasks_text, "task")
-                tasks = table.task
+                tasks = _validate_tasks(tasks_raw, tasks_name, tasks_text, run_dir / TASKS_NAME)
             except DefinitionError as exc:
                 errors.add(exc)
     if errors.lines or packet is None:
@@ -189,6 +188,17 @@ def _load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None) -> Run
             errors.line(f"{packet_name}: could not be loaded")
         raise SchemaError(errors.lines, errors.kinds, path=packet_name)
     return RunDef(repo=repo, id=run_id, packet=packet, tasks=tasks)
+
+
+def _validate_tasks(raw: dict[str, Any], shown: str, text: str, path: Path) -> list[Task]:
+    try:
+        return validate_layer(TaskFile, raw, shown, text, "task").task
+    except DefinitionError:
+        if text is not _FROM_CACHE:
+            raise
+    # The cache served the table without its text: read it for the errors' lines.
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    return validate_layer(TaskFile, raw, shown, text, "task").task
 
 
 class _Errors:
@@ -233,6 +243,10 @@ def _check_real_files(repo: Path, run_id: str) -> None:
 
 
 CACHE_ABOVE = 64 * 1024  # bytes of TOML worth caching as JSON
+# The text of a task table read from the cache: not decoded (megabytes at
+# 100,000 tasks) unless an error needs its line numbers. Never empty, never
+# equal to a real table's text.
+_FROM_CACHE = "\0cached"
 
 
 @dataclass(frozen=True)
@@ -268,7 +282,8 @@ def _read_cached(
     """Like _read, for big task tables: tomllib is pure Python (~15 us a task),
     so the parsed table is kept as JSON in the run's local state, keyed by the
     file's content hash, and parsed again only when the file changes. A cache
-    that cannot be read is only a warning: the file is parsed again."""
+    that cannot be read is only a warning: the file is parsed again. The text
+    is :data:`_FROM_CACHE` when the cache served the table."""
     try:
         data = path.read_bytes()
     except OSError:
@@ -282,7 +297,7 @@ def _read_cached(
     cache = LocalPaths.under(git_dir, run_id).tasks_cache
     cached = read_tasks_cache(cache, shown)
     if cached is not None and cached.sha1 == digest:
-        return data.decode("utf-8", errors="replace"), cached.data
+        return _FROM_CACHE, cached.data
     text, raw = _read(path, shown, errors)
     if raw:
         # only a cache: when it cannot be written, the next load parses the file again

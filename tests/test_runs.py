@@ -145,6 +145,23 @@ def test_big_task_tables_are_cached_and_reparsed_when_changed(git_repo: Path) ->
         load_run(git_repo, "r", environ={})
 
 
+def test_an_error_in_a_cached_task_table_names_its_line(git_repo: Path) -> None:
+    """The cache serves the parsed table without the file's text; an error
+    still names the line it is on, the same as when the file was parsed."""
+    tasks: list[dict[str, object]] = [
+        {"id": f"t{i:05d}", "outputs": [f"out/t{i:05d}.json"]} for i in range(1500)
+    ]
+    tasks[700]["outputs"] = []
+    write_run(git_repo, "r", tasks)
+    parsed = _load_error(git_repo)
+    assert (git_repo / ".git/gitrun/r/tasks.cache.json").exists()
+    cached = _load_error(git_repo)
+    assert cached == parsed
+    [line] = cached
+    assert line.startswith(".gitrun/runs/r/tasks.toml:") and "[700] (id 't00700')" in line
+    assert line.split(":")[1].isdigit()
+
+
 def test_deeply_nested_arrays_are_one_sentence(git_repo: Path) -> None:
     run_dir = write_run(git_repo, "r", TASKS)
     with (run_dir / "packet.toml").open("a") as handle:
