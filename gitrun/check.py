@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 
 from gitrun import git
@@ -377,10 +378,20 @@ def _outputs(run: RunDef, owned: list[Claim]) -> tuple[list[tuple[str, str]], li
     """The outputs (task, path) fit for the later checks, and problems with the others."""
     out: list[Problem] = []
     usable: list[tuple[str, str]] = []
-    by_task: dict[str, list[Claim]] = {}
-    for claim in owned:
-        by_task.setdefault(claim.task, []).append(claim)
+    by_task: dict[str, list[Claim]] = {}  # made when first needed
+
+    def is_owned(task: Task, listed: Collection[str], path: str) -> bool:
+        # An output listed as is in owns is owned by that literal (no `[` or
+        # `\` can make the entry a pattern: `*` and `?` were refused above).
+        if path in listed and "[" not in path and "\\" not in path:
+            return True
+        if not by_task:
+            for claim in owned:
+                by_task.setdefault(claim.task, []).append(claim)
+        return any(matches(c.pattern, path) for c in by_task.get(task.id, []))
+
     for task in run.tasks:
+        listed = () if task.owns is None else task.owns if len(task.owns) < 8 else set(task.owns)
         for path in run.output_paths(task):
             bad = canonical_problem(path, is_file=True)
             if bad is not None:
@@ -417,9 +428,7 @@ def _outputs(run: RunDef, owned: list[Claim]) -> tuple[list[tuple[str, str]], li
                 )
                 continue
             usable.append((task.id, path))
-            if task.owns is not None and not any(
-                matches(c.pattern, path) for c in by_task.get(task.id, [])
-            ):
+            if task.owns is not None and not is_owned(task, listed, path):
                 out.append(
                     Problem(
                         "output-not-owned",
@@ -460,9 +469,11 @@ def _dirty_problems(run: RunDef, owned: list[Claim], changed: list[str]) -> list
 def _pointer_problems(run: RunDef) -> tuple[int, list[Problem]]:
     out: list[Problem] = []
     sizes: dict[str, int] = {}  # bytes a pointer takes in a dispatch (not the pointers: 100,000s)
+    outputs: dict[str, int] = {}  # characters of the task's output paths
     for task in run.tasks:
         pointer = render_pointer(run, task)
         sizes[task.id] = len(pointer.encode()) + 1
+        outputs[task.id] = sum(map(len, run.output_paths(task)))
         if pointer.count("\n") > 1:
             out.append(
                 Problem(
@@ -473,7 +484,7 @@ def _pointer_problems(run: RunDef) -> tuple[int, list[Problem]]:
                 )
             )
     budget = run.packet.limits.payload_budget
-    largest, what = _largest_dispatch(run, sizes)
+    largest, what = _largest_dispatch(run, sizes, outputs)
     if largest > budget:
         out.append(
             Problem(
@@ -490,12 +501,14 @@ def _pointer_problems(run: RunDef) -> tuple[int, list[Problem]]:
 BATCH_TEXT = 160
 
 
-def _largest_dispatch(run: RunDef, sizes: dict[str, int]) -> tuple[int, str]:
+def _largest_dispatch(
+    run: RunDef, sizes: dict[str, int], outputs: dict[str, int]
+) -> tuple[int, str]:
     """The bytes of the largest single dispatch, and what it is: in external
     mode one `next` batch (the ``concurrency`` longest pointers and the text
     around them), in command mode one attempt's rendered argv. Nobody ever
     holds every pointer at once, so the run's size does not count. ``sizes``:
-    each task's pointer bytes."""
+    each task's pointer bytes; ``outputs``: the length of its output paths."""
     if not sizes:
         return 0, "no dispatch"
     if run.packet.executor.kind == "external":
@@ -507,20 +520,14 @@ def _largest_dispatch(run: RunDef, sizes: dict[str, int]) -> tuple[int, str]:
     # The argv grows with the pointer and the outputs: render the few tasks
     # longest in either (rendering all 100,000 would cost seconds).
     tasks = {t.id: t for t in run.tasks}
-    by_outputs = heapq.nlargest(
-        8, tasks, key=lambda tid: sum(len(o) for o in _output_paths(run, tasks[tid]))
-    )
-    candidates = set(heapq.nlargest(8, sizes, key=sizes.__getitem__)) | set(by_outputs)
+    candidates = set(heapq.nlargest(8, sizes, key=sizes.__getitem__))
+    candidates |= set(heapq.nlargest(8, outputs, key=outputs.__getitem__))
     largest = 0
     for tid in candidates:
         values = attempt_values(run, tasks[tid], run.packet.limits.max_attempts)
         argv = render_command(template, values)
         largest = max(largest, sum(len(arg.encode()) + 1 for arg in argv))
     return largest, "one attempt's command line"
-
-
-def _output_paths(run: RunDef, task: Task) -> list[str]:
-    return run.output_paths(task)
 
 
 def _executor_model_problems(run: RunDef) -> list[Problem]:

@@ -21,6 +21,7 @@ import os
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from gitrun import git
@@ -141,8 +142,9 @@ def _links_on_chain(repo: Path, names: tuple[str, ...], seen: dict[str, int | No
     """Symlinks among the literal directories of an owned path (ignored ones too);
     ``seen`` caches each directory's mode across claims."""
     root = str(repo)
-    for n in range(1, len(names) + 1):
-        rel = "/".join(names[:n])
+    rel = ""
+    for name in names:
+        rel = f"{rel}/{name}" if rel else name
         if rel not in seen:
             try:
                 seen[rel] = os.lstat(os.path.join(root, rel)).st_mode
@@ -184,6 +186,18 @@ def output_place_problems(
                 modes[rel] = None
         return modes[rel]
 
+    @cache  # outputs share their directories: each is decided once
+    def file_at(directory: str) -> str | None:
+        """The first of ``directory`` and the directories above it, top first,
+        that is a file (in the base commit or on disk), or None."""
+        up = directory.rpartition("/")[0]
+        found = file_at(up) if up else None
+        if found is not None:
+            return found
+        in_base = directory in base.files and directory not in base.symlinks
+        mode = mode_of(directory)
+        return directory if in_base or (mode is not None and stat.S_ISREG(mode)) else None
+
     for task, path in outputs:
         parent = path.rpartition("/")[0]
         # Nothing lies beneath a directory that is missing (the common case
@@ -201,22 +215,17 @@ def output_place_problems(
                 )
             )
             continue
-        parts = path.split("/")
-        for n in range(1, len(parts)):
-            parent = "/".join(parts[:n])
-            in_base = parent in base.files and parent not in base.symlinks
-            parent_mode = mode_of(parent)
-            if in_base or (parent_mode is not None and stat.S_ISREG(parent_mode)):
-                out.append(
-                    Problem(
-                        "output-under-file",
-                        f"{run.tasks_path}: task {task}: output {path} lies beneath {parent}, "
-                        "which is a file; choose a path in a directory",
-                        (task,),
-                        path,
-                    )
+        above = file_at(parent) if parent else None
+        if above is not None:
+            out.append(
+                Problem(
+                    "output-under-file",
+                    f"{run.tasks_path}: task {task}: output {path} lies beneath {above}, "
+                    "which is a file; choose a path in a directory",
+                    (task,),
+                    path,
                 )
-                break
+            )
     return out
 
 
@@ -262,20 +271,26 @@ def file_dir_clash_problems(run: RunDef, outputs: list[tuple[str, str]]) -> list
     """An output that is a directory of another output: both cannot exist."""
     files = {path: task for task, path in outputs}
     out: list[Problem] = []
+
+    @cache  # outputs share their directories: each is decided once
+    def output_at(directory: str) -> str | None:
+        """The first of ``directory`` and those above it, top first, that is an output."""
+        up = directory.rpartition("/")[0]
+        found = output_at(up) if up else None
+        return found if found is not None else directory if directory in files else None
+
     for task, path in outputs:
-        parts = path.split("/")
-        for n in range(1, len(parts)):
-            parent = "/".join(parts[:n])
-            if parent in files:
-                out.append(
-                    Problem(
-                        "output-under-file",
-                        f"{run.tasks_path}: task {task}: output {path} lies beneath {parent}, "
-                        f"which task {files[parent]} writes as a file; both cannot exist — "
-                        "rename one of them",
-                        (files[parent], task),
-                        path,
-                    )
+        up = path.rpartition("/")[0]
+        parent = output_at(up) if up else None
+        if parent is not None:
+            out.append(
+                Problem(
+                    "output-under-file",
+                    f"{run.tasks_path}: task {task}: output {path} lies beneath {parent}, "
+                    f"which task {files[parent]} writes as a file; both cannot exist — "
+                    "rename one of them",
+                    (files[parent], task),
+                    path,
                 )
-                break
+            )
     return out

@@ -123,6 +123,18 @@ def test_output_must_be_owned_by_its_task(git_repo: Path) -> None:
     assert problem.path == "out/b.json"
 
 
+def test_an_output_listed_in_owns_is_not_owned_when_the_entry_is_a_pattern(
+    git_repo: Path,
+) -> None:
+    """`out/a[1].json` in owns is a pattern owning out/a1.json, not the output
+    spelled the same: listing an output as is owns it only when it is literal."""
+    outputs = ["out/a.json", "out/a[1].json"]
+    tasks = [{"id": "ta", "outputs": outputs, "owns": outputs}]
+    assert [(p.code, p.path) for p in _problems(git_repo, tasks)] == [
+        ("output-not-owned", "out/a[1].json")
+    ]
+
+
 def test_outputs_are_owned_by_default(git_repo: Path) -> None:
     tasks = [{"id": "ta", "outputs": ["out/a.json"]}, {"id": "tb", "outputs": ["out/a.json"]}]
     assert _codes(_problems(git_repo, tasks)) == ["overlap"]
