@@ -1,5 +1,9 @@
 """Attempts as child processes: their own process group, a bounded log, a clean stop.
 
+The driver runs attempts through a :class:`Runner`: ``launch`` gives a
+:class:`RunningAttempt`, ``poll`` the ones that ended. :class:`Monitor` is
+the local one; :mod:`gitrun.rayexec` places attempts on a Ray cluster.
+
 One :class:`Monitor` watches every running attempt from the driver's thread
 with a selector over each worker's output pipe and, on Linux, a pidfd that
 becomes readable when the worker exits — no thread per attempt and no
@@ -17,12 +21,20 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from gitrun.clients import UnreachableWatch, client_signs
 from gitrun.reaper import identity, is_running, kill_recorded_group
 
-__all__ = ["Attempt", "AttemptEnd", "Monitor", "is_running", "kill_recorded_group"]
+__all__ = [
+    "Attempt",
+    "AttemptEnd",
+    "Monitor",
+    "Runner",
+    "RunningAttempt",
+    "is_running",
+    "kill_recorded_group",
+]
 
 LOG_LIMIT = 1 << 20  # bytes kept from the start of a worker's output
 LOG_TAIL = 64 << 10  # bytes kept from its end once the limit is passed
@@ -45,10 +57,60 @@ class AttemptEnd:
     # Why the environment, not the task, failed (gitrun.clients): a sentence
     # for the run's halt, or "" when the client showed no such sign.
     fault: str = ""
+    # Why the machine running it, not the task, failed (a Ray node or worker
+    # died): no attempt used, and the governor's breaker hears of it.
+    lost: str = ""
+    # Outputs the worker made that were not brought back (over the size cap):
+    # a sentence for the ledger's reason.
+    refused: str = ""
+    dispatch: str = "command"  # how it ran, as the ledger says: command or ray
 
     @property
     def duration(self) -> float:
         return self.ended - self.started
+
+
+class RunningAttempt(Protocol):
+    """What the driver knows of a started attempt, wherever it runs."""
+
+    task: str
+    number: int
+    started: float
+    deadline: float
+    # A local worker's pid, create time and command line, for the running
+    # journal (a later driver signals it only while all three match); 0 and
+    # None for an attempt that has no process on this machine.
+    pid: int
+    create_time: float | None
+    cmdline: list[str] | None
+
+    @property
+    def next_event(self) -> float: ...
+
+    def expire(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def escalate(self, now: float) -> None: ...
+
+
+class Runner(Protocol):
+    """Starts attempts and reports the ones that ended."""
+
+    def launch(
+        self,
+        task: str,
+        number: int,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        log_path: Path,
+        timeout: float,
+    ) -> RunningAttempt: ...
+
+    def poll(self, timeout: float) -> list[AttemptEnd]: ...
+
+    def close(self) -> None: ...
 
 
 class Attempt:
@@ -269,6 +331,9 @@ class Monitor:
     @property
     def running(self) -> set[Attempt]:
         return set(self._live)
+
+    def close(self) -> None:
+        self._selector.close()
 
     def _read(self, attempt: Attempt, stream: Any) -> None:
         fd = stream.fileno()

@@ -533,7 +533,7 @@ def _largest_dispatch(
 def _executor_model_problems(run: RunDef) -> list[Problem]:
     executor = run.packet.executor
     out = [Problem("executor", f"{run.packet_path}: {msg}") for msg in executor_problems(executor)]
-    template = command_template(executor) if executor.kind == "command" else None
+    template = command_template(executor) if executor.kind != "external" else None
     if template is not None:
         for name in literal_models(template):
             out.append(
@@ -543,6 +543,10 @@ def _executor_model_problems(run: RunDef) -> list[Problem]:
                     "write {model} there and set [model] default (or GITRUN_MODEL)",
                 )
             )
+    if executor.kind == "ray":  # the module imports Ray only when a run drives it
+        from gitrun.rayexec import ray_problems
+
+        out += ray_problems(run)
     for stage in run.stage_names:
         if not run.packet.model_for(stage):
             out.append(

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gitrun import git, ledger
-from gitrun.attempt import Attempt, AttemptEnd, Monitor
+from gitrun.attempt import AttemptEnd, Monitor, Runner, RunningAttempt
 from gitrun.audit import Audit, Violation
 from gitrun.committer import CommitQueue, Committed, Committer, Landing
 from gitrun.crashpoints import crash_point
@@ -105,9 +105,9 @@ class Driver:
         # recovered (recover) before this driver starts its own.
         self.engine = Engine(run, local, git.rev_parse(self.repo, committer.ref), running=())
         self.governor = self.engine.governor
-        self.running: dict[str, Attempt] = {}
+        self.running: dict[str, RunningAttempt] = {}
         self.before: dict[str, dict[str, str | None]] = {}
-        self.monitor = Monitor(kill_grace=self.limits.kill_grace)
+        self.monitor = self._runner()
         self.base_env = _worker_env()
         self.made_dirs: set[Path] = set()
         self.stop_signal: int | None = None
@@ -132,6 +132,15 @@ class Driver:
         self.audit: Audit | None = None
         self.audit_due = False  # an attempt ended since the last audit
         self.violations: list[Violation] = []
+
+    def _runner(self) -> Runner:
+        """Where attempts run: child processes here, or tasks on a Ray cluster
+        (imported only then: Ray is an optional extra, and heavy)."""
+        if self.run.packet.executor.kind == "ray":
+            from gitrun.rayexec import RayRunner
+
+            return RayRunner(self.run, self.engine.base, self.report)
+        return Monitor(kill_grace=self.limits.kill_grace)
 
     # -- before driving -----------------------------------------------------------
 
@@ -203,6 +212,7 @@ class Driver:
                 self._kill_leftovers()
                 commits.flush()
                 commits.close()
+                self.monitor.close()
                 self.journal.close()
                 self.ledger.close()
         if commits.error is not None:
@@ -328,7 +338,7 @@ class Driver:
         self.engine.begin(task.id)
         assert self.audit is not None
         self.audit.running(task.id)
-        if attempt.proc is not None:
+        if attempt.pid:
             # Who it is, as psutil saw it at once: a later driver signals it
             # only if pid, create time and command line match.
             spawned = dataclasses.replace(
@@ -348,11 +358,15 @@ class Driver:
         task = self.tasks[end.task]
         before = self.before.pop(end.task, None)
         check = check_task(self.run, task, before, self.committer.object_format)
-        outcome = check.outcome
+        outcome, reason = check.outcome, check.reason
         if outcome == "invalid":
             quarantine(self.repo, self.local.quarantine_of(end.task, end.attempt), check.outputs)
         if outcome != "valid":
-            if end.fault:  # the client showed an environment fault (gitrun.clients)
+            if end.refused:  # an output too big to bring back from its node
+                outcome, reason = ledger.INVALID, end.refused
+            if end.lost:  # its node or worker died: the environment's failure
+                outcome, reason = ledger.LOST, end.lost
+            elif end.fault:  # the client showed an environment fault (gitrun.clients)
                 self.governor.stop_for(Halt(ENVIRONMENT, end.fault))
             elif is_throttled(end.exit_code, end.tail, self.limits.throttle_patterns):
                 outcome = ledger.THROTTLED
@@ -364,12 +378,13 @@ class Driver:
             end.started,
             end.ended,
             outcome,
-            check.reason,
+            reason,
             end.exit_code,
             end.signal,
             end.timed_out,
+            dispatch=end.dispatch,
             wrote_nothing=all(o.reason == "does not exist" for o in check.outputs),
-            diagnostic=last_line(end.tail),
+            diagnostic=last_line(end.lost or end.tail),
         )
         crash_point("end.judged")
         status = self.engine.end(self.ledger, ended)
@@ -380,6 +395,8 @@ class Driver:
         self.finished_here += 1
         self.audit_due = True
         how = f"signal {end.signal}" if end.signal else f"exit {end.exit_code}"
+        if end.lost:
+            how = "lost with its node"
         if end.timed_out:
             how += ", timed out"
         if outcome == ledger.VALID:
@@ -392,8 +409,9 @@ class Driver:
             verdict = {
                 ledger.THROTTLED: f"throttled; concurrency now {self.governor.concurrency}",
                 ledger.INTERRUPTED: "pending",
+                ledger.LOST: "pending, no attempt used",
             }.get(outcome, "will retry")
-        detail = f": {check.reason}" if check.reason else ""
+        detail = f": {reason}" if reason else ""
         self.report(f"{end.task} attempt {end.attempt}: {outcome} ({how}){detail} — {verdict}")
 
     def _stage_still_proven(self, stage: str) -> bool:

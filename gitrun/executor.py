@@ -163,8 +163,9 @@ def claude_settings(repo: Path | None = None) -> str:
 
 
 def executor_problems(executor: Executor) -> list[str]:
-    """Sentences about an executor table that cannot produce a safe command."""
-    if executor.kind != "command":
+    """Sentences about an executor table that cannot produce a safe command
+    (a Ray executor runs the same command on its nodes)."""
+    if executor.kind == "external":
         return []
     if executor.command is None and executor.preset is None:
         return [

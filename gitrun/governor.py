@@ -102,6 +102,7 @@ class Governor:
     _throttles: int = 0  # throttles since the last valid completion
     _valid_run: int = 0  # valid completions since the last change of concurrency
     _streak: list[EndFacts] = field(default_factory=list)  # fast, empty endings in a row
+    _lost: int = 0  # attempts lost with their machine since the last valid completion
     _canary_failed: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -156,6 +157,7 @@ class Governor:
         if facts.outcome == "valid":
             self.usable += 1
             self._streak.clear()
+            self._lost = 0
             self._throttles = 0
             if self.canary:
                 self.canary = []  # the canary passed: widen the fan-out
@@ -174,6 +176,8 @@ class Governor:
                 self.limits.backoff_cap, self.limits.backoff_base * 2 ** (self._throttles - 1)
             )
             self.backoff_until = max(self.backoff_until, now + self.rng.uniform(0, ceiling))
+        elif facts.outcome == "lost":
+            self._note_loss(facts)
         elif facts.outcome != "interrupted":
             self._note_failure(facts)
         if failed_for_good:
@@ -193,6 +197,20 @@ class Governor:
         size = self.limits.breaker_size
         if len(self._streak) >= size and self.halt is None:
             self.halt = Halt(ENVIRONMENT, _diagnose(self._streak[-size:]))
+
+    def _note_loss(self, facts: EndFacts) -> None:
+        """An attempt lost with the machine running it uses no attempt, but
+        losses with no valid output in between mean the cluster, not a task,
+        is failing: past two full waves of them the run halts."""
+        self._lost += 1
+        window = 2 * max(self.limits.breaker_size, self.limits.concurrency)
+        if self._lost >= window and self.halt is None:
+            self.halt = Halt(
+                ENVIRONMENT,
+                f"environment fault: {self._lost} attempts in a row were lost with the machine "
+                f"running them and none produced valid output (last: {facts.diagnostic or 'no detail'}); "
+                "fix the cluster, then `gitrun resume`",
+            )
 
     def _check_canary(self, failed_for_good: bool, facts: EndFacts) -> None:
         if not self.canary or self.halt is not None or not failed_for_good:

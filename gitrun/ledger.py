@@ -47,6 +47,9 @@ ABANDONED = "abandoned"
 # The worker was throttled by its API (exit 75 or a throttle message) and its
 # outputs did not validate: it backs off and does not use up an attempt.
 THROTTLED = "throttled"
+# The machine running it was lost (a Ray node or worker died) before its
+# outputs came back: the environment's failure, not the task's.
+LOST = "lost"
 COUNTED = (MISSING, INVALID)
 # Run-level events.
 HALT = "halt"

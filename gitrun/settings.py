@@ -204,8 +204,85 @@ class ModelSection(Strict):
     stages: dict[str, ModelName] = {}
 
 
+def parse_bytes(value: object) -> int:
+    """Bytes from 4294967296, "4GiB", "512MiB", "2GB" or "100k"."""
+    if isinstance(value, bool):
+        raise ValueError('expected a size such as "4GiB" or 4294967296')
+    if isinstance(value, int):
+        size = value
+    elif isinstance(value, str) and (found := _SIZE.fullmatch(value.strip().replace(" ", ""))):
+        size = int(float(found[1]) * _SIZE_UNITS[(found[2] or "").lower()])
+    else:
+        raise ValueError(f'{value!r} is not a size; write it like "4GiB", "512MiB" or 4294967296')
+    if size < 0:
+        raise ValueError("must not be negative")
+    return size
+
+
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)([kmgt]i?b?|b)?", re.IGNORECASE)
+# "4G" and "4GiB" are binary (what Ray and Kubernetes users mean); "4GB" decimal.
+_SIZE_UNITS = {"": 1, "b": 1} | {
+    f"{unit}{suffix}": (1000 if suffix == "b" else 1024) ** power
+    for power, unit in enumerate("kmgt", start=1)
+    for suffix in ("", "ib", "b")
+}
+
+Size = Annotated[int, BeforeValidator(parse_bytes)]
+Amount = Annotated[float, Field(ge=0)]
+
+
+class StageResources(Strict):
+    """What one attempt of a stage asks of a Ray node; unset fields take the
+    ``[executor.resources]`` value."""
+
+    num_cpus: Amount | None = None
+    num_gpus: Amount | None = None
+    memory: Size | None = None  # bytes of memory Ray reserves for the attempt
+    custom: dict[str, Amount] = {}  # the cluster's own resources, e.g. {"big_disk" = 1}
+
+
+class Resources(Strict):
+    """``[executor.resources]``: what every attempt asks of a Ray node, and
+    per stage (``[executor.resources.stages.<stage>]``) what differs."""
+
+    num_cpus: Amount = 1.0
+    num_gpus: Amount = 0.0
+    memory: Size = 0
+    custom: dict[str, Amount] = {}
+    stages: dict[str, StageResources] = {}
+
+    def for_stage(self, stage: str) -> StageResources:
+        """The resources of one attempt of ``stage``, every field set."""
+        own = self.stages.get(stage, StageResources())
+        return StageResources(
+            num_cpus=self.num_cpus if own.num_cpus is None else own.num_cpus,
+            num_gpus=self.num_gpus if own.num_gpus is None else own.num_gpus,
+            memory=self.memory if own.memory is None else own.memory,
+            custom={**self.custom, **own.custom},
+        )
+
+
+_RAY_ADDRESS = re.compile(r"auto|local|(?:ray://)?[A-Za-z0-9.\[\]:_-]+:\d{1,5}")
+
+
+def _check_ray_address(value: str) -> str:
+    if not _RAY_ADDRESS.fullmatch(value):
+        raise ValueError(
+            f'{value!r} is not a Ray address; write "auto" (the cluster this machine belongs '
+            'to), "local" (a private Ray for this run), "host:port" or "ray://host:port"'
+        )
+    return value
+
+
 class Executor(Strict):
-    kind: Literal["command", "external"] = "command"
+    kind: Literal["command", "external", "ray"] = "command"
+    # kind = "ray" (gitrun.rayexec): where the cluster is, what each attempt
+    # asks of a node, and whether the repository is at the same path on every
+    # node (shared_fs) or each attempt gets its inputs shipped to a scratch
+    # directory and sends its outputs back.
+    address: Annotated[str, AfterValidator(_check_ray_address)] = "auto"
+    resources: Resources = Resources()
+    shared_fs: bool = False
     preset: str | None = None
     command: list[ArgText] | None = None
     shell: ArgText | None = None  # the command line of the "shell" preset
