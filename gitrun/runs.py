@@ -26,6 +26,7 @@ from gitrun.settings import (
     resolve_packet,
     validate_layer,
 )
+from gitrun.tasktoml import loads_task_table
 from gitrun.tomlfile import read_toml_text
 
 GITRUN_DIR = ".gitrun"
@@ -288,9 +289,11 @@ def _read_cached(
         data = path.read_bytes()
     except OSError:
         return _read(path, shown, errors)
-    git_dir = repo / ".git"  # a worktree's .git is a file: no cache there
-    if len(data) < CACHE_ABOVE or not git_dir.is_dir():
+    if len(data) < CACHE_ABOVE:
         return _read(path, shown, errors)
+    git_dir = repo / ".git"  # a worktree's .git is a file: no cache there
+    if not git_dir.is_dir():
+        return _read_big(path, data, shown, errors)
     from gitrun.local import LocalPaths  # lazy: it imports the git door, only big tables need it
 
     digest = hashlib.sha1(data).hexdigest()
@@ -298,12 +301,23 @@ def _read_cached(
     cached = read_tasks_cache(cache, shown)
     if cached is not None and cached.sha1 == digest:
         return _FROM_CACHE, cached.data
-    text, raw = _read(path, shown, errors)
+    text, raw = _read_big(path, data, shown, errors)
     if raw:
         # only a cache: when it cannot be written, the next load parses the file again
         with contextlib.suppress(OSError, ValueError, RecursionError):
             write_record(cache, TasksCache(digest, raw))
     return text, raw
+
+
+def _read_big(path: Path, data: bytes, shown: str, errors: _Errors) -> tuple[str, dict[str, Any]]:
+    """A big task table: read fast when it is in the plain subset that generated
+    tables use (:mod:`gitrun.tasktoml`), else by tomllib, errors and all."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return _read(path, shown, errors)
+    raw = None if text.startswith("\ufeff") else loads_task_table(text)
+    return (text, raw) if raw is not None else _read(path, shown, errors)
 
 
 def _read(path: Path, shown: str, errors: _Errors) -> tuple[str, dict[str, Any]]:
