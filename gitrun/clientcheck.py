@@ -17,15 +17,12 @@
 from __future__ import annotations
 
 import json
-import shutil
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from gitrun.problem import Problem
 from gitrun.runs import RunDef
-
-SANDBOX_TOOLS = ("bwrap", "socat")  # what the client's sandbox runs on Linux
+from gitrun.sandbox import missing_sandbox_tools
 
 # The hook events of Claude Code 2.1.332.
 HOOK_EVENTS = frozenset(
@@ -96,13 +93,6 @@ _IS: dict[str, Callable[[Any], bool]] = {
     _OBJECT: lambda v: isinstance(v, dict),
     "a string": lambda v: isinstance(v, str),
 }
-
-
-def missing_sandbox_tools() -> list[str]:
-    """The programs the client's Bash sandbox needs that are not on PATH (Linux only)."""
-    if not sys.platform.startswith("linux"):
-        return []  # macOS: the sandbox is the system's own
-    return [tool for tool in SANDBOX_TOOLS if shutil.which(tool) is None]
 
 
 def uses_claude(run: RunDef) -> bool:

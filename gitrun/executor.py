@@ -131,30 +131,13 @@ def preset_extras(executor: Executor) -> list[str]:
     return extras + (["--disallowedTools", "Bash"] if executor.bash == "deny" else [])
 
 
-def claude_sandbox(repo: Path, excluded: list[str] | None = None) -> dict[str, object]:
-    """Claude Code's Bash sandbox with ``repo`` read-only to every command
-    (checked with the real client, issue 11: sed, python and mv fail with
-    "Read-only file system"). The Write and Edit tools ignore it; the write
-    hook guards them. ``excluded`` commands (permission-rule patterns, e.g.
-    ``gitrun:*``) run outside it, and only with the session's permission."""
-    sandbox: dict[str, object] = {
-        "enabled": True,
-        "failIfUnavailable": True,  # no bubblewrap: refuse to start, never run unconfined
-        "allowUnsandboxedCommands": False,
-        "autoAllowBashIfSandboxed": True,
-        "filesystem": {"denyWrite": [os.path.realpath(repo)]},
-    }
-    if excluded:
-        sandbox["excludedCommands"] = list(excluded)
-    return sandbox
-
-
 def claude_settings(repo: Path | None = None) -> str:
     """gitrun's hooks as ``--settings`` JSON; with ``repo``, also the Bash
     sandbox that keeps the shell from writing in it."""
     import json
 
     from gitrun.install import claude_hooks
+    from gitrun.sandbox import claude_sandbox
 
     settings: dict[str, object] = {"hooks": claude_hooks()}
     if repo is not None:

@@ -207,7 +207,7 @@ def lead_sandbox(repo: Path) -> dict[str, Any]:
     subagent). gitrun itself runs outside it, and only with the session's
     permission (``--allowedTools "Bash(gitrun next:*)"``); the hook denies
     gitrun to subagents."""
-    from gitrun.executor import claude_sandbox
+    from gitrun.sandbox import claude_sandbox
 
     return claude_sandbox(repo, LEAD_EXCLUDED)
 
@@ -216,7 +216,7 @@ def install_sandbox(repo: Path) -> str:
     """Put the lead's sandbox in ``.claude/settings.local.json``: machine-local
     (it names this clone's absolute path), read by every session here. Not
     where the sandbox cannot start: the client would refuse to start at all."""
-    from gitrun.clientcheck import missing_sandbox_tools
+    from gitrun.sandbox import missing_sandbox_tools
 
     missing = missing_sandbox_tools()
     if missing:

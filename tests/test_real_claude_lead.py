@@ -50,7 +50,11 @@ def repo(git_repo: Path, tmp_path: Path) -> Path:
     gitrun's hooks, its worker agent and the Bash sandbox installed before
     the lead starts."""
     claude_binary()
-    packet = {"executor": {"kind": "external"}, "limits": {"canary": 0, "concurrency": 2}}
+    # max_load: never held back by the load average of a busy machine.
+    packet = {
+        "executor": {"kind": "external"},
+        "limits": {"canary": 0, "concurrency": 2, "max_load": 1e6},
+    }
     write_run(git_repo, "r", TASKS, packet)
     commit_all(git_repo, "run r")
     installed = _gitrun(git_repo, "hooks", "install", "--claude")
