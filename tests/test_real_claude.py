@@ -20,7 +20,13 @@ from typing import Any
 import pytest
 
 from tests.helpers import commit_all, write_run
-from tests.realclient.claude import claude_binary, claude_env, gitrun_bin_dir, run_claude
+from tests.realclient.claude import (
+    claude_binary,
+    claude_env,
+    gitrun_bin_dir,
+    run_claude,
+    sandbox_or_skip,
+)
 from tests.realclient.mockmodel import MockModel, Turn, bash, edit, say, write
 
 pytestmark = pytest.mark.realclient
@@ -150,6 +156,7 @@ def test_bash_cannot_write_in_the_repository_from_the_installed_sandbox(repo: Pa
     install` puts the sandbox in .claude/settings.local.json: the same write
     fails at the OS level. Without it, the write goes through (the audit
     reports it afterwards)."""
+    sandbox_or_skip()
     model, _ = _drive(repo, [bash("echo stray > stray.txt; sed -i s/a/b/ README.md"), say("done")])
     assert not (repo / "stray.txt").exists()
     is_error, text = model.tool_result(model.tool_use_ids()[0])
@@ -174,8 +181,9 @@ def test_the_claude_preset_s_settings_enforce_ownership_without_installed_hooks(
     client must run them (here with no hooks in .claude/settings.json)."""
     from gitrun.executor import claude_settings
 
+    sandbox_or_skip()
     (repo / ".claude/settings.json").unlink()
-    (repo / ".claude/settings.local.json").unlink()
+    (repo / ".claude/settings.local.json").unlink(missing_ok=True)
     script = [
         write(str(repo / "out/t1.json"), "{}"),
         write(str(repo / "src/stray.py"), "x = 1\n"),
@@ -206,8 +214,9 @@ def test_gitrun_start_with_the_claude_preset_confines_bash_and_commits_the_owned
     lands and is committed."""
     from tests.realclient.claude import INSTALLED
 
+    sandbox_or_skip()
     (repo / ".claude/settings.json").unlink()  # only what the preset passes
-    (repo / ".claude/settings.local.json").unlink()
+    (repo / ".claude/settings.local.json").unlink(missing_ok=True)
     packet = {
         "executor": {"preset": "claude"},
         "model": {"default": "claude-mock-1"},

@@ -22,7 +22,13 @@ from gitrun.pointer import render_pointer
 from gitrun.runs import load_run
 from gitrun.session import prepare_external
 from tests.helpers import commit_all, git, write_run
-from tests.realclient.claude import claude_binary, claude_env, gitrun_bin_dir, run_claude
+from tests.realclient.claude import (
+    claude_binary,
+    claude_env,
+    gitrun_bin_dir,
+    run_claude,
+    sandbox_or_skip,
+)
 from tests.realclient.mockmodel import MockModel, agent, agents, bash, say, write
 
 pytestmark = pytest.mark.realclient
@@ -69,6 +75,7 @@ def repo(git_repo: Path, tmp_path: Path) -> Path:
 def test_a_p_lead_dispatches_two_subagents_in_one_turn_and_each_is_held_to_its_task(
     repo: Path,
 ) -> None:
+    sandbox_or_skip()
     run = load_run(repo, "r")
     pointer = {task.id: render_pointer(run, task) for task in run.tasks}
     prepare_external(repo, "r", lambda _line: None, resume=False)  # started, nothing leased

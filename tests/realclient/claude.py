@@ -55,6 +55,15 @@ def claude_binary() -> str:
     return binary
 
 
+def sandbox_or_skip() -> None:
+    """Skip unless Claude Code's Bash sandbox can start here (bwrap, socat)."""
+    from gitrun.sandbox import missing_sandbox_tools
+
+    missing = missing_sandbox_tools()
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not installed: Claude Code's sandbox cannot start")
+
+
 def claude_version() -> str:
     return _found()[1]
 
