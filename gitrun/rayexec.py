@@ -29,7 +29,9 @@ import importlib.util
 import logging
 import os
 import stat
+import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -159,6 +161,10 @@ class RayRunner:
         self.kill_grace = run.packet.limits.kill_grace
         self.report = report
         self.ray = _connect(self.executor.address)
+        # What the cluster says to this driver (a node marked dead, ...) is
+        # reported between attempts, never printed over gitrun's own output.
+        self._said: deque[str] = deque(maxlen=100)
+        self._restore = _route_messages(self._said.append)
         # The node function goes to the cluster by value: a node needs Ray, not gitrun.
         self.ray.cloudpickle.register_pickle_by_value(raynode)
         self._remote = self.ray.remote(max_retries=0)(raynode.run_attempt)
@@ -257,6 +263,8 @@ class RayRunner:
     def poll(self, timeout: float) -> list[AttemptEnd]:
         """Wait up to ``timeout`` seconds; return the attempts that ended."""
         ended, self._early = self._early, []
+        while self._said:
+            self.report(f"ray: {self._said.popleft()}")
         if not self._live:
             time.sleep(0 if ended else max(0.0, timeout))
             return ended
@@ -344,6 +352,7 @@ class RayRunner:
             self.cancel(ref, force=True)
         self._live.clear()
         self.ray.shutdown()
+        self._restore()
 
 
 def _connect(address: str) -> Any:
@@ -370,6 +379,25 @@ def _connect(address: str) -> Any:
             f"{_first_line(exc)}; start it (`ray start --head`) or fix the address"
         ) from exc
     return ray
+
+
+def _route_messages(sink: Callable[[str], None]) -> Callable[[], None]:
+    """Ray's driver prints the cluster's error messages (a node marked dead)
+    to standard output from a thread of its own, which would break
+    ``--json``: send them to ``sink`` instead. Returns the undo."""
+    module = sys.modules.get("ray._private.worker")
+    original = getattr(module, "print_to_stdstream", None)
+    if module is None or original is None:  # pragma: no cover - another Ray layout
+        return lambda: None
+
+    def to_sink(data: dict[str, Any], ignore_prefix: bool = False) -> None:
+        for line in data.get("lines", []):
+            text = str(line).strip().splitlines()
+            if text:
+                sink(text[0][:300])
+
+    setattr(module, "print_to_stdstream", to_sink)  # noqa: B010 - a module of Ray's, untyped
+    return lambda: setattr(module, "print_to_stdstream", original)
 
 
 def _failed(attempt: RayAttempt, text: str, log: bool = False) -> AttemptEnd:

@@ -72,6 +72,8 @@ def run_attempt(spec: dict[str, Any]) -> dict[str, Any]:
         if cwd is None:
             scratch = tempfile.mkdtemp(prefix="gitrun-attempt-")
             _materialize(scratch, spec["files"])
+            for path in spec["outputs"]:  # as locally: workers should not have to
+                os.makedirs(os.path.join(scratch, *_parts(path)[:-1]), exist_ok=True)
             cwd = env["GITRUN_REPO"] = scratch
         result = _run(spec, cwd, env)
         outputs, refused = ({}, {}) if scratch is None else _collect(scratch, spec)
@@ -206,7 +208,7 @@ def _collect(root: str, spec: dict[str, Any]) -> tuple[dict[str, bytes], dict[st
         except FileNotFoundError:
             continue  # not written: the driver's check says "does not exist"
         except OSError:
-            refused[path] = "passes through a symlink on the node, so it was not brought back"
+            refused[path] = "is or passes through a symlink on the node, so it was not brought back"
             continue
         with os.fdopen(fd, "rb") as handle:
             info = os.fstat(handle.fileno())
