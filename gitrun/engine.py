@@ -38,18 +38,20 @@ OPEN = (PENDING, RUNNING)
 
 def committed_tasks(run: RunDef, tip: str, base: str | None) -> set[str]:
     """Tasks whose every output is in ``tip``'s tree with content new since ``base``."""
-    outputs = {path for task in run.tasks for path in run.output_paths(task)}
-    tops = sorted({path.split("/", 1)[0] for path in outputs})
+    paths_of = [run.output_paths(task) for task in run.tasks]
+    tops = sorted({path.partition("/")[0] for paths in paths_of for path in paths})
     if len(tops) > 256:  # a command line has limits; list the whole tree then
         tops = []
-    at_tip = git.ls_tree(run.repo, tip, tops)
-    at_base = git.ls_tree(run.repo, base, tops) if base else {}
-    done = set()
-    for task in run.tasks:
-        paths = run.output_paths(task)
-        if all(p in at_tip and at_tip[p][1] != at_base.get(p, ("", ""))[1] for p in paths):
-            done.add(task.id)
-    return done
+    new = {path: blob for path, (_, blob) in git.ls_tree(run.repo, tip, tops).items()}
+    if base:
+        for path, (_, blob) in git.ls_tree(run.repo, base, tops).items():
+            if new.get(path) == blob:
+                del new[path]
+    return {
+        task.id
+        for task, paths in zip(run.tasks, paths_of, strict=True)
+        if all(p in new for p in paths)
+    }
 
 
 def running_now(run: RunDef, local: LocalPaths) -> set[str]:
@@ -82,6 +84,21 @@ class Ended:
     diagnostic: str = ""  # the worker's last line, for the breaker's message
 
 
+class _Histories(dict[str, ledger.TaskHistory]):
+    """Each task's history: the ledger's, or a new one made when the task is
+    first asked about (a big run's status reads 100,000 tasks and writes none)."""
+
+    def __init__(self, tasks: Collection[str], summary: ledger.LedgerSummary) -> None:
+        super().__init__((tid, h) for tid, h in summary.tasks.items() if tid in tasks)
+        self._tasks = tasks
+
+    def __missing__(self, tid: str) -> ledger.TaskHistory:
+        if tid not in self._tasks:
+            raise KeyError(tid)
+        history = self[tid] = ledger.TaskHistory()
+        return history
+
+
 class Engine:
     """A run's task states, from the branch, the ledger and what runs now.
 
@@ -104,6 +121,10 @@ class Engine:
         self.local = local
         self.limits = run.packet.limits
         self.tasks = {task.id: task for task in run.tasks}
+        # What the branch holds first: its listing is dropped before the ledger
+        # is read, so a big run never holds both (100 MB at 100,000 tasks).
+        self.base = find_base(run.repo, run.id, tip) if tip else None
+        done = committed_tasks(run, tip, self.base) if tip else set()
         self.records = ledger.read_ledger(run.repo / run.dir) if records is None else records
         self.summary = ledger.summarize(self.records)
         # Attempts the ledger holds already: one killed between writing a record
@@ -113,9 +134,7 @@ class Engine:
             for r in self.records
             if isinstance(r.get("task"), str) and type(r.get("attempt")) is int
         }
-        self.history = {tid: self.summary.of(tid) for tid in self.tasks}
-        self.base = find_base(run.repo, run.id, tip) if tip else None
-        done = committed_tasks(run, tip, self.base) if tip else set()
+        self.history = _Histories(self.tasks, self.summary)
         running = running_now(run, local) if running is None else running
         self.status: dict[str, str] = {}
         # Per stage, the tasks that may start, in table order; and how many are
@@ -129,7 +148,7 @@ class Engine:
             elif task.id in running:
                 self.status[task.id] = RUNNING
                 self.open[stage] += 1
-            elif self.history[task.id].used >= self.limits.max_attempts:
+            elif task.id in self.history and self.history[task.id].used >= self.limits.max_attempts:
                 self.status[task.id] = FAILED
             else:
                 self.status[task.id] = PENDING

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,16 +17,16 @@ from gitrun.lock import Owner, is_locked, read_owner
 from gitrun.runs import RunDef, load_run
 
 
-@dataclass
+@dataclass(slots=True)  # a big run's status holds 100,000 of them
 class TaskStatus:
     id: str
     stage: str
     status: str
     attempts: int  # attempts used against max_attempts
     last_attempt: int
-    missing: list[str] = field(default_factory=list)
+    missing: Sequence[str] = ()
     reason: str | None = None
-    records: list[dict[str, Any]] = field(default_factory=list)  # its attempts, from the ledger
+    records: Sequence[dict[str, Any]] = ()  # its attempts, from the ledger
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -85,6 +86,9 @@ class RunStatus:
         }
 
 
+_NO_HISTORY = ledger.TaskHistory()  # of a task without attempts; only read
+
+
 def read_run_ledger(run: RunDef) -> list[dict[str, Any]]:
     """The run's ledger records, in order."""
     return ledger.read_ledger(run.repo / run.dir)
@@ -106,19 +110,18 @@ def _read_status(repo: Path, run_id: str, run: RunDef | None) -> RunStatus:
         records.setdefault(str(record.get("task")), []).append(record)
     tasks: dict[str, TaskStatus] = {}
     for task in run.tasks:
-        history = engine.history[task.id]
+        history = engine.history.get(task.id) or _NO_HISTORY
         status = engine.status[task.id]
-        missing = [] if status == DONE else run.output_paths(task)
-        reason = history.last_reason if status != DONE else None
+        done = status == DONE
         tasks[task.id] = TaskStatus(
             task.id,
             run.stage_of(task),
             status,
             history.used,
             history.attempts,
-            missing,
-            reason,
-            records.get(task.id, []),
+            () if done else run.output_paths(task),
+            None if done else history.last_reason,
+            records.get(task.id, ()),
         )
     return RunStatus(
         run=run_id,

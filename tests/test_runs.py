@@ -162,6 +162,51 @@ def test_an_error_in_a_cached_task_table_names_its_line(git_repo: Path) -> None:
     assert line.split(":")[1].isdigit()
 
 
+def _big_table(n: int) -> list[dict[str, object]]:
+    tasks: list[dict[str, object]] = []
+    for i in range(n):
+        task: dict[str, object] = {"id": f"t{i:05d}", "outputs": [f"out/t{i:05d}.json"]}
+        if i % 3 == 0:
+            task["owns"] = [f"out/t{i:05d}.json", f"cache/t{i:05d}-*"]
+        if i % 5 == 0:
+            task["outputs"] = [{"path": f"out/t{i:05d}.json", "validators": ["json"]}]
+            task["note"] = "n"
+        tasks.append(task)
+    return tasks
+
+
+def test_a_big_table_validated_task_by_task_loads_the_same_tasks(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_run(git_repo, "r", _big_table(3000))
+    monkeypatch.setattr("gitrun.runs.VALIDATE_EACH_ABOVE", 10**9)
+    whole = load_run(git_repo, "r", environ={}).tasks
+    monkeypatch.setattr("gitrun.runs.VALIDATE_EACH_ABOVE", 100)
+    each = load_run(git_repo, "r", environ={}).tasks
+    assert each == whole and len(each) == 3000
+    assert [t.model_fields_set for t in each] == [t.model_fields_set for t in whole]
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_errors_in_a_big_table_read_as_in_a_small_one(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch, cached: bool
+) -> None:
+    """Validated task by task, a table with errors is validated whole again:
+    every error, with its line, as the whole-table validation gives them."""
+    tasks = _big_table(3000)
+    tasks[1700]["outputs"] = []
+    tasks[2900]["id"] = "Not Valid"
+    write_run(git_repo, "r", tasks)
+    if cached:  # a first load writes the cache, errors or not
+        _load_error(git_repo)
+        assert (git_repo / ".git/gitrun/r/tasks.cache.json").exists()
+    monkeypatch.setattr("gitrun.runs.VALIDATE_EACH_ABOVE", 10**9)
+    whole = _load_error(git_repo)
+    monkeypatch.setattr("gitrun.runs.VALIDATE_EACH_ABOVE", 100)
+    assert _load_error(git_repo) == whole
+    assert len(whole) == 2 and all(line.split(":")[1].isdigit() for line in whole)
+
+
 def test_deeply_nested_arrays_are_one_sentence(git_repo: Path) -> None:
     run_dir = write_run(git_repo, "r", TASKS)
     with (run_dir / "packet.toml").open("a") as handle:
