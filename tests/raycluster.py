@@ -10,6 +10,7 @@ prove that stopping it leaves nothing behind.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -55,6 +56,7 @@ class LocalCluster:
     marker: str = field(default_factory=lambda: uuid.uuid4().hex)
     nodes: list[Node] = field(default_factory=list)
     port: int = 0
+    client_port: int = 0  # the head's Ray Client server (ray://), where ray[client] is installed
 
     @property
     def address(self) -> str:
@@ -115,17 +117,17 @@ class LocalCluster:
     def start_head(self) -> Node:
         """The head: GCS and a raylet with no CPUs, so attempts go to workers."""
         self.port = free_port(self.head_ip)
-        return self._start(
-            "head",
-            self.head_ip,
-            [
-                "--head",
-                f"--port={self.port}",
-                "--num-cpus=0",
-                "--include-dashboard=false",
-                f"--dashboard-port={free_port(self.head_ip)}",
-            ],
-        )
+        args = [
+            "--head",
+            f"--port={self.port}",
+            "--num-cpus=0",
+            "--include-dashboard=false",
+            f"--dashboard-port={free_port(self.head_ip)}",
+        ]
+        if importlib.util.find_spec("grpc") is not None:  # what ray[client] adds
+            self.client_port = free_port(self.head_ip)
+            args.append(f"--ray-client-server-port={self.client_port}")
+        return self._start("head", self.head_ip, args)
 
     def add_node(
         self, name: str, ip: str, num_cpus: int, resources: dict[str, float] | None = None
@@ -157,7 +159,7 @@ class LocalCluster:
                 continue
         return found
 
-    def stop(self, grace: float = 10.0) -> list[psutil.Process]:
+    def stop(self, grace: float = 3.0) -> list[psutil.Process]:
         """What ``ray stop`` does, for this cluster's nodes only: SIGTERM, then
         SIGKILL after a grace. Returns what is still alive a few seconds after
         that (nothing, when the cluster and every attempt on it went with it);

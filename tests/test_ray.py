@@ -504,6 +504,69 @@ def _tasks_in_commits_or_none(repo: Path) -> Counter[str]:
 
 
 @pytest.mark.ray
+def test_stopping_the_driver_stops_its_attempts_on_the_nodes(git_repo: Path, cluster: Any) -> None:
+    script = "import time; print('working', flush=True); time.sleep(120)"
+    executor = {
+        "kind": "ray",
+        "address": cluster.address,
+        "command": [sys.executable, "-c", script],
+    }
+    limits = {"concurrency": 4, "canary": 0, "max_load": 1000.0, "kill_grace": "1s"}
+    tasks: list[dict[str, object]] = [
+        {"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(4)
+    ]
+    write_run(git_repo, "r", tasks, {"executor": executor, "limits": limits})
+    commit_all(git_repo, "the run")
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "gitrun", "start", "r", "--quiet"],
+        cwd=git_repo,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(_commands(cluster, script)) < 4:
+            assert time.monotonic() < deadline and driver.poll() is None, (
+                "the attempts never started"
+            )
+            time.sleep(0.05)
+        driver.send_signal(signal.SIGTERM)
+        assert driver.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    outcomes = [r["outcome"] for r in ledger_records(git_repo) if "outcome" in r]
+    assert outcomes == [ledger.INTERRUPTED] * 4  # stopped by gitrun: no attempt used
+    deadline = time.monotonic() + 20
+    while _commands(cluster, script) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _commands(cluster, script) == []
+
+
+def _commands(cluster: Any, script: str) -> list[psutil.Process]:
+    """The cluster's processes running ``script`` (the attempts' commands)."""
+    found = []
+    for proc in cluster.processes():
+        try:
+            if proc.cmdline()[-1:] == [script]:
+                found.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+@pytest.mark.ray
+def test_a_driver_reaches_the_cluster_through_ray_client(git_repo: Path, cluster: Any) -> None:
+    if not cluster.client_port:
+        pytest.skip("Ray Client is not installed (pip install 'ray[client]')")
+    _cluster_run(git_repo, cluster, 3, {}, address=f"ray://{cluster.head_ip}:{cluster.client_port}")
+    assert start_run(git_repo, "r", quiet).exit_code == 0
+    assert sorted(_tasks_in_commits(git_repo).values()) == [1] * 3
+
+
+# Last: it loses w2 for good.
+@pytest.mark.ray
 def test_sixty_tasks_on_three_nodes_survive_losing_one(git_repo: Path, cluster: Any) -> None:
     """The proof of issue 12: lying workers, a worker node killed mid-run;
     every output committed exactly once, lost attempts not counted (with
