@@ -37,6 +37,7 @@ def _events(log: Path) -> list[tuple[str, int, str, float]]:
     return out
 
 
+@pytest.mark.soak
 def test_chaos_kill_9_ten_times(git_repo: Path, tmp_path: Path) -> None:
     seed = int(os.environ.get("CHAOS_SEED") or random.randrange(1 << 30))
     print(f"chaos seed {seed} (replay: CHAOS_SEED={seed})")

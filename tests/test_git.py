@@ -170,6 +170,7 @@ def _resources() -> tuple[int, int]:
     return len(me.children(recursive=True)), me.num_fds()
 
 
+@pytest.mark.soak
 def test_two_thousand_commits_keep_no_process_or_file_open(git_repo: Path) -> None:
     """The driver commits for hours in one process, and GitPython is known to
     leak persistent cat-file processes and open handles when a Repo is kept.

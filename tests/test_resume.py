@@ -11,6 +11,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from gitrun.session import resume_run
 from tests.helpers import (
     build_tree,
@@ -30,6 +32,7 @@ def _commits_per_path(repo: Path, ref: str) -> Counter[str]:
     return Counter(line for line in out.splitlines() if line)
 
 
+@pytest.mark.soak
 def test_kill_9_at_random_moments_then_resume(git_repo: Path, tmp_path: Path) -> None:
     seed = random.randrange(1 << 30)
     print(f"seed {seed}")
