@@ -27,8 +27,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
-import os
-import stat
 import sys
 import time
 from collections import deque
@@ -36,15 +34,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gitrun import git, raynode
+from gitrun import raynode
 from gitrun.attempt import AttemptEnd
 from gitrun.clients import UnreachableWatch, client_signs
 from gitrun.errors import GitrunError
-from gitrun.executor import task_inputs
-from gitrun.outputs import open_parent
 from gitrun.problem import Problem
-from gitrun.runfiles import definition_snapshot, read_blobs
-from gitrun.runs import RunDef, Task
+from gitrun.rayfiles import AttemptFiles
+from gitrun.runs import RunDef
 
 INSTALL = "pip install 'gitrun[ray]'"
 # Seconds a node has, past the deadline and the kill grace, to report an
@@ -172,9 +168,7 @@ class RayRunner:
         self._lost_types: tuple[type[BaseException], ...] = tuple(
             t for t in found if isinstance(t, type) and issubclass(t, BaseException)
         )
-        self._base = git.ls_tree(self.repo, base) if base else {}
-        self._definition = definition_snapshot(run)
-        self._outputs = {path for task in run.tasks for path in run.output_paths(task)}
+        self.files = AttemptFiles(run, base)
         self._tasks = {task.id: task for task in run.tasks}
         self._live: dict[Any, RayAttempt] = {}
         self._early: list[AttemptEnd] = []
@@ -208,7 +202,7 @@ class RayRunner:
         if self.executor.shared_fs:
             spec["cwd"] = str(cwd)
         else:
-            spec["files"] = self._files_of(definition)
+            spec["files"] = self.files.files_of(definition)
         res = self.executor.resources.for_stage(stage)
         options: dict[str, Any] = {"num_cpus": res.num_cpus, "num_gpus": res.num_gpus}
         if res.memory:
@@ -225,38 +219,6 @@ class RayRunner:
             return attempt
         self._live[attempt.ref] = attempt
         return attempt
-
-    def _files_of(self, task: Task) -> dict[str, bytes]:
-        """What the node materializes: the definition (workers read the packet),
-        the task's inputs and its outputs' content now (tasks that edit files
-        in place)."""
-        files = dict(self._definition)
-        wanted: dict[str, str] = {}  # path -> blob id at the base commit
-        for path in task_inputs(self.run, task):
-            found = self._from_base(path)
-            if path in self._outputs or not found:
-                # An earlier stage's output, as it was validated (the commit
-                # may still be on its way), or a file the base never had.
-                data = _read_regular(self.repo, path)
-                if data is not None:
-                    files[path] = data
-                    continue
-            wanted.update(found)
-        blobs = read_blobs(self.repo, sorted(set(wanted.values())))
-        files.update({path: blobs[sha] for path, sha in wanted.items()})
-        for path in self.run.output_paths(task):
-            data = _read_regular(self.repo, path)
-            if data is not None:
-                files[path] = data
-        return files
-
-    def _from_base(self, path: str) -> dict[str, str]:
-        """The base commit's files at ``path`` (a file, or a directory's files)."""
-        path = path.rstrip("/")
-        if path in self._base:
-            return {path: self._base[path][1]}
-        prefix = path + "/"
-        return {p: sha for p, (_mode, sha) in self._base.items() if p.startswith(prefix)}
 
     # -- what ended --------------------------------------------------------------------------
 
@@ -304,7 +266,7 @@ class RayRunner:
                 log.write(note.encode() + tail)
             took = result["ended"] - result["started"]
             log.write(f"\n[gitrun: ran on node {result['node']} for {took:.1f} s]\n".encode())
-        written = self._write_outputs(attempt.task, result["outputs"])
+        written = self.files.write_outputs(self._tasks[attempt.task], result["outputs"])
         refused = "; ".join(f"{path}: {why}" for path, why in result["refused"].items())
         if written:
             refused = "; ".join(filter(None, [refused, written]))
@@ -324,21 +286,6 @@ class RayRunner:
             refused=refused,
             dispatch="ray",
         )
-
-    def _write_outputs(self, task: str, outputs: dict[str, bytes]) -> str:
-        """Write what the node brought back, the task's declared outputs and
-        nothing else, into the work tree (never through a symlink); a sentence
-        about any that could not be written."""
-        allowed = set(self.run.output_paths(self._tasks[task]))
-        problems = []
-        for path, data in outputs.items():
-            if path not in allowed:
-                continue
-            try:
-                _write_beneath(self.repo, path, data)
-            except OSError as exc:
-                problems.append(f"{path}: cannot be written here ({exc.strerror})")
-        return "; ".join(problems)
 
     def cancel(self, ref: Any, force: bool) -> None:
         if ref is None:
@@ -456,47 +403,3 @@ def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[0][:300] if lines else type(exc).__name__
-
-
-def _read_regular(repo: Path, path: str) -> bytes | None:
-    """A regular file's bytes in the work tree, reached without a symlink; None otherwise."""
-    try:
-        parent = open_parent(repo, path)
-    except OSError:
-        return None
-    try:
-        fd = os.open(path.rsplit("/", 1)[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=parent)
-    except OSError:
-        return None
-    finally:
-        os.close(parent)
-    with os.fdopen(fd, "rb") as handle:
-        if not _is_regular(handle.fileno()):
-            return None
-        return handle.read()
-
-
-def _is_regular(fd: int) -> bool:
-    return stat.S_ISREG(os.fstat(fd).st_mode)
-
-
-def _write_beneath(repo: Path, path: str, data: bytes) -> None:
-    """Write ``path`` whole (a temporary file renamed over it) in a directory
-    reached without following a symlink; the directories exist (the driver
-    made them before the launch), a link in their place is refused."""
-    parent = open_parent(repo, path)
-    name = path.rsplit("/", 1)[-1]
-    temp = f".{name}.gitrun-{os.getpid()}.tmp"
-    try:
-        fd = os.open(
-            temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644, dir_fd=parent
-        )
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp, dir_fd=parent)
-        raise
-    finally:
-        os.close(parent)

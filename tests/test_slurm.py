@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -42,6 +43,16 @@ def srun_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_SLURM_KILL_WAIT", "0.5")
     return srun
+
+
+@pytest.fixture
+def pidfile(tmp_path: Path) -> Iterator[Path]:
+    """Where a step writes its pid; a step still alive afterwards (a failed
+    test) is killed, so no test leaves a process behind."""
+    path = tmp_path / "step.pid"
+    yield path
+    if path.exists() and _alive(pid := int(path.read_text())):
+        os.kill(pid, signal.SIGKILL)
 
 
 def _alive(pid: int) -> bool:
@@ -100,9 +111,8 @@ def _one_task(repo: Path, script: str, **limits: object) -> None:
 
 
 def test_a_timeout_reaches_the_step_through_srun(
-    git_repo: Path, srun_on_path: Path, tmp_path: Path
+    git_repo: Path, srun_on_path: Path, pidfile: Path
 ) -> None:
-    pidfile = tmp_path / "step.pid"
     script = (
         f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); "
         "print('working', flush=True); time.sleep(120)"
@@ -120,9 +130,8 @@ def test_a_timeout_reaches_the_step_through_srun(
 
 
 def test_a_step_that_ignores_sigterm_is_cancelled_once_srun_is_killed(
-    git_repo: Path, srun_on_path: Path, tmp_path: Path
+    git_repo: Path, srun_on_path: Path, pidfile: Path
 ) -> None:
-    pidfile = tmp_path / "step.pid"
     script = (
         "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
         f"open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
