@@ -114,13 +114,14 @@ class LocalCluster:
             raise RuntimeError(f"ray start for {name} failed ({proc.returncode}):\n{out[-3000:]}")
         return node
 
-    def start_head(self) -> Node:
-        """The head: GCS and a raylet with no CPUs, so attempts go to workers."""
+    def start_head(self, num_cpus: int = 0) -> Node:
+        """The head: GCS and a raylet, with no CPUs unless given (then
+        attempts go to the worker nodes)."""
         self.port = free_port(self.head_ip)
         args = [
             "--head",
             f"--port={self.port}",
-            "--num-cpus=0",
+            f"--num-cpus={num_cpus}",
             "--include-dashboard=false",
             f"--dashboard-port={free_port(self.head_ip)}",
         ]

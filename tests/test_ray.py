@@ -226,6 +226,14 @@ def test_the_node_runs_the_command_in_a_scratch_directory_and_brings_back_output
     assert list(tmp_path.iterdir()) == []  # the scratch directory is gone
 
 
+def test_a_program_that_cannot_start_ends_the_attempt_with_status_127(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, "", cwd=str(tmp_path))
+    spec["argv"] = ["gitrun-no-such-program", "{pointer}"]
+    result = run_attempt(spec)
+    assert result["status"] == 127
+    assert b"cannot start 'gitrun-no-such-program'" in result["log"]
+
+
 def test_an_output_over_the_cap_or_a_symlink_is_not_brought_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
