@@ -84,6 +84,16 @@ def ray_problems(run: RunDef) -> list[Problem]:
                 f"here; install it with `{INSTALL}` (or choose another executor kind)",
             )
         )
+    if not executor.shared_fs and executor.command is None and executor.preset == "claude":
+        out.append(
+            Problem(
+                "executor",
+                f'{run.packet_path}: [executor] preset "claude" enforces ownership with hooks '
+                "that read the repository, which a Ray node's scratch directory is not (every "
+                "write would be refused); set shared_fs = true with the repository at the same "
+                "path on every node, or give a `command`",
+            )
+        )
     known = run.stage_names
     for stage in executor.resources.stages:
         if stage not in known:

@@ -130,6 +130,17 @@ def test_check_names_a_resource_stage_the_run_does_not_have(git_repo: Path) -> N
     assert any("[executor.resources.stages] names stage 'reveiw'" in p for p in problems), problems
 
 
+def test_check_refuses_the_claude_preset_in_scratch_mode(git_repo: Path) -> None:
+    executor = {"kind": "ray", "preset": "claude"}
+    write_run(git_repo, "r", [{"id": "t1", "outputs": ["out/t1.json"]}], {"executor": executor})
+    problems = [p.message for p in check_run(load_run(git_repo, "r")).problems]
+    assert any('preset "claude"' in p and "shared_fs = true" in p for p in problems), problems
+    executor["shared_fs"] = True
+    write_run(git_repo, "r", [{"id": "t1", "outputs": ["out/t1.json"]}], {"executor": executor})
+    problems = [p.message for p in check_run(load_run(git_repo, "r")).problems]
+    assert not any("shared_fs" in p for p in problems), problems
+
+
 def test_check_holds_a_ray_command_to_the_command_rules(git_repo: Path) -> None:
     _ray_run(git_repo, {"command": ["sh", "-c", "echo {task}"]})
     problems = [p.message for p in check_run(load_run(git_repo, "r")).problems]
