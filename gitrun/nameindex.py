@@ -19,8 +19,9 @@ only: :func:`gitrun.patterns.intersect` still decides each candidate pair.
 
 from __future__ import annotations
 
+import sys
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 from gitrun.patterns import DSTAR, Pattern, Segment, segment_regex
@@ -47,129 +48,168 @@ def name_rule(pattern: Pattern, depth: int) -> Rule:
     return ANY_NAME if isinstance(segment, str) else segment
 
 
+# A rule with the head and the tail of its segment ("" for the other rules),
+# worked out once per claim and depth.
+Key = tuple[Rule, str, str]
+
+
+def key_of(rule: Rule) -> Key:
+    if isinstance(rule, str):
+        return rule, "", ""
+    head, tail = ends(rule)
+    return rule, head, sys.intern(tail)  # globs in one directory share their tails
+
+
 def ends(segment: Segment) -> tuple[str, str]:
     """The head and the tail of a segment; they never overlap in a name it matches
     (a segment without a wildcard is all head)."""
-    head: list[str] = []
-    for token in segment:
-        if not isinstance(token, str):
-            break
-        head.append(token)
-    if len(head) == len(segment):
-        return "".join(head), ""
-    tail: list[str] = []
-    for token in reversed(segment):
-        if not isinstance(token, str):
-            break
-        tail.append(token)
-    return "".join(head), "".join(reversed(tail))
+    size = len(segment)
+    i = 0
+    while i < size and type(segment[i]) is str:
+        i += 1
+    if i == size:
+        return "".join(segment), ""  # type: ignore[arg-type]  # every token is a str here
+    j = size
+    while type(segment[j - 1]) is str:
+        j -= 1
+    return "".join(segment[:i]), "".join(segment[j:])  # type: ignore[arg-type]  # str tokens
+
+
+# A head group of more members than this is indexed by tail; a smaller one is
+# scanned (most heads are a task's own: `t00042-` in `cache/t00042-*.bin`).
+SMALL_GROUP = 8
+
+
+class _Tails(Generic[T]):
+    """The members of one head group, by tail."""
+
+    def __init__(self, members: Sequence[tuple[str, T]]) -> None:
+        self.by_tail: dict[str, list[T]] = {}
+        for tail, member in members:
+            self.by_tail.setdefault(tail, []).append(member)
+        self.lengths = sorted({len(t) for t in self.by_tail})
+        self.reversed = sorted(t[::-1] for t in self.by_tail)
+
+    def ending(self, name: str, room: int) -> Iterator[T]:
+        """Members whose tail ends ``name`` and fits in its last ``room`` characters."""
+        size = len(name)
+        for m in self.lengths:
+            if m > room:
+                break
+            yield from self.by_tail.get(name[size - m :], ())
+
+    def around(self, tail: str) -> Iterator[T]:
+        """Members whose tail is a suffix of ``tail``, or has ``tail`` as one."""
+        yield from self.ending(tail, len(tail))
+        backwards = tail[::-1]
+        k = bisect_left(self.reversed, backwards)
+        while k < len(self.reversed) and self.reversed[k].startswith(backwards):
+            if len(self.reversed[k]) > len(tail):
+                yield from self.by_tail[self.reversed[k][::-1]]
+            k += 1
 
 
 class NameIndex(Generic[T]):
     """Items with a rule each, found by a name their rule may match, in their order."""
 
-    def __init__(self, entries: Sequence[tuple[T, Rule]]) -> None:
-        self._items = [item for item, _ in entries]
+    def __init__(self, entries: Sequence[tuple[T, Key]]) -> None:
+        self._entries = entries
         self._wild: list[int] = []
-        # head -> tail -> (position, segment)
-        self._heads: dict[str, dict[str, list[tuple[int, Segment]]]] = {}
-        for position, (_, rule) in enumerate(entries):
+        self._heads: dict[str, list[int]] = {}  # head -> the positions of its members
+        for position, (_, (rule, head, _tail)) in enumerate(entries):
             if isinstance(rule, str):
                 if rule == ANY_NAME:
                     self._wild.append(position)
                 continue
-            head, tail = ends(rule)
-            self._heads.setdefault(head, {}).setdefault(tail, []).append((position, rule))
+            members = self._heads.get(head)
+            if members is None:
+                self._heads[head] = [position]
+            else:
+                members.append(position)
         self._head_lengths = sorted({len(head) for head in self._heads})
-        self._tail_lengths = {
-            head: sorted({len(tail) for tail in tails}) for head, tails in self._heads.items()
-        }
-        self._wild_items = tuple(self._items[p] for p in self._wild)
+        self._big: dict[str, _Tails[int]] = {}  # made when first asked
+        self._wild_items = tuple(entries[p][0] for p in self._wild)
 
     def matching(self, name: str) -> Sequence[T]:
         """The items whose rule may let ``name`` be the name at their depth."""
         if not self._heads:
             return self._wild_items
+        entries = self._entries
         found = list(self._wild)
         size = len(name)
         for n in self._head_lengths:
             if n > size:
                 break
             head = name[:n]
-            tails = self._heads.get(head)
-            if tails is None:
+            members = self._heads.get(head)
+            if members is None:
                 continue
-            for m in self._tail_lengths[head]:
-                if n + m > size:
-                    break
-                for position, segment in tails.get(name[size - m :], ()):
-                    if segment_regex(segment).fullmatch(name):
-                        found.append(position)
+            if len(members) > SMALL_GROUP:
+                tails = self._big.get(head)
+                if tails is None:
+                    tails = self._big[head] = _Tails([(entries[p][1][2], p) for p in members])
+                candidates: Iterable[int] = tails.ending(name, size - n)
+            else:
+                candidates = [
+                    p
+                    for p in members
+                    if len(entries[p][1][2]) <= size - n and name.endswith(entries[p][1][2])
+                ]
+            for position in candidates:
+                segment = entries[position][1][0]
+                assert isinstance(segment, tuple)
+                if segment_regex(segment).fullmatch(name):
+                    found.append(position)
         if not found:
             return ()
         found.sort()
-        return tuple(self._items[p] for p in found)
+        return tuple(entries[p][0] for p in found)
 
 
-class _Tails:
-    """The members of one head group, by tail."""
-
-    def __init__(self) -> None:
-        self.by_tail: dict[str, list[int]] = {}
-
-    def add(self, position: int, tail: str) -> None:
-        self.by_tail.setdefault(tail, []).append(position)
-
-    def freeze(self) -> None:
-        self.lengths = sorted({len(t) for t in self.by_tail})
-        self.reversed = sorted(t[::-1] for t in self.by_tail)
-
-    def around(self, tail: str) -> Iterator[int]:
-        """Members whose tail is a suffix of ``tail``, or has ``tail`` as one."""
-        size = len(tail)
-        for m in self.lengths:
-            if m > size:
-                break
-            yield from self.by_tail.get(tail[size - m :], ())
-        backwards = tail[::-1]
-        k = bisect_left(self.reversed, backwards)
-        while k < len(self.reversed) and self.reversed[k].startswith(backwards):
-            if len(self.reversed[k]) > size:
-                yield from self.by_tail[self.reversed[k][::-1]]
-            k += 1
-
-
-def candidate_pairs(rules: Sequence[Rule]) -> set[tuple[int, int]]:
+def candidate_pairs(keys: Sequence[Key]) -> set[tuple[int, int]]:
     """Pairs (i, j), i < j, of rules that may both let one name through: every
     pair with a rule that takes any name, and the pairs of segments whose heads
     and tails agree. Output-sensitive: pairs that cannot agree are not visited."""
     pairs: set[tuple[int, int]] = set()
-    count = len(rules)
+    count = len(keys)
     keyed: list[tuple[int, str, str]] = []
-    for i, rule in enumerate(rules):
+    for i, (rule, head, tail) in enumerate(keys):
         if isinstance(rule, tuple):
-            keyed.append((i, *ends(rule)))
+            keyed.append((i, head, tail))
         elif rule == ANY_NAME:
             pairs.update(
-                (min(i, j), max(i, j)) for j in range(count) if j != i and rules[j] != NO_NAME
+                (min(i, j), max(i, j)) for j in range(count) if j != i and keys[j][0] != NO_NAME
             )
     if len(keyed) < 2:
         return pairs
-    groups: dict[str, _Tails] = {}
-    for i, head, tail in keyed:
-        groups.setdefault(head, _Tails()).add(i, tail)
-    for tails in groups.values():
-        tails.freeze()
+    groups: dict[str, list[int]] = {}  # head -> the positions of its members
+    for i, head, _tail in keyed:
+        members = groups.get(head)
+        if members is None:
+            groups[head] = [i]
+        else:
+            members.append(i)
+    big: dict[str, _Tails[int]] = {}
     head_lengths = sorted({len(head) for head in groups})
     for i, head, tail in keyed:
         for n in head_lengths:
             if n > len(head):
                 break
-            group = groups.get(head[:n])
-            if group is None:
+            key = head[:n]
+            members = groups.get(key)
+            if members is None:
                 continue
+            if len(members) > SMALL_GROUP:
+                tails = big.get(key)
+                if tails is None:
+                    tails = big[key] = _Tails([(keys[j][2], j) for j in members])
+                found: Iterable[int] = tails.around(tail)
+            else:
+                found = [
+                    j for j in members if keys[j][2].endswith(tail) or tail.endswith(keys[j][2])
+                ]
             if n < len(head):  # a shorter head: this pair is found from here only
-                pairs.update((min(i, j), max(i, j)) for j in group.around(tail))
+                pairs.update((min(i, j), max(i, j)) for j in found)
             else:  # the same head: found from both sides, kept from the first
-                pairs.update((i, j) for j in group.around(tail) if j > i)
+                pairs.update((i, j) for j in found if j > i)
     return pairs

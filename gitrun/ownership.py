@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from gitrun.nameindex import NameIndex, candidate_pairs, name_rule
+from gitrun.nameindex import Key, NameIndex, candidate_pairs, key_of, name_rule
 from gitrun.patterns import Pattern, intersect, matches
 
 OWNS = "owns"
@@ -87,7 +87,7 @@ class _Node:
         """The globs here, indexed by what their segment at ``depth`` matches."""
         if self._index is None:
             globs = self.globs or []
-            self._index = NameIndex([(c, name_rule(c.pattern, depth)) for c in globs])
+            self._index = NameIndex([(c, key_of(name_rule(c.pattern, depth))) for c in globs])
         return self._index
 
 
@@ -144,18 +144,22 @@ def find_meetings(claims: Sequence[Claim], conflicts: Conflicts) -> Iterator[Mee
             yield from _meetings_with_above([node], above, conflicts)
             continue
         here = node.claims()
+        keys = [key_of(name_rule(c.pattern, depth)) for c in here]
         if here:
             yield from _meetings_with_above(here, above, conflicts)
-            yield from _meetings_at(here, depth, conflicts)
+            yield from _meetings_at(here, keys, conflicts)
         if node.children is None:
             continue
-        reaching = [*above, *(c for c in here if c.kind == OWNS)]
-        reaching += [c for c in here if c.kind == READS]
+        # The claims that may reach the children: those above, then the
+        # owners here, then the readers here.
+        reaching = [(c, key_of(name_rule(c.pattern, depth))) for c in above]
+        reaching += [(c, key) for c, key in zip(here, keys, strict=True) if c.kind == OWNS]
+        reaching += [(c, key) for c, key in zip(here, keys, strict=True) if c.kind == READS]
         stack.append(_frames(node.children, depth, reaching))
 
 
 def _frames(
-    children: dict[str, _Node | Claim], depth: int, reaching: list[Claim]
+    children: dict[str, _Node | Claim], depth: int, reaching: list[tuple[Claim, Key]]
 ) -> Iterator[_Frame]:
     """The frames of a node's children, last child first, each with the claims
     (of ``reaching``, at and above the node) whose segment lets its name through."""
@@ -163,7 +167,7 @@ def _frames(
         for child in reversed(children.values()):
             yield child, depth + 1, _NONE
         return
-    index = NameIndex([(c, name_rule(c.pattern, depth)) for c in reaching])
+    index = NameIndex(reaching)
     for name, child in reversed(children.items()):
         yield child, depth + 1, index.matching(name)
 
@@ -184,15 +188,14 @@ def _meetings_with_above(
                 yield Meeting(upper, claim, witness)
 
 
-def _meetings_at(here: list[Claim], depth: int, conflicts: Conflicts) -> Iterator[Meeting]:
+def _meetings_at(here: list[Claim], keys: list[Key], conflicts: Conflicts) -> Iterator[Meeting]:
     """Owners against owners and readers at one node; readers never against
-    readers. Only pairs whose segments at ``depth`` can match one name are
-    compared, in the order owner by owner, then the other by position."""
+    readers. Only pairs whose segments at the node's depth (``keys``) can match
+    one name are compared, in the order owner by owner, then the other by position."""
     if len(here) < 2:
         return
-    rules = [name_rule(c.pattern, depth) for c in here]
     ordered: list[tuple[int, int]] = []
-    for i, j in candidate_pairs(rules):
+    for i, j in candidate_pairs(keys):
         a, b = here[i], here[j]
         if a.task == b.task:
             continue

@@ -46,9 +46,10 @@ class NotCanonical:
 
 
 # The common case, decided by one match: names that start with a letter, a
-# digit or '_' (so never '.', '..' or a .git alias) and hold no space,
-# separator or control character. Anything else takes the full path below.
-_PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=,@%-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.+=,@%-]*)*")
+# digit, '_' or a wildcard (so never '.', '..' or a .git alias) and hold no
+# space, separator or control character. Anything else takes the full path below.
+_NAME = r"[A-Za-z0-9_*?\[][A-Za-z0-9_.+=,@%*?\[\]!^-]*"
+_PLAIN = re.compile(rf"{_NAME}(?:/{_NAME})*")
 
 
 def canonical_problem(text: str, *, is_file: bool) -> NotCanonical | None:

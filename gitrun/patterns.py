@@ -51,10 +51,15 @@ DSTAR = "**"
 STAR = ("*",)
 ANY = ANY_CHAR
 _META = re.compile(r"[*?\[\\]")
+_STARS = re.compile(r"\*\*+")  # one `*` matches what several in a row match
 _DRIVE = re.compile(r"[A-Za-z]:[\\/]")
 # A normal plain path: names that start with a letter, a digit or '_' (so never
 # '.', '..' or empty) and hold no wildcard, space or separator but '/'.
 _PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=,@%-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.+=,@%-]*)*")
+# The same with `*` and `?` too: a normal glob (no escape, no bracket, no trailing `/`).
+_PLAIN_GLOB = re.compile(
+    r"[A-Za-z0-9_*?][A-Za-z0-9_.+=,@%*?-]*(?:/[A-Za-z0-9_*?][A-Za-z0-9_.+=,@%*?-]*)*"
+)
 # A path with an empty, `.` or `..` name, or a trailing slash: owned by nothing.
 _NOT_CANONICAL = re.compile(r"(?:^|/)\.{0,2}(?:/|$)")
 
@@ -140,6 +145,8 @@ def parse(text: str) -> Pattern:
     """Parse a user-written pattern (see the module docstring for the syntax)."""
     if _PLAIN.fullmatch(text):  # the common case, already normal: one match decides
         return Pattern(text, (), None, True, True)
+    if _PLAIN_GLOB.fullmatch(text):  # normal already, wildcards `*` and `?` only
+        return _glob_pattern(text, False)
     return _parse_glob(text)
 
 
@@ -148,29 +155,43 @@ def _parse_glob(text: str) -> Pattern:
     norm, is_dir = normalize(text)
     if not _META.search(norm):  # a plain path
         return Pattern(norm, (), None, True, True)
+    return _glob_pattern(norm, is_dir)
+
+
+def _glob_pattern(norm: str, is_dir: bool) -> Pattern:
+    """The pattern of a normalised text with a wildcard."""
     segments: list[Segment | str] = []
+    prefix: list[str] = []  # the leading plain names, unescaped
     for part in norm.split("/"):
         if part == "**":
             if not segments or segments[-1] != DSTAR:
                 segments.append(DSTAR)
-        else:
-            segments.append(_parse_segment(part))
+            continue
+        plain = _META.search(part) is None
+        segment = _plain_segment(part) if plain else _parse_segment(part)
+        if len(prefix) == len(segments) and (plain or all(type(t) is str for t in segment)):
+            prefix.append(part if plain else "".join(segment))  # type: ignore[arg-type]  # all str
+        segments.append(segment)
     last = segments[-1]
-    subtree = is_dir or last == DSTAR or all(isinstance(t, str) for t in last)
     if last == DSTAR:
         # A trailing `/**` matches everything *inside* (not the directory
         # itself); owning a subtree, that is exactly one more segment.
         segments[-1] = (STAR,)
-    prefix: list[str] = []
-    for seg in segments:
-        if seg == DSTAR or not all(isinstance(t, str) for t in seg):
-            break
-        prefix.append("".join(t for t in seg if isinstance(t, str)))
     is_literal = len(prefix) == len(segments)
+    subtree = is_dir or last == DSTAR or all(type(t) is str for t in last)
     return Pattern(norm, () if is_literal else tuple(segments), tuple(prefix), is_literal, subtree)
 
 
+@lru_cache(maxsize=1024)
+def _plain_segment(part: str) -> Segment:
+    """The segment of a plain name; one copy for the globs that share a
+    directory (100,000 globs under `cache/` hold one `cache`)."""
+    return tuple(part)
+
+
 def _parse_segment(part: str) -> Segment:
+    if "[" not in part and "\\" not in part:  # the common case, one token a character
+        return tuple(STAR if c == "*" else ANY if c == "?" else c for c in _STARS.sub("*", part))
     tokens: list[Token] = []
     i = 0
     while i < len(part):

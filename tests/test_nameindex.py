@@ -8,10 +8,20 @@ many globs that share one directory.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gitrun.nameindex import ANY_NAME, NO_NAME, NameIndex, Rule, candidate_pairs, ends, name_rule
+from gitrun.nameindex import (
+    ANY_NAME,
+    NO_NAME,
+    NameIndex,
+    Rule,
+    candidate_pairs,
+    ends,
+    key_of,
+    name_rule,
+)
 from gitrun.ownership import OWNS, READS, Claim, OwnerIndex, find_meetings
 from gitrun.patterns import Segment, intersect, matches, parse, segment_intersection
 from tests.pattern_oracle import (
@@ -49,9 +59,13 @@ _NAMES = [*names_up_to("t01-.bn", 3), "t01-x.bin", "t0.bin", "t01-", "t1-a.bin",
 
 
 @settings(max_examples=120, deadline=None)
-@given(st.lists(_rule, min_size=2, max_size=40))
-def test_candidate_pairs_holds_every_pair_that_shares_a_name(rules: list[Rule]) -> None:
-    pairs = candidate_pairs(rules)
+@given(st.lists(_rule, min_size=2, max_size=40), st.sampled_from([0, 8]))
+def test_candidate_pairs_holds_every_pair_that_shares_a_name(
+    rules: list[Rule], small_group: int
+) -> None:
+    with pytest.MonkeyPatch.context() as patch:  # 0: every head group indexed by tail
+        patch.setattr("gitrun.nameindex.SMALL_GROUP", small_group)
+        pairs = candidate_pairs([key_of(r) for r in rules])
     assert all(i < j for i, j in pairs)
     for i, a in enumerate(rules):
         for j in range(i + 1, len(rules)):
@@ -67,20 +81,24 @@ def test_candidate_pairs_holds_every_pair_that_shares_a_name(rules: list[Rule]) 
 
 
 @settings(max_examples=120, deadline=None)
-@given(st.lists(_rule, min_size=1, max_size=40))
-def test_name_index_finds_exactly_the_rules_a_name_passes(rules: list[Rule]) -> None:
-    index = NameIndex(list(enumerate(rules)))
+@given(st.lists(_rule, min_size=1, max_size=40), st.sampled_from([0, 8]))
+def test_name_index_finds_exactly_the_rules_a_name_passes(
+    rules: list[Rule], small_group: int
+) -> None:
+    index = NameIndex([(i, key_of(r)) for i, r in enumerate(rules)])
     texts = {i: "".join(t if isinstance(t, str) else "" for t in r) for i, r in enumerate(rules)}
-    for name in _NAMES:
-        expected = []
-        for i, rule in enumerate(rules):
-            if rule == ANY_NAME:
-                expected.append(i)
-            elif isinstance(rule, tuple) and name not in (".", ".."):
-                found = segment_intersection(rule, tuple(name))
-                if found is not None:
+    with pytest.MonkeyPatch.context() as patch:  # 0: every head group indexed by tail
+        patch.setattr("gitrun.nameindex.SMALL_GROUP", small_group)
+        for name in _NAMES:
+            expected = []
+            for i, rule in enumerate(rules):
+                if rule == ANY_NAME or (
+                    isinstance(rule, tuple)
+                    and name not in (".", "..")
+                    and segment_intersection(rule, tuple(name)) is not None
+                ):
                     expected.append(i)
-        assert list(index.matching(name)) == expected, (name, texts)
+            assert list(index.matching(name)) == expected, (name, texts)
 
 
 def test_ends_never_overlap() -> None:
@@ -206,7 +224,7 @@ def test_name_matches_agrees_on_the_shared_names() -> None:
     # The oracle's one-name matcher and the index agree on a sample (a sanity
     # check that the strategies above draw segments the oracle reads alike).
     for text in ("t01-*.bin", "t0?", "*[!.]*", "t1*"):
-        index = NameIndex([(text, name_rule(parse(f"d/{text}"), 1))])
+        index = NameIndex([(text, key_of(name_rule(parse(f"d/{text}"), 1)))])
         for name in _NAMES:
             if name not in (".", ".."):
                 assert (list(index.matching(name)) == [text]) == name_matches(text, name)
