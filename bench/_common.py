@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -70,3 +72,112 @@ def median_seconds(action: Callable[[], object], repeat: int) -> tuple[float, li
 
 def machine() -> str:
     return f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()}"
+
+
+# --- measuring a command, and printing one table per bench -------------------
+
+# Run by a fresh interpreter that built nothing: it starts the command, waits
+# for it, and reports its wall time and the peak resident memory of that one
+# child (RUSAGE_CHILDREN of a process whose only child it is).
+_MEASURE = """
+import json, resource, subprocess, sys, time
+argv, cwd = json.loads(sys.argv[1]), sys.argv[2]
+start = time.perf_counter()
+proc = subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+wall = time.perf_counter() - start
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+err = proc.stderr.decode(errors="replace")[-2000:]
+print(json.dumps({"wall": wall, "peak": peak, "code": proc.returncode, "err": err}))
+"""
+
+
+@dataclass(frozen=True)
+class Sample:
+    wall: float  # seconds
+    peak_mb: float  # peak resident memory of the command, MB
+    load: float  # the 1-minute load average when it started
+
+
+def measure(argv: list[str], cwd: Path, env: dict[str, str], ok: tuple[int, ...] = (0,)) -> Sample:
+    """One run of ``argv`` in ``cwd``: wall time and peak memory, taken by a
+    small helper process (so no memory of this one, which may hold a big
+    state it built, is ever counted)."""
+    load = os.getloadavg()[0]
+    helper = [sys.executable, "-c", _MEASURE, json.dumps(argv), str(cwd)]
+    out = subprocess.run(helper, env=env, capture_output=True, text=True, check=True).stdout
+    result = json.loads(out)
+    if result["code"] not in ok:
+        raise SystemExit(f"{' '.join(argv)} exited {result['code']}: {result['err']}")
+    return Sample(result["wall"], result["peak"], load)
+
+
+def median_of(samples: list[Sample]) -> float:
+    return statistics.median(s.wall for s in samples)
+
+
+def peak_of(samples: list[Sample]) -> float:
+    return max(s.peak_mb for s in samples)
+
+
+def walls(samples: list[Sample]) -> str:
+    return ", ".join(f"{s.wall:.2f}" for s in samples)
+
+
+@dataclass
+class Row:
+    """One line of a bench's table; ``ok`` None when the row has no target."""
+
+    case: str
+    gitrun: str
+    peer: str = "—"
+    ratio: str = "—"
+    target: str = "—"
+    ok: bool | None = None
+
+
+@dataclass
+class Table:
+    """One table per bench: gitrun, peer, ratio, target, PASS/MISS, and the
+    load average while it ran."""
+
+    title: str
+    rows: list[Row] = field(default_factory=list)
+    loads: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, row: Row, *samples: list[Sample]) -> None:
+        self.rows.append(row)
+        for group in samples:
+            self.loads += [s.load for s in group]
+
+    @property
+    def passed(self) -> bool:
+        return all(row.ok is not False for row in self.rows)
+
+    def print(self) -> None:
+        header = ("case", "gitrun", "peer", "ratio", "target", "result")
+        cells = [header] + [
+            (
+                r.case,
+                r.gitrun,
+                r.peer,
+                r.ratio,
+                r.target,
+                "—" if r.ok is None else "PASS" if r.ok else "MISS",
+            )
+            for r in self.rows
+        ]
+        widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
+        print(f"\n{self.title}")
+        for n, line in enumerate(cells):
+            print("  ".join(text.ljust(w) for text, w in zip(line, widths, strict=True)).rstrip())
+            if n == 0:
+                print("  ".join("-" * w for w in widths))
+        if self.loads:
+            mean = statistics.mean(self.loads)
+            print(
+                f"load average (1 min) during the runs: mean {mean:.2f}, max {max(self.loads):.2f}"
+            )
+        for note in self.notes:
+            print(note)
+        print(f"machine: {machine()}; {time.strftime('%Y-%m-%d')}")
