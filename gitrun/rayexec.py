@@ -320,6 +320,11 @@ def _connect(address: str) -> Any:
             f'[executor] kind = "ray" needs Ray, which is not installed here; install it '
             f"with `{INSTALL}`"
         ) from exc
+    if not hasattr(ray, "init"):  # a ray.py of someone else's, earlier on sys.path
+        raise GitrunError(
+            f"`import ray` found {getattr(ray, '__file__', 'a module')}, which is not Ray; "
+            "rename that file or run gitrun where it is not on the import path"
+        )
     target = None if address == "local" else address
     try:
         ray.init(

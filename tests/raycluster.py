@@ -56,7 +56,6 @@ class LocalCluster:
     marker: str = field(default_factory=lambda: uuid.uuid4().hex)
     nodes: list[Node] = field(default_factory=list)
     port: int = 0
-    client_port: int = 0  # the head's Ray Client server (ray://), where ray[client] is installed
 
     @property
     def address(self) -> str:
@@ -125,9 +124,9 @@ class LocalCluster:
             "--include-dashboard=false",
             f"--dashboard-port={free_port(self.head_ip)}",
         ]
-        if importlib.util.find_spec("grpc") is not None:  # what ray[client] adds
-            self.client_port = free_port(self.head_ip)
-            args.append(f"--ray-client-server-port={self.client_port}")
+        if importlib.util.find_spec("grpc") is not None:
+            # ray[client] is installed: its server would take port 10001 otherwise.
+            args.append(f"--ray-client-server-port={free_port(self.head_ip)}")
         return self._start("head", self.head_ip, args)
 
     def add_node(
