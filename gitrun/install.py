@@ -238,7 +238,11 @@ def install_sandbox(repo: Path) -> str:
     settings["sandbox"] = ours
     write_atomic(path, (json.dumps(settings, indent=2) + "\n").encode())
     _exclude_from_git(repo, LOCAL_SETTINGS)
-    return f"{LOCAL_SETTINGS}: Bash runs in the sandbox, with the repository read-only"
+    return (
+        f"{LOCAL_SETTINGS}: Bash runs in the sandbox, with the repository read-only for every "
+        "Claude Code session here, yours included (its gitrun commands excepted); "
+        "`gitrun hooks install --no-sandbox` leaves it out, `gitrun hooks uninstall` removes it"
+    )
 
 
 def uninstall_sandbox(repo: Path) -> str:
