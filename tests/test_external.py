@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -205,6 +206,8 @@ def test_governor_state_outlives_a_call_and_damage_to_it_is_a_warning(git_repo: 
     state = LocalPaths.of(git_repo, "e").governor
     saved = json.loads(state.read_text())
     assert saved["v"] == 1 and saved["concurrency"] == 2 and saved["throttles"] == 1
+    # The backoff's length is random (jitter): make it last, then it must be read back.
+    state.write_text(json.dumps({**saved, "backoff_until": time.time() + 3600}))
     held = _gitrun(git_repo, "next", "e")  # the backoff, read back from disk, holds it
     assert "throttled: wait" in held.stdout + held.stderr, held.stdout
     state.write_text('{"v": 1, "concurrency": "two"')  # cut short
