@@ -96,6 +96,14 @@ def test_an_owned_write_is_allowed_and_lands(repo: Path) -> None:
     assert result["permission_denials"] == [] and result["result"] == "done"
 
 
+def _linked(repo: Path) -> Path:
+    """``alias`` -> ``docs``: a link made in the tree after the run was checked,
+    through which ``alias/t1.json`` names ``docs/t1.json``."""
+    (repo / "docs").mkdir()
+    (repo / "alias").symlink_to("docs")
+    return repo / "alias"
+
+
 @pytest.mark.parametrize(
     ("turn", "stray", "said"),
     [
@@ -103,8 +111,10 @@ def test_an_owned_write_is_allowed_and_lands(repo: Path) -> None:
         (lambda r: write(str(r / "TODO.md"), "mine\n"), "TODO.md", "may not write the shared"),
         (lambda r: write(str(r / "out/../../outside.txt"), "x"), "../outside.txt", "outside the"),
         (lambda r: edit(str(r / "README.md"), "sample", "changed"), "README.md", "not among"),
+        (lambda r: write(str(r.parent / "elsewhere.txt"), "x"), "../elsewhere.txt", "outside the"),
+        (lambda r: write(str(_linked(r) / "t1.json"), "x"), "docs/t1.json", "may"),
     ],
-    ids=["write", "protected", "dotdot", "edit"],
+    ids=["write", "protected", "dotdot", "edit", "absolute-outside", "through-a-symlink"],
 )
 def test_a_write_outside_the_task_s_owns_is_denied_and_the_model_is_told(
     repo: Path, turn: Callable[[Path], Turn], stray: str, said: str
