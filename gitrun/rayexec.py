@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import socket
 import sys
 import time
 from collections import deque
@@ -46,6 +47,7 @@ INSTALL = "pip install 'gitrun[ray]'"
 # Seconds a node has, past the deadline and the kill grace, to report an
 # attempt it ended itself before the driver force-cancels the Ray task.
 NODE_SLACK = 15.0
+PROBE_TIMEOUT = 5.0  # seconds to wait for the cluster's address to answer at all
 # What Ray raises when the machine under an attempt was lost, not the task.
 LOST_ERRORS = (
     "WorkerCrashedError",
@@ -166,7 +168,7 @@ class RayRunner:
         self.executor = run.packet.executor
         self.kill_grace = run.packet.limits.kill_grace
         self.report = report
-        self.ray = _connect(self.executor.address)
+        self.ray = _connect(self.executor.address, run.id)
         # What the cluster says to this driver (a node marked dead, ...) is
         # reported between attempts, never printed over gitrun's own output.
         self._said: deque[str] = deque(maxlen=100)
@@ -312,7 +314,7 @@ class RayRunner:
         self._restore()
 
 
-def _connect(address: str) -> Any:
+def _connect(address: str, run_id: str) -> Any:
     try:
         import ray
     except ImportError as exc:
@@ -325,6 +327,12 @@ def _connect(address: str) -> Any:
             f"`import ray` found {getattr(ray, '__file__', 'a module')}, which is not Ray; "
             "rename that file or run gitrun where it is not on the import path"
         )
+    unreachable = (
+        f"cannot reach the Ray cluster at [executor] address {address!r}"
+        " ({}); start it (`ray start --head`) or fix the address, then "
+        f"`gitrun resume {run_id}`"
+    )
+    _probe(address, unreachable)
     target = None if address == "local" else address
     try:
         ray.init(
@@ -336,11 +344,20 @@ def _connect(address: str) -> Any:
             ignore_reinit_error=True,
         )
     except Exception as exc:
-        raise GitrunError(
-            f"cannot reach the Ray cluster at [executor] address {address!r}: "
-            f"{_first_line(exc)}; start it (`ray start --head`) or fix the address"
-        ) from exc
+        raise GitrunError(unreachable.format(_first_line(exc))) from exc
     return ray
+
+
+def _probe(address: str, unreachable: str) -> None:
+    """Ray waits for minutes on an address where nothing listens: knock first."""
+    if address in ("auto", "local"):  # Ray answers at once for these
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT):
+            pass
+    except OSError as exc:
+        raise GitrunError(unreachable.format(exc.strerror or "no answer")) from exc
 
 
 def _route_messages(sink: Callable[[str], None]) -> Callable[[], None]:

@@ -24,6 +24,7 @@ import pytest
 
 from gitrun import ledger
 from gitrun.check import check_run
+from gitrun.errors import GitrunError
 from gitrun.governor import ENVIRONMENT, EndFacts, Governor
 from gitrun.rayexec import INSTALL, is_ray_installed
 from gitrun.raynode import run_attempt
@@ -128,6 +129,22 @@ def test_check_names_a_resource_stage_the_run_does_not_have(git_repo: Path) -> N
     _ray_run(git_repo, {"resources": {"stages": {"reveiw": {"num_gpus": 1}}}})
     problems = [p.message for p in check_run(load_run(git_repo, "r")).problems]
     assert any("[executor.resources.stages] names stage 'reveiw'" in p for p in problems), problems
+
+
+@needs_ray
+def test_a_cluster_that_does_not_answer_is_one_sentence_at_once(git_repo: Path) -> None:
+    from tests.raycluster import free_port
+
+    address = f"127.0.0.21:{free_port('127.0.0.21')}"  # nothing listens there
+    _ray_run(git_repo, {"address": address})
+    started = time.monotonic()
+    with pytest.raises(GitrunError) as raised:
+        start_run(git_repo, "r", quiet)
+    assert time.monotonic() - started < 20  # Ray alone would wait for minutes
+    assert str(raised.value) == (
+        f"cannot reach the Ray cluster at [executor] address {address!r} (Connection refused); "
+        "start it (`ray start --head`) or fix the address, then `gitrun resume r`"
+    )
 
 
 def test_check_refuses_the_claude_preset_in_scratch_mode(git_repo: Path) -> None:
