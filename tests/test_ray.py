@@ -8,6 +8,7 @@ without Ray: it is what each Ray task runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -534,6 +535,65 @@ def test_a_timeout_on_a_node_ends_the_attempt_and_counts_it(git_repo: Path, clus
 
 
 @pytest.mark.ray
+def test_a_node_that_does_not_answer_is_force_cancelled_after_the_deadline(
+    git_repo: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Ray worker running the attempt is frozen (SIGSTOP), so the node
+    cannot end it at its timeout: the driver cancels the task with
+    force=True once the grace and the node's slack are over."""
+    import threading
+
+    from gitrun import rayexec
+
+    monkeypatch.setattr(rayexec, "NODE_SLACK", 2.0)
+    script = "import time; print('stuck', flush=True); time.sleep(120)"
+    executor = {
+        "kind": "ray",
+        "address": cluster.address,
+        "command": [sys.executable, "-c", script],
+    }
+    limits = {"timeout": "2s", "kill_grace": "1s", "max_attempts": 1, "max_load": 1000.0}
+    write_run(
+        git_repo,
+        "r",
+        [{"id": "t1", "outputs": ["out/t1.json"]}],
+        {"executor": executor, "limits": limits},
+    )
+    frozen: list[psutil.Process] = []
+
+    def freeze_its_worker() -> None:
+        deadline = time.monotonic() + 30
+        while not (commands := _commands(cluster, script)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if commands:
+            worker = commands[0].parent().parent()  # command <- guard <- Ray worker
+            worker.suspend()
+            frozen.append(worker)
+
+    freezer = threading.Thread(target=freeze_its_worker)
+    freezer.start()
+    try:
+        started = time.monotonic()
+        start_run(git_repo, "r", quiet)
+        took = time.monotonic() - started
+    finally:
+        freezer.join()
+        for worker in frozen:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                worker.resume()
+    assert frozen, "the attempt never started"
+    assert 2 + 1 + 2 <= took < 30
+    [record] = [r for r in ledger_records(git_repo) if r.get("task") == "t1"]
+    assert record["timed_out"] is True
+    log = next((git_repo / ".git/gitrun/r").rglob("t1.1.log")).read_text()
+    assert "the node did not answer in time" in log
+    deadline = time.monotonic() + 20
+    while _commands(cluster, script) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _commands(cluster, script) == []  # the guard took the command with the worker
+
+
+@pytest.mark.ray
 def test_shared_filesystem_mode_runs_in_the_repository(git_repo: Path, cluster: Any) -> None:
     _cluster_run(git_repo, cluster, 6, {"default": "write"}, shared_fs=True)
     assert start_run(git_repo, "r", quiet).exit_code == 0
@@ -619,7 +679,7 @@ def _commands(cluster: Any, script: str) -> list[psutil.Process]:
     found = []
     for proc in cluster.processes():
         try:
-            if proc.cmdline()[-1:] == [script]:
+            if proc.cmdline()[1:] == ["-c", script]:  # not its guard, which ends so too
                 found.append(proc)
         except psutil.NoSuchProcess:
             continue
