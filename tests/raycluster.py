@@ -1,4 +1,4 @@
-"""A real Ray cluster on loopback addresses for the tests and bench/ray.py.
+"""A real Ray cluster on loopback addresses for the tests and bench/ray_vs_local.py.
 
 Each node is its own ``ray start`` with its own ``--node-ip-address``
 (127.0.0.x), temp directory and ports, started one after another, in a

@@ -367,12 +367,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A head and two worker nodes on 127.0.0.11-13; only the second has "w2"."""
     if not HAVE_RAY:
         pytest.skip(f"Ray is not installed; `{INSTALL}` runs these tests")
-    # A bench script imported by another test puts bench/ on the import path,
-    # where bench/ray.py would stand in for Ray in this process.
-    bench = Path(__file__).resolve().parent.parent / "bench"
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != bench]
-    if "ray" in sys.modules and not hasattr(sys.modules["ray"], "init"):
-        del sys.modules["ray"]
     from tests.raycluster import start_cluster
 
     root = tmp_path_factory.mktemp("ray")

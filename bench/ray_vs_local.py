@@ -8,7 +8,7 @@ The cluster is started before the timed section and stopped after it. The
 per-task overhead is what Ray adds to each attempt's slot:
 (wall(ray) - wall(local)) x concurrency / tasks.
 
-    python bench/ray.py [--tasks 1000] [--concurrency 4] [--repeat 1]
+    python bench/ray_vs_local.py [--tasks 1000] [--concurrency 4] [--repeat 1]
 
 Needs Ray (`pip install 'gitrun[ray]'`).
 """
@@ -33,9 +33,7 @@ from _common import (
     write_bench_run,
 )
 
-# This file is bench/ray.py: with bench/ first on the path, `import ray`
-# would find it. The project's root instead, for tests/raycluster.py.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+# The project's root on the path, for tests/raycluster.py.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 SCRIPT = 'printf \'{"task": "%s"}\\n\' "$GITRUN_TASK" > "$GITRUN_OUTPUTS"'
 
