@@ -27,6 +27,7 @@ from gitrun.journal import running_records
 from gitrun.local import LocalPaths
 from gitrun.lock import is_locked
 from gitrun.runs import RunDef
+from gitrun.usage import Usage
 
 DONE = "done"
 PENDING = "pending"
@@ -82,6 +83,7 @@ class Ended:
     dispatch: str = "command"
     wrote_nothing: bool = False  # for the breaker: no output file exists
     diagnostic: str = ""  # the worker's last line, for the breaker's message
+    usage: Usage | None = None  # what its client reported it used; None: unknown
 
 
 class _Histories(dict[str, ledger.TaskHistory]):
@@ -269,6 +271,7 @@ class Engine:
             ended.reason,
             dispatch=ended.dispatch,
             concurrency=concurrency,
+            usage=ended.usage,
         )
         writer.write(record.to_json())
         self.recorded.add(key)

@@ -35,6 +35,7 @@ from gitrun.jsonlines import LineWriter as LineWriter  # the local journal's too
 from gitrun.jsonlines import file_error, line_of, shown
 from gitrun.jsonlines import read_lines as read_lines
 from gitrun.runs import LEDGER_NAME
+from gitrun.usage import Usage, UsageTotals, usage_of
 
 # Outcomes decided from disk after an attempt.
 VALID = "valid"
@@ -232,6 +233,9 @@ class AttemptRecord:
     reason: str = ""
     dispatch: str = "command"  # or "external"
     concurrency: int | None = None  # after a throttle: the concurrency backed off to
+    # What its client reported it used (gitrun.usage); None: nothing was
+    # reported, so its cost is unknown (never zero).
+    usage: Usage | None = None
 
     def to_json(self) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -253,7 +257,25 @@ class AttemptRecord:
             record["dispatch"] = self.dispatch
         if self.concurrency is not None:
             record["concurrency"] = self.concurrency
+        if self.usage is not None:
+            record["usage"] = self.usage.to_json()
         return record
+
+
+def usage_totals(records: list[dict[str, Any]]) -> UsageTotals:
+    """What a run's attempts cost together, from its ledger's records: the
+    spend, the tokens by model, the attempts whose cost is unknown, and what
+    the attempts that did not end valid spent. Records written before
+    attempts carried usage count as attempts of unknown cost."""
+    totals = UsageTotals()
+    for record in attempt_records(records):
+        stage = record.get("stage")
+        totals.add(
+            usage_of(record),
+            valid=record.get("outcome") == VALID,
+            stage=stage if isinstance(stage, str) else "",
+        )
+    return totals
 
 
 class LedgerWriter:
