@@ -24,7 +24,10 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from gitrun.clients import UnreachableWatch, client_signs
+from gitrun.clientusage import USAGE_ENV, read_usage_file, usage_reader
 from gitrun.reaper import identity, is_running, kill_recorded_group
+from gitrun.records import Warn, warn_stderr
+from gitrun.usage import Usage
 
 __all__ = [
     "Attempt",
@@ -64,6 +67,9 @@ class AttemptEnd:
     # a sentence for the ledger's reason.
     refused: str = ""
     dispatch: str = "command"  # how it ran, as the ledger says: command or ray
+    # What the worker's client reported it used (gitrun.clientusage), or what
+    # it wrote to $GITRUN_USAGE; None: nothing was reported, the cost is unknown.
+    usage: Usage | None = None
 
     @property
     def duration(self) -> float:
@@ -123,6 +129,8 @@ class Attempt:
         timeout: float,
         kill_grace: float = TERM_GRACE,
         argv: list[str] | None = None,
+        usage_path: Path | None = None,
+        warn: Warn = warn_stderr,
     ) -> None:
         self.task = task
         self.kill_grace = kill_grace
@@ -152,6 +160,11 @@ class Attempt:
         self._watch = (
             UnreachableWatch(*client) if client is not None and client[1].unreachable else None
         )
+        self._reader = usage_reader(argv or [])
+        self.usage_path = usage_path  # where the worker may write its usage ($GITRUN_USAGE)
+        self._warn = warn
+        self.usage: Usage | None = None
+        self._said: str | None = None  # the client's readable output, for the tail
 
     # -- stopping --------------------------------------------------------------
 
@@ -201,6 +214,8 @@ class Attempt:
                 # end the attempt now instead of at its deadline.
                 self.fault = f"environment fault: {self.task} attempt {self.number}: {fault}"
                 self._terminate()
+        if self._reader is not None:
+            self._reader.feed(chunk)
         self._tail += chunk
         if len(self._tail) > LOG_TAIL:
             del self._tail[: len(self._tail) - LOG_TAIL]
@@ -211,9 +226,33 @@ class Attempt:
             self._written += min(room, len(chunk))
         self._dropped += max(0, len(chunk) - max(room, 0))
 
+    def read_usage(self) -> None:
+        """What the attempt used: the usage file the worker wrote, else its
+        client's own report. A file that cannot be read is a warning (in the
+        log and on stderr), and the usage is then the client's, or unknown."""
+        if self._reader is not None:
+            report = self._reader.finish()
+            self.usage, self._said = report.usage, report.text
+        if self.usage_path is None:
+            return
+        written, problem = read_usage_file(self.usage_path)
+        if written is not None:
+            self.usage = written
+        elif problem:
+            message = (
+                f"{self.task} attempt {self.number}: the usage file ${USAGE_ENV} "
+                f"({self.usage_path}) {problem}; its usage is "
+                f"{'what its client reported' if self.usage else 'unknown'} (write one JSON "
+                'object such as {"input": 1200, "output": 300, "cost_usd": 0.01, "model": "m"})'
+            )
+            self._warn(message)
+            if self._log is not None:
+                self._log.write(f"\n[gitrun: warning: {message}]\n".encode())
+
     def close_log(self) -> None:
         if self._log is None:
             return
+        self.read_usage()
         if self._dropped:
             note = f"\n[gitrun: {self._dropped} bytes dropped; the last ones follow]\n"
             self._log.write(note.encode() + bytes(self._tail))
@@ -235,16 +274,25 @@ class Attempt:
             -status if status < 0 else None,
             self.timed_out,
             self.stopped,
-            self.failure or bytes(self._tail[-4096:]).decode(errors="replace"),
+            self.failure or self._tail_text(),
             self.fault,
+            usage=self.usage,
         )
+
+    def _tail_text(self) -> str:
+        """The end of the output, or of the client's readable text where its
+        output is JSON (claude's ``result``, codex's messages)."""
+        if self._said is not None:
+            return self._said[-4096:]
+        return bytes(self._tail[-4096:]).decode(errors="replace")
 
 
 class Monitor:
     """Starts attempts and reports the ones that ended."""
 
-    def __init__(self, kill_grace: float = TERM_GRACE) -> None:
+    def __init__(self, kill_grace: float = TERM_GRACE, warn: Warn = warn_stderr) -> None:
         self.kill_grace = kill_grace
+        self.warn = warn
         self._selector = selectors.DefaultSelector()
         self._use_pidfd = hasattr(os, "pidfd_open")
         self._live: set[Attempt] = set()
@@ -260,7 +308,10 @@ class Monitor:
         log_path: Path,
         timeout: float,
     ) -> Attempt:
-        attempt = Attempt(task, number, timeout, self.kill_grace, argv)
+        usage_path = usage_file(log_path)
+        attempt = Attempt(task, number, timeout, self.kill_grace, argv, usage_path, self.warn)
+        usage_path.unlink(missing_ok=True)  # an earlier attempt's, left by a run started over
+        env = {**env, USAGE_ENV: str(usage_path)}
         log = log_path.open("wb")
         try:
             proc = subprocess.Popen(
@@ -371,6 +422,12 @@ class Monitor:
                 self._selector.unregister(attempt.proc.stdout)
         attempt.proc.stdout.close()
         attempt.close_log()
+
+
+def usage_file(log_path: Path) -> Path:
+    """Where an attempt's worker may write its usage: beside its log
+    (``logs/<task>.<attempt>.usage.json``), machine-local like the log."""
+    return log_path.with_name(log_path.name.removesuffix(".log") + ".usage.json")
 
 
 def _has_exited(proc: subprocess.Popen[bytes]) -> bool:

@@ -385,6 +385,7 @@ class Driver:
             dispatch=end.dispatch,
             wrote_nothing=all(o.reason == "does not exist" for o in check.outputs),
             diagnostic=last_line(end.lost or end.tail),
+            usage=end.usage,
         )
         crash_point("end.judged")
         status = self.engine.end(self.ledger, ended)
@@ -510,7 +511,11 @@ class Driver:
             self.made_dirs.add(path)
 
     def _own_files(self) -> dict[str, bytes]:
-        return definition_files(self.run, self.ledger, self.definition)
+        # What the committer last published is what the branch holds (else
+        # its compare-and-swap fails and it builds again): no git process
+        # per commit to read the ledger's blobs back.
+        known = self.committer.own_blobs_at_tip()
+        return definition_files(self.run, self.ledger, self.definition, known)
 
     def _on_commit(self, committed: Committed) -> None:
         if committed.tasks:

@@ -46,21 +46,23 @@ _LOOKS_LIKE = re.compile(r"\{([A-Za-z_][\w-]*)(?::([^{}]*))?\}")
 
 # Each preset's exact argv; README.md documents them. The packet may replace
 # any of them with its own `command`. Why each flag is there: issue 11.
+# The JSON output formats carry each client's own usage report, which the
+# ledger keeps per attempt (gitrun.clientusage; issue 15).
 PRESETS: dict[str, list[str]] = {
     "claude": [
         "claude", "-p", "{pointer}", "--model", "{model}",
-        "--permission-mode", "acceptEdits", "--output-format", "text",
+        "--permission-mode", "acceptEdits", "--output-format", "json",
     ],
     # --ephemeral: no saved session per task.
     "codex": [
         "codex", "exec", "--model", "{model}", "--sandbox", "workspace-write", "--ephemeral",
-        "{pointer}",
+        "--json", "{pointer}",
     ],
     # --skip-trust: a fresh folder is untrusted, which downgrades yolo to
     # default approvals (or exits 55).
     "gemini": [
         "gemini", "--model", "{model}", "--skip-trust", "--approval-mode", "yolo",
-        "--prompt", "{pointer}",
+        "--output-format", "json", "--prompt", "{pointer}",
     ],
     # --no-git: aider `git add`s what it creates even with --no-auto-commits,
     # leaving outputs staged in the user's index. The history, gitignore and

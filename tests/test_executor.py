@@ -32,11 +32,11 @@ POINTER = VALUES["pointer"]
 DOCUMENTED = {
     "codex": [
         "codex", "exec", "--model", "configured-model", "--sandbox", "workspace-write",
-        "--ephemeral", POINTER,
+        "--ephemeral", "--json", POINTER,
     ],
     "gemini": [
         "gemini", "--model", "configured-model", "--skip-trust", "--approval-mode", "yolo",
-        "--prompt", POINTER,
+        "--output-format", "json", "--prompt", POINTER,
     ],
     "aider": [
         "aider", "--model", "configured-model", "--no-git", "--no-gitignore", "--no-auto-commits",
@@ -64,6 +64,7 @@ def test_claude_preset_passes_the_write_hooks() -> None:
         "claude", "-p", POINTER, "--model", "configured-model",
         "--permission-mode", "acceptEdits", "--output-format",
     ]  # fmt: skip
+    assert argv[8] == "json"  # its closing object carries the usage (issue 15)
     assert argv[9] == "--settings"
     settings = json.loads(argv[10])
     hooks = settings["hooks"]

@@ -165,6 +165,8 @@ class _State:
     served_turns: int = 0
     overrun: int = 0
     ids: int = 0
+    # The usage of every message served (agent turns and side requests), by model.
+    served: list[tuple[str, Usage]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -232,6 +234,21 @@ class MockModel:
     def overrun(self) -> int:
         """Agent-loop requests that came after the script ran out."""
         return self._state.overrun
+
+    @property
+    def served_usage(self) -> dict[str, Usage]:
+        """The tokens of every message served, summed by the model it was served as."""
+        found: dict[str, Usage] = {}
+        with self._state.lock:
+            for model, usage in self._state.served:
+                old = found.get(model, Usage(0, 0, 0, 0))
+                found[model] = Usage(
+                    old.input_tokens + usage.input_tokens,
+                    old.output_tokens + usage.output_tokens,
+                    old.cache_creation_input_tokens + usage.cache_creation_input_tokens,
+                    old.cache_read_input_tokens + usage.cache_read_input_tokens,
+                )
+        return found
 
     def served_of(self, key: str) -> int:
         """How many turns of the subagent script ``key`` were answered."""
@@ -466,6 +483,8 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 state.ids += 1
                 message_id = f"msg_mock_{state.ids:04d}"
             model = str(body.get("model") or MODEL)
+            with state.lock:
+                state.served.append((model, turn.usage))
             if body.get("stream"):
                 self._send(200, _stream(message_id, model, turn), "text/event-stream")
             else:

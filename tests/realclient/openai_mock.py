@@ -18,7 +18,9 @@ fence) is how it writes a file (:func:`whole_file`).
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from tests.realclient.scripted import Answer, Call, Reply, Request, ScriptedServer, Turn
@@ -37,7 +39,28 @@ def whole_file(path: str, content: str, note: str = "Here is the file.") -> Repl
 
 
 class OpenAIMock(ScriptedServer):
-    """``with OpenAIMock([shell("..."), Reply("done")]) as api:``; base URL ``api.url + "/v1"``."""
+    """``with OpenAIMock([shell("..."), Reply("done")]) as api:``; base URL ``api.url + "/v1"``.
+
+    Every answer reports ``usage`` the way the API does: Responses with
+    ``input_tokens`` (the cached ones included, also given apart in
+    ``input_tokens_details.cached_tokens``) and ``output_tokens`` (reasoning
+    included); Chat Completions with ``prompt_tokens`` and ``completion_tokens``.
+    """
+
+    def __init__(
+        self,
+        script: Sequence[Turn],
+        *,
+        input_tokens: int = 100,
+        cached_tokens: int = 0,
+        output_tokens: int = 20,
+        reasoning_tokens: int = 0,
+        **kw: Any,
+    ) -> None:
+        super().__init__(script, **kw)
+        self.tokens = (input_tokens, cached_tokens, output_tokens, reasoning_tokens)
+        self.answered = 0  # answers that reported usage
+        self._counting = threading.Lock()
 
     def answer(self, request: Request) -> Answer:
         path = request.path.split("?")[0]
@@ -93,13 +116,16 @@ class OpenAIMock(ScriptedServer):
                 "status": "completed",
                 "content": [{"type": "output_text", "text": turn.text, "annotations": []}],
             }
+        whole, cached, output, reasoning = self.tokens
         usage = {
-            "input_tokens": 100,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": 20,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": 120,
+            "input_tokens": whole,
+            "input_tokens_details": {"cached_tokens": cached},
+            "output_tokens": output,
+            "output_tokens_details": {"reasoning_tokens": reasoning},
+            "total_tokens": whole + output,
         }
+        with self._counting:
+            self.answered += 1
         return [
             _event("response.created", {"response": {"id": response_id, "status": "in_progress"}}),
             _event("response.output_item.added", {"output_index": 0, "item": item}),
@@ -126,8 +152,14 @@ class OpenAIMock(ScriptedServer):
             "created": int(time.time()),
             "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+            "usage": self._chat_usage(),
         }
+
+    def _chat_usage(self) -> dict[str, int]:
+        whole, _cached, output, _reasoning = self.tokens
+        with self._counting:
+            self.answered += 1
+        return {"prompt_tokens": whole, "completion_tokens": output, "total_tokens": whole + output}
 
     def _chat_chunks(self, turn: Turn, model: str) -> list[bytes]:
         whole = self._chat_completion(turn, model)
