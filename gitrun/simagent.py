@@ -14,6 +14,11 @@ Any attempt is throttled (exit 75, a rate-limit message, nothing written)
 when more than ``--crowd-limit`` copies run at once (counted with lock files
 in ``--crowd``). With ``GITRUN_SIM_LOG`` set, each attempt appends "start"
 and, once its output is in place, "wrote" lines there.
+
+Every attempt that reached its model reports what it used to
+``$GITRUN_USAGE`` (tokens from the seed, priced like a mid-range model), as
+any worker may; an attempt that died or was throttled reports nothing, so
+its cost is unknown.
 """
 
 from __future__ import annotations
@@ -52,6 +57,27 @@ def write_whole(path: str, text: str) -> None:
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
     os.replace(tmp, target)  # whole or absent, never half-written
+
+
+# Dollars per million tokens: input, output, cache read, cache write.
+PRICES = (3.0, 15.0, 0.3, 3.75)
+
+
+def report_usage(rng: random.Random) -> None:
+    """Write this attempt's usage to $GITRUN_USAGE, if gitrun set it."""
+    path = os.environ.get("GITRUN_USAGE")
+    if not path:
+        return
+    counts = (
+        rng.randint(800, 2400),
+        rng.randint(150, 900),
+        rng.randint(0, 6000),
+        rng.randint(0, 1200),
+    )
+    cost = sum(n * price for n, price in zip(counts, PRICES, strict=True)) / 1e6
+    usage = dict(zip(("input", "output", "cache_read", "cache_write"), counts, strict=True))
+    model = os.environ.get("GITRUN_MODEL") or None
+    write_whole(path, json.dumps({**usage, "cost_usd": round(cost, 6), "model": model}))
 
 
 def _crowd_size(crowd: Path) -> int:
@@ -100,12 +126,14 @@ def main(argv: list[str] | None = None) -> int:
         if kind == "sloppy" and attempt == 1:
             for path in outputs:
                 write_whole(path, '{"task": "' + task + '", "summary": ')
+            report_usage(rng)
             print("Done! The summary is written.")
             return 0
         summary = {"task": task, "attempt": attempt, "summary": f"{task} read and summarised"}
         for path in outputs:
             write_whole(path, json.dumps(summary) + "\n")
         log_event("wrote")
+        report_usage(rng)
         if kind == "liar":
             print(f"API Error: {THROTTLE_MESSAGE}", file=sys.stderr)
             return 1

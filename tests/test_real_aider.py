@@ -75,6 +75,7 @@ def test_the_owned_write_lands_and_nothing_else_is_touched(git_repo: Path, tmp_p
     with OpenAIMock([whole_file(OUTPUT, '{"task": "t1"}')]) as api:
         done = gitrun(git_repo, _aider_env(tmp_path, api.url + "/v1"), "start", "r")
         requests = api.requests
+        answered = api.answered
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(git(git_repo, "show", f"gitrun/r:{OUTPUT}")) == {"task": "t1"}
     # Nothing staged in the user's index, no .gitignore, no .aider* files.
@@ -87,6 +88,13 @@ def test_the_owned_write_lands_and_nothing_else_is_touched(git_repo: Path, tmp_p
     assert "Summarise the inputs as JSON." in chat
     assert "Alpha chapter text." in chat and "Beta chapter text." in chat
     assert "gitrun run r, task t1" in chat
+    # Issue 15: aider's "Tokens: 100 sent, 20 received." for each answer is the
+    # attempt's usage; the mock model has no price, so aider states no cost.
+    from gitrun.ledger import attempt_records
+    from gitrun.usage import Usage, usage_of
+
+    [record] = attempt_records(ledger_records(git_repo))
+    assert usage_of(record) == Usage(100 * answered, 20 * answered, 0, 0, None, "openai/gpt-mock")
 
 
 def test_the_old_flags_stage_the_output_and_write_aider_files(

@@ -261,3 +261,63 @@ def test_gitrun_start_with_the_claude_preset_confines_bash_and_commits_the_owned
         ["git", "show", "gitrun/c:out/c1.json"], cwd=repo, capture_output=True, text=True
     )
     assert committed.stdout == '{"ok": 1}', committed.stderr
+
+
+def test_gitrun_start_records_the_tokens_and_cost_the_real_client_reported(
+    repo: Path, tmp_path: Path
+) -> None:
+    """Issue 15: the claude preset's closing JSON object reaches the ledger:
+    the tokens are what the mock served (every message, side requests too),
+    the cost is what the client stated, and the result is the attempt's tail."""
+    from gitrun.ledger import attempt_records, usage_totals
+    from gitrun.local import LocalPaths
+    from gitrun.usage import Usage as Reported
+    from tests.helpers import committed_ledger
+    from tests.realclient.claude import INSTALLED
+    from tests.realclient.mockmodel import Usage
+
+    packet = {
+        "executor": {"preset": "claude", "bash": "deny"},
+        "model": {"default": "claude-mock-1"},
+        "limits": {"canary": 0, "concurrency": 1, "timeout": "60s"},
+    }
+    write_run(repo, "c", [{"id": "t1", "outputs": ["out/c1.json"]}], packet)
+    commit_all(repo, "run c")
+    script = [
+        Turn(write(str(repo / "out/c1.json"), '{"ok": 1}').blocks, Usage(1200, 80, 300, 5000)),
+        Turn(say("All done.").blocks, Usage(1500, 30, 0, 6200)),
+    ]
+    with MockModel(script) as model:
+        env = claude_env(repo.parent / "home", model.url)
+        env["PATH"] = os.pathsep.join([str(INSTALLED.parent), env["PATH"]])
+        proc = subprocess.run(
+            [sys.executable, "-m", "gitrun", "start", "c"],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        served = model.served_usage
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
+    [record] = attempt_records(committed_ledger(repo, "gitrun/c", "c"))
+    log = LocalPaths.of(repo, "c").log_of("t1", 1).read_text()
+    said = json.loads(next(ln for ln in log.splitlines() if ln.startswith('{"')))
+    assert record["outcome"] == "valid" and said["result"] == "All done."
+    assert set(served) == {"claude-mock-1"}
+    mock = served["claude-mock-1"]
+    assert mock.input_tokens >= 2700  # the two turns, and any side request
+    assert (
+        record["usage"]
+        == Reported(
+            mock.input_tokens,
+            mock.output_tokens,
+            mock.cache_read_input_tokens,
+            mock.cache_creation_input_tokens,
+            said["total_cost_usd"],
+            "claude-mock-1",
+        ).to_json()
+    )
+    assert said["total_cost_usd"] > 0
+    totals = usage_totals(committed_ledger(repo, "gitrun/c", "c"))
+    assert totals.unknown_cost == 0 and totals.spent_usd == pytest.approx(said["total_cost_usd"])

@@ -110,3 +110,36 @@ def test_an_unreachable_endpoint_halts_the_run_well_before_the_timeout(
     ]
     halts = [r for r in ledger_records(git_repo) if r.get("event") == "halt"]
     assert [h["kind"] for h in halts] == [governor.ENVIRONMENT]
+
+
+def test_the_tokens_codex_reported_reach_the_ledger_with_the_cached_input_apart(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    """Issue 15: `codex exec --json` reports its session's tokens in
+    `turn.completed`; the ledger keeps them as served (input counted without
+    its cached part), with the model it was asked for and no cost (codex
+    states none: unknown, not zero)."""
+    from gitrun.ledger import attempt_records, usage_totals
+    from gitrun.usage import Usage
+    from tests.helpers import committed_ledger
+
+    client_binary("codex")
+    _run(git_repo)
+    write = shell(f"mkdir -p out && printf '%s' '{{\"done\": true}}' > {OUTPUT}")
+    tokens = {"input_tokens": 900, "cached_tokens": 600, "output_tokens": 70}
+    with OpenAIMock([write, Reply("Wrote out/t1.json.")], **tokens, reasoning_tokens=30) as api:
+        env = _codex_env(tmp_path, api.url + "/v1")
+        done = gitrun(git_repo, env, "start", "r")
+        answered = api.answered
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert answered >= 2  # the command, then the closing message
+    [record] = attempt_records(committed_ledger(git_repo))
+    assert record["outcome"] == "valid"
+    assert (
+        record["usage"]
+        == Usage(
+            (900 - 600) * answered, 70 * answered, 600 * answered, 0, None, "gpt-mock"
+        ).to_json()
+    )
+    totals = usage_totals(committed_ledger(git_repo))
+    assert totals.unknown_cost == 1 and totals.spent_usd == 0

@@ -71,6 +71,7 @@ def test_the_owned_write_lands_in_an_untrusted_folder_and_is_committed(
         done = gitrun(git_repo, _gemini_env(tmp_path, api.url), "start", "r")
         responses = api.function_responses()
         first = api.requests[0]
+        requests = api.requests
     assert done.returncode == 0, done.stdout + done.stderr
     for task in ("t1", "t2"):
         assert json.loads(git(git_repo, "show", f"gitrun/r:out/{task}.json")) == {"task": task}
@@ -78,6 +79,18 @@ def test_the_owned_write_lands_in_an_untrusted_folder_and_is_committed(
     assert "Successfully created and wrote" in json.dumps(responses[0]["response"])
     assert first.path.startswith("/v1beta/models/gemini-mock:streamGenerateContent")
     assert "gitrun run r, task t1" in json.dumps(first.body["contents"])
+    # Issue 15: each attempt's tokens, from gemini's closing JSON object, are
+    # what the mock served it (100 prompt and 20 candidate tokens an answer);
+    # gemini states no cost: unknown, not zero.
+    from gitrun.ledger import attempt_records
+    from gitrun.usage import usage_of
+
+    records = attempt_records(ledger_records(git_repo))
+    reported = [usage_of(r) for r in records]
+    assert all(u is not None and u.model == "gemini-mock" for u in reported), records
+    assert sum(u.input for u in reported if u) == 100 * len(requests)
+    assert sum(u.output for u in reported if u) == 20 * len(requests)
+    assert all(u.cost_usd is None for u in reported if u)
 
 
 def test_the_old_flags_exit_55_which_halts_the_run_at_once(git_repo: Path, tmp_path: Path) -> None:

@@ -125,3 +125,137 @@ def test_totals_sum_spend_tokens_by_model_unknowns_and_waste() -> None:
     assert shown["spent_usd"] == 1.875 and shown["unknown_cost"] == 2
     assert shown["by_model"]["sonnet"]["cache_write"] == 5
     json.dumps(shown)  # plain JSON for status --json
+
+
+# -- through a real run ------------------------------------------------------------------
+
+WORKER_SCRIPT = """
+mkdir -p out && printf '{"ok": 1}' > "out/$GITRUN_TASK.json"
+case "$GITRUN_TASK" in
+  t1) printf '{"input": 1200, "output": 300, "cache_read": 7, "cost_usd": 0.01, "model": "m"}' \\
+        > "$GITRUN_USAGE" ;;
+  t2) printf '{"input": ' > "$GITRUN_USAGE" ;;
+esac
+"""
+
+
+def test_a_worker_s_usage_file_reaches_the_committed_ledger_and_a_bad_one_warns(
+    git_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gitrun.session import start_run
+    from tests.helpers import commit_all, committed_ledger, write_run
+
+    tasks = [{"id": t, "outputs": [f"out/{t}.json"]} for t in ("t1", "t2", "t3")]
+    packet = {
+        "executor": {"kind": "command", "preset": "shell", "shell": WORKER_SCRIPT},
+        "limits": {"canary": 0, "timeout": "60s"},
+    }
+    write_run(git_repo, "r", tasks, packet)
+    commit_all(git_repo, "run r")
+    assert start_run(git_repo, "r", lambda _line: None).exit_code == 0
+    warned = capsys.readouterr().err
+    assert "t2 attempt 1: the usage file $GITRUN_USAGE" in warned
+    assert "is not a JSON object" in warned and "its usage is unknown" in warned
+    records = {r["task"]: r for r in ledger.attempt_records(committed_ledger(git_repo))}
+    assert usage_of(records["t1"]) == Usage(1200, 300, 7, 0, 0.01, "m")
+    assert "usage" not in records["t2"] and "usage" not in records["t3"]
+    totals = usage_totals(committed_ledger(git_repo))
+    assert (totals.spent_usd, totals.unknown_cost, totals.reported) == (0.01, 2, 1)
+
+
+FAKE_CLAUDE = """#!{python}
+import sys
+sys.stderr.write("[claude-code:unrecognized_model] {{}}\\n")
+print({line!r})
+sys.exit({code})
+"""
+
+
+def _fake_client(tmp_path: Path, name: str, line: str, code: int) -> Path:
+    import sys
+
+    program = tmp_path / "bin" / name
+    program.parent.mkdir(exist_ok=True)
+    program.write_text(FAKE_CLAUDE.format(python=sys.executable, line=line, code=code))
+    program.chmod(0o755)
+    return program
+
+
+def _one_attempt(tmp_path: Path, argv: list[str]):
+    import os
+    import time
+
+    from gitrun.attempt import Monitor
+
+    monitor = Monitor()
+    monitor.launch("t1", 1, argv, dict(os.environ), tmp_path, tmp_path / "t1.1.log", 60)
+    deadline = time.monotonic() + 60
+    ended = []
+    while not ended and time.monotonic() < deadline:
+        ended = monitor.poll(0.5)
+    monitor.close()
+    [end] = ended
+    return end
+
+
+def test_claude_s_result_is_the_tail_so_a_throttle_still_reads_as_one(tmp_path: Path) -> None:
+    from gitrun.governor import is_throttled
+    from gitrun.settings import Limits
+
+    refused = json.dumps(
+        {
+            "type": "result",
+            "is_error": True,
+            "subtype": "success",
+            "total_cost_usd": 0,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+            "modelUsage": {},
+            "result": "API Error: Request rejected (429) · Server is temporarily limiting "
+            "requests (not your usage limit)",
+        }
+    )
+    claude = _fake_client(tmp_path, "claude", refused, 1)
+    end = _one_attempt(tmp_path, [str(claude), "-p", "x", "--model", "sonnet"])
+    assert end.tail.startswith("API Error: Request rejected (429)")
+    assert is_throttled(end.exit_code, end.tail, Limits().throttle_patterns)
+    assert end.usage == Usage(0, 0, 0, 0, 0.0, "sonnet")  # reported: zero, not unknown
+    assert '"type": "result"' in (tmp_path / "t1.1.log").read_text()  # the log keeps it all
+
+
+def test_an_unknown_program_reports_nothing_and_its_output_is_the_tail(tmp_path: Path) -> None:
+    worker = _fake_client(tmp_path, "worker", "Tokens: 100 sent, 20 received.", 0)
+    end = _one_attempt(tmp_path, [str(worker)])
+    assert end.usage is None and "Tokens: 100 sent" in end.tail
+
+
+def test_the_simulated_agent_reports_usage_so_the_demo_has_spend(git_repo: Path) -> None:
+    """Attempts of gitrun.simagent that reached their model write $GITRUN_USAGE;
+    the flaky first attempts (a dropped connection) report nothing."""
+    import sys
+
+    from gitrun.session import start_run
+    from gitrun.simagent import temperament
+    from tests.helpers import commit_all, write_run
+
+    tasks = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(1, 7)]
+    argv = [sys.executable, "-m", "gitrun.simagent", "--seed", "3", "--think", "0", "0.05"]
+    packet = {
+        "model": {"default": "sim-model"},
+        "executor": {"kind": "command", "command": argv},
+        "limits": {"canary": 0, "timeout": "60s", "max_attempts": 3},
+    }
+    write_run(git_repo, "r", tasks, packet)
+    commit_all(git_repo, "run r")
+    start_run(git_repo, "r", lambda _line: None)
+    records = ledger.attempt_records(read_ledger(git_repo / ".gitrun/runs/r"))
+    kinds = {t["id"]: temperament(3, str(t["id"]), False) for t in tasks}
+    for record in records:
+        usage = usage_of(record)
+        died = kinds[record["task"]] == "flaky" and record["attempt"] == 1
+        assert (usage is None) == died, record
+        if usage is not None:
+            assert usage.model == "sim-model" and usage.cost_usd and usage.tokens > 0
+    totals = usage_totals(records)
+    assert totals.spent_usd > 0 and totals.reported == len(records) - totals.unknown_cost
+    assert totals.unknown_cost == 1  # t5 (flaky) attempt 1
+    assert totals.wasted_usd > 0  # t1 (sloppy) attempt 1 wrote invalid JSON, and paid
