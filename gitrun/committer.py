@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import re
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ BRANCH_PREFIX = "gitrun/"
 MAX_RACES = 50
 # Landings arriving within this many seconds of the previous commit share the
 # next one: prompt enough for a human, and a burst of tiny tasks does not cost
-# a git commit (seven git processes) each.
+# a git commit (five git processes) each.
 COALESCE = 0.25
 
 
@@ -138,6 +139,16 @@ class Committer:
         self.local = local
         self.ref = branch_ref(run_id)
         self.object_format = git.object_format(repo)
+        # What this committer last saw, so that a commit on top of its own
+        # last one costs no process to look it up: the branch's tip (the
+        # compare-and-swap proves it, and a failed one reads it again), the
+        # private index's state when it held that tip's tree (its stat, so
+        # that another process's use of the index is noticed), and the blob
+        # ids of gitrun's own files there. Only ever a shortcut: none of it
+        # outlives the process, and a miss costs what every commit once did.
+        self._tip: str | None = None
+        self._index_holds: tuple[str, tuple[int, ...]] | None = None
+        self._own_blobs: dict[str, str] = {}
 
     def commit(
         self,
@@ -146,24 +157,33 @@ class Committer:
         message: str,
         parent_required: bool = True,
     ) -> str:
-        """Commit the landings' files and gitrun's own files; returns the new tip."""
+        """Commit the landings' files and gitrun's own files; returns the new tip.
+
+        Five git processes when the branch is where this committer left it:
+        ``hash-object``, ``update-index`` and ``write-tree`` on the index kept
+        from the last commit, ``commit-tree``, and ``update-ref``.
+        """
         from filelock import FileLock
 
         entries = self._blobs(landings, own_files)
         self.local.root.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.local.commit_lock)):
             self._clear_dead_index_lock()
+            old = self._tip or git.rev_parse(self.repo, self.ref)
             for _ in range(MAX_RACES):
-                old = git.rev_parse(self.repo, self.ref)
                 if old is None and parent_required:
                     raise GitrunError(self._gone())
-                tree = git.tree_with(self.repo, old, entries, self.local.index)
+                tree = self._tree(old, entries)
                 new = git.commit_tree(self.repo, tree, [old] if old else [], message)
                 crash_point("commit.made")
                 if git.update_ref(self.repo, self.ref, new, old):
                     crash_point("commit.published")
+                    self._published(old, new, entries, own_files)
                     note_tip(self.local, new)
                     return new
+                # Moved by someone else (or gone): build again on what is there now.
+                self._tip = None
+                old = git.rev_parse(self.repo, self.ref)
         raise GitrunError(
             f"could not publish a commit on gitrun/{self.run_id}: the branch kept moving "
             f"({MAX_RACES} tries); is another program rewriting it?"
@@ -177,9 +197,12 @@ class Committer:
         self.local.root.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.local.commit_lock)):
             self._clear_dead_index_lock()
-            tree = git.tree_with(self.repo, base, entries, self.local.index)
+            self._index_holds = None
+            git.read_tree(self.repo, base, self.local.index)
+            tree = git.write_tree(self.repo, entries, self.local.index)
             new = git.commit_tree(self.repo, tree, [base], message)
             if git.update_ref(self.repo, self.ref, new, None):
+                self._published(None, new, entries, own_files)
                 note_tip(self.local, new)
             else:
                 raise GitrunError(
@@ -187,6 +210,50 @@ class Committer:
                     f"with `gitrun resume {self.run_id}`"
                 )
             return new
+
+    def own_blobs_at(self, tip: str) -> Mapping[str, str] | None:
+        """Blob ids of gitrun's own files at ``tip`` as this committer wrote
+        them there, or None when it does not know that commit."""
+        return self._own_blobs if tip == self._tip else None
+
+    def own_blobs_at_tip(self) -> Mapping[str, str] | None:
+        """Blob ids of gitrun's own files at the commit this committer last
+        published (what the branch holds unless someone else moved it, which
+        the next compare-and-swap finds out), or None before its first."""
+        return self._own_blobs if self._tip is not None else None
+
+    def _tree(self, old: str | None, entries: list[tuple[str, str, str]]) -> str:
+        """``old``'s tree with ``entries``, in the private index; ``read-tree``
+        only when the index does not hold ``old``'s tree already."""
+        holds, self._index_holds = self._index_holds, None
+        if holds is None or old is None or holds != (old, self._index_stat()):
+            git.read_tree(self.repo, old, self.local.index)
+        return git.write_tree(self.repo, entries, self.local.index)
+
+    def _published(
+        self,
+        old: str | None,
+        new: str,
+        entries: list[tuple[str, str, str]],
+        own_files: dict[str, bytes],
+    ) -> None:
+        """Remember ``new`` as the tip, its tree as the index's, and its own files."""
+        own = {path: sha for _mode, sha, path in entries if path in own_files}
+        if old is not None and old == self._tip:
+            self._own_blobs.update(own)
+        else:
+            self._own_blobs = own
+        self._tip = new
+        self._index_holds = (new, self._index_stat())
+
+    def _index_stat(self) -> tuple[int, ...]:
+        """Identity of the private index file as it is now (git replaces it
+        by a rename on every write, so another writer changes it)."""
+        try:
+            st = self.local.index.stat()
+        except OSError:
+            return ()
+        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     def _gone(self) -> str:
         """The sentence for a run branch deleted under a live run."""
@@ -212,32 +279,59 @@ class Committer:
     def _blobs(
         self, landings: list[Landing], own_files: dict[str, bytes]
     ) -> list[tuple[str, str, str]]:
-        """Write blobs; one ``hash-object`` call for all files that still match on disk."""
-        wanted: list[tuple[str, str, bytes]] = []  # (mode, path, bytes)
+        """Write blobs: one ``hash-object --stdin-paths`` for every file.
+
+        Outputs are hashed where they lie (a file that changed after
+        validation, or is gone, is stored from the validated bytes instead).
+        gitrun's own files are hashed from a private copy of the bytes given,
+        since the ledger grows on disk while a commit is built; one whose
+        blob the branch's tip already holds (as this committer left it) is
+        not written again.
+        """
+        fmt = self.object_format
+        entries: list[tuple[str, str, str]] = []
+        outputs: list[tuple[str, str, bytes, str]] = []  # mode, path, bytes, id
         for landing in landings:
             for check in landing.files:
                 assert check.data is not None
-                wanted.append((check.mode, check.path, check.data))
-        wanted += [("100644", path, data) for path, data in own_files.items()]
+                outputs.append((check.mode, check.path, check.data, blob_id(check.data, fmt)))
+        known = self._own_blobs if self._tip is not None else {}
+        fresh: list[tuple[str, bytes, str]] = []  # path, bytes, id
+        for path, data in own_files.items():
+            sha = blob_id(data, fmt)
+            if known.get(path) == sha:
+                entries.append(("100644", sha, path))
+            else:
+                fresh.append((path, data, sha))
         # Hashing from disk saves a process per file; never through a link (a
-        # file there is not the validated one anyway), and a file that went
-        # away meanwhile only means the validated bytes are stored instead.
+        # file there is not the validated one anyway).
         on_disk = [
             path
-            for _, path, _ in wanted
+            for _, path, _, _ in outputs
             if linked_parent(self.repo, path) is None and (self.repo / path).is_file()
         ]
-        try:
-            ids = dict(zip(on_disk, git.hash_files(self.repo, on_disk), strict=True))
-        except CommandError:
-            ids = {}
-        entries = []
-        for mode, path, data in wanted:
-            expected = blob_id(data, self.object_format)
+        self.local.root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="blobs-", dir=self.local.root) as scratch:
+            copies = []
+            for n, (_path, data, _sha) in enumerate(fresh):
+                copy = Path(scratch) / str(n)
+                copy.write_bytes(data)
+                copies.append(str(copy))
+            try:
+                hashed = git.hash_files(self.repo, on_disk + copies)
+            except CommandError:  # a file went away meanwhile: each is stored alone below
+                hashed = []
+        ids = dict(zip(on_disk, hashed[: len(on_disk)], strict=False))
+        staged = hashed[len(on_disk) :]
+        for n, (path, data, sha) in enumerate(fresh):
+            # A copy that did not hash as its bytes would is stored alone.
+            ok = n < len(staged) and staged[n] == sha
+            entries.append(("100644", sha if ok else git.hash_bytes(self.repo, data), path))
+        for mode, path, data, sha in outputs:
             # When the file changed after validation (or is not on disk), store
             # the validated bytes themselves.
-            sha = expected if ids.get(path) == expected else git.hash_bytes(self.repo, data)
-            entries.append((mode, sha, path))
+            ok = ids.get(path) == sha
+            entries.append((mode, sha if ok else git.hash_bytes(self.repo, data), path))
         return entries
 
 
@@ -321,9 +415,16 @@ class CommitQueue:
         self.on_commit(Committed(commit, [landing.task for landing in batch]))
 
     def _changed(self, own: dict[str, bytes]) -> bool:
+        """Whether gitrun's own files differ from the branch's tip; the tree
+        is read only when the tip is not this committer's own last commit."""
         tip = git.rev_parse(self.committer.repo, self.committer.ref)
         if tip is None:
             return True
-        tree = git.ls_tree(self.committer.repo, tip, sorted(own))
+        known = self.committer.own_blobs_at(tip)
+        if known is None or not known.keys() >= own.keys():
+            known = {
+                path: sha
+                for path, (_, sha) in git.ls_tree(self.committer.repo, tip, sorted(own)).items()
+            }
         fmt = self.committer.object_format
-        return any(tree.get(path, ("", ""))[1] != blob_id(data, fmt) for path, data in own.items())
+        return any(known.get(path) != blob_id(data, fmt) for path, data in own.items())

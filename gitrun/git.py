@@ -63,9 +63,17 @@ def write_git(
     hook (GIT_DIR, GIT_INDEX_FILE, ... exported) the command runs as a plain
     child process without them, as everywhere else in gitrun.
     """
+    return _write_git(repo, *args, input=input, env=env)[0]
+
+
+def _write_git(
+    repo: Path, *args: str, input: bytes | None = None, env: Mapping[str, str] | None = None
+) -> tuple[bytes, bytes]:
+    """:func:`write_git`, with git's stderr as well as its stdout."""
     argv = [*GIT, "--literal-pathspecs", "-C", str(repo), *args]
     if any(is_hook_git_var(name) for name in os.environ):
-        return run_cmd(argv, input=input, env=clean_env(env)).stdout
+        proc = run_cmd(argv, input=input, env=clean_env(env))
+        return proc.stdout, proc.stderr
     runner, failure = _command_layer(argv, repo)
     # GitPython hands git a file as its stdin, never bytes.
     with tempfile.TemporaryFile() if input is not None else nullcontext() as stdin:
@@ -73,7 +81,7 @@ def write_git(
             stdin.write(input)
             stdin.seek(0)
         try:
-            _status, out, _err = runner.execute(
+            _status, out, err = runner.execute(
                 argv,
                 istream=stdin,
                 env=dict(env) if env else None,
@@ -83,7 +91,8 @@ def write_git(
             )
         except failure as exc:
             raise _command_error(argv, exc) from exc
-    return out
+    # GitPython decodes stderr (and strips its last newline) whatever it is asked.
+    return out, err.encode(errors="surrogateescape") if isinstance(err, str) else err
 
 
 def _command_layer(argv: list[str], repo: Path) -> tuple[Git, type[GitPythonError]]:
@@ -352,18 +361,38 @@ def tree_with(
 ) -> str:
     """A tree: ``base``'s tree with ``(mode, blob, path)`` entries added or replaced.
 
-    Uses a private index file, never the user's.
+    Uses a private index file, never the user's, and removes it afterwards.
     """
-    env = {"GIT_INDEX_FILE": str(index)}
+    read_tree(repo, base, index)
+    tree = write_tree(repo, entries, index)
+    index.unlink(missing_ok=True)
+    return tree
+
+
+def read_tree(repo: Path, base: str | None, index: Path) -> None:
+    """Make the private ``index`` hold exactly ``base``'s tree (nothing, for None)."""
     index.unlink(missing_ok=True)
     if base:
-        write_git(repo, "read-tree", base, env=env)
+        write_git(repo, "read-tree", base, env={"GIT_INDEX_FILE": str(index)})
+
+
+def write_tree(repo: Path, entries: list[tuple[str, str, str]], index: Path) -> str:
+    """Add or replace ``(mode, blob, path)`` entries in the private ``index``
+    and write its tree; the index keeps them, so the next commit on top of
+    this tree needs no ``read-tree``.
+
+    ``update-index --index-info`` skips a path it refuses ("Ignoring path
+    ...", on stderr, exit 0; ``read_index_info`` in git's
+    builtin/update-index.c): whenever it says anything at all, every entry
+    is looked up in the tree written, and a missing one is an error.
+    """
+    env = {"GIT_INDEX_FILE": str(index)}
     info = "".join(f"{mode} {sha}\t{_stdin_path(path)}\n" for mode, sha, path in entries)
     data = info.encode(errors="surrogateescape")
-    write_git(repo, "update-index", "--add", "--index-info", input=data, env=env)
+    _out, said = _write_git(repo, "update-index", "--add", "--index-info", input=data, env=env)
     tree = write_git(repo, "write-tree", env=env).decode().strip()
-    index.unlink(missing_ok=True)
-    _verify_tree(repo, tree, entries)
+    if said.strip():
+        _verify_tree(repo, tree, entries)
     return tree
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 
 from gitrun import git, ledger
@@ -70,12 +71,15 @@ def definition_files(
     run: RunDef,
     writer: ledger.LedgerWriter | None = None,
     snapshot: dict[str, bytes] | None = None,
+    at_tip: Mapping[str, str] | None = None,
 ) -> dict[str, bytes]:
     """The run's own files that exist, by path, read as regular files: the
     definition (``snapshot`` when given, else read now) and the ledger.
 
     ``writer``, the run's live ledger writer if there is one, holds its records
-    back while the ledger is read. Raises GitrunError for a file that is a
+    back while the ledger is read. ``at_tip``, blob ids by path of the files
+    on the run's branch when the caller knows them (its committer made that
+    commit), saves reading the branch. Raises GitrunError for a file that is a
     symlink or not a regular file (``gitrun check`` reports the same before launch).
     """
     files = dict(snapshot) if snapshot is not None else definition_snapshot(run)
@@ -84,7 +88,8 @@ def definition_files(
             _read_regular(run, f"{run.dir}/{name}", files)
             _refuse_foreign_ledger(run, f"{run.dir}/{name}", files)
         return files
-    at_tip = _ledger_at_tip(run)
+    if at_tip is None:
+        at_tip = _ledger_at_tip(run)
     with writer.held_for_commit():
         for name in ledger.ledger_names(run.repo / run.dir):
             _read_unless_committed(run, name, writer, at_tip, files)
@@ -106,7 +111,7 @@ def _read_unless_committed(
     run: RunDef,
     name: str,
     writer: ledger.LedgerWriter,
-    at_tip: dict[str, str],
+    at_tip: Mapping[str, str],
     files: dict[str, bytes],
 ) -> None:
     """Read a ledger file for a commit, unless the branch holds it as it is:

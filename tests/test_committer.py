@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -71,3 +72,89 @@ def test_an_output_that_vanished_after_validation_is_committed_from_its_bytes(
     monkeypatch.setattr(gitmod, "hash_files", vanish_then_hash)
     tip = committer.commit(landings, {}, landing_message("r", landings))
     assert git(git_repo, "show", f"{tip}:out/t2.json") == '{"b": 2}\n'
+
+
+def _git_shim(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A ``git`` first on PATH that logs its subcommand, then runs the real git."""
+    import shutil
+
+    real = shutil.which("git")
+    assert real is not None
+    shim = tmp / "shim"
+    shim.mkdir()
+    log = tmp / "git.log"
+    script = shim / "git"
+    script.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do case "$a" in -*|*=*|/*) ;; *) '
+        f'echo "$a" >> "{log}"; break;; esac; done\n'
+        f'exec "{real}" "$@"\n'
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
+    return log
+
+
+def test_a_commit_on_the_committers_own_last_one_runs_five_git_processes(
+    git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tasks that land one at a time pay for a whole commit each: no tip or
+    tree lookups, no read-tree, no verifying ls-tree when git said nothing."""
+    committer = _committer(git_repo)
+    _land(committer, "t1", b"{}\n")
+    build_tree(git_repo, {"out/t2.json": '{"t": 2}\n'})
+    log = _git_shim(tmp_path, monkeypatch)
+    own = {".gitrun/runs/r/ledger.jsonl": b'{"n": 1}\n'}
+    landing = Landing("t2", 1, [OutputCheck("out/t2.json", "valid", data=b'{"t": 2}\n')])
+    tip = committer.commit([landing], own, landing_message("r", [landing]))
+    ran = log.read_text().split()
+    assert ran == ["hash-object", "update-index", "write-tree", "commit-tree", "update-ref"]
+    files = git(git_repo, "ls-tree", "-r", "--name-only", tip).split()
+    assert files == [".gitrun/runs/r/ledger.jsonl", "README.md", "out/t1.json", "out/t2.json"]
+    # gitrun's own file unchanged since: not hashed again.
+    log.unlink()
+    _land(committer, "t3", b"{}\n")
+    assert log.read_text().split().count("hash-object") == 1
+
+
+def test_an_index_another_process_touched_is_read_again(git_repo: Path) -> None:
+    """The private index is kept between commits only while nobody else
+    wrote it: a committer that died half-way leaves entries that must never
+    reach a commit."""
+    import subprocess
+
+    committer = _committer(git_repo)
+    _land(committer, "t1", b"{}\n")
+    index = LocalPaths.of(git_repo, "r").index
+    junk = (
+        subprocess.run(
+            ["git", "hash-object", "-w", "--stdin"],
+            input=b"junk\n",
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .strip()
+    )
+    subprocess.run(
+        ["git", "update-index", "--add", "--cacheinfo", f"100644,{junk},out/junk.json"],
+        env={**os.environ, "GIT_INDEX_FILE": str(index)},
+        check=True,
+    )
+    tip = _land(committer, "t2", b"{}\n")
+    files = git(git_repo, "ls-tree", "-r", "--name-only", tip).split()
+    assert files == ["README.md", "out/t1.json", "out/t2.json"]
+
+
+def test_a_branch_moved_by_someone_else_is_built_on_again(git_repo: Path) -> None:
+    """The tip this committer remembers is only a first guess: the
+    compare-and-swap fails when another committer moved the branch, and the
+    commit is built again on what the branch holds."""
+    first = _committer(git_repo)
+    _land(first, "t1", b"{}\n")
+    other = Committer(git_repo, "r", LocalPaths.of(git_repo, "r"))
+    theirs = _land(other, "t2", b"{}\n")
+    tip = _land(first, "t3", b"{}\n")
+    assert git(git_repo, "rev-parse", f"{tip}^").strip() == theirs
+    files = git(git_repo, "ls-tree", "-r", "--name-only", tip).split()
+    assert files == ["README.md", "out/t1.json", "out/t2.json", "out/t3.json"]
