@@ -284,6 +284,29 @@ def matches(pattern: Pattern, path: str) -> bool:
     return _compiled(pattern).fullmatch(path) is not None
 
 
+def owner_regex(texts: Iterable[str]) -> str:
+    """One regular expression whose full match (with ``re.DOTALL``) is a path
+    some pattern of ``texts`` owns, exactly as :func:`matches` judges it,
+    canonical check included; patterns that do not parse are left out (``check``
+    reports them). The write hooks keep it in their cache (:mod:`gitrun.hookrules`)
+    and need no pattern parser to judge a write."""
+    parts = []
+    for text in texts:
+        try:
+            pattern = parse(text)
+        except PatternError:
+            continue
+        if pattern.is_literal:
+            literal = pattern.text if pattern.names is None else "/".join(pattern.names)
+            parts.append(re.escape(literal) + "(?:/.*)?")
+        else:
+            parts.append(_regex_text(pattern))
+    if not parts:
+        return "(?!)"
+    # No empty, `.` or `..` name anywhere (the lookahead is _NOT_CANONICAL's search).
+    return "(?!.*(?:^|/)\\.{0,2}(?:/|$))(?:" + "|".join(parts) + ")"
+
+
 _REGEXES: dict[tuple[str, bool], re.Pattern[str]] = {}
 
 

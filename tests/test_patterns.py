@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import pytest
@@ -11,6 +12,7 @@ from gitrun.patterns import (
     intersect,
     literal_path,
     matches,
+    owner_regex,
     parse,
     segment_intersection,
 )
@@ -318,15 +320,28 @@ def test_segment_intersection_agrees_with_brute_force() -> None:
 
 
 def test_matches_agrees_with_the_oracle() -> None:
-    """matches() (the hooks' and the audit's question) owns exactly the paths the
-    oracle owns, over the universe up to depth 3."""
+    """matches() (the audit's question) and owner_regex() (what the write hooks
+    compile, one expression for all of a task's patterns) own exactly the
+    paths the oracle owns, over the universe up to depth 3."""
     paths = [p for p in _UNIVERSE.paths if p.count("/") < 3]
+    odd = ["a//b", "a/", "/a", "./a", "a/./b", "a/..", "..", ".", ""]
 
     @settings(max_examples=60, deadline=None)
-    @given(_pattern)
-    def check(text: str) -> None:
-        oracle, pattern = OraclePattern.read(text), parse(text)
+    @given(st.lists(_pattern, min_size=1, max_size=3))
+    def check(texts: list[str]) -> None:
+        oracles = [OraclePattern.read(text) for text in texts]
+        pattern = parse(texts[0])
+        combined = re.compile(owner_regex(texts), re.DOTALL)
         for path in paths:
-            assert matches(pattern, path) == oracle.owns(path), (text, path)
+            owned = [o.owns(path) for o in oracles]
+            assert matches(pattern, path) == owned[0], (texts[0], path)
+            assert (combined.fullmatch(path) is not None) == any(owned), (texts, path)
+        for path in odd:  # not canonical: owned by no pattern at all
+            assert not matches(pattern, path) and combined.fullmatch(path) is None, (texts, path)
 
     check()
+
+
+def test_owner_regex_of_nothing_owns_nothing() -> None:
+    regex = re.compile(owner_regex(["[z-a]", "a\\"]), re.DOTALL)  # neither parses
+    assert regex.fullmatch("a") is None and regex.fullmatch("") is None
