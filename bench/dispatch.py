@@ -63,6 +63,19 @@ def task_ids(n: int) -> list[str]:
     return [f"t{i:04d}" for i in range(n)]
 
 
+def setup_gitrun(root: Path, n: int, concurrency: int = 4, sleep: float = 0.0) -> Path:
+    """A repository with a run "bench" of ``n`` tasks, each writing its JSON
+    output (after ``sleep`` seconds); bench/compare.py uses it too."""
+    repo = make_repo(root)
+    script = f"sleep {sleep}; {WRITE}" if sleep else WRITE
+    tasks: list[dict[str, object]] = [
+        {"id": tid, "outputs": [f"out/{tid}.json"]} for tid in task_ids(n)
+    ]
+    executor = {"kind": "command", "command": ["sh", "-c", script]}
+    write_bench_run(repo, tasks, executor, concurrency=concurrency)
+    return repo
+
+
 @dataclass(frozen=True)
 class Took:
     wall: float  # seconds, the command alone
@@ -109,13 +122,7 @@ class Bench:
         return shim
 
     def gitrun(self, n: int, concurrency: int, sleep: float = 0.0, count_git: bool = False) -> Took:
-        repo = make_repo(self.fresh("g"))
-        script = f"sleep {sleep}; {WRITE}" if sleep else WRITE
-        tasks: list[dict[str, object]] = [
-            {"id": tid, "outputs": [f"out/{tid}.json"]} for tid in task_ids(n)
-        ]
-        executor = {"kind": "command", "command": ["sh", "-c", script]}
-        write_bench_run(repo, tasks, executor, concurrency=concurrency)
+        repo = setup_gitrun(self.fresh("g"), n, concurrency, sleep)
         env = dict(self.gitrun_env)
         log = repo.parent / f"{repo.name}.git.log"
         if count_git:
