@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
-from gitrun.hookcontext import HookFailure, HookResult, deny, repo_of, task_context
+from gitrun.hookcontext import HookFailure, HookResult, deny, pointers_in, repo_of, task_context
+
+TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 # `gitrun` run as a command: a word of its own, or a path or `-m` ending in it.
 # `.gitrun/runs/...` (reading the packet) and `gitrun/r` (the branch) are not.
@@ -52,8 +55,6 @@ def pre_bash(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
 
 
 def pre_agent(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
-    from gitrun.dispatches import pointers_in
-
     if _is_worker(data, environ):
         return _launch_from_worker(data, environ)
     tool_input = data.get("tool_input")
@@ -76,13 +77,16 @@ def pre_agent(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
     tool_use_id = data.get("tool_use_id")
     if not isinstance(tool_use_id, str) or not tool_use_id:
         raise HookFailure("the Agent call has no tool_use_id, so its subagent could not be known")
-    from gitrun.dispatches import DISPATCHED, description_of, record_dispatch
-    from gitrun.local import LocalPaths
-    from gitrun.runs import list_runs
+    from pathlib import Path
 
-    if run_id not in list_runs(repo):
+    from gitrun.dispatches import DISPATCHED, description_of, record_dispatch
+    from gitrun.hookrules import run_ids
+    from gitrun.local import LocalPaths
+
+    if run_id not in run_ids(repo):
         return deny(f"there is no gitrun run {run_id!r} in this repository; check the pointer")
-    outcome = record_dispatch(LocalPaths.of(repo, run_id), run_id, task_id, tool_use_id)
+    local = LocalPaths.under(Path(repo.git_dir), run_id)
+    outcome = record_dispatch(local, run_id, task_id, tool_use_id)
     if outcome is None:
         return deny(
             f"gitrun task {task_id} of run {run_id} is not handed out now; run `gitrun next "
@@ -115,6 +119,6 @@ def _launch_from_worker(data: dict[str, Any], environ: dict[str, str]) -> HookRe
     if "agent_id" not in data:
         return HookResult(0)  # gitrun launched it: its subagents inherit GITRUN_TASK
     return deny(
-        f"gitrun task {context[1].id} may not launch subagents of its own; do the task "
+        f"gitrun task {context.task_id} may not launch subagents of its own; do the task "
         "yourself and write its outputs with the Write tool"
     )

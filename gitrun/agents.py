@@ -15,11 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from gitrun.resources import template_text
+from gitrun.subagents import PREFIX
 from gitrun.tomlfile import write_atomic
 
 AGENTS_DIR = ".claude/agents"
 WORKER_AGENT = "gitrun-worker"
-PREFIX = "gitrun-"  # agent types gitrun makes (and older per-task ones): they claim a task
 WORKER_TEMPLATE = "agent.md"
 
 

@@ -16,7 +16,6 @@ nothing, and the next dispatch drops it from the record.
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -24,18 +23,8 @@ from typing import Any
 from gitrun.local import LocalPaths
 from gitrun.records import VERSION, Fields, RecordInvalid, Warn, load_record, write_record
 
-# The first line of a pointer (templates/pointer.txt) names the run and the task.
-POINTER = re.compile(
-    r"gitrun run (?P<run>[a-z0-9][a-z0-9._-]{0,63}), task (?P<task>[a-z0-9][a-z0-9._-]{0,63}): "
-    r"follow "
-)
 DISPATCHED = 0  # what record_dispatch says of an attempt another subagent has (attempts are 1+)
 LOCK_PATIENCE = 30.0  # seconds a hook waits for next/collect (or another hook) to finish
-
-
-def pointers_in(prompt: str) -> list[tuple[str, str]]:
-    """The (run, task) of every pointer in a prompt, in order, without repeats."""
-    return list(dict.fromkeys((m["run"], m["task"]) for m in POINTER.finditer(prompt)))
 
 
 def description_of(run_id: str, task_id: str) -> str:

@@ -1,5 +1,6 @@
-"""The console entry point, kept tiny: `gitrun --version` answers without
-importing the command line (typer and rich cost ~50 ms to import)."""
+"""The console entry point, kept tiny: `gitrun --version` and the write hooks
+answer without importing the command line (typer, rich and pydantic cost
+~150 ms to import)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,16 @@ def main() -> int:
 
         sys.stdout.write(f"gitrun {__version__}\n")
         return 0
+    if len(argv) == 2 and argv[0] == "hook" and argv[1] in ("pre-write", "pre-commit"):
+        # the hot path: Claude Code runs the write hook before every write of every agent
+        from gitrun.hookmain import run
+
+        try:
+            return run(argv[1])
+        except (Exception, KeyboardInterrupt) as exc:  # outside every task: a crash, reported
+            from gitrun.cli.app import report_failure
+
+            return report_failure(exc)
     from gitrun.cli import main as cli_main
 
     return cli_main(argv)

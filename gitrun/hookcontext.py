@@ -10,22 +10,50 @@ concerned, a hook that cannot decide blocks (DESIGN rule 10).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+import re
 
-from gitrun.runs import RunDef, Task, load_run
+from gitrun.hookrules import Repo, TaskRules, find_repo
+
+TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 WRITE_TOOLS = ("Write", "Edit", "MultiEdit", "NotebookEdit")
 AGENT_TOOLS = ("Agent", "Task")  # Task: the Agent tool's former name
 SHELL_TOOLS = ("Bash",)
+# The first line of a pointer (templates/pointer.txt) names the run and the task.
+POINTER = re.compile(
+    r"gitrun run (?P<run>[a-z0-9][a-z0-9._-]{0,63}), task (?P<task>[a-z0-9][a-z0-9._-]{0,63}): "
+    r"follow "
+)
 
 
-@dataclass(frozen=True)
+def pointers_in(prompt: str) -> list[tuple[str, str]]:
+    """The (run, task) of every pointer in a prompt, in order, without repeats."""
+    return list(dict.fromkeys((m["run"], m["task"]) for m in POINTER.finditer(prompt)))
+
+
 class HookResult:
-    code: int = 0
-    stdout: str = ""
-    stderr: str = ""
+    """What a hook call ends with: its exit code, and what it prints."""
+
+    __slots__ = ("code", "stderr", "stdout")
+
+    def __init__(self, code: int = 0, stdout: str = "", stderr: str = "") -> None:
+        self.code = code
+        self.stdout = stdout
+        self.stderr = stderr
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HookResult) and (self.code, self.stdout, self.stderr) == (
+            other.code,
+            other.stdout,
+            other.stderr,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"HookResult({self.code!r}, {self.stdout!r}, {self.stderr!r})"
 
 
 class HookFailure(Exception):
@@ -49,8 +77,6 @@ def claims_task(data: object, environ: dict[str, str], raw: str = "") -> bool:
     any subagent (its hook input has ``agent_id``: its task is found from it),
     a lead's Agent call that dispatches a gitrun pointer, or input that cannot
     even be parsed but mentions one of these."""
-    from gitrun.dispatches import pointers_in
-
     if environ.get("GITRUN_RUN") or environ.get("GITRUN_TASK"):
         return True
     if isinstance(data, dict):
@@ -63,15 +89,17 @@ def claims_task(data: object, environ: dict[str, str], raw: str = "") -> bool:
 
 
 def task_context(
-    repo: Path | None, data: dict[str, Any] | None, environ: dict[str, str]
-) -> tuple[RunDef, Task] | None:
-    """The task this hook call acts for, or None when no gitrun task applies.
+    repo: Repo | None, data: dict[str, Any] | None, environ: dict[str, str]
+) -> TaskRules | None:
+    """The rules of the task this hook call acts for, or None when no gitrun
+    task applies.
 
     The environment names the task of a worker gitrun launched (and of its
     subagents, which inherit it); a subagent of a lead session is found
     through the Agent call that dispatched it (:mod:`gitrun.subagents`,
     which raises :class:`~gitrun.subagents.Unresolved` when it cannot tell).
     """
+    from gitrun.hookrules import NoSuchTask, rules_of
     from gitrun.subagents import claims_a_task, task_of_subagent
 
     run_id, task_id = environ.get("GITRUN_RUN"), environ.get("GITRUN_TASK")
@@ -86,21 +114,14 @@ def task_context(
             raise HookFailure("not inside a git repository")
         return None
     if run_id and task_id:
-        run = load_run(repo, run_id)
-        for task in run.tasks:
-            if task.id == task_id:
-                return run, task
-        raise HookFailure(f"run {run_id!r} has no task {task_id!r}")
+        try:
+            return rules_of(repo, run_id, task_id)
+        except NoSuchTask as exc:
+            raise HookFailure(str(exc)) from None
     if data is not None and "agent_id" in data:
         return task_of_subagent(repo, data)
     return None
 
 
-def repo_of(cwd: str | None) -> Path | None:
-    from gitrun.errors import GitrunError
-    from gitrun.git import find_repo_root
-
-    try:
-        return find_repo_root(Path(cwd) if cwd else None)
-    except GitrunError:
-        return None
+def repo_of(cwd: str | None) -> Repo | None:
+    return find_repo(cwd)

@@ -11,21 +11,42 @@ typed, versioned records (:mod:`gitrun.records`).
 
 from __future__ import annotations
 
-import contextlib
-from dataclasses import dataclass
-from pathlib import Path
+import os
 
-from gitrun import git
+TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
+if TYPE_CHECKING:
+    from pathlib import Path
 
 HOME = "gitrun"  # under the repository's git directory
+# The files the write hooks read, named once for the properties below and for
+# the hooks, which find them with os.path alone (see run_home).
+LEASES = "leases.json"
+DISPATCHES = "dispatches.json"
+HOOK_RULES = "hook-rules.jsonl"
 
 
-@dataclass(frozen=True)
 class LocalPaths:
-    root: Path
+    """The paths of one run's local state (a plain class: the write hooks
+    import it, and must not pay for dataclasses or the git door)."""
+
+    __slots__ = ("root",)
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LocalPaths) and other.root == self.root
+
+    def __hash__(self) -> int:
+        return hash(self.root)
+
+    def __repr__(self) -> str:
+        return f"LocalPaths(root={self.root!r})"
 
     @classmethod
     def of(cls, repo: Path, run_id: str) -> LocalPaths:
+        from gitrun import git
+
         return cls.under(git.git_dir(repo), run_id)
 
     @classmethod
@@ -66,13 +87,13 @@ class LocalPaths:
     @property
     def leases(self) -> Path:
         """Tasks an external run handed out and has not collected (:mod:`gitrun.leases`)."""
-        return self.root / "leases.json"
+        return self.root / LEASES
 
     @property
     def dispatches(self) -> Path:
         """Which Agent call of the lead dispatched which leased task, so a
         subagent's hooks know its task (:mod:`gitrun.dispatches`)."""
-        return self.root / "dispatches.json"
+        return self.root / DISPATCHES
 
     @property
     def governor(self) -> Path:
@@ -89,6 +110,11 @@ class LocalPaths:
     def tasks_cache(self) -> Path:
         """A big task table parsed once, as JSON (:func:`gitrun.runs.load_run`)."""
         return self.root / "tasks.cache.json"
+
+    @property
+    def hook_rules(self) -> Path:
+        """What the write hooks judge each task by (:mod:`gitrun.hookrules`)."""
+        return self.root / HOOK_RULES
 
     @property
     def land_aside(self) -> Path:
@@ -116,12 +142,27 @@ class LocalPaths:
         return self.root / f"{stem}.{stamp}{dot}{suffix}"
 
 
+def run_home(git_dir: str, run_id: str) -> str:
+    """``LocalPaths.under(git_dir, run_id).root`` as text, for the write hooks,
+    which must not pay for importing pathlib on every call."""
+    return os.path.join(git_dir, HOME, run_id)
+
+
 def local_runs(repo: Path) -> list[str]:
     """The runs that have local state here (a directory under ``.git/gitrun/``).
 
     None readable (or none yet) is an empty list: each run says what is wrong
     with its own state when it is inspected."""
-    home = git.git_dir(repo) / HOME
+    from gitrun import git
+
+    return local_runs_under(git.git_dir(repo))
+
+
+def local_runs_under(git_dir: Path) -> list[str]:
+    """:func:`local_runs` for a caller that knows the git directory."""
+    import contextlib
+
+    home = git_dir / HOME
     with contextlib.suppress(OSError):
         return sorted(p.name for p in home.iterdir() if p.is_dir())
     return []

@@ -135,7 +135,9 @@ class Fields:
 
 def is_finite(value: object) -> bool:
     """A JSON number that is a real, finite number (not a bool, NaN or infinity)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) or math.isfinite(value)  # an int too big for a float is finite
 
 
 def warn_stderr(message: str) -> None:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gitrun import git, ledger
+from gitrun import git, hookrules, ledger
 from gitrun.check import check_run
 from gitrun.committer import BRANCH_PREFIX, Committer, branch_ref, read_tip, trailers
 from gitrun.driver import Driver, Progress, Reporter, RunOutcome
@@ -51,6 +51,7 @@ def prepare_external(repo: Path, run_id: str, report: Reporter, resume: bool) ->
                 raise CheckFailed(run_id, problems)
         else:
             _create_branch(repo, run, local, report)
+    hookrules.refresh(repo, local, run_id)
 
 
 def _create_branch(repo: Path, run: RunDef, local: LocalPaths, report: Reporter) -> Committer:
@@ -87,6 +88,7 @@ def start_run(
     local = LocalPaths.of(repo, run_id)
     with run_locked(local, run_id) as lock:
         committer = _create_branch(repo, run, local, report)
+        hookrules.refresh(repo, local, run_id)
         driver = Driver(run, local, lock, committer, report, progress)
         driver.recover()  # workers of an earlier life of this run id
         return driver.drive()
@@ -105,6 +107,7 @@ def resume_run(
         problems = check_run(run, check_dirty=False).problems
         if problems:
             raise CheckFailed(run_id, problems)
+        hookrules.refresh(repo, local, run_id)
         committer = Committer(repo, run_id, local)
         driver = Driver(run, local, lock, committer, report, progress)
         driver.recover()

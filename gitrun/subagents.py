@@ -15,13 +15,16 @@ read is :class:`Unresolved`, and the hooks deny its call with the reason.
 from __future__ import annotations
 
 import json
+import os
 import re
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-from gitrun.runs import RunDef, Task
+TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
+    from gitrun.hookrules import Repo, TaskRules
+
+PREFIX = "gitrun-"  # agent types gitrun makes (and older per-task ones): they claim a task
 _AGENT_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 
@@ -29,40 +32,47 @@ class Unresolved(Exception):
     """A subagent whose task cannot be found; the message is the reason the model reads."""
 
 
-@dataclass(frozen=True)
 class Subagent:
-    agent_id: str
-    agent_type: str
-    tool_use_id: str
-    description: str
+    """What the client's meta file says of a subagent."""
+
+    __slots__ = ("agent_id", "agent_type", "description", "tool_use_id")
+
+    def __init__(self, agent_id: str, agent_type: str, tool_use_id: str, description: str) -> None:
+        self.agent_id = agent_id
+        self.agent_type = agent_type
+        self.tool_use_id = tool_use_id
+        self.description = description
 
 
 def is_subagent(data: dict[str, Any]) -> bool:
     return "agent_id" in data
 
 
-def meta_path(data: dict[str, Any]) -> Path:
+def meta_path(data: dict[str, Any]) -> str:
     """``<transcript without .jsonl>/subagents/agent-<agent_id>.meta.json``."""
     agent_id, transcript = data.get("agent_id"), data.get("transcript_path")
     if not isinstance(agent_id, str) or _AGENT_ID.fullmatch(agent_id) is None:
         raise Unresolved(f"the hook input's agent_id {agent_id!r} is not one Claude Code makes")
     if not isinstance(transcript, str) or not transcript.endswith(".jsonl"):
         raise Unresolved("the hook input names no session transcript, so the subagent is unknown")
-    return Path(transcript.removesuffix(".jsonl")) / "subagents" / f"agent-{agent_id}.meta.json"
+    return os.path.join(
+        transcript.removesuffix(".jsonl"), "subagents", f"agent-{agent_id}.meta.json"
+    )
 
 
 def read_subagent(data: dict[str, Any]) -> Subagent:
     path = meta_path(data)
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
+        with open(path, encoding="utf-8") as handle:
+            meta = json.load(handle)
     except (OSError, ValueError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise Unresolved(
-            f"cannot read this subagent's {path.name} ({why}), so gitrun cannot tell its task"
+            f"cannot read this subagent's {os.path.basename(path)} ({why}), so gitrun cannot tell its task"
         ) from None
     tool_use_id = meta.get("toolUseId") if isinstance(meta, dict) else None
     if not isinstance(tool_use_id, str) or not tool_use_id:
-        raise Unresolved(f"this subagent's {path.name} names no toolUseId")
+        raise Unresolved(f"this subagent's {os.path.basename(path)} names no toolUseId")
     agent_type = meta.get("agentType") or data.get("agent_type") or ""
     description = meta.get("description") or ""
     return Subagent(str(data["agent_id"]), str(agent_type), tool_use_id, str(description))
@@ -71,7 +81,6 @@ def read_subagent(data: dict[str, Any]) -> Subagent:
 def claims_a_task(data: dict[str, Any], sub: Subagent | None = None) -> bool:
     """Whether a subagent presents itself as a gitrun worker (gitrun's agent
     type, or the description gitrun gives dispatched tasks)."""
-    from gitrun.agents import PREFIX
 
     types = [data.get("agent_type"), sub.agent_type if sub else None]
     if any(isinstance(t, str) and t.startswith(PREFIX) for t in types):
@@ -79,19 +88,22 @@ def claims_a_task(data: dict[str, Any], sub: Subagent | None = None) -> bool:
     return sub is not None and sub.description.startswith("gitrun ")
 
 
-def task_of_subagent(repo: Path, data: dict[str, Any]) -> tuple[RunDef, Task] | None:
+def task_of_subagent(repo: Repo, data: dict[str, Any]) -> TaskRules | None:
     """The run and task a subagent was dispatched for; None for a subagent no
     gitrun task concerns (launched without a pointer). Raises
     :class:`Unresolved` when it cannot tell, or when the dispatch is stale."""
-    from gitrun.dispatches import read_dispatches
-    from gitrun.leases import read_leases
-    from gitrun.local import LocalPaths, local_runs
-    from gitrun.runs import load_run
+    from gitrun.hookrules import NoSuchTask, rules_of
+    from gitrun.local import DISPATCHES, HOME, LEASES, run_home
 
-    quiet = _quiet
-    records = [LocalPaths.of(repo, run_id) for run_id in local_runs(repo)]
-    records = [local for local in records if local.dispatches.exists()]
-    if not records:  # no lead dispatched anything here: no subagent has a task
+    try:
+        runs = sorted(os.listdir(os.path.join(repo.git_dir, HOME)))
+    except OSError:
+        runs = []
+    homes = [(run_id, run_home(repo.git_dir, run_id)) for run_id in runs]
+    homes = [
+        (run_id, home) for run_id, home in homes if os.path.isfile(os.path.join(home, DISPATCHES))
+    ]
+    if not homes:  # no lead dispatched anything here: no subagent has a task
         if claims_a_task(data):
             raise Unresolved(
                 "this subagent has gitrun's agent type, but no gitrun pointer was dispatched "
@@ -100,23 +112,22 @@ def task_of_subagent(repo: Path, data: dict[str, Any]) -> tuple[RunDef, Task] | 
             )
         return None
     sub = read_subagent(data)
-    for local in records:
-        run_id = local.root.name
-        dispatch = read_dispatches(local, warn=quiet).get(sub.tool_use_id)
+    for run_id, home in homes:
+        dispatch = dispatch_of(os.path.join(home, DISPATCHES), sub.tool_use_id)
         if dispatch is None:
             continue
-        run = load_run(repo, run_id)
-        task = next((t for t in run.tasks if t.id == dispatch.task), None)
-        if task is None:
-            raise Unresolved(f"run {run_id!r} has no task {dispatch.task!r} any more")
-        lease = read_leases(local, warn=quiet).get(task.id)
-        if lease is None or lease.attempt != dispatch.attempt:
+        task_id, attempt = dispatch
+        try:
+            rules = rules_of(repo, run_id, task_id)
+        except NoSuchTask:
+            raise Unresolved(f"run {run_id!r} has no task {task_id!r} any more") from None
+        if leased_attempt(os.path.join(home, LEASES), task_id) != attempt:
             raise Unresolved(
-                f"gitrun task {task.id} (attempt {dispatch.attempt}) is no longer handed out: "
+                f"gitrun task {task_id} (attempt {attempt}) is no longer handed out: "
                 "it was collected or handed out again, so nothing this subagent writes counts; "
                 "stop now"
             )
-        return run, task
+        return rules
     if claims_a_task(data, sub):
         raise Unresolved(
             f"this subagent ({sub.agent_type or 'no type'}: {sub.description!r}) was not "
@@ -128,3 +139,71 @@ def task_of_subagent(repo: Path, data: dict[str, Any]) -> tuple[RunDef, Task] | 
 
 def _quiet(_line: str) -> None:
     """A damaged record only identifies fewer subagents; the hook says nothing else."""
+
+
+# -- the two records a subagent's hook reads -----------------------------------
+# Read with json alone: a subagent's every write waits on this, and the
+# records' own readers (gitrun.dispatches.read_dispatches and
+# gitrun.leases.read_leases, which the hook's budget cannot import) take the
+# same files the same way, entry for entry; a test holds the two to it. A
+# damaged file or entry identifies nothing, as there.
+
+
+def dispatch_of(path: str, tool_use_id: str) -> tuple[str, int] | None:
+    """(task, attempt) the dispatch record at ``path`` holds for ``tool_use_id``."""
+    found = None
+    for item in _entries(path, "dispatches", bare_list=False):
+        if (
+            isinstance(item.get("tool_use_id"), str)
+            and isinstance(item.get("task"), str)
+            and type(item.get("attempt")) is int
+            and _finite(item.get("at"))
+            and item["tool_use_id"] == tool_use_id
+        ):
+            found = (item["task"], item["attempt"])
+    return found
+
+
+def leased_attempt(path: str, task_id: str) -> int | None:
+    """The attempt the lease record at ``path`` holds for ``task_id``."""
+    found = None
+    for item in _entries(path, "leases", bare_list=True):
+        before = item.get("before")
+        if (
+            isinstance(item.get("task"), str)
+            and type(item.get("attempt")) is int
+            and _finite(item.get("leased"))
+            and _finite(item.get("expires"))
+            and isinstance(before, dict)
+            and all(v is None or isinstance(v, str) for v in before.values())
+            and (item.get("agent") is None or isinstance(item.get("agent"), str))
+            and item["task"] == task_id
+        ):
+            found = item["attempt"]
+    return found
+
+
+def _entries(path: str, key: str, bare_list: bool) -> list[dict[str, Any]]:
+    """The object entries of a version-1 record's list ``key`` (an older
+    lease file is the bare list); [] when the file is absent or damaged."""
+    try:
+        with open(path, "rb") as handle:
+            value = json.loads(handle.read().decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return []
+    if bare_list and isinstance(value, list):
+        value = {"v": 1, key: value}
+    if not isinstance(value, dict) or type(value.get("v", 1)) is not int or value.get("v", 1) != 1:
+        return []
+    items = value.get(key)
+    if not isinstance(items, list):
+        return []
+    return [item for item in items if isinstance(item, dict)]
+
+
+def _finite(value: object) -> bool:
+    return (
+        type(value) in (int, float)
+        and value not in (float("inf"), float("-inf"))
+        and value == value
+    )

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from gitrun.dispatches import description_of, pointers_in
+from gitrun.dispatches import description_of
+from gitrun.hookcontext import pointers_in
 from gitrun.install import install_claude
 from gitrun.pointer import render_pointer
 from gitrun.runs import load_run

@@ -31,27 +31,34 @@ class _Group(TyperGroup):
     def invoke(self, ctx: Any) -> Any:  # typer.Context; the base class names its own
         try:
             return super().invoke(ctx)
-        except GitrunError as exc:
-            kinds = getattr(exc, "kinds", None)
-            lines = exc.lines
-            if isinstance(kinds, list) and len(kinds) == len(lines):
-                lines = capped(lines, kinds)
-            for line in lines:
-                typer.echo(f"gitrun: error: {line}", err=True)
-            ctx.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            typer.echo("gitrun: interrupted", err=True)
-            ctx.exit(130)
         except (typer.Exit, typer.Abort, typer.TyperException):
             raise  # typer's own exits and usage errors
-        except Exception as exc:
-            log = _write_crash_log()
-            typer.echo(
-                f"gitrun: internal error ({type(exc).__name__}: {exc}); the traceback is in {log}; "
-                "please report it",
-                err=True,
-            )
-            ctx.exit(EXIT_INTERNAL)
+        except (GitrunError, KeyboardInterrupt, Exception) as exc:
+            ctx.exit(report_failure(exc))
+
+
+def report_failure(exc: BaseException) -> int:
+    """Say what went wrong, in gitrun's words, and return the exit code:
+    gitrun's own errors as their lines, anything else as an internal error
+    with the traceback kept in a log file."""
+    if isinstance(exc, GitrunError):
+        kinds = getattr(exc, "kinds", None)
+        lines = exc.lines
+        if isinstance(kinds, list) and len(kinds) == len(lines):
+            lines = capped(lines, kinds)
+        for line in lines:
+            typer.echo(f"gitrun: error: {line}", err=True)
+        return exc.exit_code
+    if isinstance(exc, KeyboardInterrupt):
+        typer.echo("gitrun: interrupted", err=True)
+        return 130
+    log = _write_crash_log()
+    typer.echo(
+        f"gitrun: internal error ({type(exc).__name__}: {exc}); the traceback is in {log}; "
+        "please report it",
+        err=True,
+    )
+    return EXIT_INTERNAL
 
 
 PER_KIND = 20  # problems of one kind shown before a count of the rest

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import sys
-from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -19,74 +16,28 @@ hook_app = typer.Typer(
 app.add_typer(hook_app, name="hook")
 
 
-def _emit(result: Any) -> None:
-    if result.stdout:
-        sys.stdout.write(result.stdout + "\n")
-    if result.stderr:
-        sys.stderr.write(result.stderr if result.stderr.endswith("\n") else result.stderr + "\n")
-    raise typer.Exit(result.code)
+def _run_hook(name: str) -> None:
+    from gitrun.hookmain import run
 
-
-def _run_hook(what: str, hook: Callable[[str, dict[str, str]], Any], stdin: bool = True) -> None:
-    """Run a hook; in a gitrun task's context, any failure at all blocks.
-
-    Claude Code blocks a tool call only on exit 2 (any other failure lets it
-    through), so an unexpected error here, even in reading the input, must
-    not reach the generic crash handler (exit 70) when a task is concerned:
-    it exits 2 with one line on stderr (DESIGN rule 10, fail closed).
-    Outside every task's context an unexpected error stays a crash.
-    """
-    from gitrun.hooks import blocked, claims_task
-
-    environ = dict(os.environ)
-    raw = ""
-    try:
-        if stdin:
-            raw = sys.stdin.buffer.read().decode("utf-8", errors="replace")
-        result = hook(raw, environ)
-    except Exception as exc:
-        try:
-            ours = claims_task(_parsed(raw), environ, raw)
-        except Exception:  # pragma: no cover - claims_task reads only dicts and strings
-            ours = True
-        if not ours:
-            raise
-        sys.stderr.write(blocked(what, exc) + "\n")
-        raise typer.Exit(2) from None
-    _emit(result)
-
-
-def _parsed(raw: str) -> object:
-    import json
-
-    try:
-        return json.loads(raw)
-    except Exception:  # malformed, or nested too deep to parse
-        return None
+    raise typer.Exit(run(name))
 
 
 @hook_app.command("pre-write")
 def hook_pre_write() -> None:
     """Claude Code PreToolUse hook: deny a task's writes outside its owns."""
-    from gitrun.hooks import pre_write
-
-    _run_hook("write", pre_write)
+    _run_hook("pre-write")
 
 
 @hook_app.command("subagent-stop")
 def hook_subagent_stop() -> None:
     """Claude Code SubagentStop hook: keep a subagent working until its outputs validate."""
-    from gitrun.hooks import subagent_stop
-
-    _run_hook("stop", subagent_stop)
+    _run_hook("subagent-stop")
 
 
 @hook_app.command("pre-commit")
 def hook_pre_commit() -> None:
     """git pre-commit hook: reject a worker's commit outside its task's owns."""
-    from gitrun.hooks import pre_commit
-
-    _run_hook("commit", lambda _raw, environ: pre_commit(environ), stdin=False)
+    _run_hook("pre-commit")
 
 
 hooks_app = typer.Typer(

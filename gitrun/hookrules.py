@@ -1,0 +1,336 @@
+"""What the write hooks judge a task by, kept where a hook call finds it fast (issue 14).
+
+Claude Code runs gitrun's PreToolUse hook before every write of every agent,
+and git runs the pre-commit hook on every commit, so a call must cost little
+more than starting the interpreter. A call needs the repository (found here
+by walking up from the working directory, without a git process) and, of one
+run, its protected patterns and one task's owned patterns. ``gitrun start``
+and ``gitrun next`` write them to :attr:`gitrun.local.LocalPaths.hook_rules`
+(and a hook call that finds them missing or stale writes them), each task's
+patterns compiled into one regular expression
+(:func:`gitrun.patterns.owner_regex`)::
+
+    {"v": 1, "key": "<sha256>", "packet": "...", "protected": [...], "protected_regex": "..."}
+    "t0001"\t["<regex>", ["out/t0001.json"]]
+
+one header line, then one line per task, so a call on a 100,000-task run
+decodes one line. The key is the SHA-256 of the files the rules come from
+(the repository's config.toml, the run's packet.toml and tasks.toml), read
+on every call: rules of an edited definition are never used, and a
+definition that does not load makes a task's hook block, as before.
+
+Nothing here imports more than json, os, re and hashlib: a hook call never
+loads typer, pydantic or the command line. The rules are what
+``RunDef.owns_of`` and ``packet.protected`` say (:func:`build`), so the hooks
+judge exactly as ``check`` and the audit do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+
+TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+    from pathlib import Path
+
+    from gitrun.local import LocalPaths
+    from gitrun.runs import RunDef
+
+VERSION = 1
+RUNS_DIR = ".gitrun/runs"  # gitrun.runs.RUNS_DIR, which imports pydantic
+BRANCHES = "refs/heads/gitrun/"  # gitrun.committer.branch_ref, which imports the git door
+_END = b"\n# end of the hook rules\n"  # a file cut short does not end so
+_SOURCES = (".gitrun/config.toml", "packet.toml", "tasks.toml")
+# Git's own discovery is used instead of the walk when one of these changes it.
+_DISCOVERY_VARS = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_CEILING_DIRECTORIES",
+    "GIT_DISCOVERY_ACROSS_FILESYSTEM",
+    "GIT_COMMON_DIR",
+)
+
+
+class Repo:
+    """A work tree's top directory and its git directory (both real paths)."""
+
+    __slots__ = ("git_dir", "root")
+
+    def __init__(self, root: str, git_dir: str) -> None:
+        self.root = root
+        self.git_dir = git_dir
+
+    def __repr__(self) -> str:
+        return f"Repo({self.root!r}, {self.git_dir!r})"
+
+
+def find_repo(cwd: str | None, environ: Mapping[str, str] | None = None) -> Repo | None:
+    """The repository whose work tree holds ``cwd`` (default: the current
+    directory), as ``git rev-parse --show-toplevel --absolute-git-dir`` finds
+    it; None outside every work tree. Walks up looking for ``.git`` (a
+    directory, or a worktree's or submodule's ``gitdir:`` file) and asks git
+    itself only when the environment changes discovery or a bare repository
+    is on the way."""
+    env = os.environ if environ is None else environ
+    try:
+        start = os.path.realpath(cwd or os.getcwd())
+    except OSError:
+        return None
+    if any(var in env for var in _DISCOVERY_VARS):
+        return _ask_git(start, env)
+    here = start
+    while True:
+        dot = os.path.join(here, ".git")
+        if os.path.isdir(dot):
+            return Repo(here, dot) if _is_git_dir(dot) else _ask_git(start, env)
+        if os.path.isfile(dot):
+            git_dir = _gitdir_file(here, dot)
+            return Repo(here, git_dir) if git_dir else _ask_git(start, env)
+        if _is_git_dir(here):
+            return _ask_git(start, env)  # inside a git directory (or a bare repository)
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
+def _is_git_dir(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, "HEAD")) and (
+        os.path.isdir(os.path.join(path, "objects"))
+        or os.path.isfile(os.path.join(path, "commondir"))
+    )
+
+
+def _gitdir_file(root: str, dot: str) -> str | None:
+    try:
+        with open(dot, encoding="utf-8") as handle:
+            line = handle.readline().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not line.startswith("gitdir: "):
+        return None
+    git_dir = os.path.realpath(os.path.join(root, line[len("gitdir: ") :]))
+    return git_dir if _is_git_dir(git_dir) else None
+
+
+def _ask_git(start: str, env: Mapping[str, str]) -> Repo | None:
+    import subprocess
+
+    try:
+        proc = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel", "--absolute-git-dir"],
+            cwd=start,
+            env=dict(env),
+            capture_output=True,
+            check=False,
+        )
+    except OSError:
+        return None
+    lines = proc.stdout.decode("utf-8", "surrogateescape").splitlines()
+    if proc.returncode != 0 or len(lines) != 2:
+        return None
+    return Repo(os.path.realpath(lines[0]), os.path.realpath(lines[1]))
+
+
+def run_ids(repo: Repo) -> list[str]:
+    """The runs defined in the work tree (``gitrun.runs.list_runs``)."""
+    runs = os.path.join(repo.root, RUNS_DIR)
+    try:
+        names = os.listdir(runs)
+    except OSError:
+        return []
+    return sorted(n for n in names if os.path.isfile(os.path.join(runs, n, "packet.toml")))
+
+
+def started_runs(repo: Repo) -> set[str]:
+    """The runs whose branch exists (``committer.branch_ref``), in one git call."""
+    import subprocess
+
+    proc = subprocess.run(
+        ["git", "for-each-ref", f"--format=%(refname:lstrip={BRANCHES.count('/')})", BRANCHES],
+        cwd=repo.root,
+        capture_output=True,
+        check=True,
+    )
+    return set(proc.stdout.decode("utf-8", "surrogateescape").splitlines())
+
+
+def rules_path(repo: Repo, run_id: str) -> str:
+    from gitrun.local import HOOK_RULES, run_home
+
+    return os.path.join(run_home(repo.git_dir, run_id), HOOK_RULES)
+
+
+class TaskRules:
+    """One task's owned patterns and its run's protected ones, compiled."""
+
+    __slots__ = ("_owned", "_protected", "owns", "packet_path", "run_id", "task_id")
+
+    def __init__(
+        self,
+        run_id: str,
+        task_id: str,
+        owns: list[str],
+        owned_regex: str,
+        protected_regex: str,
+        packet_path: str,
+    ) -> None:
+        self.run_id = run_id
+        self.task_id = task_id
+        self.owns = owns
+        self.packet_path = packet_path
+        self._owned = re.compile(owned_regex, re.DOTALL)
+        self._protected = re.compile(protected_regex, re.DOTALL)
+
+    def owns_path(self, path: str) -> bool:
+        """``path`` is owned by the task, itself or as a client's atomic-write
+        temporary of an owned path (as the audit judges it)."""
+        from gitrun.temporaries import target_of_temporary
+
+        if self._owned.fullmatch(path) is not None:
+            return True
+        target = target_of_temporary(path)
+        return target is not None and self._owned.fullmatch(target) is not None
+
+    def protects(self, path: str) -> bool:
+        return self._protected.fullmatch(path) is not None
+
+
+class NoSuchTask(Exception):
+    """The run loads, but has no such task."""
+
+
+def rules_of(repo: Repo, run_id: str, task_id: str) -> TaskRules:
+    """The rules of ``task_id`` in ``run_id`` (from the cache, written first
+    when it is missing or stale). Raises :class:`NoSuchTask`, or what loading
+    a broken definition raises."""
+    header, line = _current(repo, run_id, task_id)
+    if line is None:
+        raise NoSuchTask(f"run {run_id!r} has no task {task_id!r}")
+    regex, owns = json.loads(line)
+    return TaskRules(
+        run_id, task_id, owns, regex, str(header["protected_regex"]), str(header["packet"])
+    )
+
+
+def protected_of(repo: Repo, run_id: str) -> tuple[list[str], re.Pattern[str]]:
+    """A run's protected patterns, as texts and compiled (see :func:`rules_of`)."""
+    header = _current(repo, run_id, None)[0]
+    texts = header["protected"]
+    assert isinstance(texts, list)
+    return texts, re.compile(str(header["protected_regex"]), re.DOTALL)
+
+
+def refresh(repo: Path, local: LocalPaths, run_id: str) -> None:
+    """Bring a run's cached rules up to date with its definition (``start``,
+    ``resume`` and ``next`` call it, so a run's first hook call is fast too).
+    A failure only leaves the work to the next hook call."""
+    import contextlib
+
+    # a definition that does not load: check and start say why, and the hook blocks
+    with contextlib.suppress(Exception):
+        _current(Repo(str(repo), ""), run_id, None, str(local.hook_rules))
+
+
+def _current(
+    repo: Repo, run_id: str, task_id: str | None, path: str | None = None
+) -> tuple[dict[str, object], str | None]:
+    key = source_key(repo.root, run_id)
+    path = path or rules_path(repo, run_id)
+    found = _cached(path, key, task_id)
+    if found is not None:
+        return found
+    from pathlib import Path
+
+    from gitrun.runs import load_run
+    from gitrun.tomlfile import write_atomic
+
+    run = load_run(Path(repo.root), run_id, environ={})
+    if source_key(repo.root, run_id) != key:
+        raise OSError(f"the definition of run {run_id!r} changed while it was read; try again")
+    body = "\n".join(_lines(run, key)) + _END.decode()
+    write_atomic(Path(path), body.encode(), durable=False)
+    found = _cached(path, key, task_id)
+    if found is None:  # pragma: no cover - the cache was just written with this key
+        raise OSError(f"cannot read back {path}")
+    return found
+
+
+def source_key(root: str, run_id: str) -> str:
+    """The SHA-256 of the files a run's rules come from (a missing one counts
+    as absent, a symbolic link by its target: loading refuses both)."""
+    digest = hashlib.sha256(f"gitrun hook rules {VERSION}\0".encode())
+    run_dir = os.path.join(root, RUNS_DIR, run_id)
+    for index, name in enumerate(_SOURCES):
+        path = os.path.join(root, name) if index == 0 else os.path.join(run_dir, name)
+        try:
+            if os.path.islink(path):
+                digest.update(b"link\0" + os.readlink(path).encode("utf-8", "surrogateescape"))
+                continue
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except FileNotFoundError:
+            digest.update(b"absent\0")
+            continue
+        digest.update(b"%d\0" % len(data))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def _cached(
+    path: str, key: str, task_id: str | None
+) -> tuple[dict[str, object], str | None] | None:
+    """(header, the task's line) from the cache when it holds ``key``; None when
+    the cache is missing, stale or damaged (it is then written again)."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    end = data.find(b"\n")
+    try:
+        header = json.loads(data[:end])
+        if not isinstance(header, dict) or header.get("v") != VERSION or header.get("key") != key:
+            return None
+        if not (
+            isinstance(header.get("packet"), str)
+            and isinstance(header.get("protected"), list)
+            and isinstance(header.get("protected_regex"), str)
+        ):
+            return None
+    except ValueError:
+        return None
+    if not data.endswith(_END):
+        return None  # cut short: it proves nothing
+    if task_id is None:
+        return header, None
+    marker = b"\n" + json.dumps(task_id).encode() + b"\t"
+    start = data.find(marker)
+    if start < 0:
+        return header, None
+    start += len(marker)
+    stop = data.find(b"\n", start)
+    if stop < 0:
+        return None
+    return header, data[start:stop].decode()
+
+
+def _lines(run: RunDef, key: str) -> Iterator[str]:
+    from gitrun.patterns import owner_regex
+
+    protected = run.packet.protected
+    header = {
+        "v": VERSION,
+        "key": key,
+        "packet": run.packet_path,
+        "protected": protected,
+        "protected_regex": owner_regex(protected),
+    }
+    yield json.dumps(header)
+    for task in run.tasks:
+        owns = run.owns_of(task)
+        yield f"{json.dumps(task.id)}\t{json.dumps([owner_regex(owns), owns])}"

@@ -1,0 +1,348 @@
+"""The write hooks' fast path (issue 14): finding the repository without git,
+the cached rules, and the subagent records read with json alone.
+
+Each part is held to the slow, reference way: git's own discovery, the rules
+loaded from the definition, the records' own readers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gitrun.dispatches import read_dispatches
+from gitrun.hookrules import Repo, find_repo, refresh, rules_of, source_key
+from gitrun.hooks import pre_write
+from gitrun.leases import read_leases
+from gitrun.local import LocalPaths
+from gitrun.subagents import dispatch_of, leased_attempt
+from tests.helpers import commit_all, git, write_run
+
+WORKER = {"GITRUN_RUN": "r", "GITRUN_TASK": "t1"}
+
+
+def _git_finds(cwd: Path) -> tuple[str, str] | None:
+    proc = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel", "--absolute-git-dir"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        return None
+    top, git_dir = proc.stdout.splitlines()
+    return os.path.realpath(top), os.path.realpath(git_dir)
+
+
+def _found(cwd: Path) -> tuple[str, str] | None:
+    repo = find_repo(str(cwd))
+    return None if repo is None else (repo.root, repo.git_dir)
+
+
+# -- finding the repository ----------------------------------------------------
+
+
+def test_the_walk_finds_what_git_finds(git_repo: Path, tmp_path: Path) -> None:
+    (git_repo / "a" / "b").mkdir(parents=True)
+    git(git_repo, "worktree", "add", "-q", str(tmp_path / "wt"), "-b", "side")
+    (tmp_path / "wt" / "sub").mkdir()
+    os.symlink(git_repo / "a", tmp_path / "link")
+    (tmp_path / "outside").mkdir()
+    places = [
+        git_repo,
+        git_repo / "a" / "b",
+        tmp_path / "link" / "b",  # through a symbolic link
+        tmp_path / "wt",  # a worktree: .git is a `gitdir:` file
+        tmp_path / "wt" / "sub",
+        git_repo / ".git",  # inside the git directory: no work tree
+        git_repo / ".git" / "refs",
+        tmp_path / "outside",
+    ]
+    for place in places:
+        assert _found(place) == _git_finds(place), place
+    assert _found(tmp_path / "wt") is not None
+    assert _found(tmp_path / "outside") is None
+
+
+def test_a_submodule_is_its_own_repository(git_repo: Path, tmp_path: Path) -> None:
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    git(inner, "init", "-q")
+    (inner / "f").write_text("x\n")
+    commit_all(inner, "inner")
+    git(git_repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(inner), "sub")
+    assert (git_repo / "sub" / ".git").is_file()
+    assert _found(git_repo / "sub") == _git_finds(git_repo / "sub")
+    assert _found(git_repo / "sub")[0] == str(git_repo / "sub")  # type: ignore[index]
+
+
+def test_git_variables_that_change_discovery_are_left_to_git(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    found = find_repo(str(tmp_path / "elsewhere"), {"GIT_DIR": str(git_repo / ".git")})
+    # git takes GIT_DIR with the current directory as the work tree
+    assert found is not None and found.git_dir == str(git_repo / ".git")
+    ceiling = {"GIT_CEILING_DIRECTORIES": str(git_repo)}
+    (git_repo / "a").mkdir()
+    assert find_repo(str(git_repo / "a"), ceiling) is None
+
+
+# -- the cached rules ----------------------------------------------------------
+
+
+def _write(repo: Path, path: str, env: dict[str, str] | None = None) -> str:
+    payload = {
+        "cwd": str(repo),
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Write",
+        "tool_input": {"file_path": str(repo / path)},
+    }
+    result = pre_write(json.dumps(payload), WORKER if env is None else env)
+    if result.code != 0:
+        return f"blocked: {result.stderr}"
+    if not result.stdout:
+        return "allow"
+    return str(json.loads(result.stdout)["hookSpecificOutput"]["permissionDecision"])
+
+
+def _cache(repo: Path) -> Path:
+    return LocalPaths.of(repo, "r").hook_rules
+
+
+@pytest.fixture
+def run_repo(git_repo: Path) -> Path:
+    write_run(
+        git_repo,
+        "r",
+        [{"id": "t1", "outputs": ["out/t1.json"]}, {"id": "t2", "outputs": ["out/t2.json"]}],
+    )
+    commit_all(git_repo, "define r")
+    return git_repo
+
+
+def test_next_writes_the_rules_and_a_hook_call_uses_them(git_repo: Path) -> None:
+    tasks = [{"id": "t1", "outputs": ["out/t1.json"]}]
+    write_run(git_repo, "r", tasks, {"executor": {"kind": "external"}})
+    commit_all(git_repo, "define r")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gitrun", "start", "r"], cwd=git_repo, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    header = json.loads(_cache(git_repo).read_text().splitlines()[0])
+    assert header["key"] == source_key(str(git_repo), "r")
+    assert _write(git_repo, "out/t1.json") == "allow"
+    assert _write(git_repo, "README.md") == "deny"
+
+
+def test_an_edited_definition_is_judged_by_its_new_rules(run_repo: Path) -> None:
+    assert _write(run_repo, "out/t1.json") == "allow"
+    assert _cache(run_repo).exists()
+    write_run(run_repo, "r", [{"id": "t1", "outputs": ["out/renamed.json"]}])
+    assert _write(run_repo, "out/t1.json") == "deny"
+    assert _write(run_repo, "out/renamed.json") == "allow"
+    # the protected files of the packet count as well
+    write_run(
+        run_repo,
+        "r",
+        [{"id": "t1", "outputs": ["out/t1.json"], "owns": ["out/"]}],
+        {"ownership": {"protected": ["out/shared.md"]}},
+    )
+    assert _write(run_repo, "out/t1.json") == "allow"
+    assert _write(run_repo, "out/shared.md") == "deny"
+    # and the repository's config.toml
+    (run_repo / ".gitrun" / "config.toml").write_text('[ownership]\nprotected = ["out/t1.json"]\n')
+    assert _write(run_repo, "out/t1.json") == "deny"
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["garbage", "empty", "cut at a line", "cut mid-line", "other version", "other key", "no file"],
+)
+def test_a_damaged_cache_is_written_again(run_repo: Path, damage: str) -> None:
+    assert _write(run_repo, "out/t2.json", {"GITRUN_RUN": "r", "GITRUN_TASK": "t2"}) == "allow"
+    cache = _cache(run_repo)
+    text = cache.read_text()
+    lines = text.splitlines(keepends=True)
+    header = json.loads(lines[0])
+    damaged = {
+        "garbage": "\x00\xff not json\n",
+        "empty": "",
+        "cut at a line": lines[0] + lines[1],  # t2's line and the end marker are gone
+        "cut mid-line": text[: len(lines[0]) + len(lines[1]) + 10],
+        "other version": json.dumps({**header, "v": 2}) + "\n" + "".join(lines[1:]),
+        "other key": json.dumps({**header, "key": "0" * 64}) + "\n" + "".join(lines[1:]),
+        "no file": None,
+    }[damage]
+    if damaged is None:
+        cache.unlink()
+    else:
+        cache.write_text(damaged)
+    assert _write(run_repo, "out/t2.json", {"GITRUN_RUN": "r", "GITRUN_TASK": "t2"}) == "allow"
+    assert _write(run_repo, "out/t1.json", {"GITRUN_RUN": "r", "GITRUN_TASK": "t2"}) == "deny"
+    assert cache.read_text() == text
+
+
+def test_a_definition_that_does_not_load_blocks_a_task_write(run_repo: Path) -> None:
+    assert _write(run_repo, "out/t1.json") == "allow"
+    (run_repo / ".gitrun" / "runs" / "r" / "tasks.toml").write_text("[[task]\nid = \n")
+    assert _write(run_repo, "out/t1.json").startswith("blocked: gitrun: cannot check this write")
+
+
+def test_a_task_the_run_does_not_have_is_blocked(run_repo: Path) -> None:
+    got = _write(run_repo, "out/t1.json", {"GITRUN_RUN": "r", "GITRUN_TASK": "t9"})
+    assert got.startswith("blocked:") and "has no task 't9'" in got
+
+
+def test_a_symbolic_link_as_definition_is_refused_not_cached(run_repo: Path) -> None:
+    tasks = run_repo / ".gitrun" / "runs" / "r" / "tasks.toml"
+    real = run_repo / "elsewhere.toml"
+    real.write_text(tasks.read_text())
+    tasks.unlink()
+    tasks.symlink_to(real)
+    assert _write(run_repo, "out/t1.json").startswith("blocked:")
+
+
+def test_refresh_keeps_a_current_cache_and_survives_a_broken_run(run_repo: Path) -> None:
+    local = LocalPaths.of(run_repo, "r")
+    refresh(run_repo, local, "r")
+    first = local.hook_rules.stat().st_mtime_ns
+    refresh(run_repo, local, "r")
+    assert local.hook_rules.stat().st_mtime_ns == first  # up to date: not rewritten
+    (run_repo / ".gitrun" / "runs" / "r" / "packet.toml").write_text("not toml [")
+    refresh(run_repo, local, "r")  # says nothing: check and start report it
+
+
+def test_rules_of_judges_temporaries_like_the_audit(run_repo: Path) -> None:
+    rules = rules_of(Repo(str(run_repo), str(run_repo / ".git")), "r", "t1")
+    assert rules.owns_path("out/t1.json")
+    assert rules.owns_path("out/t1.json.tmp.123.abc0")
+    assert not rules.owns_path("out/t1.json.evil")
+    assert not rules.owns_path("out/t2.json")
+    assert rules.protects(".claude/settings.json")
+
+
+# -- the hook path imports little ----------------------------------------------
+
+_IMPORTS = """
+import io, json, sys
+sys.argv = ["gitrun", "hook", sys.argv[1]]
+sys.stdin = io.TextIOWrapper(io.BytesIO({payload!r}.encode()))
+from gitrun.entry import main
+code = main()
+heavy = sorted(
+    name for name in sys.modules
+    if name.split(".")[0] in ("typer", "click", "rich", "pydantic", "subprocess", "pathlib",
+                              "dataclasses", "typing", "tomllib")
+    or name in ("gitrun.runs", "gitrun.cli", "gitrun.git")
+)
+sys.stderr.write(json.dumps({{"code": code, "heavy": heavy}}) + "\\n")
+"""
+
+
+def _imports(repo: Path, hook: str, payload: str, env: dict[str, str]) -> dict[str, Any]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}
+    full.update(env)
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORTS.format(payload=payload), hook],
+        cwd=repo,
+        env=full,
+        capture_output=True,
+        text=True,
+    )
+    return dict(json.loads(proc.stderr.strip().splitlines()[-1]))
+
+
+def test_a_warm_hook_call_imports_neither_the_cli_nor_pydantic(run_repo: Path) -> None:
+    assert _write(run_repo, "out/t1.json") == "allow"  # the rules are written
+    owned = json.dumps(
+        {"cwd": str(run_repo), "tool_name": "Write", "tool_input": {"file_path": "out/t1.json"}}
+    )
+    lead = json.dumps(
+        {"cwd": str(run_repo), "tool_name": "Write", "tool_input": {"file_path": "x"}}
+    )
+    bash = json.dumps({"cwd": str(run_repo), "tool_name": "Bash", "tool_input": {"command": "ls"}})
+    git(run_repo, "add", "README.md")
+    for hook, payload, env in [
+        ("pre-write", owned, WORKER),
+        ("pre-write", owned.replace("out/t1", "out/t2"), WORKER),
+        ("pre-write", lead, {}),
+        ("pre-write", bash, WORKER),
+        ("pre-commit", "", WORKER),
+    ]:
+        found = _imports(run_repo, hook, payload, env)
+        assert found["heavy"] == [], (hook, payload, found)
+
+
+# -- the subagent records, read with json alone ---------------------------------
+
+_text = st.sampled_from(["t1", "t2", "toolu_1", "toolu_2", ""])
+_value = st.one_of(
+    _text,
+    st.integers(-2, 3),
+    st.booleans(),
+    st.none(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.just(10**400),
+    st.lists(st.integers(0, 1), max_size=1),
+    st.dictionaries(_text, st.one_of(st.none(), _text, st.integers(0, 1)), max_size=2),
+)
+
+
+def _entry(keys: list[str]) -> st.SearchStrategy[object]:
+    good = {
+        "tool_use_id": st.sampled_from(["toolu_1", "toolu_2"]),
+        "task": st.sampled_from(["t1", "t2"]),
+        "attempt": st.integers(1, 3),
+        "at": st.floats(0, 10),
+        "leased": st.floats(0, 10),
+        "expires": st.floats(0, 10),
+        "before": st.dictionaries(_text, st.one_of(st.none(), _text), max_size=2),
+        "agent": st.one_of(st.none(), _text),
+    }
+    fields = st.fixed_dictionaries(
+        {key: st.one_of(good[key], good[key], _value) for key in keys},
+        optional={"extra": _value},
+    )
+    return st.one_of(fields, fields, fields, _value)
+
+
+def _record(key: str, keys: list[str]) -> st.SearchStrategy[object]:
+    entries = st.lists(_entry(keys), max_size=4)
+    return st.one_of(
+        st.fixed_dictionaries({"v": st.one_of(st.just(1), st.just(1), _value), key: entries}),
+        st.fixed_dictionaries({key: entries}),  # before records had a version
+        entries,  # a bare list (the oldest lease file)
+        _value,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    dispatches=_record("dispatches", ["tool_use_id", "task", "attempt", "at"]),
+    leases=_record("leases", ["task", "attempt", "leased", "expires", "before", "agent"]),
+)
+def test_the_light_readers_agree_with_the_records_own(
+    tmp_path_factory: pytest.TempPathFactory, dispatches: object, leases: object
+) -> None:
+    local = LocalPaths(tmp_path_factory.mktemp("local"))
+    local.dispatches.write_text(json.dumps(dispatches))
+    local.leases.write_text(json.dumps(leases))
+    quiet = lambda _line: None  # noqa: E731
+    full_dispatches = read_dispatches(local, warn=quiet)
+    full_leases = read_leases(local, warn=quiet)
+    for tool_use_id in ("toolu_1", "toolu_2", ""):
+        full = full_dispatches.get(tool_use_id)
+        expected = None if full is None else (full.task, full.attempt)
+        assert dispatch_of(str(local.dispatches), tool_use_id) == expected, dispatches
+    for task in ("t1", "t2"):
+        lease = full_leases.get(task)
+        expected_attempt = None if lease is None else lease.attempt
+        assert leased_attempt(str(local.leases), task) == expected_attempt, leases
