@@ -26,6 +26,7 @@ from pathlib import Path
 from gitrun import git, ledger
 from gitrun.attempt import AttemptEnd, Monitor, Runner, RunningAttempt
 from gitrun.audit import Audit, Violation
+from gitrun.budget import Budget
 from gitrun.committer import CommitQueue, Committed, Committer, Landing
 from gitrun.crashpoints import crash_point
 from gitrun.engine import DONE, FAILED, PENDING, RUNNING, STATUSES, Ended, Engine
@@ -42,6 +43,7 @@ from gitrun.recovery import reconcile, recover_orphans
 from gitrun.runfiles import definition_files, definition_snapshot
 from gitrun.runs import RunDef, Task
 from gitrun.state import RunStatus, read_status
+from gitrun.usage import UsageTotals
 
 HEARTBEAT = 2.0  # seconds between owner-record heartbeats
 TICK = 0.5  # longest wait before the loop looks at deadlines and signals again
@@ -68,6 +70,8 @@ class Progress:
     spawns: int
     usable: int
     eta: float | None
+    usage: UsageTotals | None = None  # what the run's attempts cost so far
+    budget: Budget | None = None
 
 
 @dataclass
@@ -186,6 +190,8 @@ class Driver:
                     if not self.running and not self._waiting(now):
                         break
                     self._wait_and_finish(commits, now)
+                    for line in self.governor.take_notices():  # the spend budget's
+                        self.report(line)
                     now = time.time()
                     for attempt in self.running.values():
                         if now >= attempt.deadline:
@@ -270,10 +276,10 @@ class Driver:
             self.report(f"canary: {', '.join(self.governor.canary)} run alone first")
 
     def _launch_ready(self, now: float) -> None:
-        slots = self.governor.slots(len(self.running), now)
+        stage = self.engine.current_stage()
+        slots = self.governor.slots(len(self.running), now, stage)
         if slots <= 0:
             return
-        stage = self.engine.current_stage()
         if stage is None or not self._stage_still_proven(stage):
             return
         pending = self.engine.queues[stage]
@@ -503,6 +509,8 @@ class Driver:
             spawns=self.governor.spawns,
             usable=counts[DONE],
             eta=left / rate if rate > 0 and self.finished_here >= 3 else None,
+            usage=self.engine.usage,
+            budget=self.engine.budget,
         )
 
     def _mkdir(self, path: Path) -> None:

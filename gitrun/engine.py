@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gitrun import git, ledger
+from gitrun.budget import SpendGate, budget_of
 from gitrun.committer import branch_ref
 from gitrun.governor import PERSISTENT, EndFacts, Governor, Halt, choose_canary
 from gitrun.history import find_base
@@ -166,6 +167,14 @@ class Engine:
             halt=Halt(**self.summary.halt) if self.summary.halt else None,
         )
         self.halt_recorded = self.summary.halt is not None
+        # What the run's attempts cost so far (kept current as attempts end),
+        # and its budget: the packet's, as `gitrun retry --budget` raised it.
+        self.usage = ledger.usage_totals(self.records)
+        self.budget = budget_of(self.limits, self.records)
+        if self.budget.is_set:
+            self.governor.spend = SpendGate(
+                run.id, self.budget, self.usage, len(run.tasks), self.limits.max_projection
+            )
 
     # -- what state is each task in -----------------------------------------------------
 
@@ -238,9 +247,12 @@ class Engine:
             ended.wrote_nothing,
             ended.diagnostic,
         )
+        in_canary = bool(self.governor.canary)
         self.governor.ended(facts, time.time(), failed_for_good)
         backed_off = self.governor.concurrency if ended.outcome == ledger.THROTTLED else None
         self.record(writer, ended, backed_off)
+        if in_canary and not self.governor.canary:
+            self.governor.canary_passed()  # its cost is in self.usage now
         if ended.outcome == ledger.VALID:
             self._set(tid, DONE)
         elif failed_for_good:
@@ -275,6 +287,7 @@ class Engine:
         )
         writer.write(record.to_json())
         self.recorded.add(key)
+        self.usage.add(ended.usage, valid=ended.outcome == ledger.VALID, stage=record.stage)
         history = self.history[ended.task]
         history.attempts = max(history.attempts, ended.attempt)
         history.spawns += 1

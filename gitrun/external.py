@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gitrun import git, hookrules, ledger
+from gitrun import git, ledger
 from gitrun.agents import WORKER_AGENT
 from gitrun.audit import Audit, AuditState
 from gitrun.committer import Committer, Landing, branch_ref, landing_message
@@ -33,6 +33,7 @@ from gitrun.pointer import render_pointer
 from gitrun.records import load_record, warn_stderr, write_record
 from gitrun.runfiles import definition_files
 from gitrun.runs import RunDef, load_run
+from gitrun.usage import Usage
 
 LOCK_PATIENCE = 30.0  # seconds next/collect wait for another next/collect
 
@@ -44,6 +45,7 @@ class Batch:
     done: bool = False  # every task is done
     halted: bool = False  # a halt holds the run until `gitrun retry` lifts it
     violations: list[str] = field(default_factory=list)  # found by this call's audit
+    notices: list[str] = field(default_factory=list)  # the spend budget's (gitrun.budget)
 
 
 @dataclass
@@ -57,6 +59,7 @@ class Collected:
     next_step: str = ""
     halted: bool = False
     violations: list[str] = field(default_factory=list)  # found by this call's audit
+    notices: list[str] = field(default_factory=list)  # the spend budget's (gitrun.budget)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,6 +72,7 @@ class Collected:
             "next": self.next_step,
             "halted": self.halted,
             "violations": self.violations,
+            "notices": self.notices,
         }
 
 
@@ -134,8 +138,19 @@ class External:
         batch = Batch(violations=self._audit())
         try:
             self._fill(batch, limit)
+            if self.governor.halt is not None and not self.engine.halt_recorded:
+                # This call halted the run (the spend budget): the halt holds
+                # every later call until `gitrun retry` lifts it.
+                writer = ledger.LedgerWriter(self.repo / self.run.dir)
+                try:
+                    self.engine.record_halt(writer)
+                finally:
+                    writer.close()
+                own = definition_files(self.run)
+                self.committer.commit([], own, landing_message(self.run.id, []))
         finally:
             self._save()
+        batch.notices = self.governor.take_notices()
         return batch
 
     def _fill(self, batch: Batch, limit: int | None) -> None:
@@ -155,7 +170,11 @@ class External:
                 f"(`gitrun retry {self.run.id}`)"
             )
             return
-        slots = self.governor.slots(len(self.leases), now)
+        slots = self.governor.slots(len(self.leases), now, self.engine.current_stage())
+        if self.governor.halt is not None:  # the spend budget, now that nothing is out
+            batch.halted = True
+            batch.reason = f"halted: {self.governor.halt.message}"
+            return
         if limit is not None:
             slots = min(slots, limit)
         for task_id in pending:
@@ -176,6 +195,14 @@ class External:
             return (
                 f"throttled: wait {self.governor.backoff_until - now:.0f} s before the next batch"
             )
+        if self.leases and self.governor.spend is not None:
+            stage = self.engine.current_stage() or ""
+            if not self.governor.spend.room(stage, len(self.leases), 1):
+                return (
+                    f"the spend budget allows no more beside the {len(self.leases)} leased tasks "
+                    f"({', '.join(sorted(self.leases))}); wait for their subagents, then "
+                    f"`gitrun collect {self.run.id}`"
+                )
         if self.leases:
             return (
                 f"{len(self.leases)} tasks are leased ({', '.join(sorted(self.leases))}); wait for "
@@ -195,6 +222,9 @@ class External:
         stage = self.run.stage_of(task)
         self.leases[task_id] = Lease(task_id, number, now, now + self.limits.timeout, before)
         self.engine.begin(task_id)
+        usage = self._usage_file(task_id, number)
+        usage.parent.mkdir(parents=True, exist_ok=True)
+        usage.unlink(missing_ok=True)  # an earlier life's, of a run started over
         item: dict[str, Any] = {
             "task": task_id,
             "attempt": number,
@@ -204,8 +234,29 @@ class External:
             "model": self.run.packet.model_for(stage),
             "expires": ledger.iso(now + self.limits.timeout),
             "agent": WORKER_AGENT,  # the subagent type to dispatch it with
+            # Where the orchestrator may write what the subagent used (the JSON
+            # object of $GITRUN_USAGE); collect puts it in the attempt's record.
+            "usage": str(usage),
         }
         return item
+
+    def _usage_file(self, task_id: str, attempt: int) -> Path:
+        from gitrun.attempt import usage_file
+
+        return usage_file(self.local.log_of(task_id, attempt))
+
+    def _read_usage(self, task_id: str, attempt: int) -> Usage | None:
+        """What the orchestrator wrote the subagent used; None: nothing (unknown)."""
+        from gitrun.clientusage import read_usage_file
+
+        path = self._usage_file(task_id, attempt)
+        usage, problem = read_usage_file(path)
+        if problem:
+            warn_stderr(
+                f"{task_id} attempt {attempt}: the usage file {path} {problem}; its usage is "
+                "unknown (write one JSON object, as README shows under 'Usage and cost')"
+            )
+        return usage
 
     # -- collect ------------------------------------------------------------------------
 
@@ -245,6 +296,7 @@ class External:
                     reason,
                     timed_out=now > lease.expires,
                     dispatch="external",
+                    usage=self._read_usage(task_id, lease.attempt),
                 )
                 status = self.engine.end(writer, ended)
                 self.leases.pop(task_id)
@@ -286,6 +338,7 @@ class External:
         self._save()
         result.next_step = self._next_step()
         result.halted = self.governor.halt is not None
+        result.notices = self.governor.take_notices()
         return result
 
     def _next_step(self) -> str:
@@ -342,5 +395,4 @@ def external_run(repo: Path, run_id: str) -> Iterator[External]:
                 if time.time() >= deadline:
                     raise
                 time.sleep(0.1)
-        hookrules.refresh(repo, local, run_id)
         yield External(run, local)

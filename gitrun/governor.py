@@ -10,6 +10,9 @@ DESIGN.md rule 6:
 - an environment-fault breaker: attempts that all end fast with no output
   and the same diagnostic halt the run instead of burning retries;
 - a spawn budget and a halt policy on tasks failed for good;
+- a spend budget (:mod:`gitrun.budget`): no start that the run's spend plus
+  what its running attempts are expected to cost would carry past it, and
+  the canary's projection of the whole run;
 - a load gate: no starts while the machine is busy.
 """
 
@@ -19,10 +22,13 @@ import os
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gitrun.records import VERSION, Fields
 from gitrun.settings import Limits
+
+if TYPE_CHECKING:
+    from gitrun.budget import SpendGate
 
 THROTTLE_EXIT = 75  # EX_TEMPFAIL
 
@@ -32,10 +38,12 @@ ENVIRONMENT = "environment fault"
 BUDGET = "spawn budget"
 POLICY = "halt policy"
 STRICT = "ownership violation"
+SPEND = "spend budget"  # max_cost_usd or max_tokens, or the canary's projection
 # Halts that the facts do not undo by themselves: they are written to the
 # ledger, hold every later start/resume/next (exit 3), and `gitrun retry`
-# lifts them. Budget and policy halts are recomputed from the ledger instead.
-PERSISTENT = (CANARY, ENVIRONMENT, STRICT)
+# lifts them (a spend halt with --budget or --tokens raising the budget).
+# Spawn budget and policy halts are recomputed from the ledger instead.
+PERSISTENT = (CANARY, ENVIRONMENT, STRICT, SPEND)
 
 
 def choose_canary(candidates: list[str], size: int, any_done: bool) -> list[str]:
@@ -104,6 +112,7 @@ class Governor:
     _streak: list[EndFacts] = field(default_factory=list)  # fast, empty endings in a row
     _lost: int = 0  # attempts lost with their machine since the last valid completion
     _canary_failed: set[str] = field(default_factory=set)
+    spend: SpendGate | None = None  # the spend budget, when the run has one
 
     def __post_init__(self) -> None:
         self.concurrency = self.concurrency or self.limits.concurrency
@@ -112,8 +121,9 @@ class Governor:
 
     # -- may attempts start? ------------------------------------------------------
 
-    def slots(self, running: int, now: float) -> int:
-        """How many attempts may start now, given ``running`` are out."""
+    def slots(self, running: int, now: float, stage: str | None = None) -> int:
+        """How many attempts may start now, given ``running`` are out (all of
+        ``stage``, the stage whose tasks would start: stages run one by one)."""
         if self.halt is not None or now < self.backoff_until:
             return 0
         self.load = read_load()
@@ -133,7 +143,14 @@ class Governor:
             # breaker needs to decide: the fault costs exactly its window.
             cap = min(cap, self.limits.breaker_size - len(self._streak))
         cap = min(cap, self.limits.spawn_budget(self.tasks) - self.spawns + running)
-        return max(0, cap - running)
+        free = max(0, cap - running)
+        if self.spend is not None and stage is not None and free:
+            free = self.spend.room(stage, running, free)
+            if not free and not running:
+                # Nothing is out and the next attempt would pass the budget:
+                # the attempts that were out have finished, and the run halts.
+                self.halt = Halt(SPEND, self.spend.halt_message(stage))
+        return free
 
     def eligible(self, task: str) -> bool:
         """Whether ``task`` may start now (only canary tasks while the canary runs)."""
@@ -244,6 +261,20 @@ class Governor:
                 POLICY,
                 f"halt policy {self.limits.halt}: {self.failed} of {self.tasks} tasks failed for good",
             )
+
+    def canary_passed(self) -> None:
+        """The canary's cost is known and the fan-out is about to widen: its
+        projection of the whole run is said, and halts a run it would overspend."""
+        if self.spend is None:
+            return
+        sentence = self.spend.project()
+        if sentence is not None and self.halt is None:
+            self.halt = Halt(SPEND, sentence)
+
+    def take_notices(self) -> list[str]:
+        """What the spend budget has to say (the canary's projection, a budget
+        it cannot enforce) since the last call."""
+        return self.spend.take_notices() if self.spend is not None else []
 
     def stop_for(self, halt: Halt) -> None:
         if self.halt is None:

@@ -176,6 +176,13 @@ class Limits(Strict):
     breaker_window: Annotated[int, Field(ge=0)] = 0
     breaker_fast: Duration = 3.0
     halt: Annotated[str | None, AfterValidator(_check_halt)] = None  # "fail=N" or "fail=P%"
+    # The spend budget (issue 15): no attempt starts when what the run spent plus
+    # what its running attempts are expected to cost would pass it (None: none).
+    max_cost_usd: Annotated[float, Field(gt=0)] | None = None
+    max_tokens: Annotated[int, Field(gt=0)] | None = None
+    # The canary's projection of the whole run may pass the budget by this
+    # factor; more halts the run before the fan-out widens.
+    max_projection: Annotated[float, Field(ge=1)] = 1.5
 
     @property
     def breaker_size(self) -> int:
@@ -429,6 +436,8 @@ ENV_OVERRIDES: dict[str, tuple[str, str, Callable[[str], object]]] = {
     "GITRUN_MAX_LOAD": ("limits", "max_load", _env_number),
     "GITRUN_PAYLOAD_BUDGET": ("limits", "payload_budget", _env_int),
     "GITRUN_HALT": ("limits", "halt", _env_text),
+    "GITRUN_MAX_COST_USD": ("limits", "max_cost_usd", _env_number),
+    "GITRUN_MAX_TOKENS": ("limits", "max_tokens", _env_int),
 }
 
 

@@ -9,12 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from gitrun import git, ledger
+from gitrun.budget import Budget, spend_json
 from gitrun.collector import collector_paused
 from gitrun.committer import branch_ref
 from gitrun.engine import DONE, STATUSES, load_engine
 from gitrun.local import LocalPaths
 from gitrun.lock import Owner, is_locked, read_owner
 from gitrun.runs import RunDef, load_run
+from gitrun.usage import UsageTotals
 
 
 @dataclass(slots=True)  # a big run's status holds 100,000 of them
@@ -54,6 +56,8 @@ class RunStatus:
     violations: list[dict[str, Any]] = field(default_factory=list)
     halt: dict[str, str] | None = None  # a halt that holds the run until `gitrun retry`
     damaged: bool = False  # the branch names a commit whose objects are missing
+    usage: UsageTotals = field(default_factory=UsageTotals)  # what its attempts cost
+    budget: Budget = field(default_factory=Budget)  # its spend budget now
 
     def counts(self, stage: str | None = None) -> dict[str, int]:
         out = dict.fromkeys(STATUSES, 0)
@@ -82,6 +86,7 @@ class RunStatus:
             "driver": self.driver.to_json() if self.driver else None,
             "violations": self.violations,
             "halt": self.halt,
+            "spend": spend_json(self.usage, self.usable, self.budget),
             "tasks": {tid: task.to_json() for tid, task in self.tasks.items()},
         }
 
@@ -133,4 +138,6 @@ def _read_status(repo: Path, run_id: str, run: RunDef | None) -> RunStatus:
         driver=read_owner(local) if is_locked(local) else None,
         violations=engine.violations(),
         halt=engine.summary.halt,
+        usage=engine.usage,
+        budget=engine.budget,
     )

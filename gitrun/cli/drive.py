@@ -14,8 +14,8 @@ from gitrun.errors import GitrunError
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 every task done; 1 some task failed for good; 2 usage error; "
-    "3 halted (canary failed, environment fault, spawn budget, halt policy, strict "
-    "ownership); 130 or 143 stopped by Ctrl-C or SIGTERM. `gitrun resume` continues "
+    "3 halted (canary failed, environment fault, spawn budget, spend budget, halt "
+    "policy, strict ownership); 130 or 143 stopped by Ctrl-C or SIGTERM. `gitrun resume` continues "
     "in every case."
 )
 
@@ -244,20 +244,43 @@ def retry(
     run: Annotated[str, typer.Argument(metavar="RUN", help="The run.")],
     tasks: Annotated[
         list[str] | None,
-        typer.Argument(metavar="TASK", help="Tasks to retry; default every failed one."),
+        typer.Argument(
+            metavar="TASK",
+            help="Tasks to retry; default every failed one (none when raising the budget).",
+        ),
+    ] = None,
+    budget: Annotated[
+        float | None,
+        typer.Option(
+            "--budget", metavar="USD", min=0.000001, help="Set the run's max_cost_usd to USD."
+        ),
+    ] = None,
+    tokens: Annotated[
+        int | None,
+        typer.Option("--tokens", metavar="N", min=1, help="Set the run's max_tokens to N."),
     ] = None,
 ) -> None:
     """Give tasks that used up their attempts a fresh set, and lift a halt
-    (failed canary, environment fault, strict ownership violation); then
-    `gitrun resume RUN`."""
+    (failed canary, environment fault, strict ownership violation, spend
+    budget); with --budget or --tokens, raise the run's spend budget (kept in
+    its ledger); then `gitrun resume RUN`."""
     from gitrun.retry import retry_tasks
 
-    retried = retry_tasks(_repo(ctx), run, list(tasks or []))
+    retried = retry_tasks(_repo(ctx), run, list(tasks or []), budget, tokens)
+    if retried.budget is not None:
+        from gitrun.budget import money
+
+        shown = []
+        if retried.budget.cost_usd is not None:
+            shown.append(f"max_cost_usd {money(retried.budget.cost_usd)}")
+        if retried.budget.tokens is not None:
+            shown.append(f"max_tokens {retried.budget.tokens:,}")
+        typer.echo(f"the run's budget is now {' and '.join(shown)}")
     if retried.lifted:
         typer.echo(f"lifted the halt ({retried.lifted})")
     if retried.tasks:
         typer.echo(f"{', '.join(retried.tasks)}: fresh attempts granted")
-    elif not retried.lifted:
+    elif not retried.lifted and retried.budget is None:
         typer.echo(f"run {run!r} has no failed tasks and is not halted")
         return
     typer.echo(f"continue with `gitrun resume {run}`")

@@ -31,6 +31,8 @@ def _drive_external(repo: Path, run: str, as_json: bool, resume: bool) -> None:
 def _print_batch(run: str, batch: Any, as_json: bool) -> None:
     for violation in batch.violations:
         typer.echo(f"ownership violation: {violation}", err=True)
+    for notice in batch.notices:  # the spend budget's
+        typer.echo(notice, err=True)
     if as_json:
         typer.echo(json.dumps(batch.leased, indent=2))
     for item in batch.leased if not as_json else []:
@@ -58,6 +60,8 @@ def _print_collected(collected: Any) -> None:
         typer.echo(f"{label}: {', '.join(shown)}")
     for violation in collected.violations:
         typer.echo(f"ownership violation: {violation}")
+    for notice in collected.notices:  # the spend budget's
+        typer.echo(notice)
     typer.echo(f"next: {collected.next_step}")
 
 

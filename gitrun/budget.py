@@ -1,0 +1,316 @@
+"""The spend budget (issue 15): what a run may spend, and whether one more attempt fits.
+
+A run's budget is ``[limits] max_cost_usd`` and ``max_tokens``, unless
+``gitrun retry RUN --budget USD`` / ``--tokens N`` raised it since: that
+writes a ``budget`` event to the ledger, so the raise travels with the run
+(resume, another machine, ``land``) like every other fact of it.
+
+:class:`SpendGate` is the governor's arithmetic. An attempt may start when
+what the run spent, plus what the attempts out now are expected to cost,
+plus what it is expected to cost, stays within the budget. *Expected* is
+the median of the finished attempts of the same stage; before the stage's
+first, of every finished attempt (the canary's, first of all). Before any
+attempt finished, one runs at a time. Attempts whose client stated no cost
+are not counted: every sentence says how many, and a budget no attempt
+reported against cannot be enforced, which the gate says once.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from gitrun.records import is_finite
+from gitrun.settings import Limits
+from gitrun.usage import UsageTotals
+
+BUDGET_EVENT = "budget"  # a ledger event: `gitrun retry --budget/--tokens` set the budget
+_SLACK = 1e-9  # dollars compared as floats: $0.1 + $0.2 may be $0.30000000000000004
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The run's budget now; None where it has none."""
+
+    cost_usd: float | None = None
+    tokens: int | None = None
+
+    @property
+    def is_set(self) -> bool:
+        return self.cost_usd is not None or self.tokens is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"max_cost_usd": self.cost_usd, "max_tokens": self.tokens}
+
+
+def budget_of(limits: Limits, records: list[dict[str, Any]]) -> Budget:
+    """The packet's budget, as the ledger's latest ``budget`` events set it."""
+    cost, tokens = limits.max_cost_usd, limits.max_tokens
+    for record in records:
+        if record.get("event") != BUDGET_EVENT:
+            continue
+        value = record.get("max_cost_usd")
+        if is_finite(value) and isinstance(value, int | float) and value > 0:
+            cost = float(value)
+        value = record.get("max_tokens")
+        if type(value) is int and value > 0:
+            tokens = value
+    return Budget(cost, tokens)
+
+
+def money(dollars: float) -> str:
+    """$0.0079, $0.12, $1.50, $60."""
+    if 0 < dollars < 0.01:
+        return f"${dollars:.4f}"
+    text = f"{dollars:,.2f}"
+    return "$" + (text[:-3] if dollars >= 10 and text.endswith(".00") else text)
+
+
+def unknown_note(count: int, *, verb: str = "not counted") -> str:
+    """ " (2 attempts of unknown cost not counted)", or "" when every cost is known."""
+    if not count:
+        return ""
+    return f" ({count} attempt{'' if count == 1 else 's'} of unknown cost {verb})"
+
+
+@dataclass
+class SpendGate:
+    """How many more attempts the run's budget lets start, and the sentences
+    that go with it. ``totals`` is the engine's, kept current as attempts end."""
+
+    run_id: str
+    budget: Budget
+    totals: UsageTotals
+    tasks: int
+    factor: float  # limits.max_projection
+    notices: list[str] = field(default_factory=list)  # for the driver or next/collect to say
+    _warned: set[str] = field(default_factory=set)
+
+    # -- what an attempt is expected to cost ------------------------------------------------
+
+    def expected_cost(self, stage: str) -> float | None:
+        own = self.totals.median_cost(stage)
+        if own is not None:
+            return own
+        every = [c for costs in self.totals.stage_costs.values() for c in costs]
+        return statistics.median(every) if every else None
+
+    def expected_tokens(self, stage: str) -> int | None:
+        own = self.totals.median_tokens(stage)
+        if own is not None:
+            return own
+        every = [t for tokens in self.totals.stage_tokens.values() for t in tokens]
+        return round(statistics.median(every)) if every else None
+
+    # -- may attempts start? -------------------------------------------------------------------
+
+    def room(self, stage: str, running: int, wanted: int) -> int:
+        """How many of ``wanted`` more attempts of ``stage`` fit, ``running`` being out."""
+        fits = wanted
+        if self.budget.cost_usd is not None:
+            known = bool(self.totals.stage_costs)
+            fits = min(
+                fits,
+                self._fit(
+                    "max_cost_usd",
+                    self.totals.spent_usd,
+                    self.expected_cost(stage),
+                    self.budget.cost_usd,
+                    running,
+                    known,
+                ),
+            )
+        if self.budget.tokens is not None:
+            known = bool(self.totals.stage_tokens)
+            fits = min(
+                fits,
+                self._fit(
+                    "max_tokens",
+                    self.totals.tokens,
+                    self.expected_tokens(stage),
+                    self.budget.tokens,
+                    running,
+                    known,
+                ),
+            )
+        return max(0, fits)
+
+    def _fit(
+        self,
+        name: str,
+        spent: float,
+        each: float | None,
+        limit: float,
+        running: int,
+        known: bool,
+    ) -> int:
+        if spent >= limit - _SLACK:
+            return 0
+        if not known:
+            if self.totals.attempts == 0:
+                return 0 if running else 1  # nothing to go by yet: one at a time
+            self._say_unenforceable(name)
+            return 1 << 30
+        assert each is not None
+        if each <= 0:
+            return 1 << 30
+        return math.floor((limit - spent + _SLACK) / each) - running
+
+    def _say_unenforceable(self, name: str) -> None:
+        if name in self._warned:
+            return
+        self._warned.add(name)
+        what = "a cost" if name == "max_cost_usd" else "its tokens"
+        self.notices.append(
+            f"warning: limits.{name} cannot be enforced: none of the {self.totals.attempts} "
+            f"attempts so far reported {what} (their client states none), and gitrun counts "
+            "them as unknown, never as zero"
+        )
+
+    def halt_message(self, stage: str) -> str:
+        """The one sentence of the halt: the spend, the next attempt's estimate, the budget."""
+        t = self.totals
+        fix = f"raise it with `gitrun retry {self.run_id} --budget USD`"
+        if self.budget.cost_usd is not None and self.room_for_cost(stage) == 0:
+            each = self.expected_cost(stage)
+            nxt = f" and the next attempt is expected to cost ~{money(each)}" if each else ""
+            return (
+                f"spend budget reached: {money(t.spent_usd)} spent"
+                f"{unknown_note(t.unknown_cost)}{nxt}, against max_cost_usd "
+                f"{money(self.budget.cost_usd)}; {fix}, then `gitrun resume {self.run_id}`"
+            )
+        each_tokens = self.expected_tokens(stage)
+        nxt = f" and the next attempt is expected to use ~{each_tokens:,}" if each_tokens else ""
+        return (
+            f"token budget reached: {t.tokens:,} tokens used{unknown_note(t.attempts - t.reported)}"
+            f"{nxt}, against max_tokens {self.budget.tokens or 0:,}; raise it with "
+            f"`gitrun retry {self.run_id} --tokens N`, then `gitrun resume {self.run_id}`"
+        )
+
+    def room_for_cost(self, stage: str) -> int:
+        cost = self.budget.cost_usd
+        if cost is None:
+            return 1 << 30
+        known = bool(self.totals.stage_costs)
+        return self._fit(
+            "max_cost_usd", self.totals.spent_usd, self.expected_cost(stage), cost, 0, known
+        )
+
+    # -- the canary's projection ----------------------------------------------------------------
+
+    def project(self) -> str | None:
+        """Once the canary passed, before the fan-out widens: say what the whole
+        run would cost at the canary's rate (a notice), and return a halt's
+        sentence when that passes the budget by more than ``factor``."""
+        t = self.totals
+        usable = max(1, t.valid)
+        halt = None
+        if self.budget.cost_usd is not None:
+            budget = self.budget.cost_usd
+            if not t.stage_costs:
+                self._say_unenforceable("max_cost_usd")
+            else:
+                rate = t.spent_usd / usable
+                projected = rate * self.tasks
+                said = (
+                    f"canary cost {money(rate)}{unknown_note(t.unknown_cost)}; {self.tasks:,} "
+                    f"tasks at this rate: ~{money(projected)}; budget {money(budget)}"
+                )
+                self.notices.append(said)
+                if projected > self.factor * budget + _SLACK:
+                    halt = (
+                        f"{said}, more than {self.factor:g} x the budget: raise it with "
+                        f"`gitrun retry {self.run_id} --budget USD` (or limits.max_projection), "
+                        f"then `gitrun resume {self.run_id}`"
+                    )
+        if self.budget.tokens is not None:
+            budget_tokens = self.budget.tokens
+            if not t.stage_tokens:
+                self._say_unenforceable("max_tokens")
+            else:
+                rate_tokens = t.tokens / usable
+                projected_tokens = rate_tokens * self.tasks
+                said = (
+                    f"canary tokens {rate_tokens:,.0f}; {self.tasks:,} tasks at this rate: "
+                    f"~{projected_tokens:,.0f}; max_tokens {budget_tokens:,}"
+                )
+                self.notices.append(said)
+                if halt is None and projected_tokens > self.factor * budget_tokens:
+                    halt = (
+                        f"{said}, more than {self.factor:g} x the budget: raise it with "
+                        f"`gitrun retry {self.run_id} --tokens N` (or limits.max_projection), "
+                        f"then `gitrun resume {self.run_id}`"
+                    )
+        return halt
+
+    def take_notices(self) -> list[str]:
+        said, self.notices = self.notices, []
+        return said
+
+
+# -- showing spend (status, the summary, the live view, the report, the demo) -----------------
+
+
+def per_usable(totals: UsageTotals, usable: int) -> float | None:
+    """The known spend per usable output; None before the first, or with no known cost."""
+    if not usable or not totals.stage_costs:
+        return None
+    return totals.spent_usd / usable
+
+
+def spend_json(totals: UsageTotals, usable: int, budget: Budget) -> dict[str, Any]:
+    """The run's spend for ``status --json``: the totals, per usable output, the budget."""
+    per = per_usable(totals, usable)
+    return {
+        **totals.to_json(),
+        "per_usable_usd": None if per is None else round(per, 6),
+        "budget": budget.to_json(),
+    }
+
+
+def spend_text(totals: UsageTotals, usable: int, budget: Budget) -> str:
+    """One line: the spend so far (and how many attempts it could not count),
+    per usable output, wasted, and the budget; "" before any attempt."""
+    if not totals.attempts and not budget.is_set:
+        return ""
+    if totals.attempts and not totals.stage_costs:
+        shown = (
+            f"spend unknown: none of the {totals.attempts} attempts reported a cost"
+            if totals.attempts > 1
+            else "spend unknown: the one attempt reported no cost"
+        )
+    else:
+        shown = f"spent {money(totals.spent_usd)}{unknown_note(totals.unknown_cost)}"
+        per = per_usable(totals, usable)
+        if per is not None:
+            shown += f"; {money(per)} per usable output"
+        if totals.wasted:
+            shown += (
+                f"; wasted {money(totals.wasted_usd)} on {totals.wasted} attempts that did not "
+                f"validate{unknown_note(totals.wasted_unknown, verb='among them')}"
+            )
+    limits = []
+    if budget.cost_usd is not None:
+        limits.append(f"{money(budget.cost_usd)}")
+    if budget.tokens is not None:
+        limits.append(f"{budget.tokens:,} tokens")
+    if limits:
+        shown += f"; budget {' and '.join(limits)}"
+    return shown
+
+
+def tokens_text(totals: UsageTotals) -> str:
+    """Tokens by model, one line; "" when no attempt reported any."""
+    if not totals.by_model:
+        return ""
+    parts = []
+    for name, m in sorted(totals.by_model.items(), key=lambda item: -item[1].tokens):
+        cache = m.cache_read + m.cache_write
+        parts.append(
+            f"{name} {m.tokens:,} (input {m.input:,}, output {m.output:,}"
+            + (f", cache {cache:,}" if cache else "")
+            + ")"
+        )
+    return f"tokens {totals.tokens:,}: " + "; ".join(parts)
