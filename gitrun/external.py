@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gitrun import git, ledger
+from gitrun import git, hookrules, ledger
 from gitrun.agents import WORKER_AGENT
 from gitrun.audit import Audit, AuditState
 from gitrun.committer import Committer, Landing, branch_ref, landing_message
@@ -395,4 +395,5 @@ def external_run(repo: Path, run_id: str) -> Iterator[External]:
                 if time.time() >= deadline:
                     raise
                 time.sleep(0.1)
+        hookrules.refresh(repo, local, run_id)
         yield External(run, local)
