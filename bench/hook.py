@@ -13,7 +13,8 @@ edit of the definition pays for loading it, shown as its own row).
 Cases: no gitrun context (a lead's write), a worker's owned write, a
 worker's denied write, a dispatched subagent's write (lead session,
 external run), the same owned write in a run of --tasks tasks, and the git
-pre-commit hook of a worker (GITRUN_TASK set) with one staged file.
+pre-commit hook of a worker (GITRUN_TASK set) with one staged file, called
+directly and as the installed `.git/hooks/pre-commit` script.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def gitrun_script() -> list[str]:
 
 def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in git_env().items() if not k.startswith("GITRUN_")}
+    # the installed hooks call `gitrun` from PATH: this interpreter's first
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.update(extra)
     return env
 
@@ -156,6 +159,15 @@ def main() -> int:
         (small / "out").mkdir()
         (small / "out" / "t00003.json").write_text("{}\n")
         subprocess.run(["git", "add", "out"], cwd=small, check=True, env=clean_env())
+        # the git hook as `gitrun hooks install --git` writes it (sh, then gitrun)
+        subprocess.run(
+            [*gitrun, "hooks", "install", "--git"],
+            cwd=small,
+            env=clean_env(),
+            check=True,
+            capture_output=True,
+        )
+        installed = small / ".git" / "hooks" / "pre-commit"
         baseline = Case("python -c pass", [sys.executable, "-c", "pass"], b"", clean_env(), root)
         cases = [
             Case("no gitrun context", hook, write_input(small, "notes.md"), clean_env(), small),
@@ -170,8 +182,9 @@ def main() -> int:
                 big,
             ),
             Case("pre-commit, GITRUN_TASK", [*gitrun, "hook", "pre-commit"], b"", worker, small),
+            Case("hooks/pre-commit as installed", [str(installed)], b"", worker, small),
         ]
-        expected = ["allow", "allow", "deny", "allow", "allow", "allow"]
+        expected = ["allow", "allow", "deny", "allow", "allow", "allow", "allow"]
         for case, decision in zip(cases, expected, strict=True):
             case.expect(decision)  # also writes the run's hook rules, as next/start do
         # The first call after the definition changed loads it and rewrites the rules.
