@@ -188,6 +188,11 @@ def _report(repo: Path, say: Say) -> None:
         f"\n{status.spawns} spawns for {status.usable} usable outputs; attempts by outcome: "
         + ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items()))
     )
+    from gitrun.budget import spend_text, tokens_text
+
+    for line in (spend_text(status.usage, status.usable, status.budget), tokens_text(status.usage)):
+        if line:
+            say(line[0].upper() + line[1:] + ".")
     liars = needless_reruns(records)
     if liars:
         say(

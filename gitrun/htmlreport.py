@@ -205,7 +205,9 @@ def _summary(c: CommittedRun, attempts: list[Attempt], throttles: int) -> str:
             "the fewest attempts allowed at once after a throttle",
         ),
     ]
-    lines = []
+    spend_numbers, spend_lines = _spend(c, usable)
+    numbers += spend_numbers
+    lines = spend_lines
     if summary.halt:
         lines.append(
             f'<p class="halted">Halted: {escape(summary.halt["message"])} '
@@ -234,6 +236,48 @@ def _summary(c: CommittedRun, attempts: list[Attempt], throttles: int) -> str:
         + "".join(lines)
         + "</section>"
     )
+
+
+def _spend(c: CommittedRun, usable: int) -> tuple[list[str], list[str]]:
+    """The spend's numbers (spent, per usable output, wasted, unknown, tokens)
+    and its lines (the budget, tokens by model), from the committed ledger."""
+    from gitrun.budget import budget_of, money, per_usable, spend_text, tokens_text
+
+    totals = ledger.usage_totals(c.records)
+    budget = budget_of(c.run.packet.limits, c.records)
+    known = bool(totals.stage_costs)
+    per = per_usable(totals, usable)
+    numbers = [
+        _number(
+            "spent",
+            money(totals.spent_usd) if known else "unknown",
+            "spent",
+            "the costs the clients stated; attempts of unknown cost are not counted",
+        ),
+        _number("per_usable", money(per) if per is not None else "n/a", "per usable output"),
+        _number(
+            "wasted",
+            money(totals.wasted_usd) if known else "unknown",
+            "wasted",
+            "spent on attempts whose outputs were missing or invalid (or were throttled, "
+            "interrupted or lost)",
+        ),
+        _number(
+            "unknown_cost",
+            f"{totals.unknown_cost:,}",
+            "attempts of unknown cost",
+            "their client stated no cost: not counted, never taken as zero",
+        ),
+        _number("tokens", f"{totals.tokens:,}", "tokens"),
+    ]
+    lines = []
+    said = spend_text(totals, usable, budget)
+    if said:
+        lines.append(f'<p class="spend">{escape(said[0].upper() + said[1:])}.</p>')
+    by_model = tokens_text(totals)
+    if by_model:
+        lines.append(f'<p class="tokens">{escape(by_model[0].upper() + by_model[1:])}.</p>')
+    return numbers, lines
 
 
 def _some(names: Sequence[str]) -> str:

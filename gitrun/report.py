@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gitrun.budget import spend_text, tokens_text
 from gitrun.engine import DONE
 from gitrun.lock import LiveState
 from gitrun.state import RunStatus
@@ -23,9 +24,20 @@ def _yield_text(status: RunStatus) -> str:
     return f"{status.spawns} spawns for {status.usable} usable outputs (yield {shown})"
 
 
+def _spend_lines(status: RunStatus, indent: str) -> list[str]:
+    """The spend so far and the tokens by model, each line when there is one."""
+    lines = [
+        spend_text(status.usage, status.usable, status.budget),
+        tokens_text(status.usage),
+    ]
+    return [indent + line for line in lines if line]
+
+
 def format_status_line(status: RunStatus) -> str:
     state = "driving" if status.driver else ("started" if status.started else "not started")
-    return f"{status.run}: {state}; {_counts_text(status.counts())}; {_yield_text(status)}"
+    line = f"{status.run}: {state}; {_counts_text(status.counts())}; {_yield_text(status)}"
+    spend = spend_text(status.usage, status.usable, status.budget)
+    return f"{line}; {spend}" if spend else line
 
 
 def format_summary(
@@ -39,6 +51,7 @@ def format_summary(
     lines = [
         f"run {status.run!r}: {_counts_text(status.counts())} of {total} tasks; {_yield_text(status)}"
     ]
+    lines += _spend_lines(status, "")
     if load_held >= 1:
         lines.append(
             f"the load gate held starts back for {load_held:.0f} s (load average over max_load; "
@@ -90,6 +103,7 @@ def format_status(status: RunStatus, limit: int | None = 20) -> str:
     for stage in status.stages:
         lines.append(f"  stage {stage}: {_counts_text(status.counts(stage))}")
     lines.append(f"  total: {_counts_text(status.counts())}; {_yield_text(status)}")
+    lines += _spend_lines(status, "  ")
     if status.halt:
         lines.append(
             f"  halted: {status.halt['message']} (`gitrun retry {status.run}` lifts the halt)"

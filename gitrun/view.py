@@ -24,6 +24,33 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+def _spend(p: Progress) -> str:
+    """Spend so far, short: "spent $1.20 of $40 (2 unknown); $0.10/usable; wasted $0.30"."""
+    from gitrun.budget import money, per_usable
+
+    usage, budget = p.usage, p.budget
+    if usage is None or not usage.attempts:
+        return ""
+    if not usage.stage_costs:
+        text = f"spend unknown ({usage.attempts} attempts reported no cost)"
+    else:
+        text = f"spent {money(usage.spent_usd)}"
+        if budget is not None and budget.cost_usd is not None:
+            text += f" of {money(budget.cost_usd)}"
+        if usage.unknown_cost:
+            text += f" ({usage.unknown_cost} unknown)"
+        per = per_usable(usage, p.usable)
+        if per is not None:
+            text += f"; {money(per)}/usable"
+        if usage.wasted_usd:
+            text += f"; wasted {money(usage.wasted_usd)}"
+    if usage.tokens:
+        text += f"; {usage.tokens:,} tokens"
+        if budget is not None and budget.tokens is not None:
+            text += f" of {budget.tokens:,}"
+    return text
+
+
 class LiveView:
     def __init__(self, run_id: str, max_running_shown: int = 12) -> None:
         from rich.console import Console
@@ -77,6 +104,9 @@ class LiveView:
         if p.canary:
             state.append(f"canary {', '.join(p.canary)}")
         state.append(f"{p.spawns} spawns for {p.usable} usable")
+        spend = _spend(p)
+        if spend:
+            state.append(spend)
         state.append(f"ETA {_duration(p.eta)}" if p.eta is not None else "ETA …")
         lines = [head, Text("  " + " · ".join(state))]
         for task, attempt, elapsed in sorted(p.running, key=lambda r: -r[2])[
