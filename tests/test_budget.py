@@ -399,3 +399,64 @@ def test_the_demo_shows_a_spend_line(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert re.search(r"\nSpent \$\d+\.\d+.*; \$\d+\.\d+ per usable output", proc.stdout)
     assert re.search(r"\nTokens [\d,]+: \S+ [\d,]+ \(input", proc.stdout), proc.stdout[-1500:]
+
+
+@pytest.mark.realclient
+def test_the_real_claude_client_s_stated_cost_halts_the_run_at_its_budget(
+    git_repo: Path,
+) -> None:
+    """claude -p against the mock model: the cost the client states is what the
+    budget counts. A budget below one attempt's cost lets the first attempt run
+    (nothing is known before it) and halts before the second; retry --budget
+    and resume finish the run."""
+    import os
+
+    from tests.realclient.claude import INSTALLED, claude_binary, claude_env
+    from tests.realclient.mockmodel import MockModel, Turn, say, write
+    from tests.realclient.mockmodel import Usage as Served
+
+    claude_binary()  # skip, with the reason, when the client is missing
+    packet = {
+        "executor": {"preset": "claude", "bash": "deny"},
+        "model": {"default": "claude-mock-1"},
+        "limits": {
+            "canary": 1,
+            "concurrency": 1,
+            "timeout": "60s",
+            "max_cost_usd": 0.000001,
+            "max_projection": 1e9,
+        },
+    }
+    tasks = [{"id": f"c{i}", "outputs": [f"out/c{i}.json"]} for i in (1, 2)]
+    write_run(git_repo, "r", tasks, packet)
+    commit_all(git_repo, "run r")
+    (git_repo.parent / "home").mkdir()
+
+    def drive(*args: str, task: str) -> subprocess.CompletedProcess[str]:
+        script = [
+            Turn(write(str(git_repo / f"out/{task}.json"), '{"ok": 1}').blocks, Served(900, 40)),
+            Turn(say("Done.").blocks, Served(1000, 10)),
+        ]
+        with MockModel(script) as model:
+            env = claude_env(git_repo.parent / "home", model.url)
+            env["PATH"] = os.pathsep.join([str(INSTALLED.parent), env["PATH"]])
+            return subprocess.run(
+                [sys.executable, "-m", "gitrun", *args],
+                cwd=git_repo,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
+
+    first = drive("start", "r", task="c1")
+    assert first.returncode == 3, (first.stdout[-2000:], first.stderr[-2000:])
+    [record] = ledger.attempt_records(committed_ledger(git_repo))
+    stated = usage_of(record).cost_usd  # type: ignore[union-attr]
+    assert record["outcome"] == "valid" and stated and stated > 0
+    assert f"halted: spend budget reached: {money(stated)} spent" in first.stdout
+    assert _gitrun(git_repo, "retry", "r", "--budget", "100").returncode == 0
+    second = drive("resume", "r", task="c2")
+    assert second.returncode == 0, (second.stdout[-2000:], second.stderr[-2000:])
+    attempts = ledger.attempt_records(committed_ledger(git_repo))
+    assert [(a["task"], a["outcome"]) for a in attempts] == [("c1", "valid"), ("c2", "valid")]
