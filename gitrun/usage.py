@@ -82,16 +82,17 @@ class Usage:
         Raises :class:`RecordInvalid` naming a field that is negative or not
         a whole number, a cost that is not a finite number of dollars >= 0,
         or a model that is not a string."""
-        counts = []
-        for kind in KINDS:
-            value = data.data.get(kind, 0)
+        get = data.data.get
+        counts = (get("input", 0), get("output", 0), get("cache_read", 0), get("cache_write", 0))
+        for kind, value in zip(KINDS, counts, strict=True):
             if type(value) is not int or value < 0:
                 raise RecordInvalid(kind, "is not a whole number of tokens >= 0")
-            counts.append(value)
-        cost = data.data.get("cost_usd")
+        cost = get("cost_usd")
         if cost is not None and (not is_finite(cost) or cost < 0):
             raise RecordInvalid("cost_usd", "is not a number of US dollars >= 0 (or null)")
-        model = data.optional_string("model")
+        model = get("model")
+        if model is not None and type(model) is not str:
+            model = data.optional_string("model")  # raises, naming the field
         input_, output, cache_read, cache_write = counts
         return cls(
             input_,
