@@ -24,6 +24,11 @@ def main() -> int:
             from gitrun.cli.app import report_failure
 
             return report_failure(exc)
+    from gitrun.quickcmd import main as quick_main
+
+    code = quick_main(argv)  # status, without typer's ~100 ms of parameter adapters
+    if code is not None:
+        return code
     from gitrun.cli import main as cli_main
 
     return cli_main(argv)

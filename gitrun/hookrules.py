@@ -80,6 +80,8 @@ def find_repo(cwd: str | None, environ: Mapping[str, str] | None = None) -> Repo
         start = os.path.realpath(cwd or os.getcwd())
     except OSError:
         return None
+    if not os.path.isdir(start):
+        return None  # git cannot even start there
     if any(var in env for var in _DISCOVERY_VARS):
         return _ask_git(start, env)
     here = start

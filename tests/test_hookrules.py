@@ -29,6 +29,8 @@ WORKER = {"GITRUN_RUN": "r", "GITRUN_TASK": "t1"}
 
 
 def _git_finds(cwd: Path) -> tuple[str, str] | None:
+    if not cwd.is_dir():
+        return None  # git cannot start there
     proc = subprocess.run(
         ["git", "rev-parse", "--show-toplevel", "--absolute-git-dir"],
         cwd=cwd,
@@ -64,6 +66,8 @@ def test_the_walk_finds_what_git_finds(git_repo: Path, tmp_path: Path) -> None:
         git_repo / ".git",  # inside the git directory: no work tree
         git_repo / ".git" / "refs",
         tmp_path / "outside",
+        git_repo / "README.md",  # a file, not a directory
+        git_repo / "nowhere",  # does not exist
     ]
     for place in places:
         assert _found(place) == _git_finds(place), place

@@ -8,7 +8,6 @@ log file holding the traceback.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -142,21 +141,15 @@ def _root(
     ctx.obj = directory
 
 
-def _json(value: object) -> str:
-    """Indented for a person at a terminal; compact (and C-fast) for programs."""
-    return json.dumps(value, indent=2 if sys.stdout.isatty() else None)
-
-
 def _event(line: str) -> None:
     """One plain line per driver event, on stderr (stdout stays for results)."""
     typer.echo(f"gitrun: {line}", err=True)
 
 
 def _repo(ctx: typer.Context) -> Path:
-    from gitrun.git import find_repo_root
+    from gitrun.quickcmd import repo_at
 
-    start = ctx.find_root().obj
-    return find_repo_root(Path(start) if start else None)
+    return repo_at(ctx.find_root().obj)
 
 
 def _orchestrator_guide() -> str:

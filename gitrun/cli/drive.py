@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from gitrun.cli.app import _event, _json, _repo, app
+from gitrun.cli.app import _event, _repo, app
 from gitrun.errors import GitrunError
 
 EXIT_CODES_HELP = (
@@ -123,25 +123,9 @@ def status(
     Derived from the run branch, the ledger and the files on disk; safe to
     run while the run is being driven.
     """
-    from gitrun.report import format_status, format_status_line
-    from gitrun.runs import list_runs
-    from gitrun.state import read_status
+    from gitrun.quickcmd import status as show_status
 
-    repo = _repo(ctx)
-    if run is None:
-        statuses = [read_status(repo, r) for r in list_runs(repo)]
-        if as_json:
-            typer.echo(json.dumps([st.to_json() for st in statuses], indent=2))
-        elif not statuses:
-            typer.echo("no runs here; create one with `gitrun new RUN`")
-        for st in statuses if not as_json else []:
-            typer.echo(format_status_line(st))
-        return
-    st = read_status(repo, run)
-    if as_json:
-        typer.echo(_json(st.to_json()))
-    else:
-        typer.echo(format_status(st, limit=None if show_all else 20))
+    show_status(ctx.find_root().obj, run, as_json, show_all)
 
 
 @app.command()

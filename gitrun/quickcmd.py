@@ -1,0 +1,98 @@
+"""Commands answered without the command line's parser (issue 14).
+
+typer builds a pydantic TypeAdapter for every parameter of the command it
+runs (~100 ms before the command starts), so :mod:`gitrun.entry` sends the
+plain forms of the commands people run most often here, parsed by hand:
+
+    gitrun [-C DIR] status [RUN] [--json] [--all]
+
+Anything else (``--help``, an unknown or misspelled option, a second
+argument) goes to the full command line, which explains it. The typer
+command of the same name calls the same function, so both ways print the
+same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+TYPE_CHECKING = False  # typing costs milliseconds; mypy reads this as True
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def main(argv: list[str]) -> int | None:
+    """The exit code of a command answered here; None for the full command line."""
+    directory = None
+    if len(argv) >= 2 and argv[0] == "-C":
+        directory, argv = argv[1], argv[2:]
+    if not argv or argv[0] != "status":
+        return None
+    run: str | None = None
+    as_json = show_all = False
+    for arg in argv[1:]:
+        if arg == "--json":
+            as_json = True
+        elif arg == "--all":
+            show_all = True
+        elif run is None and arg and not arg.startswith("-"):
+            run = arg
+        else:
+            return None
+    try:
+        status(directory, run, as_json, show_all)
+    except BrokenPipeError:  # `gitrun status | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except (Exception, KeyboardInterrupt) as exc:
+        from gitrun.cli.app import report_failure
+
+        return report_failure(exc)
+    return 0
+
+
+def json_text(value: object) -> str:
+    """Indented for a person at a terminal; compact (and C-fast) for programs."""
+    return json.dumps(value, indent=2 if sys.stdout.isatty() else None)
+
+
+def repo_at(directory: str | Path | None) -> Path:
+    """The top of the work tree holding ``directory`` (default: here); the
+    walk of :func:`gitrun.hookrules.find_repo`, and git's own error outside."""
+    from pathlib import Path
+
+    from gitrun.hookrules import find_repo
+
+    found = find_repo(str(directory) if directory else None)
+    if found is not None:
+        return Path(found.root)
+    from gitrun.git import find_repo_root
+
+    return find_repo_root(Path(directory) if directory else None)
+
+
+def status(directory: str | Path | None, run: str | None, as_json: bool, show_all: bool) -> None:
+    """``gitrun status``: one run in full, or a line for every run."""
+    from gitrun.report import format_status, format_status_line
+    from gitrun.runs import list_runs
+    from gitrun.state import read_status
+
+    repo = repo_at(directory)
+    out = sys.stdout
+    if run is None:
+        statuses = [read_status(repo, r) for r in list_runs(repo)]
+        if as_json:
+            out.write(json.dumps([st.to_json() for st in statuses], indent=2) + "\n")
+        elif not statuses:
+            out.write("no runs here; create one with `gitrun new RUN`\n")
+        for st in statuses if not as_json else []:
+            out.write(format_status_line(st) + "\n")
+        return
+    st = read_status(repo, run)
+    if as_json:
+        out.write(json_text(st.to_json()) + "\n")
+    else:
+        out.write(format_status(st, limit=None if show_all else 20) + "\n")
+    out.flush()

@@ -1,0 +1,85 @@
+"""Commands answered without typer (gitrun/quickcmd.py): the same output, exit
+code and errors as the full command line, and only for the forms it knows."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gitrun.quickcmd import main as quick_main
+from tests.helpers import commit_all, write_run
+
+_FULL = "import sys; from gitrun.cli import main; sys.exit(main(sys.argv[1:]))"
+_QUICK = """
+import sys
+from gitrun.quickcmd import main
+code = main(sys.argv[1:])
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("typer", "click", "rich"))
+sys.stderr.write(f"heavy={heavy}\\n")
+sys.exit(code)
+"""
+
+
+def _run(repo: Path, code: str, args: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=repo, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.fixture
+def repo(git_repo: Path) -> Path:
+    write_run(git_repo, "r", [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(3)])
+    write_run(git_repo, "s", [{"id": "a", "outputs": ["out/a.json"]}])
+    commit_all(git_repo, "define")
+    (git_repo / "sub").mkdir()
+    return git_repo
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status"],
+        ["status", "r"],
+        ["status", "r", "--json"],
+        ["status", "--json"],
+        ["status", "--all", "r"],
+        ["-C", "sub", "status", "s"],
+        ["status", "nope"],
+        ["-C", "README.md", "status"],
+        ["-C", "/", "status", "r"],
+    ],
+)
+def test_the_quick_path_answers_as_the_full_command_line(repo: Path, args: list[str]) -> None:
+    full = _run(repo, _FULL, args)
+    quick = _run(repo, _QUICK, args)
+    heavy = quick.stderr.splitlines()[-1]
+    if quick.returncode == 0:  # an error is reported as the command line reports it
+        assert heavy == "heavy=[]", (args, quick.stderr)
+    assert quick.returncode == full.returncode, (args, full.stderr, quick.stderr)
+    assert quick.stdout == full.stdout, args
+    assert "\n".join(quick.stderr.splitlines()[:-1]) == full.stderr.rstrip("\n"), args
+    if "--json" in args and full.returncode == 0:
+        json.loads(quick.stdout)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status", "-h"],
+        ["status", "--help"],
+        ["status", "--jsn"],
+        ["status", "r", "s"],
+        ["status", ""],
+        ["-C"],
+        ["--version"],
+        ["check", "r"],
+        ["-C", "sub", "check", "r"],
+        [],
+    ],
+)
+def test_other_forms_go_to_the_full_command_line(args: list[str]) -> None:
+    assert quick_main(args) is None
