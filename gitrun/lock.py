@@ -312,10 +312,10 @@ def run_locked(local: LocalPaths, run_id: str) -> Iterator[RunLock]:
 
 def is_locked(local: LocalPaths) -> bool:
     """Whether a live process holds the run's driver lock right now."""
+    if not local.lock.exists():
+        return False  # (and spares `status` of an idle run filelock's import)
     from filelock import FileLock, Timeout
 
-    if not local.lock.exists():
-        return False
     lock = FileLock(str(local.lock), timeout=0)
     try:
         lock.acquire()

@@ -5,7 +5,10 @@ runs (~100 ms before the command starts), so :mod:`gitrun.entry` sends the
 plain forms of the commands people run most often here, parsed by hand:
 
     gitrun [-C DIR] status [RUN] [--json] [--all]
+    gitrun --help (and -h), on a terminal 80 columns wide or wider
 
+The top-level help is the text typer renders at its widest (80 columns),
+kept in :mod:`gitrun.helptext`, which a test renders again and compares.
 Anything else (``--help``, an unknown or misspelled option, a second
 argument) goes to the full command line, which explains it. The typer
 command of the same name calls the same function, so both ways print the
@@ -25,6 +28,11 @@ if TYPE_CHECKING:
 
 def main(argv: list[str]) -> int | None:
     """The exit code of a command answered here; None for the full command line."""
+    if argv in (["--help"], ["-h"]) and _columns() >= HELP_COLUMNS:
+        from gitrun.helptext import MAIN
+
+        sys.stdout.write(MAIN)
+        return 0
     directory = None
     if len(argv) >= 2 and argv[0] == "-C":
         directory, argv = argv[1], argv[2:]
@@ -51,6 +59,23 @@ def main(argv: list[str]) -> int | None:
 
         return report_failure(exc)
     return 0
+
+
+HELP_COLUMNS = 80  # click renders help at most this wide (min(columns, 80) - 2)
+
+
+def _columns() -> int:
+    """The terminal's width as click reads it (shutil.get_terminal_size)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 80  # shutil's fallback
+    return columns
 
 
 def json_text(value: object) -> str:

@@ -4,6 +4,7 @@ code and errors as the full command line, and only for the forms it knows."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,3 +84,31 @@ def test_the_quick_path_answers_as_the_full_command_line(repo: Path, args: list[
 )
 def test_other_forms_go_to_the_full_command_line(args: list[str]) -> None:
     assert quick_main(args) is None
+
+
+def test_the_kept_help_is_what_typer_renders(tmp_path: Path) -> None:
+    """gitrun/helptext.py is generated: when a command or its help changes,
+    write it again with
+    COLUMNS=80 python -c 'from gitrun.cli import main; main(["--help"])'
+    (the text between the triple quotes)."""
+    from gitrun.helptext import MAIN
+
+    env = {**os.environ, "COLUMNS": "80"}
+    rendered = subprocess.run(
+        [sys.executable, "-c", _FULL, "--help"], capture_output=True, text=True, env=env
+    )
+    assert rendered.returncode == 0
+    assert rendered.stdout == MAIN
+    quick = subprocess.run(
+        [sys.executable, "-m", "gitrun", "-h"], capture_output=True, text=True, env=env
+    )
+    assert quick.returncode == 0 and quick.stdout == MAIN
+
+
+@pytest.mark.parametrize(("columns", "quick"), [("80", True), ("200", True), ("60", False)])
+def test_help_is_kept_only_for_the_width_it_was_rendered_at(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], columns: str, quick: bool
+) -> None:
+    monkeypatch.setenv("COLUMNS", columns)
+    assert (quick_main(["--help"]) is not None) == quick
+    assert bool(capsys.readouterr().out) == quick
