@@ -354,7 +354,7 @@ class CommitQueue:
         self._pending: list[Landing] = []
         self._cond = threading.Condition()
         self._closing = False
-        self._flushing = False
+        self._holding = False  # a flush commits on its own thread
         self._busy = False
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, name="gitrun-committer", daemon=True)
@@ -366,14 +366,24 @@ class CommitQueue:
             self._cond.notify_all()
 
     def flush(self) -> None:
-        """Commit everything queued so far, plus the current ledger."""
+        """Commit everything queued so far with the current ledger: one commit,
+        made on the calling thread once the thread's commit in progress (if
+        any) is published, so a run's last landings and its ledger's last
+        records do not cost two commits at shutdown."""
         with self._cond:
-            self._flushing = True
+            self._holding = True  # the thread takes no batch from now on
             self._cond.notify_all()
-            while (self._pending or self._busy) and self.error is None:
+            while self._busy and self.error is None:
                 self._cond.wait(0.1)
-            self._flushing = False
-        self._commit([])
+            # After a failed commit, the landings stay on disk for resume.
+            batch = self._pending if self.error is None else []
+            self._pending = []
+        try:
+            self._commit(batch)
+        finally:
+            with self._cond:
+                self._holding = False
+                self._cond.notify_all()
 
     def close(self) -> None:
         with self._cond:
@@ -385,12 +395,14 @@ class CommitQueue:
         last = 0.0
         while True:
             with self._cond:
-                while not self._pending and not self._closing:
+                while (not self._pending or self._holding) and not self._closing:
                     self._cond.wait()
-                if not self._pending and self._closing:
+                if self._closing and (not self._pending or self._holding):
                     return
-                while not self._closing and not self._flushing and time.time() < last + COALESCE:
+                while not self._closing and not self._holding and time.time() < last + COALESCE:
                     self._cond.wait(last + COALESCE - time.time())
+                if not self._pending or self._holding:
+                    continue  # a flush took the batch
                 last = time.time()
                 batch, self._pending = self._pending, []
                 self._busy = True

@@ -158,3 +158,39 @@ def test_a_branch_moved_by_someone_else_is_built_on_again(git_repo: Path) -> Non
     assert git(git_repo, "rev-parse", f"{tip}^").strip() == theirs
     files = git(git_repo, "ls-tree", "-r", "--name-only", tip).split()
     assert files == ["README.md", "out/t1.json", "out/t2.json", "out/t3.json"]
+
+
+def test_a_flush_commits_the_last_landings_and_the_ledger_together(git_repo: Path) -> None:
+    """At shutdown the landings still waiting to coalesce and the ledger's
+    last records go into one commit, not one each."""
+    import threading
+
+    from gitrun.committer import CommitQueue, Committed
+
+    committer = _committer(git_repo)
+    grows = iter(range(1000))  # the ledger grows between any two reads
+
+    def own() -> dict[str, bytes]:
+        return {".gitrun/runs/r/ledger.jsonl": f"{next(grows)}\n".encode()}
+
+    made: list[Committed] = []
+    first = threading.Event()
+
+    def on_commit(committed: Committed) -> None:
+        made.append(committed)
+        first.set()
+
+    queue = CommitQueue(committer, own, on_commit)
+    try:
+        queue.put(Landing("t1", 1, [OutputCheck("out/t1.json", "valid", data=b"{}\n")]))
+        assert first.wait(30)
+        # Within the coalescing window of the commit just made: it waits.
+        queue.put(Landing("t2", 1, [OutputCheck("out/t2.json", "valid", data=b"{}\n")]))
+        queue.flush()
+    finally:
+        queue.close()
+    assert [c.tasks for c in made] == [["t1"], ["t2"]]
+    tip = git(git_repo, "rev-parse", "gitrun/r").strip()
+    assert tip == made[-1].commit
+    ledger = git(git_repo, "show", f"{tip}:.gitrun/runs/r/ledger.jsonl")
+    assert int(ledger) == next(grows) - 1  # the last read is in the last commit
