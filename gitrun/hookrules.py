@@ -316,7 +316,11 @@ def _cached(
         return header, None
     start += len(marker)
     stop = data.find(b"\n", start)
-    if stop < 0:
+    try:
+        regex, owns = json.loads(data[start:stop])
+        if not (isinstance(regex, str) and isinstance(owns, list)):
+            return None
+    except ValueError:  # an edited or damaged line: written again
         return None
     return header, data[start:stop].decode()
 

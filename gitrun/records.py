@@ -137,7 +137,10 @@ def is_finite(value: object) -> bool:
     """A JSON number that is a real, finite number (not a bool, NaN or infinity)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
-    return isinstance(value, int) or math.isfinite(value)  # an int too big for a float is finite
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too big for a float
+        return False
 
 
 def warn_stderr(message: str) -> None:

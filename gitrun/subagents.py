@@ -202,8 +202,12 @@ def _entries(path: str, key: str, bare_list: bool) -> list[dict[str, Any]]:
 
 
 def _finite(value: object) -> bool:
-    return (
-        type(value) in (int, float)
-        and value not in (float("inf"), float("-inf"))
-        and value == value
-    )
+    """records.is_finite (a JSON number, finite as a float)."""
+    import math
+
+    if type(value) not in (int, float):
+        return False
+    try:
+        return math.isfinite(value)  # type: ignore[arg-type]
+    except OverflowError:  # an integer too big for a float
+        return False

@@ -168,7 +168,16 @@ def test_an_edited_definition_is_judged_by_its_new_rules(run_repo: Path) -> None
 
 @pytest.mark.parametrize(
     "damage",
-    ["garbage", "empty", "cut at a line", "cut mid-line", "other version", "other key", "no file"],
+    [
+        "garbage",
+        "empty",
+        "cut at a line",
+        "cut mid-line",
+        "other version",
+        "other key",
+        "no file",
+        "a damaged task line",
+    ],
 )
 def test_a_damaged_cache_is_written_again(run_repo: Path, damage: str) -> None:
     assert _write(run_repo, "out/t2.json", {"GITRUN_RUN": "r", "GITRUN_TASK": "t2"}) == "allow"
@@ -184,6 +193,7 @@ def test_a_damaged_cache_is_written_again(run_repo: Path, damage: str) -> None:
         "other version": json.dumps({**header, "v": 2}) + "\n" + "".join(lines[1:]),
         "other key": json.dumps({**header, "key": "0" * 64}) + "\n" + "".join(lines[1:]),
         "no file": None,
+        "a damaged task line": lines[0] + lines[1] + '"t2"\t["x", \n' + "".join(lines[3:]),
     }[damage]
     if damaged is None:
         cache.unlink()
