@@ -19,10 +19,13 @@ long-running processes, and the driver runs for hours.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
+import threading
 from collections.abc import Mapping
 from contextlib import nullcontext
 from pathlib import Path
@@ -93,6 +96,29 @@ def _write_git(
             raise _command_error(argv, exc) from exc
     # GitPython decodes stderr (and strips its last newline) whatever it is asked.
     return out, err.encode(errors="surrogateescape") if isinstance(err, str) else err
+
+
+_importing: threading.Thread | None = None
+
+
+def prepare_writes() -> None:
+    """Start importing GitPython's command layer in the background.
+
+    A command that is about to commit (``start``, ``resume``) calls this
+    first: the import (~50 ms) then overlaps with the checks and reads that
+    come before the first write, which waits for it to finish (the module's
+    import lock). A failed import is retried, and reported, by that write.
+    """
+    global _importing
+    if _importing is None and "git.cmd" not in sys.modules:
+        _importing = threading.Thread(target=_import_command_layer, name="gitrun-import")
+        _importing.daemon = True
+        _importing.start()
+
+
+def _import_command_layer() -> None:
+    with contextlib.suppress(Exception):
+        import git.cmd  # noqa: F401
 
 
 def _command_layer(argv: list[str], repo: Path) -> tuple[Git, type[GitPythonError]]:

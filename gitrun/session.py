@@ -84,6 +84,7 @@ def start_run(
     repo: Path, run_id: str, report: Reporter, progress: Callable[[Progress], None] | None = None
 ) -> RunOutcome:
     """Check the run, create its branch with the definition, and drive it."""
+    git.prepare_writes()
     run = load_run(repo, run_id)
     local = LocalPaths.of(repo, run_id)
     with run_locked(local, run_id) as lock:
@@ -98,6 +99,7 @@ def resume_run(
     repo: Path, run_id: str, report: Reporter, progress: Callable[[Progress], None] | None = None
 ) -> RunOutcome:
     """Reconcile a run with what is committed and on disk, then drive it on."""
+    git.prepare_writes()
     local = LocalPaths.of(repo, run_id)
     with run_locked(local, run_id) as lock:
         tip = _ensure_branch(repo, run_id, report)

@@ -220,3 +220,45 @@ def test_read_only_commands_do_not_import_gitpython(git_repo: Path, command: lis
     imported = _imported_by("-m", "gitrun", *command, cwd=git_repo)
     assert "gitrun" in imported
     assert not imported & GITPYTHON
+
+
+def test_writes_prepared_in_the_background_import_gitpython_once(tmp_path: Path) -> None:
+    script = (
+        "import sys\n"
+        "from gitrun import git\n"
+        "git.prepare_writes()\n"
+        "git.prepare_writes()  # one import, however often it is asked\n"
+        "thread = git._importing\n"
+        "assert thread is not None and thread.daemon\n"
+        "thread.join(60)\n"
+        "assert 'git.cmd' in sys.modules\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_a_background_import_that_failed_is_reported_by_the_write(git_repo: Path) -> None:
+    """Without git on PATH GitPython refuses to import: the background import
+    swallows that, and the first write tries again and says what is wrong."""
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from gitrun import git\n"
+        "from gitrun.errors import CommandError\n"
+        "git.prepare_writes()\n"
+        "git._importing.join(60)\n"
+        "assert 'git' not in sys.modules  # the package's import failed\n"
+        "try:\n"
+        "    git.hash_bytes(Path('.'), b'x')\n"
+        "except CommandError as exc:\n"
+        "    assert exc.returncode == 127, exc\n"
+        "    print(exc)\n"
+        "else:\n"
+        "    raise SystemExit('no error')\n"
+    )
+    env = {**os.environ, "PATH": str(git_repo / "no-bin")}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=git_repo, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "command not found" in proc.stdout
