@@ -211,6 +211,13 @@ class Committer:
                 )
             return new
 
+    @property
+    def last_tip(self) -> str | None:
+        """The commit this committer last published or found at the branch's
+        tip, or None before its first look (a first guess: the next
+        compare-and-swap proves or refutes it)."""
+        return self._tip
+
     def own_blobs_at(self, tip: str) -> Mapping[str, str] | None:
         """Blob ids of gitrun's own files at ``tip`` as this committer wrote
         them there, or None when it does not know that commit."""

@@ -107,7 +107,8 @@ class Driver:
         self.journal: Journal | None = None  # started when driving starts
         # Nothing runs yet: the attempts a dead driver's journal names are
         # recovered (recover) before this driver starts its own.
-        self.engine = Engine(run, local, git.rev_parse(self.repo, committer.ref), running=())
+        tip = committer.last_tip or git.rev_parse(self.repo, committer.ref)
+        self.engine = Engine(run, local, tip, running=())
         self.governor = self.engine.governor
         self.running: dict[str, RunningAttempt] = {}
         self.before: dict[str, dict[str, str | None]] = {}
