@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -352,3 +353,46 @@ def test_workers_find_this_gitrun_when_path_has_none(
     assert start_run(git_repo, "r", quiet).exit_code == 0
     found = json.loads((git_repo / "out/t1.json").read_text())["gitrun"]
     assert found == str(Path(sys.executable).parent / "gitrun")
+
+
+def test_tasks_landing_one_at_a_time_cost_five_git_processes_a_commit(
+    git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Agent-length tasks land alone and pay a whole commit each: between
+    two landings' commits the driver runs exactly the commit's own five git
+    processes (the stray-write audit's timed `git status` aside), no lookup
+    of the tip or of the ledger's blobs there."""
+    import shutil
+
+    real = shutil.which("git")
+    assert real is not None
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    log = tmp_path / "git.log"
+    (shim / "git").write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do case "$a" in -*|*=*|/*) ;; *) '
+        f'echo "$a" >> "{log}"; break;; esac; done\n'
+        f'exec "{real}" "$@"\n'
+    )
+    (shim / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
+    # One at a time, each longer than the commit queue's coalescing window.
+    script = 'sleep 0.35; printf "{}" > "$GITRUN_OUTPUTS"'
+    tasks: list[dict[str, object]] = [
+        {"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(1, 5)
+    ]
+    packet = {
+        "executor": {"command": ["sh", "-c", script]},
+        "limits": {"concurrency": 1, "timeout": "60s"},
+    }
+    write_run(git_repo, "r", tasks, packet)
+    commit_all(git_repo, "define r")
+    assert start_run(git_repo, "r", quiet).exit_code == 0
+    calls = [c for c in log.read_text().split() if c != "status"]
+    published = [i for i, c in enumerate(calls) if c == "update-ref"]
+    assert len(published) >= 5  # the branch, then a commit per landing
+    # From the first landing's commit to the last one's.
+    for before, after in itertools.pairwise(published[1:5]):
+        between = calls[before + 1 : after + 1]
+        assert between == ["hash-object", "update-index", "write-tree", "commit-tree", "update-ref"]
