@@ -14,19 +14,19 @@ def main() -> int:
 
         sys.stdout.write(f"gitrun {__version__}\n")
         return 0
-    if len(argv) == 2 and argv[0] == "hook" and argv[1] in ("pre-write", "pre-commit"):
-        # the hot path: Claude Code runs the write hook before every write of every agent
-        from gitrun.hookmain import run
+    try:
+        if len(argv) == 2 and argv[0] == "hook" and argv[1] in ("pre-write", "pre-commit"):
+            # the hot path: Claude Code runs the write hook before every write of every agent
+            from gitrun.hookmain import run
 
-        try:
             return run(argv[1])
-        except (Exception, KeyboardInterrupt) as exc:  # outside every task: a crash, reported
-            from gitrun.cli.app import report_failure
+        from gitrun.quickcmd import main as quick_main
 
-            return report_failure(exc)
-    from gitrun.quickcmd import main as quick_main
+        code = quick_main(argv)  # status and --help, without typer's start-up
+    except (Exception, KeyboardInterrupt) as exc:  # reported as the command line reports it
+        from gitrun.cli.app import report_failure
 
-    code = quick_main(argv)  # status, without typer's ~100 ms of parameter adapters
+        return report_failure(exc)
     if code is not None:
         return code
     from gitrun.cli import main as cli_main

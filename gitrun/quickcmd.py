@@ -54,11 +54,7 @@ def main(argv: list[str]) -> int | None:
     except BrokenPipeError:  # `gitrun status | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except (Exception, KeyboardInterrupt) as exc:
-        from gitrun.cli.app import report_failure
-
-        return report_failure(exc)
-    return 0
+    return 0  # a failure is the caller's to report, as the command line reports it
 
 
 HELP_COLUMNS = 80  # click renders help at most this wide (min(columns, 80) - 2)

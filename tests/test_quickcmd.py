@@ -17,8 +17,9 @@ from tests.helpers import commit_all, write_run
 _FULL = "import sys; from gitrun.cli import main; sys.exit(main(sys.argv[1:]))"
 _QUICK = """
 import sys
-from gitrun.quickcmd import main
-code = main(sys.argv[1:])
+from gitrun.entry import main
+sys.argv = ["gitrun", *sys.argv[1:]]
+code = main()
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("typer", "click", "rich"))
 sys.stderr.write(f"heavy={heavy}\\n")
 sys.exit(code)
