@@ -12,6 +12,7 @@ index and can drop entries staged at the same moment.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import tempfile
 import threading
@@ -142,12 +143,12 @@ class Committer:
         # What this committer last saw, so that a commit on top of its own
         # last one costs no process to look it up: the branch's tip (the
         # compare-and-swap proves it, and a failed one reads it again), the
-        # private index's state when it held that tip's tree (its stat, so
-        # that another process's use of the index is noticed), and the blob
+        # private index's state when it held that tip's tree (its stat and
+        # checksum, so that another process's use of the index is noticed), the blob
         # ids of gitrun's own files there. Only ever a shortcut: none of it
         # outlives the process, and a miss costs what every commit once did.
         self._tip: str | None = None
-        self._index_holds: tuple[str, tuple[int, ...]] | None = None
+        self._index_holds: tuple[str, tuple[object, ...]] | None = None
         self._own_blobs: dict[str, str] = {}
 
     def commit(
@@ -233,7 +234,7 @@ class Committer:
         """``old``'s tree with ``entries``, in the private index; ``read-tree``
         only when the index does not hold ``old``'s tree already."""
         holds, self._index_holds = self._index_holds, None
-        if holds is None or old is None or holds != (old, self._index_stat()):
+        if holds is None or old is None or holds != (old, self._index_state()):
             git.read_tree(self.repo, old, self.local.index)
         return git.write_tree(self.repo, entries, self.local.index)
 
@@ -251,16 +252,20 @@ class Committer:
         else:
             self._own_blobs = own
         self._tip = new
-        self._index_holds = (new, self._index_stat())
+        self._index_holds = (new, self._index_state())
 
-    def _index_stat(self) -> tuple[int, ...]:
-        """Identity of the private index file as it is now (git replaces it
-        by a rename on every write, so another writer changes it)."""
+    def _index_state(self) -> tuple[object, ...]:
+        """Identity of the private index file as it is now: git replaces it
+        by a rename on every write, and ends it with a checksum of its
+        content (zeros under index.skipHash, where the stat has to do)."""
         try:
-            st = self.local.index.stat()
+            with self.local.index.open("rb") as file:
+                st = os.fstat(file.fileno())
+                file.seek(max(0, st.st_size - 32))
+                tail = file.read()
         except OSError:
             return ()
-        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, tail)
 
     def _gone(self) -> str:
         """The sentence for a run branch deleted under a live run."""
