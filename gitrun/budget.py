@@ -206,44 +206,51 @@ class SpendGate:
         sentence when that passes the budget by more than ``factor``."""
         t = self.totals
         usable = max(1, t.valid)
-        halt = None
+        halts = []
         if self.budget.cost_usd is not None:
-            budget = self.budget.cost_usd
-            if not t.stage_costs:
-                self._say_unenforceable("max_cost_usd")
-            else:
-                rate = t.spent_usd / usable
-                projected = rate * self.tasks
-                said = (
+            rate = t.spent_usd / usable
+            halts.append(
+                self._projection(
+                    "max_cost_usd",
+                    bool(t.stage_costs),
+                    rate * self.tasks,
+                    self.budget.cost_usd + _SLACK,
                     f"canary cost {money(rate)}{unknown_note(t.unknown_cost)}; {self.tasks:,} "
-                    f"tasks at this rate: ~{money(projected)}; budget {money(budget)}"
+                    f"tasks at this rate: ~{money(rate * self.tasks)}; budget "
+                    f"{money(self.budget.cost_usd)}",
+                    "--budget USD",
                 )
-                self.notices.append(said)
-                if projected > self.factor * budget + _SLACK:
-                    halt = (
-                        f"{said}, more than {self.factor:g} x the budget: raise it with "
-                        f"`gitrun retry {self.run_id} --budget USD` (or limits.max_projection), "
-                        f"then `gitrun resume {self.run_id}`"
-                    )
+            )
         if self.budget.tokens is not None:
-            budget_tokens = self.budget.tokens
-            if not t.stage_tokens:
-                self._say_unenforceable("max_tokens")
-            else:
-                rate_tokens = t.tokens / usable
-                projected_tokens = rate_tokens * self.tasks
-                said = (
-                    f"canary tokens {rate_tokens:,.0f}; {self.tasks:,} tasks at this rate: "
-                    f"~{projected_tokens:,.0f}; max_tokens {budget_tokens:,}"
+            rate = t.tokens / usable
+            halts.append(
+                self._projection(
+                    "max_tokens",
+                    bool(t.stage_tokens),
+                    rate * self.tasks,
+                    self.budget.tokens,
+                    f"canary tokens {rate:,.0f}; {self.tasks:,} tasks at this rate: "
+                    f"~{rate * self.tasks:,.0f}; max_tokens {self.budget.tokens:,}",
+                    "--tokens N",
                 )
-                self.notices.append(said)
-                if halt is None and projected_tokens > self.factor * budget_tokens:
-                    halt = (
-                        f"{said}, more than {self.factor:g} x the budget: raise it with "
-                        f"`gitrun retry {self.run_id} --tokens N` (or limits.max_projection), "
-                        f"then `gitrun resume {self.run_id}`"
-                    )
-        return halt
+            )
+        return next((halt for halt in halts if halt), None)
+
+    def _projection(
+        self, name: str, known: bool, projected: float, limit: float, said: str, option: str
+    ) -> str | None:
+        """Say one projection; the halt's sentence when it passes ``factor`` x ``limit``."""
+        if not known:
+            self._say_unenforceable(name)
+            return None
+        self.notices.append(said)
+        if projected <= self.factor * limit:
+            return None
+        return (
+            f"{said}, more than {self.factor:g} x the budget: raise it with "
+            f"`gitrun retry {self.run_id} {option}` (or limits.max_projection), "
+            f"then `gitrun resume {self.run_id}`"
+        )
 
     def take_notices(self) -> list[str]:
         said, self.notices = self.notices, []
