@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from gitrun.clients import UnreachableWatch, client_signs
-from gitrun.clientusage import USAGE_ENV, read_usage_file, usage_reader
+from gitrun.clientusage import USAGE_ENV, attempt_usage, usage_reader
 from gitrun.reaper import identity, is_running, kill_recorded_group
 from gitrun.records import Warn, warn_stderr
 from gitrun.usage import Usage
@@ -235,16 +235,8 @@ class Attempt:
             self.usage, self._said = report.usage, report.text
         if self.usage_path is None:
             return
-        written, problem = read_usage_file(self.usage_path)
-        if written is not None:
-            self.usage = written
-        elif problem:
-            message = (
-                f"{self.task} attempt {self.number}: the usage file ${USAGE_ENV} "
-                f"({self.usage_path}) {problem}; its usage is "
-                f"{'what its client reported' if self.usage else 'unknown'} (write one JSON "
-                'object such as {"input": 1200, "output": 300, "cost_usd": 0.01, "model": "m"})'
-            )
+        self.usage, message = attempt_usage(self.usage, self.usage_path, self.task, self.number)
+        if message:
             self._warn(message)
             if self._log is not None:
                 self._log.write(f"\n[gitrun: warning: {message}]\n".encode())

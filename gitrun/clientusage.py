@@ -412,3 +412,21 @@ def read_usage_file(path: Path) -> tuple[Usage | None, str]:
         return Usage.from_json(Fields(value)), ""
     except RecordInvalid as exc:
         return None, f"is not a usage report: {exc}"
+
+
+def attempt_usage(
+    reported: Usage | None, path: Path, task: str, number: int
+) -> tuple[Usage | None, str]:
+    """(what an attempt used, a warning or ""): the usage file its worker wrote
+    at ``path`` wins over its client's own report (``reported``); a file that
+    cannot be read leaves the client's report, or unknown, and says why."""
+    written, problem = read_usage_file(path)
+    if written is not None:
+        return written, ""
+    if not problem:
+        return reported, ""
+    return reported, (
+        f"{task} attempt {number}: the usage file ${USAGE_ENV} ({path}) {problem}; its usage "
+        f"is {'what its client reported' if reported else 'unknown'} (write one JSON object "
+        'such as {"input": 1200, "output": 300, "cost_usd": 0.01, "model": "m"})'
+    )

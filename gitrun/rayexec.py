@@ -36,12 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from gitrun import raynode
-from gitrun.attempt import AttemptEnd
+from gitrun.attempt import AttemptEnd, usage_file
 from gitrun.clients import UnreachableWatch, client_signs
+from gitrun.clientusage import MAX_FILE, USAGE_ENV, attempt_usage, usage_reader
 from gitrun.errors import GitrunError
 from gitrun.problem import Problem
 from gitrun.rayfiles import AttemptFiles
 from gitrun.runs import RunDef
+from gitrun.usage import Usage
 
 INSTALL = "pip install 'gitrun[ray]'"
 # Seconds a node has, past the deadline and the kill grace, to report an
@@ -210,6 +212,8 @@ class RayRunner:
             "kill_grace": self.kill_grace,
             "outputs": self.run.output_paths(definition),
             "max_output_bytes": self.run.packet.limits.max_output_bytes,
+            # $GITRUN_USAGE names a file on the node; what the worker wrote comes back
+            "usage": {"env": USAGE_ENV, "max": MAX_FILE},
         }
         if self.executor.shared_fs:
             spec["cwd"] = str(cwd)
@@ -284,6 +288,7 @@ class RayRunner:
             refused = "; ".join(filter(None, [refused, written]))
         status = int(result["status"])
         timed_out = bool(result["timed_out"]) or attempt.timed_out
+        usage, said = self._usage(attempt, result)
         return AttemptEnd(
             attempt.task,
             attempt.number,
@@ -293,11 +298,35 @@ class RayRunner:
             -status if status < 0 else None,
             timed_out,
             attempt.stopped,
-            tail[-4096:].decode(errors="replace"),
+            said[-4096:] if said is not None else tail[-4096:].decode(errors="replace"),
             _client_fault(attempt, tail, status, timed_out),
             refused=refused,
             dispatch="ray",
+            usage=usage,
         )
+
+    def _usage(
+        self, attempt: RayAttempt, result: dict[str, Any]
+    ) -> tuple[Usage | None, str | None]:
+        """What the attempt used, as a local attempt's is read: its client's own
+        report in its output, unless its worker wrote a usage file on the node;
+        and the client's readable text for the tail."""
+        usage = said = None
+        reader = usage_reader(attempt.argv)
+        if reader is not None:
+            reader.feed(result["log"])
+            if result["dropped"]:  # the middle is gone: the last bytes start a line of their own
+                reader.feed(b"\n" + result["tail"])
+            report = reader.finish()
+            usage, said = report.usage, report.text
+        written = result.get("usage_file")
+        if isinstance(written, bytes):
+            path = usage_file(attempt.log_path)
+            path.write_bytes(written)
+            usage, message = attempt_usage(usage, path, attempt.task, attempt.number)
+            if message:
+                self.report(f"warning: {message}")
+        return usage, said
 
     def cancel(self, ref: Any, force: bool) -> None:
         if ref is None:

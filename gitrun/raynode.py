@@ -76,6 +76,10 @@ def run_attempt(spec: dict[str, Any]) -> dict[str, Any]:
     cwd = spec.get("cwd")
     env = dict(os.environ)
     env.update(spec["env"])
+    usage = spec.get("usage")  # where the worker may write what it used, on this node
+    usage_dir = tempfile.mkdtemp(prefix="gitrun-usage-") if usage else None
+    if usage and usage_dir:
+        env[usage["env"]] = os.path.join(usage_dir, "usage.json")
     try:
         if cwd is None:
             scratch = tempfile.mkdtemp(prefix="gitrun-attempt-")
@@ -85,12 +89,27 @@ def run_attempt(spec: dict[str, Any]) -> dict[str, Any]:
             cwd = env["GITRUN_REPO"] = scratch
         result = _run(spec, cwd, env)
         outputs, refused = ({}, {}) if scratch is None else _collect(scratch, spec)
+        if usage and usage_dir:
+            result["usage_file"] = _read_at_most(env[usage["env"]], int(usage["max"]) + 1)
     finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+        for temporary in (scratch, usage_dir):
+            if temporary is not None:
+                shutil.rmtree(temporary, ignore_errors=True)
     result.update(outputs=outputs, refused=refused, started=started, ended=time.time())
     result["node"] = _node_address()
     return result
+
+
+def _read_at_most(path: str, size: int) -> bytes | None:
+    """The first ``size`` bytes of a regular file; None when there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        return handle.read(size)
 
 
 def _run(spec: dict[str, Any], cwd: str, env: dict[str, str]) -> dict[str, Any]:

@@ -255,6 +255,34 @@ def test_the_node_runs_the_command_in_a_scratch_directory_and_brings_back_output
     assert list(tmp_path.iterdir()) == []  # the scratch directory is gone
 
 
+def test_the_node_names_a_usage_file_and_brings_back_what_the_worker_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 15: $GITRUN_USAGE names a file on the node (the driver's path means
+    nothing there), and what the worker wrote comes back, capped."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    script = (
+        "import os, pathlib; p = os.environ['GITRUN_USAGE']; "
+        "print('driver path' if p == '/driver/usage.json' else 'node path'); "
+        "pathlib.Path(p).write_text(os.environ['BODY'])"
+    )
+    spec = _spec(tmp_path, script, usage={"env": "GITRUN_USAGE", "max": 64})
+    spec["env"] = {
+        **spec["env"],
+        "GITRUN_USAGE": "/driver/usage.json",
+        "BODY": '{"cost_usd": 0.25}',
+    }
+    result = run_attempt(spec)
+    assert b"node path" in result["log"]
+    assert result["usage_file"] == b'{"cost_usd": 0.25}'
+    spec["env"]["BODY"] = "x" * 500
+    assert run_attempt(spec)["usage_file"] == b"x" * 65  # one byte over: the reader says too big
+    spec["env"]["BODY"] = ""
+    del spec["usage"]
+    assert "usage_file" not in run_attempt(spec)
+    assert list(tmp_path.iterdir()) == []  # scratch and usage directories are gone
+
+
 def test_a_program_that_cannot_start_ends_the_attempt_with_status_127(tmp_path: Path) -> None:
     spec = _spec(tmp_path, "", cwd=str(tmp_path))
     spec["argv"] = ["gitrun-no-such-program", "{pointer}"]
@@ -728,3 +756,36 @@ def test_sixty_tasks_on_three_nodes_survive_losing_one(git_repo: Path, cluster: 
     assert lied and all(r["exit"] == 1 for r in lied)
     assert git(git_repo, "fsck", "--no-progress", "--no-dangling").strip() == ""
     assert cluster.processes("w2") == []  # nothing of the lost node, attempts included
+
+
+@pytest.mark.ray
+def test_usage_reaches_the_ledger_from_the_node(git_repo: Path, cluster: Any) -> None:
+    """Issue 15 on Ray: a client's own report (a program named `claude` printing
+    its closing JSON object) and a worker's usage file are recorded per attempt,
+    as for a local attempt."""
+    bin_dir = git_repo.parent / "bin"
+    bin_dir.mkdir()
+    claude = bin_dir / "claude"
+    claude.write_text(
+        "#!/bin/sh\n"
+        'mkdir -p out && printf \'{"ok": 1}\' > "out/$GITRUN_TASK.json"\n'
+        'if [ "$GITRUN_TASK" = t2 ]; then\n'
+        '  printf \'{"input": 7, "output": 3, "cost_usd": 0.5, "model": "m2"}\' > "$GITRUN_USAGE"\n'
+        "fi\n"
+        'echo \'{"type": "result", "subtype": "success", "is_error": false, "result": "all done",'
+        ' "total_cost_usd": 0.125, "usage": {"input_tokens": 100, "output_tokens": 20},'
+        ' "modelUsage": {"claude-x": {"inputTokens": 100, "outputTokens": 20, "costUSD": 0.125}}}\'\n'
+    )
+    claude.chmod(0o755)
+    tasks: list[dict[str, object]] = [
+        {"id": task, "outputs": [f"out/{task}.json"]} for task in ("t1", "t2")
+    ]
+    executor = {"kind": "ray", "address": cluster.address, "command": [str(claude), "{pointer}"]}
+    write_run(git_repo, "r", tasks, {"executor": executor, "limits": {"max_load": 1000.0}})
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.exit_code == 0
+    records = {r["task"]: r for r in ledger_records(git_repo) if "outcome" in r}
+    assert records["t1"]["usage"]["cost_usd"] == 0.125
+    assert records["t1"]["usage"]["input"] == 100 and records["t1"]["usage"]["output"] == 20
+    t2 = records["t2"]["usage"]  # the file wins over the client's own report
+    assert (t2["input"], t2["output"], t2["cost_usd"], t2["model"]) == (7, 3, 0.5, "m2")
