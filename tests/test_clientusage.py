@@ -268,3 +268,23 @@ def test_a_malformed_usage_file_is_one_sentence_never_a_crash(
     path.write_bytes(body)
     usage, problem = read_usage_file(path)
     assert usage is None and said in problem
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "directory"])
+def test_a_usage_file_that_is_no_regular_file_is_refused_without_waiting(
+    tmp_path: Path, kind: str
+) -> None:
+    """A worker that leaves a FIFO at $GITRUN_USAGE once hung the driver, which
+    opened it to read and waited for a writer forever."""
+    import os
+
+    path = tmp_path / "usage.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "symlink":
+        (tmp_path / "real.json").write_text('{"input": 1}')
+        path.symlink_to(tmp_path / "real.json")
+    else:
+        path.mkdir()
+    usage, problem = read_usage_file(path)
+    assert usage is None and ("regular file" in problem), problem
