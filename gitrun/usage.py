@@ -25,6 +25,7 @@ from typing import Any
 from gitrun.records import Fields, RecordInvalid, is_finite
 
 KINDS = ("input", "output", "cache_read", "cache_write")
+MODEL_MAX = 200  # characters of a model name
 UNKNOWN_MODEL = "unknown"  # the key of tokens by model whose model was not reported
 
 
@@ -42,6 +43,14 @@ class Usage:
     cache_write: int = 0
     cost_usd: float | None = None
     model: str | None = None
+
+    def __post_init__(self) -> None:
+        # The name is shown in status, the live view and the report: what a
+        # worker or its client wrote there must not be able to move a
+        # terminal's cursor or print lines of its own. Not a name: unknown.
+        model = self.model
+        if model is not None and not (len(model) <= MODEL_MAX and model.isprintable()):
+            object.__setattr__(self, "model", None)
 
     @property
     def tokens(self) -> int:

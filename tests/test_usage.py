@@ -259,3 +259,14 @@ def test_the_simulated_agent_reports_usage_so_the_demo_has_spend(git_repo: Path)
     assert totals.spent_usd > 0 and totals.reported == len(records) - totals.unknown_cost
     assert totals.unknown_cost == 1  # t5 (flaky) attempt 1
     assert totals.wasted_usd > 0  # t1 (sloppy) attempt 1 wrote invalid JSON, and paid
+
+
+@pytest.mark.parametrize(
+    "name", ["evil\x1b[31mRED", "a\nFAKE LINE", "tab\there", "x" * 201, "\u202etxt.exe"]
+)
+def test_a_model_name_that_is_not_printable_text_is_unknown(name: str) -> None:
+    """A worker chose this name in its usage file (or its client printed it):
+    status and the live view show it, so control characters would reach the
+    user's terminal. Such a name is dropped: the model is unknown."""
+    assert Usage(input=3, model=name).model is None
+    assert Usage(input=3, model="claude-sonnet-4.5 (eu)").model == "claude-sonnet-4.5 (eu)"
