@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,19 +27,12 @@ printf '{"input": 800, "output": 200, "cost_usd": %s, "model": "m"}' "${COST:-0.
 """
 
 
-def _gitrun(repo: Path, *args: str, env: dict[str, str] | None = None) -> Any:
+def _gitrun(repo: Path, *args: str) -> Any:
     import os
 
-    full = {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}
-    full.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "gitrun", *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=300,
-    )
+    from tests.realclient.clis import gitrun
+
+    return gitrun(repo, {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}, *args)
 
 
 def _command_run(repo: Path, tasks: int, limits: dict[str, Any], cost: str = "0.25") -> None:
@@ -412,6 +404,7 @@ def test_the_real_claude_client_s_stated_cost_halts_the_run_at_its_budget(
     import os
 
     from tests.realclient.claude import INSTALLED, claude_binary, claude_env
+    from tests.realclient.clis import gitrun
     from tests.realclient.mockmodel import MockModel, Turn, say, write
     from tests.realclient.mockmodel import Usage as Served
 
@@ -440,14 +433,7 @@ def test_the_real_claude_client_s_stated_cost_halts_the_run_at_its_budget(
         with MockModel(script) as model:
             env = claude_env(git_repo.parent / "home", model.url)
             env["PATH"] = os.pathsep.join([str(INSTALLED.parent), env["PATH"]])
-            return subprocess.run(
-                [sys.executable, "-m", "gitrun", *args],
-                cwd=git_repo,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=180,
-            )
+            return gitrun(git_repo, env, *args)
 
     first = drive("start", "r", task="c1")
     assert first.returncode == 3, (first.stdout[-2000:], first.stderr[-2000:])

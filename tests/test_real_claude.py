@@ -222,7 +222,6 @@ def test_gitrun_start_with_the_claude_preset_confines_bash_and_commits_the_owned
     (its --settings filled for this repository) and launches the real
     client, whose Bash cannot write in the repository while its owned Write
     lands and is committed."""
-    from tests.realclient.claude import INSTALLED
 
     sandbox_or_skip()
     (repo / ".claude/settings.json").unlink()  # only what the preset passes
@@ -241,16 +240,7 @@ def test_gitrun_start_with_the_claude_preset_confines_bash_and_commits_the_owned
         say("done"),
     ]
     with MockModel(script) as model:
-        env = claude_env(repo.parent / "home", model.url)
-        env["PATH"] = os.pathsep.join([str(INSTALLED.parent), env["PATH"]])
-        proc = subprocess.run(
-            [sys.executable, "-m", "gitrun", "start", "c"],
-            cwd=repo,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        proc = _start_with_claude(repo, model.url)
         assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
         shell, stray, owned = model.tool_use_ids()
         is_error, text = model.tool_result(shell)
@@ -273,7 +263,6 @@ def test_gitrun_start_records_the_tokens_and_cost_the_real_client_reported(
     from gitrun.local import LocalPaths
     from gitrun.usage import Usage as Reported
     from tests.helpers import committed_ledger
-    from tests.realclient.claude import INSTALLED
     from tests.realclient.mockmodel import Usage
 
     packet = {
@@ -288,16 +277,7 @@ def test_gitrun_start_records_the_tokens_and_cost_the_real_client_reported(
         Turn(say("All done.").blocks, Usage(1500, 30, 0, 6200)),
     ]
     with MockModel(script) as model:
-        env = claude_env(repo.parent / "home", model.url)
-        env["PATH"] = os.pathsep.join([str(INSTALLED.parent), env["PATH"]])
-        proc = subprocess.run(
-            [sys.executable, "-m", "gitrun", "start", "c"],
-            cwd=repo,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        proc = _start_with_claude(repo, model.url)
         served = model.served_usage
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
     [record] = attempt_records(committed_ledger(repo, "gitrun/c", "c"))
@@ -321,3 +301,13 @@ def test_gitrun_start_records_the_tokens_and_cost_the_real_client_reported(
     assert said["total_cost_usd"] > 0
     totals = usage_totals(committed_ledger(repo, "gitrun/c", "c"))
     assert totals.unknown_cost == 0 and totals.spent_usd == pytest.approx(said["total_cost_usd"])
+
+
+def _start_with_claude(repo: Path, url: str) -> subprocess.CompletedProcess[str]:
+    """`gitrun start c` with the installed claude on PATH, talking to ``url``."""
+    from tests.realclient.claude import INSTALLED
+    from tests.realclient.clis import gitrun
+
+    env = claude_env(repo.parent / "home", url)
+    env["PATH"] = os.pathsep.join([str(INSTALLED.parent), env["PATH"]])
+    return gitrun(repo, env, "start", "c")
