@@ -88,7 +88,7 @@ def find_repo(cwd: str | None, environ: Mapping[str, str] | None = None) -> Repo
     while True:
         dot = os.path.join(here, ".git")
         if os.path.isdir(dot):
-            return Repo(here, dot) if _is_git_dir(dot) else _ask_git(start, env)
+            return Repo(here, os.path.realpath(dot)) if _is_git_dir(dot) else _ask_git(start, env)
         if os.path.isfile(dot):
             git_dir = _gitdir_file(here, dot)
             return Repo(here, git_dir) if git_dir else _ask_git(start, env)
