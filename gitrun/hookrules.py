@@ -10,7 +10,7 @@ and ``gitrun next`` write them to :attr:`gitrun.local.LocalPaths.hook_rules`
 patterns compiled into one regular expression
 (:func:`gitrun.patterns.owner_regex`)::
 
-    {"v": 1, "key": "<sha256>", "packet": "...", "protected": [...], "protected_regex": "..."}
+    {"v": 1, "key": "<sha256>", "protected": [...], "protected_regex": "..."}
     "t0001"\t["<regex>", ["out/t0001.json"]]
 
 one header line, then one line per task, so a call on a 100,000-task run
@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 
 TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
 if TYPE_CHECKING:
@@ -170,21 +171,14 @@ def rules_path(repo: Repo, run_id: str) -> str:
 class TaskRules:
     """One task's owned patterns and its run's protected ones, compiled."""
 
-    __slots__ = ("_owned", "_protected", "owns", "packet_path", "run_id", "task_id")
+    __slots__ = ("_owned", "_protected", "owns", "run_id", "task_id")
 
     def __init__(
-        self,
-        run_id: str,
-        task_id: str,
-        owns: list[str],
-        owned_regex: str,
-        protected_regex: str,
-        packet_path: str,
+        self, run_id: str, task_id: str, owns: list[str], owned_regex: str, protected_regex: str
     ) -> None:
         self.run_id = run_id
         self.task_id = task_id
         self.owns = owns
-        self.packet_path = packet_path
         self._owned = re.compile(owned_regex, re.DOTALL)
         self._protected = re.compile(protected_regex, re.DOTALL)
 
@@ -210,13 +204,11 @@ def rules_of(repo: Repo, run_id: str, task_id: str) -> TaskRules:
     """The rules of ``task_id`` in ``run_id`` (from the cache, written first
     when it is missing or stale). Raises :class:`NoSuchTask`, or what loading
     a broken definition raises."""
-    header, line = _current(repo, run_id, task_id)
-    if line is None:
+    header, task = _current(repo, run_id, task_id)
+    if task is None:
         raise NoSuchTask(f"run {run_id!r} has no task {task_id!r}")
-    regex, owns = json.loads(line)
-    return TaskRules(
-        run_id, task_id, owns, regex, str(header["protected_regex"]), str(header["packet"])
-    )
+    regex, owns = task
+    return TaskRules(run_id, task_id, owns, regex, str(header["protected_regex"]))
 
 
 def protected_of(repo: Repo, run_id: str) -> tuple[list[str], re.Pattern[str]]:
@@ -240,7 +232,7 @@ def refresh(repo: Path, local: LocalPaths, run_id: str) -> None:
 
 def _current(
     repo: Repo, run_id: str, task_id: str | None, path: str | None = None
-) -> tuple[dict[str, object], str | None]:
+) -> tuple[dict[str, object], tuple[str, list[str]] | None]:
     key = source_key(repo.root, run_id)
     path = path or rules_path(repo, run_id)
     found = _cached(path, key, task_id)
@@ -264,7 +256,8 @@ def _current(
 
 def source_key(root: str, run_id: str) -> str:
     """The SHA-256 of the files a run's rules come from (a missing one counts
-    as absent, a symbolic link by its target: loading refuses both)."""
+    as absent, a symbolic link by its target and anything but a regular file
+    by its kind: loading refuses them)."""
     digest = hashlib.sha256(f"gitrun hook rules {VERSION}\0".encode())
     run_dir = os.path.join(root, RUNS_DIR, run_id)
     for index, name in enumerate(_SOURCES):
@@ -273,11 +266,15 @@ def source_key(root: str, run_id: str) -> str:
             if os.path.islink(path):
                 digest.update(b"link\0" + os.readlink(path).encode("utf-8", "surrogateescape"))
                 continue
-            with open(path, "rb") as handle:
-                data = handle.read()
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO there never blocks
         except FileNotFoundError:
             digest.update(b"absent\0")
             continue
+        with open(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                digest.update(b"not a file\0")  # loading refuses it
+                continue
+            data = handle.read()
         digest.update(b"%d\0" % len(data))
         digest.update(data)
     return digest.hexdigest()
@@ -285,9 +282,10 @@ def source_key(root: str, run_id: str) -> str:
 
 def _cached(
     path: str, key: str, task_id: str | None
-) -> tuple[dict[str, object], str | None] | None:
-    """(header, the task's line) from the cache when it holds ``key``; None when
-    the cache is missing, stale or damaged (it is then written again)."""
+) -> tuple[dict[str, object], tuple[str, list[str]] | None] | None:
+    """(header, the task's (regex, owned patterns)) from the cache when it holds
+    ``key``; None when the cache is missing, stale or damaged (it is then
+    written again)."""
     try:
         with open(path, "rb") as handle:
             data = handle.read()
@@ -299,8 +297,7 @@ def _cached(
         if not isinstance(header, dict) or header.get("v") != VERSION or header.get("key") != key:
             return None
         if not (
-            isinstance(header.get("packet"), str)
-            and isinstance(header.get("protected"), list)
+            isinstance(header.get("protected"), list)
             and isinstance(header.get("protected_regex"), str)
         ):
             return None
@@ -315,14 +312,13 @@ def _cached(
     if start < 0:
         return header, None
     start += len(marker)
-    stop = data.find(b"\n", start)
     try:
-        regex, owns = json.loads(data[start:stop])
+        regex, owns = json.loads(data[start : data.find(b"\n", start)])
         if not (isinstance(regex, str) and isinstance(owns, list)):
             return None
-    except ValueError:  # an edited or damaged line: written again
+    except (ValueError, TypeError):  # an edited or damaged line: written again
         return None
-    return header, data[start:stop].decode()
+    return header, (regex, owns)
 
 
 def _lines(run: RunDef, key: str) -> Iterator[str]:
@@ -332,7 +328,6 @@ def _lines(run: RunDef, key: str) -> Iterator[str]:
     header = {
         "v": VERSION,
         "key": key,
-        "packet": run.packet_path,
         "protected": protected,
         "protected_regex": owner_regex(protected),
     }

@@ -177,6 +177,7 @@ def test_an_edited_definition_is_judged_by_its_new_rules(run_repo: Path) -> None
         "other key",
         "no file",
         "a damaged task line",
+        "a task line that is no list",
     ],
 )
 def test_a_damaged_cache_is_written_again(run_repo: Path, damage: str) -> None:
@@ -194,6 +195,7 @@ def test_a_damaged_cache_is_written_again(run_repo: Path, damage: str) -> None:
         "other key": json.dumps({**header, "key": "0" * 64}) + "\n" + "".join(lines[1:]),
         "no file": None,
         "a damaged task line": lines[0] + lines[1] + '"t2"\t["x", \n' + "".join(lines[3:]),
+        "a task line that is no list": lines[0] + lines[1] + '"t2"\t7\n' + "".join(lines[3:]),
     }[damage]
     if damaged is None:
         cache.unlink()
@@ -222,6 +224,28 @@ def test_a_symbolic_link_as_definition_is_refused_not_cached(run_repo: Path) -> 
     tasks.unlink()
     tasks.symlink_to(real)
     assert _write(run_repo, "out/t1.json").startswith("blocked:")
+
+
+def test_a_fifo_as_definition_blocks_at_once_rather_than_hanging(run_repo: Path) -> None:
+    """The key is hashed on every call: a FIFO where the task table should be
+    must not make the hook wait for a writer (Claude Code waits on the hook)."""
+    tasks = run_repo / ".gitrun" / "runs" / "r" / "tasks.toml"
+    tasks.unlink()
+    os.mkfifo(tasks)
+    payload = json.dumps(
+        {"cwd": str(run_repo), "tool_name": "Write", "tool_input": {"file_path": "out/t1.json"}}
+    )
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}, **WORKER}
+    proc = subprocess.run(
+        [sys.executable, "-m", "gitrun", "hook", "pre-write"],
+        input=payload,
+        cwd=run_repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "not a regular file" in proc.stderr, proc.stderr
 
 
 def test_refresh_keeps_a_current_cache_and_survives_a_broken_run(run_repo: Path) -> None:
