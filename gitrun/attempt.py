@@ -16,12 +16,13 @@ from __future__ import annotations
 import contextlib
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Protocol
 
 from gitrun.clients import UnreachableWatch, client_signs
 from gitrun.clientusage import USAGE_ENV, attempt_usage, usage_reader
@@ -131,6 +132,7 @@ class Attempt:
         argv: list[str] | None = None,
         usage_path: Path | None = None,
         warn: Warn = warn_stderr,
+        log_path: Path | None = None,
     ) -> None:
         self.task = task
         self.kill_grace = kill_grace
@@ -141,6 +143,7 @@ class Attempt:
         self.stopped = False
         self.proc: subprocess.Popen[bytes] | None = None
         self.pid = 0
+        self.out: int | None = None  # the read end of the worker's output pipe
         # What psutil saw right after the start, for the running journal:
         # a later driver signals the group only if these still match.
         self.create_time: float | None = None
@@ -149,7 +152,12 @@ class Attempt:
         self.exited_at = 0.0
         self.eof = False
         self._kill_at: float | None = None
-        self._log: IO[bytes] | None = None
+        # The log is made when there is something to put in it: creating a
+        # file costs more than the rest of a launch, and most workers of a
+        # big fan-out print nothing (an earlier life's log is removed at launch).
+        self.log_path = log_path
+        self._log: int | None = None  # its descriptor, once made
+        self._log_closed = False
         self._written = 0
         self._dropped = 0
         self._tail = bytearray()
@@ -221,10 +229,28 @@ class Attempt:
             del self._tail[: len(self._tail) - LOG_TAIL]
         room = LOG_LIMIT - self._written
         if room > 0:
-            assert self._log is not None
-            self._log.write(chunk[:room])
+            self._log_write(chunk[:room])
             self._written += min(room, len(chunk))
         self._dropped += max(0, len(chunk) - max(room, 0))
+
+    def _log_write(self, data: bytes) -> None:
+        """Append to the log, made at the first write; a log that cannot be
+        written loses the output, never the attempt (the tail is kept)."""
+        if self._log_closed or self.log_path is None:
+            return
+        try:
+            if self._log is None:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+                self._log = os.open(self.log_path, flags, 0o666)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._log, view) :]
+        except OSError as exc:
+            self._log_closed = True  # said once; the tail still reaches the ledger
+            self._warn(
+                f"{self.task} attempt {self.number}: cannot write its log {self.log_path} "
+                f"({exc.strerror or exc}); the rest of its output is not kept there"
+            )
 
     def read_usage(self) -> None:
         """What the attempt used: the usage file the worker wrote, else its
@@ -238,18 +264,19 @@ class Attempt:
         self.usage, message = attempt_usage(self.usage, self.usage_path, self.task, self.number)
         if message:
             self._warn(message)
-            if self._log is not None:
-                self._log.write(f"\n[gitrun: warning: {message}]\n".encode())
+            self._log_write(f"\n[gitrun: warning: {message}]\n".encode())
 
     def close_log(self) -> None:
-        if self._log is None:
+        if self._log_closed:
             return
         self.read_usage()
         if self._dropped:
             note = f"\n[gitrun: {self._dropped} bytes dropped; the last ones follow]\n"
-            self._log.write(note.encode() + bytes(self._tail))
-        self._log.close()
-        self._log = None
+            self._log_write(note.encode() + bytes(self._tail))
+        self._log_closed = True
+        if self._log is not None:
+            os.close(self._log)
+            self._log = None
 
     def end(self) -> AttemptEnd:
         status = self.status if self.status is not None else 127
@@ -289,6 +316,8 @@ class Monitor:
         self._use_pidfd = hasattr(os, "pidfd_open")
         self._live: set[Attempt] = set()
         self._failed: list[Attempt] = []
+        self._devnull: int | None = None
+        self._programs: dict[tuple[str, str | None], str] = {}
 
     def launch(
         self,
@@ -301,37 +330,42 @@ class Monitor:
         timeout: float,
     ) -> Attempt:
         usage_path = usage_file(log_path)
-        attempt = Attempt(task, number, timeout, self.kill_grace, argv, usage_path, self.warn)
-        usage_path.unlink(missing_ok=True)  # an earlier attempt's, left by a run started over
+        attempt = Attempt(
+            task, number, timeout, self.kill_grace, argv, usage_path, self.warn, log_path
+        )
+        # An earlier attempt's, left by a run started over: its log is made
+        # again only when this worker prints something.
+        for stale in (usage_path, log_path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(stale)
         env = {**env, USAGE_ENV: str(usage_path)}
-        log = log_path.open("wb")
+        # The worker's stdout and stderr: one pipe, read here without a file
+        # object around it.
+        out, into = os.pipe()  # both close-on-exec: no other worker inherits them
         try:
-            proc = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group, led by the worker
-            )
+            proc = self._spawn(argv, cwd, env, into)
         except OSError as exc:
+            os.close(out)
             attempt.failure = f"{argv[0]}: {exc.strerror}"
-            log.write(f"gitrun: cannot start {argv[0]!r}: {exc.strerror}\n".encode())
-            log.close()
+            attempt._log_write(f"gitrun: cannot start {argv[0]!r}: {exc.strerror}\n".encode())
+            attempt.close_log()
             attempt.status = 127
             attempt.exited_at = time.time()
             self._failed.append(attempt)
             return attempt
-        attempt.proc, attempt.pid, attempt._log = proc, proc.pid, log
+        except BaseException:
+            os.close(out)
+            raise
+        finally:
+            os.close(into)
+        attempt.proc, attempt.pid, attempt.out = proc, proc.pid, out
         # Popen returns once the child has exec'd, so this is the worker's own
         # command line (or nothing, when it already exited).
         recorded = identity(proc.pid)
         attempt.create_time = recorded.get("create_time")
         attempt.cmdline = recorded.get("cmdline")
-        assert proc.stdout is not None
-        os.set_blocking(proc.stdout.fileno(), False)
-        self._selector.register(proc.stdout, selectors.EVENT_READ, (attempt, "out"))
+        os.set_blocking(out, False)
+        self._selector.register(out, selectors.EVENT_READ, (attempt, "out"))
         if self._use_pidfd:
             try:
                 pidfd = os.pidfd_open(proc.pid)
@@ -340,6 +374,56 @@ class Monitor:
                 self._use_pidfd = False
         self._live.add(attempt)
         return attempt
+
+    def _spawn(
+        self, argv: list[str], cwd: Path, env: dict[str, str], output: int
+    ) -> subprocess.Popen[bytes]:
+        """Start ``argv`` as the leader of a new session and process group,
+        its stdin /dev/null (opened once), its stdout and stderr ``output``."""
+        if self._devnull is None:
+            self._devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        path = env.get("PATH")
+        executable = self._program(argv[0], path)
+        try:
+            return subprocess.Popen(
+                argv,
+                executable=executable,
+                cwd=cwd,
+                env=env,
+                stdin=self._devnull,
+                stdout=output,
+                stderr=output,
+                start_new_session=True,  # its own process group, led by the worker
+            )
+        except OSError:
+            if executable is None:
+                raise
+        # The program found earlier is gone or changed: Popen searches PATH.
+        self._programs.pop((argv[0], path), None)
+        return subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=self._devnull,
+            stdout=output,
+            stderr=output,
+            start_new_session=True,
+        )
+
+    def _program(self, name: str, path: str | None) -> str | None:
+        """Where ``name`` lies on ``path``, found once per run rather than by
+        every launch (and by every worker, trying each directory before it);
+        None leaves the search to Popen: a name with a slash, a PATH with a
+        relative directory (the worker's cwd decides those), or no PATH."""
+        found = self._programs.get((name, path))
+        if found is not None or "/" in name or not path:
+            return found
+        if not all(os.path.isabs(part) for part in path.split(os.pathsep)):
+            return None
+        found = shutil.which(name, path=path)
+        if found is not None:
+            self._programs[(name, path)] = found
+        return found
 
     def poll(self, timeout: float) -> list[AttemptEnd]:
         """Wait up to ``timeout`` seconds; return the attempts that ended."""
@@ -357,7 +441,7 @@ class Monitor:
         for key, _mask in events:
             attempt, kind = key.data
             if kind == "out":
-                self._read(attempt, key.fileobj)
+                self._read(attempt, key.fd)
             else:
                 self._selector.unregister(key.fileobj)
                 os.close(key.fd)
@@ -377,9 +461,11 @@ class Monitor:
 
     def close(self) -> None:
         self._selector.close()
+        if self._devnull is not None:
+            os.close(self._devnull)
+            self._devnull = None
 
-    def _read(self, attempt: Attempt, stream: Any) -> None:
-        fd = stream.fileno()
+    def _read(self, attempt: Attempt, fd: int) -> None:
         while True:
             try:
                 chunk = os.read(fd, 65536)
@@ -389,7 +475,7 @@ class Monitor:
                 chunk = b""
             if not chunk:
                 attempt.eof = True
-                self._selector.unregister(stream)
+                self._selector.unregister(fd)
                 return
             attempt.take_output(chunk)
 
@@ -408,11 +494,12 @@ class Monitor:
 
     def _finish(self, attempt: Attempt) -> None:
         self._live.discard(attempt)
-        assert attempt.proc is not None and attempt.proc.stdout is not None
+        assert attempt.out is not None
         if not attempt.eof:  # a grandchild escaped the group and holds the pipe
             with contextlib.suppress(KeyError, ValueError):
-                self._selector.unregister(attempt.proc.stdout)
-        attempt.proc.stdout.close()
+                self._selector.unregister(attempt.out)
+        os.close(attempt.out)
+        attempt.out = None
         attempt.close_log()
 
 
