@@ -28,6 +28,7 @@ import contextlib
 import math
 import os
 import signal
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -44,7 +45,111 @@ def identity(pid: int) -> dict[str, Any]:
     Right after a child's exec the kernel installs the new program before
     its arguments, so for a moment the command line reads empty: wait for it
     (briefly; a process never shows an empty one once it runs).
+
+    Both are read as psutil reads them (:func:`start_time`, :func:`_cmdline`),
+    so a record matches what :func:`is_recorded_process` sees later, from two
+    small reads of ``/proc`` instead of psutil's five.
     """
+    if not _HAS_PROC:  # pragma: no cover - macOS and the BSDs
+        return _identity_psutil(pid)
+    deadline = time.monotonic() + CMDLINE_PATIENCE
+    while True:
+        found = _proc_stat(pid)
+        if found is None or found[0] == "Z":
+            return {}
+        cmdline = _cmdline(pid)
+        if cmdline is None:
+            return {}
+        if cmdline:
+            return {"create_time": found[1], "cmdline": cmdline}
+        if time.monotonic() > deadline:
+            return {}
+        time.sleep(0.0005)
+
+
+def start_time(pid: int) -> float | None:
+    """When ``pid`` started, in seconds since the epoch, or None when it is
+    gone: psutil's ``create_time`` to the bit (the start in clock ticks since
+    boot, over the ticks per second, plus the boot time) on Linux, psutil's
+    own elsewhere. The one reading of a start time that records and the checks
+    of records share: a pid reused by a later process has another."""
+    if not _HAS_PROC:  # pragma: no cover - macOS and the BSDs
+        import psutil
+
+        try:
+            return float(psutil.Process(pid).create_time())
+        except psutil.Error:
+            return None
+    found = _proc_stat(pid)
+    return None if found is None else found[1]
+
+
+_HAS_PROC = os.path.exists("/proc/self/stat")
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if _HAS_PROC else 100
+BOOT_TIME_REUSE = 10.0  # seconds one reading of the boot time serves
+_boot: tuple[float, float] = (-math.inf, 0.0)  # (monotonic time read, boot time)
+
+
+def _boot_time() -> float:
+    """The boot time as ``/proc/stat`` gives it (psutil's ``boot_time``),
+    read again every :data:`BOOT_TIME_REUSE` seconds: the file is big on a
+    machine with many CPUs, and the value moves only when the clock is set."""
+    global _boot
+    now = time.monotonic()
+    if now - _boot[0] < BOOT_TIME_REUSE:
+        return _boot[1]
+    with open("/proc/stat", "rb") as handle:
+        for line in handle:
+            if line.startswith(b"btime"):
+                _boot = (now, float(line.split()[1]))
+                return _boot[1]
+    raise OSError("/proc/stat has no btime line")  # pragma: no cover - every Linux has one
+
+
+def _proc_stat(pid: int) -> tuple[str, float] | None:
+    """(state letter, start time) of ``pid`` from ``/proc/<pid>/stat``, as
+    psutil parses it (the name may hold spaces and parentheses); None when gone."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    fields = data[data.rfind(b")") + 2 :].split()
+    if len(fields) < 20:
+        return None
+    return fields[0].decode(), float(fields[19]) / _CLOCK_TICKS + _boot_time()
+
+
+def _cmdline(pid: int) -> list[str] | None:
+    """The command line of ``pid`` exactly as psutil gives it (decoded as
+    file names are, in text mode, with its rules for processes that rewrote
+    their arguments); None when it is gone."""
+    try:
+        with open(
+            f"/proc/{pid}/cmdline",
+            encoding=sys.getfilesystemencoding(),
+            errors=sys.getfilesystemencodeerrors(),
+        ) as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    if not data:
+        return []
+    sep = "\x00" if data.endswith("\x00") else " "
+    if data.endswith(sep):
+        data = data[:-1]
+    cmdline = data.split(sep)
+    if sep == "\x00" and len(cmdline) == 1 and " " in data:
+        cmdline = data.split(" ")
+    return cmdline
+
+
+def _identity_psutil(pid: int) -> dict[str, Any]:  # pragma: no cover - macOS and the BSDs
     import psutil
 
     deadline = time.monotonic() + CMDLINE_PATIENCE
@@ -169,12 +274,9 @@ def _carries(proc: Any, env: Mapping[str, str]) -> bool:
 
 
 def _same_start(proc: Any, created: float) -> bool:
-    import psutil
-
-    try:
-        return bool(abs(proc.create_time() - created) <= CREATE_TIME_SLACK)
-    except psutil.Error:
-        return False
+    """Whether ``proc`` started when a record says (read as the record was made)."""
+    started = start_time(proc.pid)
+    return started is not None and abs(started - created) <= CREATE_TIME_SLACK
 
 
 def is_recorded_process(record: Mapping[str, Any]) -> bool:
@@ -329,7 +431,10 @@ def _is_attempt_member(proc: Any, created: float, env: Mapping[str, str]) -> boo
     try:
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
-        return bool(proc.create_time() >= created - CREATE_TIME_SLACK and _carries(proc, env))
+        started = start_time(proc.pid)
+        return (
+            started is not None and started >= created - CREATE_TIME_SLACK and _carries(proc, env)
+        )
     except psutil.Error:
         return False
 

@@ -1,0 +1,145 @@
+"""Who a process is: the start time and command line gitrun records and checks.
+
+:func:`gitrun.reaper.identity` reads ``/proc`` itself (two small reads where
+psutil makes five); records it made must keep matching what the checks read
+later, and what psutil reports, bit for bit. Real processes throughout, each
+killed in a finally.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import psutil
+import pytest
+
+from gitrun.reaper import (
+    CREATE_TIME_SLACK,
+    identity,
+    is_recorded_process,
+    is_recorded_worker,
+    kill_recorded_group,
+    start_time,
+)
+
+ATTEMPT_ID = uuid.uuid4().hex
+ATTEMPT_ENV = {
+    "GITRUN_RUN": "r",
+    "GITRUN_TASK": "t1",
+    "GITRUN_ATTEMPT": "1",
+    "GITRUN_ATTEMPT_ID": ATTEMPT_ID,
+}
+
+
+@pytest.fixture
+def start() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start a sleeping process in a session of its own; all are killed after."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def spawn(*argv: str | bytes) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(60)", *argv],
+            env={**os.environ, **ATTEMPT_ENV},
+            start_new_session=True,
+        )
+        started.append(proc)
+        deadline = time.monotonic() + 10
+        while identity(proc.pid).get("cmdline", [None])[0] != sys.executable:
+            assert time.monotonic() < deadline, "the process never showed its command line"
+            time.sleep(0.01)
+        return proc
+
+    try:
+        yield spawn
+    finally:
+        for proc in started:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+def _record(pid: int, found: dict[str, object]) -> dict[str, object]:
+    return {"run": "r", "task": "t1", "attempt": 1, "attempt_id": ATTEMPT_ID, "pid": pid, **found}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        (),
+        ("two words", ""),
+        ("", "", "x"),
+        ("line\r\nbreaks\rand\nnewlines",),
+        (os.fsdecode(b"not utf-8: \xff\xfe"),),
+    ],
+)
+def test_identity_is_what_psutil_reads(
+    argv: tuple[str, ...], start: Callable[..., subprocess.Popen[bytes]]
+) -> None:
+    """A driver's owner record is compared with psutil's view of the live
+    process (is_recorded_process): odd arguments must read the same."""
+    proc = start(*argv)
+    live = psutil.Process(proc.pid)
+    assert identity(proc.pid) == {"create_time": live.create_time(), "cmdline": live.cmdline()}
+    assert start_time(proc.pid) == live.create_time()
+
+
+@pytest.mark.skipif(shutil.which("perl") is None, reason="needs perl to retitle a process")
+def test_a_process_that_retitled_itself_reads_as_psutil_reads_it() -> None:
+    """A program that sets its own title (perl's ``$0``, setproctitle) leaves
+    one argument with spaces; psutil then splits on the spaces, and so must
+    a record."""
+    proc = subprocess.Popen(
+        ["perl", "-e", '$0 = "worker: busy with t1"; $| = 1; print "ready\\n"; sleep 60'],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        live = psutil.Process(proc.pid)
+        assert live.cmdline() == ["worker:", "busy", "with", "t1"]
+        assert identity(proc.pid) == {"create_time": live.create_time(), "cmdline": live.cmdline()}
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_a_pid_that_now_names_a_later_process_is_refused(
+    start: Callable[..., subprocess.Popen[bytes]],
+) -> None:
+    """A recycled pid: the record names a pid whose process started later
+    than recorded. Even carrying the attempt's id, the process is not the
+    one recorded, and nothing signals it."""
+    earlier = start()
+    recorded = identity(earlier.pid)
+    time.sleep(5 * CREATE_TIME_SLACK)  # clock ticks apart, beyond the slack
+    later = start()
+    assert start_time(later.pid) - recorded["create_time"] > CREATE_TIME_SLACK  # type: ignore[operator]
+    as_if_recycled = _record(later.pid, recorded)
+    assert not is_recorded_process(as_if_recycled)
+    assert not is_recorded_worker(as_if_recycled)
+    assert kill_recorded_group(as_if_recycled) is False
+    assert psutil.Process(later.pid).status() != psutil.STATUS_ZOMBIE
+    # ...while the record of the process itself, made the same way, matches.
+    assert is_recorded_worker(_record(later.pid, identity(later.pid)))
+    assert kill_recorded_group(_record(later.pid, identity(later.pid))) is True
+
+
+def test_a_process_gone_or_a_zombie_has_no_identity() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 10
+    while psutil.Process(proc.pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    started = time.monotonic()
+    assert identity(proc.pid) == {}
+    assert time.monotonic() - started < 0.5, "a zombie's empty command line is not waited on"
+    assert start_time(proc.pid) == psutil.Process(proc.pid).create_time()
+    proc.wait(timeout=10)
+    assert identity(proc.pid) == {} and start_time(proc.pid) is None
