@@ -81,18 +81,6 @@ def _no_follow(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NOFOLLOW)
 
 
-def _read_beneath(repo: Path, path: str, limit: int) -> tuple[bytes, os.stat_result]:
-    """At most ``limit`` bytes of ``path`` and its stat, read without following
-    a symlink anywhere on the way (see :func:`open_parent`)."""
-    parent = open_parent(repo, path)
-    try:
-        fd = os.open(path.rsplit("/", 1)[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=parent)
-    finally:
-        os.close(parent)
-    with os.fdopen(fd, "rb") as handle:
-        return handle.read(limit), os.fstat(handle.fileno())
-
-
 def open_parent(repo: Path, path: str) -> int:
     """A descriptor of ``path``'s directory, reached from the repository root
     one name at a time without following a symlink (O_NOFOLLOW on each), so a
@@ -114,17 +102,25 @@ def linked_parent(repo: Path, path: str) -> str | None:
     """The first directory of ``path`` (below the repository root) that is a
     symlink, or None. A write through it lands somewhere else: in another
     task's file, an ignored secret, a user's untracked file."""
+    return _parents(repo, path)[0]
+
+
+def _parents(repo: Path, path: str) -> tuple[str | None, bool]:
+    """(:func:`linked_parent`, whether every directory on the way to ``path``
+    exists as one), from one ``lstat`` per directory."""
     names = path.split("/")
-    current = repo
+    current = str(repo)
     for n, name in enumerate(names[:-1], start=1):
-        current = current / name
+        current = f"{current}/{name}"
         try:
             mode = os.lstat(current).st_mode
         except OSError:
-            return None
+            return None, False
         if stat.S_ISLNK(mode):
-            return "/".join(names[:n])
-    return None
+            return "/".join(names[:n]), False
+        if not stat.S_ISDIR(mode):
+            return None, False
+    return None, True
 
 
 def prior_in_tree(
@@ -145,15 +141,23 @@ def prepare_outputs(
     write must make a file there, not land in the file the link names."""
     before: dict[str, str | None] = {}
     for output in run.outputs_of(task):
-        path = run.repo / output.path
-        if linked_parent(run.repo, output.path) is not None:
+        link, whole = _parents(run.repo, output.path)
+        if link is not None:
             before[output.path] = None  # never followed; the output will be invalid
             continue
-        if aside is not None and path.is_symlink():
-            quarantine(run.repo, aside, [OutputCheck(output.path, "invalid", "a symlink")])
-        before[output.path] = blob_on_disk(path, object_format)
-        if not path.parent.is_dir():  # a stat; mkdir's EEXIST costs more on a hot path
+        path = run.repo / output.path
+        if not whole:  # nothing stands at the path yet: its directory is missing
+            before[output.path] = None
             path.parent.mkdir(parents=True, exist_ok=True)
+            continue
+        try:
+            mode: int | None = os.lstat(path).st_mode
+        except OSError:
+            mode = None
+        if mode is not None and stat.S_ISLNK(mode) and aside is not None:
+            quarantine(run.repo, aside, [OutputCheck(output.path, "invalid", "a symlink")])
+        # One stat answers the usual case, an output not there yet.
+        before[output.path] = blob_on_disk(path, object_format) if mode is not None else None
     return before
 
 
@@ -176,21 +180,34 @@ def check_output(
     run: RunDef, output: OutputSpec, prior: str | None, object_format: str = "sha1"
 ) -> OutputCheck:
     path = output.path
-    full = run.repo / path
-    link = linked_parent(run.repo, path)
-    if link is not None:
-        # Never followed, never committed, never moved: the file behind the
-        # link is not this task's (check refuses such paths; a worker or a
-        # person made the link since).
-        return OutputCheck(
-            path, "invalid", f"{link} is a symlink; an output is never written through one"
-        )
+    name = path.rsplit("/", 1)[-1]
     try:
-        info = os.lstat(full)
+        # One walk from the root without following a link (open_parent) both
+        # proves no directory on the way is a symlink and gives the directory
+        # to look in: never followed, never committed, never moved.
+        parent = open_parent(run.repo, path)
+    except OSError as exc:
+        return _unreachable(run.repo, path, exc)
+    try:
+        return _check_in(run, output, prior, object_format, parent, name)
+    finally:
+        os.close(parent)
+
+
+def _check_in(
+    run: RunDef,
+    output: OutputSpec,
+    prior: str | None,
+    object_format: str,
+    parent: int,
+    name: str,
+) -> OutputCheck:
+    """Check ``output``, the entry ``name`` of the directory open as ``parent``."""
+    path = output.path
+    try:
+        info = os.stat(name, dir_fd=parent, follow_symlinks=False)
     except FileNotFoundError:
         return OutputCheck(path, "missing", "does not exist")
-    except NotADirectoryError:
-        return OutputCheck(path, "missing", "a parent is not a directory")
     except OSError as exc:
         return OutputCheck(path, "invalid", f"cannot be read ({exc.strerror})")
     if stat.S_ISLNK(info.st_mode):
@@ -207,25 +224,74 @@ def check_output(
             "limit in the packet if an output is meant to be this big",
         )
     try:
-        data, info = _read_beneath(run.repo, path, cap + 1)
+        # O_NONBLOCK: a FIFO swapped in since the look above is refused below,
+        # never waited on.
+        fd = os.open(name, _READ_FLAGS, dir_fd=parent)
     except OSError as exc:
-        # Between the look above and this read, something on the way became a
-        # symlink or stopped being a directory: never followed.
+        # Since the look above, it became a symlink or went: never followed.
         return OutputCheck(path, "invalid", f"cannot be read safely ({exc.strerror})")
-    if not stat.S_ISREG(info.st_mode):
-        return OutputCheck(path, "invalid", "is not a regular file")
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return OutputCheck(path, "invalid", "is not a regular file")
+        data = _read_at_most(fd, cap + 1, info.st_size)
+    except OSError as exc:
+        return OutputCheck(path, "invalid", f"cannot be read safely ({exc.strerror})")
+    finally:
+        os.close(fd)
     if len(data) > cap:  # it grew since the stat
         return OutputCheck(path, "invalid", f"is over limits.max_output_bytes = {cap:,}")
     if not data:
         return OutputCheck(path, "invalid", "is empty")
     if prior is not None and blob_id(data, object_format) == prior:
         return OutputCheck(path, "missing", "is unchanged since launch")
-    for name in run.validators_of(output):
-        problem = run_validator(run, name, path, data)
+    for validator in run.validators_of(output):
+        problem = run_validator(run, validator, path, data)
         if problem:
             return OutputCheck(path, "invalid", problem)
     mode = "100755" if info.st_mode & stat.S_IXUSR else "100644"
     return OutputCheck(path, "valid", data=data, mode=mode)
+
+
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def _read_at_most(fd: int, limit: int, size: int) -> bytes:
+    """Up to ``limit`` bytes of an open file whose size was ``size``, in as
+    few reads as its size allows (never a buffer of ``limit`` bytes: that is
+    limits.max_output_bytes, 256 MiB by default)."""
+    chunks = []
+    want = min(limit, size + 1)  # one byte more than its size: did it grow?
+    got = 0
+    while got < limit:
+        chunk = os.read(fd, max(1, min(want, limit - got)))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+        want = 1 << 20
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _unreachable(repo: Path, path: str, walk: OSError) -> OutputCheck:
+    """Why the directory of ``path`` cannot be walked to without following a
+    link (``walk``: what the walk met)."""
+    link = linked_parent(repo, path)
+    if link is not None:
+        return OutputCheck(
+            path, "invalid", f"{link} is a symlink; an output is never written through one"
+        )
+    try:
+        os.lstat(repo / path)
+    except FileNotFoundError:
+        return OutputCheck(path, "missing", "does not exist")
+    except NotADirectoryError:
+        return OutputCheck(path, "missing", "a parent is not a directory")
+    except OSError as exc:
+        return OutputCheck(path, "invalid", f"cannot be read ({exc.strerror})")
+    # It is there, yet the walk failed: a directory on the way changed
+    # meanwhile, or cannot be opened.
+    return OutputCheck(path, "invalid", f"cannot be read safely ({walk.strerror})")
 
 
 def run_validator(run: RunDef, name: str, path: str, data: bytes) -> str | None:

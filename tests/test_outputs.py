@@ -3,11 +3,12 @@ from __future__ import annotations
 import os
 import stat
 import sys
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
-from gitrun.outputs import blob_id, check_task, quarantine
+from gitrun.outputs import blob_id, check_task, prepare_outputs, quarantine
 from gitrun.runs import RunDef, load_run
 from tests.helpers import build_tree, git, write_run
 
@@ -135,3 +136,71 @@ def test_blob_id_matches_git(git_repo: Path) -> None:
     path = git_repo / "blob.bin"
     path.write_bytes(b"some bytes\x00\n")
     assert blob_id(path.read_bytes()) == git(git_repo, "hash-object", str(path)).strip()
+
+
+def test_a_parent_that_is_a_file_means_the_output_is_missing(git_repo: Path) -> None:
+    outcome, why = _state(git_repo, ["out/sub/a.json"], {"out/sub": "a file"})
+    assert (outcome, why) == ("missing", "out/sub/a.json: a parent is not a directory")
+
+
+def test_a_fifo_at_an_output_path_is_refused_at_once(git_repo: Path) -> None:
+    """Never opened for reading: a FIFO with no writer would block the driver."""
+    run = _run(git_repo, ["out/a.json"])
+    (git_repo / "out").mkdir()
+    os.mkfifo(git_repo / "out/a.json")
+    [output] = check_task(run, run.tasks[0]).outputs
+    assert (output.state, output.reason) == ("invalid", "is not a regular file")
+
+
+def test_a_big_size_limit_costs_no_big_buffer(git_repo: Path) -> None:
+    """limits.max_output_bytes (256 MiB by default) bounds a read; it is no
+    buffer size: checking a small output allocates about its size."""
+    run = _run(git_repo, ["out/a.json", "out/b.json"])
+    assert run.packet.limits.max_output_bytes >= 1 << 28
+    build_tree(git_repo, {"out/a.json": '{"a": 1}', "out/b.json": "[" + "1," * 50_000 + "1]"})
+    tracemalloc.start()
+    try:
+        check = check_task(run, run.tasks[0])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert check.outcome == "valid"
+    assert [len(o.data or b"") for o in check.outputs] == [8, 100_003]
+    assert peak < 4 << 20, f"checking two small outputs took {peak:,} bytes"
+
+
+def test_an_output_that_grew_past_the_limit_while_read_is_refused(git_repo: Path) -> None:
+    write_run(
+        git_repo,
+        "r",
+        [{"id": "t1", "outputs": ["out/a.txt"], "owns": ["out/**"]}],
+        {"limits": {"max_output_bytes": 10}},
+    )
+    run = load_run(git_repo, "r", environ={})
+    build_tree(git_repo, {"out/a.txt": "x" * 10})
+    assert check_task(run, run.tasks[0]).outcome == "valid"
+    build_tree(git_repo, {"out/a.txt": "x" * 11})
+    [output] = check_task(run, run.tasks[0]).outputs
+    assert output.state == "invalid" and "over limits.max_output_bytes = 10" in output.reason
+
+
+def test_prepare_outputs_makes_directories_and_notes_what_was_there(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    outputs = ["new/dir/a.json", "out/old.json", "out/link.json", "linked/b.json"]
+    run = _run(git_repo, outputs)
+    build_tree(git_repo, {"out/old.json": '{"old": 1}'})
+    (tmp_path / "target").mkdir()
+    os.symlink(tmp_path / "target/x.json", git_repo / "out/link.json")
+    os.symlink(tmp_path / "target", git_repo / "linked")
+    before = prepare_outputs(run, run.tasks[0], aside=tmp_path / "aside")
+    assert before == {
+        "new/dir/a.json": None,
+        "out/old.json": blob_id(b'{"old": 1}'),
+        "out/link.json": None,
+        "linked/b.json": None,
+    }
+    assert (git_repo / "new/dir").is_dir()
+    assert not os.path.lexists(git_repo / "out/link.json")  # moved aside, target untouched
+    assert os.path.islink(tmp_path / "aside/out/link.json")
+    assert list((tmp_path / "target").iterdir()) == []  # nothing made through a link
