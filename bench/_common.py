@@ -48,6 +48,9 @@ def write_bench_run(
 
 def git_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "GITRUN_"))}
+    # An installed gitrun runs from cached bytecode (pip compiles it): let the
+    # first, dropped round write it rather than compile every module every call.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update(
         GIT_AUTHOR_NAME="bench",
         GIT_AUTHOR_EMAIL="bench@example.com",
