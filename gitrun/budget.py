@@ -18,13 +18,14 @@ reported against cannot be enforced, which the gate says once.
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gitrun.records import is_finite
-from gitrun.settings import Limits
-from gitrun.usage import UsageTotals
+from gitrun.usage import UsageTotals, median
+
+if TYPE_CHECKING:
+    from gitrun.runview import RunLimits
 
 BUDGET_EVENT = "budget"  # a ledger event: `gitrun retry --budget/--tokens` set the budget
 _SLACK = 1e-9  # dollars compared as floats: $0.1 + $0.2 may be $0.30000000000000004
@@ -45,7 +46,7 @@ class Budget:
         return {"max_cost_usd": self.cost_usd, "max_tokens": self.tokens}
 
 
-def budget_of(limits: Limits, records: list[dict[str, Any]]) -> Budget:
+def budget_of(limits: RunLimits, records: list[dict[str, Any]]) -> Budget:
     """The packet's budget, as the ledger's latest ``budget`` events set it."""
     cost, tokens = limits.max_cost_usd, limits.max_tokens
     for record in records:
@@ -95,14 +96,14 @@ class SpendGate:
         if own is not None:
             return own
         every = [c for costs in self.totals.stage_costs.values() for c in costs]
-        return statistics.median(every) if every else None
+        return median(every) if every else None
 
     def expected_tokens(self, stage: str) -> int | None:
         own = self.totals.median_tokens(stage)
         if own is not None:
             return own
         every = [t for tokens in self.totals.stage_tokens.values() for t in tokens]
-        return round(statistics.median(every)) if every else None
+        return round(median(every)) if every else None
 
     # -- may attempts start? -------------------------------------------------------------------
 

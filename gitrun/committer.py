@@ -36,17 +36,14 @@ from gitrun.records import (
     warn_stderr,
     write_record,
 )
+from gitrun.runview import BRANCH_PREFIX as BRANCH_PREFIX
+from gitrun.runview import branch_ref as branch_ref
 
-BRANCH_PREFIX = "gitrun/"
 MAX_RACES = 50
 # Landings arriving within this many seconds of the previous commit share the
 # next one: prompt enough for a human, and a burst of tiny tasks does not cost
 # a git commit (five git processes) each.
 COALESCE = 0.25
-
-
-def branch_ref(run_id: str) -> str:
-    return f"refs/heads/{BRANCH_PREFIX}{run_id}"
 
 
 @dataclass(frozen=True)

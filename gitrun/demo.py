@@ -20,14 +20,14 @@ from pathlib import Path
 
 import tomli_w
 
-from gitrun import git
+from gitrun import git, ledger
 from gitrun.errors import GitrunError, UsageError
 from gitrun.htmlreport import default_path, write_report
 from gitrun.land import land_run
 from gitrun.proc import clean_env, run_cmd
 from gitrun.runs import load_run
 from gitrun.scaffold import new_run
-from gitrun.state import read_run_ledger, read_status
+from gitrun.state import read_status
 from gitrun.timeline import needless_reruns
 
 RUN_ID = "demo"
@@ -179,7 +179,7 @@ def _report(repo: Path, say: Say) -> None:
     log = git.git(repo, "log", "--first-parent", f"--format={shown}", f"HEAD^1..gitrun/{RUN_ID}")
     say(log.decode().rstrip())
     status = read_status(repo, RUN_ID)
-    records = read_run_ledger(load_run(repo, RUN_ID))
+    records = ledger.read_ledger(repo / load_run(repo, RUN_ID).dir)
     attempts = [r for r in records if "outcome" in r]
     outcomes: dict[str, int] = {}
     for record in attempts:

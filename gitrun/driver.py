@@ -101,8 +101,8 @@ class Driver:
         self.committer = committer
         self.report = report
         self.progress = progress
-        self.limits = run.packet.limits
-        self.tasks = {task.id: task for task in run.tasks}
+        self.limits = run.limits
+        self.tasks = run.tasks_by_id
         self.ledger = ledger.LedgerWriter(self.repo / run.dir)
         self.journal: Journal | None = None  # started when driving starts
         # Nothing runs yet: the attempts a dead driver's journal names are
@@ -151,7 +151,9 @@ class Driver:
 
     def recover(self) -> None:
         """Stop what a dead driver of this run left running and record its attempts."""
-        recover_orphans(self.engine, self.ledger, self.committer.object_format, self.report)
+        recover_orphans(
+            self.run, self.engine, self.ledger, self.committer.object_format, self.report
+        )
 
     @functools.cached_property
     def base_tree(self) -> dict[str, tuple[str, str]]:
@@ -161,7 +163,9 @@ class Driver:
 
     def reconcile(self) -> None:
         """Commit valid outputs already on disk; quarantine invalid ones."""
-        reconcile(self.engine, self.committer, self.base_tree, self._own_files, self.report)
+        reconcile(
+            self.run, self.engine, self.committer, self.base_tree, self._own_files, self.report
+        )
 
     # -- the loop -----------------------------------------------------------------------
 

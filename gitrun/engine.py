@@ -15,20 +15,22 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gitrun import git, ledger
 from gitrun.budget import SpendGate, budget_of
-from gitrun.committer import branch_ref
 from gitrun.governor import PERSISTENT, EndFacts, Governor, Halt, choose_canary
 from gitrun.history import find_base
 from gitrun.journal import running_records
 from gitrun.local import LocalPaths
 from gitrun.lock import is_locked
-from gitrun.runs import RunDef
+from gitrun.runview import branch_ref
 from gitrun.usage import Usage
+
+if TYPE_CHECKING:
+    from gitrun.runview import RunShape, TaskShape
 
 DONE = "done"
 PENDING = "pending"
@@ -38,7 +40,7 @@ STATUSES = (DONE, PENDING, RUNNING, FAILED)
 OPEN = (PENDING, RUNNING)
 
 
-def committed_tasks(run: RunDef, tip: str, base: str | None) -> set[str]:
+def committed_tasks(run: RunShape, tip: str, base: str | None) -> set[str]:
     """Tasks whose every output is in ``tip``'s tree with content new since ``base``."""
     paths_of = [run.output_paths(task) for task in run.tasks]
     tops = sorted({path.partition("/")[0] for paths in paths_of for path in paths})
@@ -56,11 +58,11 @@ def committed_tasks(run: RunDef, tip: str, base: str | None) -> set[str]:
     }
 
 
-def running_now(run: RunDef, local: LocalPaths) -> set[str]:
+def running_now(run: RunShape, local: LocalPaths) -> set[str]:
     """Tasks with an attempt out, as the machine-local state says: the leases of
     an external run, or the journal of a live driver (a dead driver's journal
     names attempts nobody runs any more)."""
-    if run.packet.executor.kind == "external":
+    if run.executor_kind == "external":
         from gitrun.leases import read_leases
 
         return set(read_leases(local))
@@ -114,7 +116,7 @@ class Engine:
 
     def __init__(
         self,
-        run: RunDef,
+        run: RunShape,
         local: LocalPaths,
         tip: str | None,
         running: Collection[str] | None = None,
@@ -122,8 +124,8 @@ class Engine:
     ) -> None:
         self.run = run
         self.local = local
-        self.limits = run.packet.limits
-        self.tasks = {task.id: task for task in run.tasks}
+        self.limits = run.limits
+        self.tasks: Mapping[str, TaskShape] = run.tasks_by_id
         # What the branch holds first: its listing is dropped before the ledger
         # is read, so a big run never holds both (100 MB at 100,000 tasks).
         self.base = find_base(run.repo, run.id, tip) if tip else None
@@ -320,7 +322,7 @@ class Engine:
 
 
 def load_engine(
-    run: RunDef, local: LocalPaths, running: Collection[str] | None = None
+    run: RunShape, local: LocalPaths, running: Collection[str] | None = None
 ) -> tuple[Engine, str | None]:
     """The engine of ``run`` at its branch's tip, and that tip."""
     tip = git.rev_parse(run.repo, branch_ref(run.id))

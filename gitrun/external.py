@@ -33,6 +33,7 @@ from gitrun.pointer import render_pointer
 from gitrun.records import load_record, warn_stderr, write_record
 from gitrun.runfiles import definition_files
 from gitrun.runs import RunDef, load_run
+from gitrun.runview import refresh_view
 from gitrun.usage import Usage
 
 LOCK_PATIENCE = 30.0  # seconds next/collect wait for another next/collect
@@ -98,7 +99,7 @@ class External:
         self.leases = read_leases(local)
         self.engine = Engine(run, local, tip, running=self.leases)
         self.governor = self.engine.governor
-        self.limits = run.packet.limits
+        self.limits = run.limits
         self._restore_governor()
         self.engine.choose_canary()
         state = load_record(
@@ -213,7 +214,7 @@ class External:
         return f"no task of the current stage is ready ({len(pending)} pending)"
 
     def _lease(self, task_id: str, now: float) -> dict[str, Any]:
-        task = self.engine.tasks[task_id]
+        task = self.run.tasks_by_id[task_id]
         number = self.engine.history[task_id].attempts + 1
         outputs = [o.path for o in self.run.outputs_of(task)]
         aside = self.local.quarantine_of(task_id, number - 1)  # left before this attempt
@@ -276,7 +277,10 @@ class External:
         try:
             for task_id, lease in list(self.leases.items()):
                 check = check_task(
-                    self.run, self.engine.tasks[task_id], lease.before, self.committer.object_format
+                    self.run,
+                    self.run.tasks_by_id[task_id],
+                    lease.before,
+                    self.committer.object_format,
                 )
                 outcome = check.outcome
                 if outcome == ledger.INVALID:
@@ -318,7 +322,7 @@ class External:
             # Tasks not handed out whose valid outputs appeared anyway are
             # committed (rule 5), without an attempt to record.
             for task_id in self.engine.pending():
-                task = self.engine.tasks[task_id]
+                task = self.run.tasks_by_id[task_id]
                 prior = prior_in_tree(self.run, task, at_base)
                 check = check_task(self.run, task, prior, self.committer.object_format)
                 if check.outcome == ledger.VALID:
@@ -396,4 +400,5 @@ def external_run(repo: Path, run_id: str) -> Iterator[External]:
                     raise
                 time.sleep(0.1)
         hookrules.refresh(repo, local, run_id)
+        refresh_view(local, run)
         yield External(run, local)

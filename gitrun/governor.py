@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gitrun.records import VERSION, Fields
-from gitrun.settings import Limits
 
 if TYPE_CHECKING:
     from gitrun.budget import SpendGate
+    from gitrun.runview import RunLimits
 
 THROTTLE_EXIT = 75  # EX_TEMPFAIL
 
@@ -95,7 +95,7 @@ def last_line(output: str) -> str:
 
 @dataclass
 class Governor:
-    limits: Limits
+    limits: RunLimits
     tasks: int
     spawns: int  # spawns so far, from the ledger
     canary: list[str]  # canary task ids; empty when the canary has passed

@@ -27,11 +27,12 @@ judge exactly as ``check`` and the audit do.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import stat
+
+from gitrun import runview
+from gitrun.runview import source_key
 
 TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
 if TYPE_CHECKING:
@@ -42,10 +43,8 @@ if TYPE_CHECKING:
     from gitrun.runs import RunDef
 
 VERSION = 1
-RUNS_DIR = ".gitrun/runs"  # gitrun.runs.RUNS_DIR, which imports pydantic
 BRANCHES = "refs/heads/gitrun/"  # gitrun.committer.branch_ref, which imports the git door
 _END = b"\n# end of the hook rules\n"  # a file cut short does not end so
-_SOURCES = (".gitrun/config.toml", "packet.toml", "tasks.toml")
 # Git's own discovery is used instead of the walk when one of these changes it.
 _DISCOVERY_VARS = (
     "GIT_DIR",
@@ -140,13 +139,8 @@ def _ask_git(start: str, env: Mapping[str, str]) -> Repo | None:
 
 
 def run_ids(repo: Repo) -> list[str]:
-    """The runs defined in the work tree (``gitrun.runs.list_runs``)."""
-    runs = os.path.join(repo.root, RUNS_DIR)
-    try:
-        names = os.listdir(runs)
-    except OSError:
-        return []
-    return sorted(n for n in names if os.path.isfile(os.path.join(runs, n, "packet.toml")))
+    """The runs defined in the work tree."""
+    return runview.run_ids(repo.root)
 
 
 def started_runs(repo: Repo) -> set[str]:
@@ -252,32 +246,6 @@ def _current(
     if found is None:  # pragma: no cover - the cache was just written with this key
         raise OSError(f"cannot read back {path}")
     return found
-
-
-def source_key(root: str, run_id: str) -> str:
-    """The SHA-256 of the files a run's rules come from (a missing one counts
-    as absent, a symbolic link by its target and anything but a regular file
-    by its kind: loading refuses them)."""
-    digest = hashlib.sha256(f"gitrun hook rules {VERSION}\0".encode())
-    run_dir = os.path.join(root, RUNS_DIR, run_id)
-    for index, name in enumerate(_SOURCES):
-        path = os.path.join(root, name) if index == 0 else os.path.join(run_dir, name)
-        try:
-            if os.path.islink(path):
-                digest.update(b"link\0" + os.readlink(path).encode("utf-8", "surrogateescape"))
-                continue
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO there never blocks
-        except FileNotFoundError:
-            digest.update(b"absent\0")
-            continue
-        with open(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                digest.update(b"not a file\0")  # loading refuses it
-                continue
-            data = handle.read()
-        digest.update(b"%d\0" % len(data))
-        digest.update(data)
-    return digest.hexdigest()
 
 
 def _cached(

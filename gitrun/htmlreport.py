@@ -89,9 +89,9 @@ def render_page(c: CommittedRun, max_rows: int = MAX_ROWS) -> str:
     """The page; above ``max_rows`` tasks, consecutive tasks share a timeline row."""
     run = c.run
     attempts = read_attempts(c.records)
-    canary = canary_attempts(attempts, run.packet.limits.canary)
+    canary = canary_attempts(attempts, run.limits.canary)
     task_ids = [task.id for task in run.tasks]
-    conc = concurrency_over_time(attempts, run.packet.limits, len(task_ids))
+    conc = concurrency_over_time(attempts, run.limits, len(task_ids))
     markers = _markers(c.records, conc.takeovers)
     times = [a.start for a in attempts] + [a.end for a in attempts] + [m.at for m in markers]
     t0 = min(times, default=0.0)
@@ -244,7 +244,7 @@ def _spend(c: CommittedRun, usable: int) -> tuple[list[str], list[str]]:
     from gitrun.budget import budget_of, money, per_usable, spend_text, tokens_text
 
     totals = ledger.usage_totals(c.records)
-    budget = budget_of(c.run.packet.limits, c.records)
+    budget = budget_of(c.run.limits, c.records)
     known = bool(totals.stage_costs)
     per = per_usable(totals, usable)
     numbers = [

@@ -23,6 +23,7 @@ HOME = "gitrun"  # under the repository's git directory
 LEASES = "leases.json"
 DISPATCHES = "dispatches.json"
 HOOK_RULES = "hook-rules.jsonl"
+RUN_VIEW = "run-view.jsonl"
 
 
 class LocalPaths:
@@ -115,6 +116,11 @@ class LocalPaths:
     def hook_rules(self) -> Path:
         """What the write hooks judge each task by (:mod:`gitrun.hookrules`)."""
         return self.root / HOOK_RULES
+
+    @property
+    def run_view(self) -> Path:
+        """What the engine and ``status`` read of the definition (:mod:`gitrun.runview`)."""
+        return self.root / RUN_VIEW
 
     @property
     def land_aside(self) -> Path:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import errno
 import os
-import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -226,9 +225,7 @@ def _live_owner(local: LocalPaths, patience: float = 2.0) -> tuple[Owner | None,
             owner, damage = read_owner(local), ""
         except RecordDamaged as exc:
             owner, damage = None, f"{exc.path} {exc.problem}"
-        if owner is not None and (
-            owner.host != socket.gethostname() or psutil.pid_exists(owner.pid)
-        ):
+        if owner is not None and (owner.host != _hostname() or psutil.pid_exists(owner.pid)):
             return owner, ""
         if time.time() >= deadline:
             return owner, damage
@@ -252,7 +249,7 @@ class RunLock:
         me = identity(os.getpid())
         self.owner = Owner(
             os.getpid(),
-            socket.gethostname(),
+            _hostname(),
             time.time(),
             time.time(),
             create_time=me.get("create_time"),
@@ -401,3 +398,9 @@ def lock_holders(lock: Path, table: Path | None = None) -> set[int] | None:
         if found == want:
             holders.add(pid)
     return holders
+
+
+def _hostname() -> str:
+    import socket  # not for what only reads the lock (status): it costs milliseconds
+
+    return socket.gethostname()

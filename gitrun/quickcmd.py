@@ -97,13 +97,13 @@ def repo_at(directory: str | Path | None) -> Path:
 def status(directory: str | Path | None, run: str | None, as_json: bool, show_all: bool) -> None:
     """``gitrun status``: one run in full, or a line for every run."""
     from gitrun.report import format_status, format_status_line
-    from gitrun.runs import list_runs
+    from gitrun.runview import run_ids
     from gitrun.state import read_status
 
     repo = repo_at(directory)
     out = sys.stdout
     if run is None:
-        statuses = [read_status(repo, r) for r in list_runs(repo)]
+        statuses = [read_status(repo, r) for r in run_ids(str(repo))]
         if as_json:
             out.write(json.dumps([st.to_json() for st in statuses], indent=2) + "\n")
         elif not statuses:

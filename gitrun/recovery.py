@@ -18,17 +18,18 @@ from gitrun.engine import DONE, Ended, Engine
 from gitrun.journal import read_journal, running_records
 from gitrun.outputs import check_task, prior_in_tree, quarantine
 from gitrun.reaper import kill_attempt_processes, kill_leftovers, kill_recorded_group
+from gitrun.runs import RunDef
 
 Reporter = Callable[[str], None]
 
 
 def recover_orphans(
-    engine: Engine, writer: ledger.LedgerWriter, object_format: str, report: Reporter
+    run: RunDef, engine: Engine, writer: ledger.LedgerWriter, object_format: str, report: Reporter
 ) -> None:
     """Stop workers a dead driver left running and record their attempts (each
     once, whatever step the dead driver reached); stop what its ended attempts
     left behind, too."""
-    run, local = engine.run, engine.local
+    local = engine.local
     ids = {entry.attempt_id for entry in read_journal(local) if entry.attempt_id}
     for tid, entry in running_records(local).items():
         record = entry.to_json()
@@ -36,7 +37,7 @@ def recover_orphans(
             stopped = kill_recorded_group(record)
         else:  # killed between the write-ahead record and the spawn's record
             stopped = kill_attempt_processes(record)
-        task = engine.tasks.get(tid)
+        task = run.tasks_by_id.get(tid)
         if task is None or (tid, entry.attempt) in engine.recorded:
             continue  # not this run's task, or recorded already (its end not journaled)
         check = check_task(run, task, entry.before, object_format)
@@ -55,6 +56,7 @@ def recover_orphans(
 
 
 def reconcile(
+    run: RunDef,
     engine: Engine,
     committer: Committer,
     at_base: dict[str, tuple[str, str]],
@@ -62,12 +64,11 @@ def reconcile(
     report: Reporter,
 ) -> None:
     """Commit valid outputs already on disk; quarantine invalid ones."""
-    run = engine.run
     landings: list[Landing] = []
     for tid, status in list(engine.status.items()):
         if status == DONE:
             continue
-        task = engine.tasks[tid]
+        task = run.tasks_by_id[tid]
         prior = prior_in_tree(run, task, at_base)
         check = check_task(run, task, prior, committer.object_format)
         attempts = engine.history[tid].attempts

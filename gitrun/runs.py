@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,15 @@ from pydantic import Field, ValidationError
 from gitrun.collector import collector_paused
 from gitrun.errors import DefinitionError, GitrunError
 from gitrun.records import VERSION, Fields, Warn, load_record, warn_stderr, write_record
+from gitrun.runview import CONFIG_FILE as CONFIG_FILE
+from gitrun.runview import GITRUN_DIR as GITRUN_DIR
+from gitrun.runview import LEDGER_NAME as LEDGER_NAME
+from gitrun.runview import PACKET_NAME as PACKET_NAME
+from gitrun.runview import RUNS_DIR as RUNS_DIR
+from gitrun.runview import TASKS_NAME as TASKS_NAME
+from gitrun.runview import RunLimits, RunRules, run_ids
+from gitrun.runview import check_run_id as check_run_id
 from gitrun.settings import (
-    ID_PATTERN,
     ArgText,
     Identifier,
     Packet,
@@ -28,13 +35,6 @@ from gitrun.settings import (
 )
 from gitrun.tasktoml import loads_task_table
 from gitrun.tomlfile import read_toml_text
-
-GITRUN_DIR = ".gitrun"
-RUNS_DIR = ".gitrun/runs"
-CONFIG_FILE = ".gitrun/config.toml"
-PACKET_NAME = "packet.toml"
-TASKS_NAME = "tasks.toml"
-LEDGER_NAME = "ledger.jsonl"
 
 
 class OutputSpec(Strict):
@@ -59,7 +59,7 @@ class TaskFile(Strict):
 
 
 @dataclass(frozen=True)
-class RunDef:
+class RunDef(RunRules):
     """A loaded, schema-checked run. Cross-task problems are :mod:`gitrun.check`'s job."""
 
     repo: Path
@@ -67,9 +67,17 @@ class RunDef:
     packet: Packet
     tasks: list[Task]
 
+    @cached_property
+    def limits(self) -> RunLimits:
+        return self.packet.limits.plain()
+
     @property
-    def dir(self) -> str:
-        return f"{RUNS_DIR}/{self.id}"
+    def executor_kind(self) -> str:
+        return self.packet.executor.kind
+
+    @cached_property
+    def tasks_by_id(self) -> dict[str, Task]:
+        return {task.id: task for task in self.tasks}
 
     @property
     def packet_path(self) -> str:
@@ -83,15 +91,8 @@ class RunDef:
     def stage_names(self) -> list[str]:
         return [stage.name for stage in self.packet.stages]
 
-    def stage_of(self, task: Task) -> str:
-        return task.stage or self.packet.stages[0].name
-
     def outputs_of(self, task: Task) -> list[OutputSpec]:
         return [OutputSpec(path=o) if isinstance(o, str) else o for o in task.outputs]
-
-    def output_paths(self, task: Task) -> list[str]:
-        """The paths of the task's outputs (what most callers of outputs_of want)."""
-        return [o if isinstance(o, str) else o.path for o in task.outputs]
 
     def owns_of(self, task: Task) -> list[str]:
         """The task's owned patterns; by default exactly its outputs (escaped:
@@ -108,19 +109,8 @@ class RunDef:
         return list(self.packet.outputs.validators)
 
 
-def check_run_id(run_id: str) -> None:
-    if not re.match(ID_PATTERN, run_id):
-        raise GitrunError(
-            f"{run_id!r} is not a valid run id; use 1-64 lowercase letters, digits, '.', '_' "
-            "or '-', starting with a letter or digit"
-        )
-
-
 def list_runs(repo: Path) -> list[str]:
-    runs = repo / RUNS_DIR
-    if not runs.is_dir():
-        return []
-    return sorted(p.name for p in runs.iterdir() if (p / PACKET_NAME).is_file())
+    return run_ids(str(repo))
 
 
 def load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None = None) -> RunDef:

@@ -29,11 +29,12 @@ from pydantic import (
 )
 
 from gitrun.errors import DefinitionError
+from gitrun.runview import HALT_POLICY, RunLimits
+from gitrun.runview import ID_PATTERN as ID_PATTERN
 from gitrun.tomlfile import LineIndex
 
 M = TypeVar("M", bound=BaseModel)
 
-ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 # Shared tracking files, and files that change how git or the agents behave
 # (a task rewriting .claude/ could rewrite the hooks that confine it).
 DEFAULT_PROTECTED = ("PROGRESS.md", "TODO.md", ".claude/", ".gitattributes", ".gitmodules")
@@ -131,11 +132,10 @@ DEFAULT_THROTTLE_PATTERNS = [
     r"overloaded",
     r"\b529\b",
 ]
-_HALT = re.compile(r"^fail=(\d+)(%?)$")
 
 
 def _check_halt(value: str | None) -> str | None:
-    if value is not None and not _HALT.match(value.replace(" ", "")):
+    if value is not None and not HALT_POLICY.match(value.replace(" ", "")):
         raise ValueError(f'{value!r} is not a halt policy; write "fail=5" or "fail=10%"')
     return value
 
@@ -184,26 +184,9 @@ class Limits(Strict):
     # factor; more halts the run before the fan-out widens.
     max_projection: Annotated[float, Field(ge=1)] = 1.5
 
-    @property
-    def breaker_size(self) -> int:
-        return self.breaker_window or max(3, self.concurrency)
-
-    def spawn_budget(self, tasks: int) -> int:
-        return self.max_spawns or 3 * tasks
-
-    def load_bound(self) -> float:
-        return self.max_load or 2.0 * (os.cpu_count() or 1)
-
-    def halt_after(self, tasks: int) -> int | None:
-        """Failed-for-good tasks that stop new starts, from ``halt``."""
-        if self.halt is None:
-            return None
-        found = _HALT.match(self.halt.replace(" ", ""))
-        assert found is not None
-        number = int(found[1])
-        if found[2]:
-            return max(1, -(-number * tasks // 100))
-        return max(1, number)
+    def plain(self) -> RunLimits:
+        """These limits as plain values, and the rules derived from them."""
+        return RunLimits(self.model_dump())
 
 
 class ModelSection(Strict):

@@ -3,20 +3,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gitrun import git, ledger
 from gitrun.budget import Budget, spend_json
 from gitrun.collector import collector_paused
-from gitrun.committer import branch_ref
-from gitrun.engine import DONE, STATUSES, load_engine
+from gitrun.engine import DONE, STATUSES, Engine, load_engine
+from gitrun.hookrules import Repo, find_repo
 from gitrun.local import LocalPaths
 from gitrun.lock import Owner, is_locked, read_owner
-from gitrun.runs import RunDef, load_run
+from gitrun.runview import branch_ref, check_run_id, read_view, view_key, view_path, write_view
 from gitrun.usage import UsageTotals
+
+if TYPE_CHECKING:
+    from gitrun.runview import RunShape
 
 
 @dataclass(slots=True)  # a big run's status holds 100,000 of them
@@ -94,22 +98,21 @@ class RunStatus:
 _NO_HISTORY = ledger.TaskHistory()  # of a task without attempts; only read
 
 
-def read_run_ledger(run: RunDef) -> list[dict[str, Any]]:
-    """The run's ledger records, in order."""
-    return ledger.read_ledger(run.repo / run.dir)
-
-
-def read_status(repo: Path, run_id: str, run: RunDef | None = None) -> RunStatus:
+def read_status(repo: Path, run_id: str, run: RunShape | None = None) -> RunStatus:
     with collector_paused():  # a big run's states are 100,000s of objects
         return _read_status(repo, run_id, run)
 
 
-def _read_status(repo: Path, run_id: str, run: RunDef | None) -> RunStatus:
-    run = run or load_run(repo, run_id)
-    local = LocalPaths.of(repo, run_id)
-    engine, tip = load_engine(run, local)
+def _read_status(repo: Path, run_id: str, run: RunShape | None) -> RunStatus:
+    where = _where(repo)
+    run = run or load_view(where, run_id)
+    local = LocalPaths.under(Path(where.git_dir), run_id)
     # The branch exists but its tip's objects are gone (a prune during the run).
-    damaged = tip is None and git.ref_target(repo, branch_ref(run_id)) is not None
+    if git.ref_target(repo, branch_ref(run_id)) is None:  # not started: one git call
+        engine, tip, damaged = Engine(run, local, None), None, False
+    else:
+        engine, tip = load_engine(run, local)
+        damaged = tip is None
     records: dict[str, list[dict[str, Any]]] = {}
     for record in ledger.attempt_records(engine.records):
         records.setdefault(str(record.get("task")), []).append(record)
@@ -141,3 +144,31 @@ def _read_status(repo: Path, run_id: str, run: RunDef | None) -> RunStatus:
         usage=engine.usage,
         budget=engine.budget,
     )
+
+
+def _where(repo: Path) -> Repo:
+    """The repository at ``repo`` with its git directory, found without a git
+    process where :func:`gitrun.hookrules.find_repo` can."""
+    found = find_repo(str(repo))
+    if found is not None and found.root == os.path.realpath(repo):
+        return found
+    return Repo(str(repo), str(git.git_dir(repo)))
+
+
+def load_view(repo: Repo, run_id: str, environ: Mapping[str, str] | None = None) -> RunShape:
+    """``run_id``'s shape: its cached view when the definition is unchanged,
+    else the definition loaded (with every check and error of ``load_run``)
+    and its view written for the next call."""
+    check_run_id(run_id)
+    env = os.environ if environ is None else environ
+    key = view_key(repo.root, run_id, env)
+    path = view_path(repo.git_dir, run_id)
+    found = read_view(path, key, Path(repo.root))
+    if found is not None and found.id == run_id:
+        return found
+    from gitrun.runs import load_run
+
+    run = load_run(Path(repo.root), run_id, environ=env)
+    if view_key(repo.root, run_id, env) == key:  # not edited while it was read
+        write_view(path, key, run)
+    return run

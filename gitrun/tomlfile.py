@@ -6,7 +6,6 @@ import bisect
 import os
 import re
 import tempfile
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +44,8 @@ def read_toml_text(path: Path, shown: str | None = None) -> tuple[str, dict[str,
             [f"{name}:1: starts with a byte order mark (BOM); save the file as UTF-8 without one"],
             path=name,
         )
+    import tomllib  # only a definition that is read from its TOML needs it
+
     try:
         return text, tomllib.loads(text)
     except RecursionError as exc:

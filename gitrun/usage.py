@@ -18,7 +18,6 @@ reader (:mod:`gitrun.clientusage`).
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,12 +200,12 @@ class UsageTotals:
     def median_cost(self, stage: str) -> float | None:
         """The median known cost of the stage's attempts so far; None before the first."""
         costs = self.stage_costs.get(stage)
-        return statistics.median(costs) if costs else None
+        return median(costs) if costs else None
 
     def median_tokens(self, stage: str) -> int | None:
         """The median tokens of the stage's reported attempts so far; None before the first."""
         tokens = self.stage_tokens.get(stage)
-        return round(statistics.median(tokens)) if tokens else None
+        return round(median(tokens)) if tokens else None
 
     def to_json(self) -> dict[str, Any]:
         """The totals for ``status --json`` and the report."""
@@ -230,3 +229,10 @@ class UsageTotals:
                 for name, m in sorted(self.by_model.items())
             },
         }
+
+
+def median(values: list[float] | list[int]) -> float:
+    """statistics.median, imported only when a median is wanted (status shows none)."""
+    import statistics
+
+    return statistics.median(values)

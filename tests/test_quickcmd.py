@@ -20,7 +20,9 @@ import sys
 from gitrun.entry import main
 sys.argv = ["gitrun", *sys.argv[1:]]
 code = main()
-heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("typer", "click", "rich"))
+heavy = sorted(
+    m for m in sys.modules if m.split(".")[0] in ("typer", "click", "rich", "pydantic")
+)
 sys.stderr.write(f"heavy={heavy}\\n")
 sys.exit(code)
 """

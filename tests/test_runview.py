@@ -1,0 +1,262 @@
+"""The run view (gitrun/runview.py): what ``status`` reads of a definition
+without pydantic, cached by content hash. A cached view must give exactly the
+status the loaded definition gives, follow every edit and override, never
+outlive a definition that stopped loading, and be rebuilt when damaged."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gitrun.hookrules import find_repo
+from gitrun.local import LocalPaths
+from gitrun.runs import load_run
+from gitrun.runview import DEFINITION_VARS, RunLimits, read_view, view_key
+from gitrun.settings import ENV_OVERRIDES, Limits
+from gitrun.state import load_view, read_status
+from tests.helpers import commit_all, fake_worker_run
+
+_STATUS = """
+import sys
+from gitrun.entry import main
+sys.argv = ["gitrun", *sys.argv[1:]]
+code = main()
+sys.stderr.write(f"pydantic={'pydantic' in sys.modules}\\n")
+sys.exit(code)
+"""
+
+
+def _status(repo: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _STATUS, "status", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _gitrun(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gitrun", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def driven(git_repo: Path) -> Path:
+    """A run driven to its end: t1 and t3 done, t2 failed for good, over two stages."""
+    fake_worker_run(
+        git_repo,
+        "r",
+        3,
+        {"tasks": {"t02": "nowrite"}},
+        packet={
+            "limits": {"max_attempts": 2, "canary": 0, "timeout": "60s"},
+            "stages": [{"name": "one"}, {"name": "two"}],
+        },
+    )
+    tasks = (git_repo / ".gitrun/runs/r/tasks.toml").read_text()
+    tasks = tasks.replace('id = "t03"', 'id = "t03"\nstage = "two"')
+    (git_repo / ".gitrun/runs/r/tasks.toml").write_text(tasks)
+    commit_all(git_repo, "define")
+    assert _gitrun(git_repo, "start", "r").returncode == 1
+    return git_repo
+
+
+def _by_definition(repo: Path) -> object:
+    """The status of the loaded definition, as ``status --json`` prints it."""
+    return json.loads(json.dumps(read_status(repo, "r", load_run(repo, "r")).to_json()))
+
+
+def _view_file(repo: Path) -> Path:
+    return LocalPaths.of(repo, "r").run_view
+
+
+def test_status_from_the_view_is_the_status_of_the_definition(driven: Path) -> None:
+    code, first, err = _status(driven, "r", "--json")
+    assert code == 0, err
+    assert _view_file(driven).is_file()  # start wrote it
+    assert "pydantic=False" in err  # the view served it
+    assert json.loads(first) == _by_definition(driven)
+    got = json.loads(first)
+    assert {tid: t["status"] for tid, t in got["tasks"].items()} == {
+        "t01": "done",
+        "t02": "failed",
+        "t03": "done",
+    }
+    assert got["stages"]["two"]["done"] == 1
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "more attempts",  # the packet: t2 is pending again
+        "a new task",  # the task table
+        "a stage moved",  # the task table: t3 in stage one
+        "config",  # the repository's config.toml
+    ],
+)
+def test_an_edited_definition_is_read_again(driven: Path, edit: str) -> None:
+    _status(driven, "r")  # the view is current
+    run_dir = driven / ".gitrun/runs/r"
+    if edit == "more attempts":
+        packet = run_dir / "packet.toml"
+        packet.write_text(packet.read_text().replace("max_attempts = 2", "max_attempts = 5"))
+    elif edit == "a new task":
+        with (run_dir / "tasks.toml").open("a") as handle:
+            handle.write('\n[[task]]\nid = "t09"\noutputs = ["out/t09.json"]\n')
+    elif edit == "a stage moved":
+        tasks = run_dir / "tasks.toml"
+        tasks.write_text(tasks.read_text().replace('stage = "two"', 'stage = "one"'))
+    else:
+        (driven / ".gitrun/config.toml").write_text('[model]\ndefault = "other"\n')
+    code, out, err = _status(driven, "r", "--json")
+    assert code == 0, err
+    assert "pydantic=True" in err  # loaded again...
+    assert json.loads(out) == _by_definition(driven)
+    code, again, err = _status(driven, "r", "--json")
+    assert "pydantic=False" in err and again == out  # ...and cached again
+
+
+def test_an_override_in_the_environment_is_part_of_the_key(driven: Path) -> None:
+    _status(driven, "r")
+    env = {**os.environ, "GITRUN_MAX_ATTEMPTS": "4"}
+    code, out, err = _status(driven, "r", "--json", env=env)
+    assert code == 0, err
+    assert json.loads(out)["tasks"]["t02"]["status"] == "pending"
+    code, out, err = _status(driven, "r", "--json")
+    assert json.loads(out)["tasks"]["t02"]["status"] == "failed"
+
+
+def test_a_definition_that_stops_loading_is_refused_every_time(driven: Path) -> None:
+    _status(driven, "r")
+    packet = driven / ".gitrun/runs/r/packet.toml"
+    packet.write_text(packet.read_text().replace("max_attempts = 2", "max_attempts = 0"))
+    for _ in range(2):
+        code, out, err = _status(driven, "r")
+        assert code != 0 and out == ""
+        assert "max_attempts" in err and "Traceback" not in err
+
+
+def test_a_run_directory_swapped_for_a_symlink_is_refused(driven: Path) -> None:
+    """Same bytes, but the directory is now a link: loading refuses it, so
+    the view written for the real directory must not answer."""
+    _status(driven, "r")
+    runs = driven / ".gitrun/runs"
+    (runs / "r").rename(driven / "elsewhere")
+    (runs / "r").symlink_to(driven / "elsewhere")
+    code, _, err = _status(driven, "r")
+    assert code != 0 and "is a symlink" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "cut",
+        "garbage",
+        "no end",
+        "a task edited",
+        "wrong task shape",
+        "unknown stage",
+        "limit missing",
+        "empty stages",
+        "a directory",
+        "a fifo",
+        "a symlink",
+    ],
+)
+def test_a_damaged_view_is_rebuilt(driven: Path, damage: str) -> None:
+    _status(driven, "r")
+    view = _view_file(driven)
+    data = view.read_bytes()
+    head, _, rest = data.partition(b"\n")
+    header = json.loads(head)
+    view.unlink()
+    if damage == "cut":
+        view.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        view.write_bytes(b"\x00\xff not json\n# end of the run view\n")
+    elif damage == "no end":
+        view.write_bytes(data.replace(b"# end of the run view\n", b""))
+    elif damage == "a task edited":
+        view.write_bytes(data.replace(b'"t03","two"', b'"t03","one"'))
+    elif damage in ("wrong task shape", "unknown stage"):  # each with its checksum
+        if damage == "wrong task shape":
+            rest = b'[["t01", null, "out/t01.json"]]\n# end of the run view\n'
+        else:
+            rest = rest.replace(b'"t03","two"', b'"t03","nine"')
+        header["tasks_sha256"] = hashlib.sha256(rest.split(b"\n")[0]).hexdigest()
+        view.write_bytes(json.dumps(header).encode() + b"\n" + rest)
+    elif damage == "limit missing":
+        del header["limits"]["max_attempts"]
+        view.write_bytes(json.dumps(header).encode() + b"\n" + rest)
+    elif damage == "empty stages":
+        header["stages"] = []
+        view.write_bytes(json.dumps(header).encode() + b"\n" + rest)
+    elif damage == "a directory":
+        view.mkdir()
+    elif damage == "a fifo":
+        os.mkfifo(view)
+    else:
+        (driven / "decoy").write_bytes(data)
+        view.symlink_to(driven / "decoy")
+    code, out, err = _status(driven, "r", "--json")
+    assert code == 0, err
+    assert json.loads(out) == _by_definition(driven)
+
+
+def test_the_view_holds_every_limit_and_every_override() -> None:
+    """RunLimits declares Limits' fields, and the key reads every variable
+    that overrides the packet: a field or variable added on one side only
+    fails here."""
+    assert set(RunLimits.__annotations__) == set(Limits.model_fields)
+    assert set(DEFINITION_VARS) == set(ENV_OVERRIDES)
+    limits = Limits(concurrency=7, halt="fail=10%")
+    plain = limits.plain()
+    assert plain.to_json() == limits.model_dump()
+    assert plain.breaker_size == 7 and plain.halt_after(55) == 6
+
+
+def test_load_view_gives_the_loaded_definitions_shape(driven: Path) -> None:
+    where = find_repo(str(driven))
+    assert where is not None
+    run = load_run(driven, "r")
+    view = load_view(where, "r")  # from the cache start wrote
+    assert type(view).__name__ == "RunView"
+    assert view.stage_names == run.stage_names == ["one", "two"]
+    assert view.executor_kind == run.executor_kind
+    assert view.limits.to_json() == run.limits.to_json()
+    assert [(t.id, view.stage_of(t), view.output_paths(t)) for t in view.tasks] == [
+        (t.id, run.stage_of(t), run.output_paths(t)) for t in run.tasks
+    ]
+    key = view_key(where.root, "r", os.environ)
+    assert read_view(str(_view_file(driven)), key, driven) is not None
+    assert read_view(str(_view_file(driven)), "0" * 64, driven) is None
+
+
+@pytest.mark.parametrize("kind", ["a directory", "a fifo"])
+def test_a_definition_file_that_is_not_a_file_is_one_sentence(driven: Path, kind: str) -> None:
+    """The key is computed before anything loads: it must not trip over (or
+    wait on) what loading then refuses in one sentence."""
+    _status(driven, "r")
+    tasks = driven / ".gitrun/runs/r/tasks.toml"
+    tasks.unlink()
+    if kind == "a directory":
+        tasks.mkdir()
+    else:
+        os.mkfifo(tasks)
+    code, out, err = _status(driven, "r")
+    assert code != 0 and out == ""
+    assert "tasks.toml: is not a regular file" in err and "Traceback" not in err
