@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from gitrun.runs import RunDef
 
 VERSION = 1
-BRANCHES = "refs/heads/gitrun/"  # gitrun.committer.branch_ref, which imports the git door
+BRANCHES = runview.branch_ref("")  # every run's branch starts so
 _END = b"\n# end of the hook rules\n"  # a file cut short does not end so
 # Git's own discovery is used instead of the walk when one of these changes it.
 _DISCOVERY_VARS = (

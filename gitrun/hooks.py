@@ -35,6 +35,7 @@ from gitrun.hookcontext import (
     repo_of,
     task_context,
 )
+from gitrun.runview import GITRUN_DIR
 
 TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
 if TYPE_CHECKING:
@@ -43,8 +44,6 @@ if TYPE_CHECKING:
     from gitrun.hookrules import Repo
 
 __all__ = ["HookFailure", "HookResult", "blocked", "claims_task", "pre_commit", "pre_write"]
-
-GITRUN_DIR = ".gitrun"  # gitrun.runs.GITRUN_DIR, which imports pydantic
 
 
 def _relative(repo: Repo, target: str, cwd: str | None) -> str | None:
