@@ -26,7 +26,7 @@ from gitrun import git
 from gitrun.crashpoints import crash_point
 from gitrun.errors import CommandError, GitrunError
 from gitrun.local import LocalPaths
-from gitrun.outputs import OutputCheck, blob_id, linked_parent
+from gitrun.outputs import OutputCheck, blob_id, regular_files_beneath
 from gitrun.records import (
     VERSION,
     Fields,
@@ -314,11 +314,7 @@ class Committer:
                 fresh.append((path, data, sha))
         # Hashing from disk saves a process per file; never through a link (a
         # file there is not the validated one anyway).
-        on_disk = [
-            path
-            for _, path, _, _ in outputs
-            if linked_parent(self.repo, path) is None and (self.repo / path).is_file()
-        ]
+        on_disk = regular_files_beneath(self.repo, [path for _, path, _, _ in outputs])
         self.local.root.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="blobs-", dir=self.local.root) as scratch:
             copies = []

@@ -123,6 +123,28 @@ def _parents(repo: Path, path: str) -> tuple[str | None, bool]:
     return None, True
 
 
+def regular_files_beneath(repo: Path, paths: list[str]) -> list[str]:
+    """Those of ``paths`` that are regular files reached from the root without
+    a symlink on the way (nor at the end): one ``lstat`` per file, and one
+    per directory however many files it holds."""
+    verdicts: dict[str, bool] = {}  # directory -> reached without a link
+    found = []
+    for path in paths:
+        directory = path.rpartition("/")[0]
+        clear = verdicts.get(directory)
+        if clear is None:
+            link, whole = _parents(repo, path)
+            clear = verdicts[directory] = link is None and whole
+        if not clear:
+            continue
+        try:
+            if stat.S_ISREG(os.lstat(f"{repo}/{path}").st_mode):
+                found.append(path)
+        except OSError:
+            continue
+    return found
+
+
 def prior_in_tree(
     run: RunDef, task: Task, tree: Mapping[str, tuple[str, str]]
 ) -> dict[str, str | None]:

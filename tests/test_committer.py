@@ -194,3 +194,39 @@ def test_a_flush_commits_the_last_landings_and_the_ledger_together(git_repo: Pat
     assert tip == made[-1].commit
     ledger = git(git_repo, "show", f"{tip}:.gitrun/runs/r/ledger.jsonl")
     assert int(ledger) == next(grows) - 1  # the last read is in the last commit
+
+
+def test_only_regular_files_reached_without_a_link_are_hashed_where_they_lie(
+    git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What stands behind a symlink now is not what was validated: never read
+    through it (the validated bytes are committed instead), and one look per
+    directory, not per file, decides."""
+    committer = _committer(git_repo)
+    data = {name: f'{{"{name}": 1}}\n'.encode() for name in "abcde"}
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in "abcde":
+        (outside / f"{name}.json").write_bytes(data[name])
+    build_tree(git_repo, {"out/a.json": data["a"], "out/e.json": data["e"]})
+    os.symlink(outside, git_repo / "linked")  # b: through a linked directory
+    os.symlink(outside / "c.json", git_repo / "out/c.json")  # c: a link itself
+    # d: not on disk at all
+    paths = ["out/a.json", "linked/b.json", "out/c.json", "out/d.json", "out/e.json"]
+    landings = [
+        Landing(path, 1, [OutputCheck(path, "valid", data=data[path[-6]])]) for path in paths
+    ]
+    import gitrun.git as gitmod
+
+    offered: list[str] = []
+    real = gitmod.hash_files
+
+    def record(repo: Path, names: list[str]) -> list[str]:
+        offered.extend(names)
+        return real(repo, names)
+
+    monkeypatch.setattr(gitmod, "hash_files", record)
+    tip = committer.commit(landings, {}, landing_message("r", landings))
+    assert offered == ["out/a.json", "out/e.json"]
+    for path in paths:
+        assert git(git_repo, "show", f"{tip}:{path}").encode() == data[path[-6]]
