@@ -368,7 +368,11 @@ class CommitQueue:
     def put(self, landing: Landing) -> None:
         with self._cond:
             self._pending.append(landing)
-            self._cond.notify_all()
+            # Only the first landing of a batch wakes the thread: while it
+            # coalesces (or commits) it looks at the queue again by itself,
+            # and a wake-up per landing costs the driver's thread the GIL.
+            if len(self._pending) == 1:
+                self._cond.notify_all()
 
     def flush(self) -> None:
         """Commit everything queued so far with the current ledger: one commit,

@@ -230,3 +230,42 @@ def test_only_regular_files_reached_without_a_link_are_hashed_where_they_lie(
     assert offered == ["out/a.json", "out/e.json"]
     for path in paths:
         assert git(git_repo, "show", f"{tip}:{path}").encode() == data[path[-6]]
+
+
+def test_a_burst_of_landings_wakes_the_committing_thread_once(git_repo: Path) -> None:
+    """Landings put while a batch gathers join it without waking the thread,
+    which would take the interpreter lock from the driver at every one; all
+    of them are still committed, in one commit."""
+    import threading
+
+    from gitrun.committer import CommitQueue, Committed
+
+    committer = _committer(git_repo)
+    made: list[Committed] = []
+    done = threading.Event()
+
+    def on_commit(committed: Committed) -> None:
+        made.append(committed)
+        done.set()
+
+    queue = CommitQueue(committer, dict, on_commit)
+    wakes = 0
+    real = queue._cond.notify_all
+
+    def counted() -> None:
+        nonlocal wakes
+        wakes += 1
+        real()
+
+    try:
+        with queue._cond:  # the thread cannot take the batch before it is whole
+            queue._cond.notify_all = counted  # type: ignore[method-assign]
+            for n in range(50):
+                data = f'{{"n": {n}}}\n'.encode()
+                queue.put(Landing(f"t{n}", 1, [OutputCheck(f"out/t{n}.json", "valid", data=data)]))
+            queue._cond.notify_all = real  # type: ignore[method-assign]
+        assert wakes == 1
+        assert done.wait(30)
+    finally:
+        queue.close()
+    assert [len(c.tasks) for c in made] == [50]
