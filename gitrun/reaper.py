@@ -126,18 +126,24 @@ def _proc_stat(pid: int) -> tuple[str, float] | None:
 
 
 def _cmdline(pid: int) -> list[str] | None:
-    """The command line of ``pid`` exactly as psutil gives it (decoded as
-    file names are, in text mode, with its rules for processes that rewrote
-    their arguments); None when it is gone."""
+    """The command line of ``pid`` exactly as psutil gives it (decoded as file
+    names are, newlines translated as a text-mode read does, with its rules
+    for processes that rewrote their arguments); None when it is gone."""
     try:
-        with open(
-            f"/proc/{pid}/cmdline",
-            encoding=sys.getfilesystemencoding(),
-            errors=sys.getfilesystemencodeerrors(),
-        ) as handle:
-            data = handle.read()
+        fd = os.open(f"/proc/{pid}/cmdline", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks).decode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
+    if "\r" in data:
+        data = data.replace("\r\n", "\n").replace("\r", "\n")
     if not data:
         return []
     sep = "\x00" if data.endswith("\x00") else " "
