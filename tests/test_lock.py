@@ -182,3 +182,55 @@ def test_the_owner_record_is_a_version_1_record_with_the_live_state(git_repo: Pa
         assert on_disk["v"] == 1 and on_disk["state"] == state.to_json()
         assert read_owner(local) == held.owner
     assert not local.owner.exists(), "released: the record goes with the lock"
+
+
+def test_is_locked_answers_as_filelock_does_without_importing_it(git_repo: Path) -> None:
+    """The probe tries flock(LOCK_EX) itself: True while another process holds
+    the run lock through filelock, False once that process is killed, and the
+    probe never leaves the lock taken."""
+    import signal
+    import time
+
+    from filelock import FileLock
+
+    from gitrun.lock import is_locked
+
+    local = LocalPaths.of(git_repo, "r")
+    assert not is_locked(local)  # no lock file
+    local.root.mkdir(parents=True)
+    local.lock.touch()
+    assert not is_locked(local)
+    mine = FileLock(str(local.lock), timeout=0)
+    mine.acquire()  # the probe left it free
+    mine.release()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from filelock import FileLock; "
+            "lock = FileLock(sys.argv[1], timeout=5); lock.acquire(); "
+            "print('held', flush=True); time.sleep(60)",
+            str(local.lock),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        assert is_locked(local)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while is_locked(local) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not is_locked(local)
+    local.lock.unlink()
+    local.lock.symlink_to(git_repo / "nowhere")
+    assert not is_locked(local)  # a dangling link, as before
+    probe = "import sys; from gitrun.lock import is_locked; from gitrun.local import LocalPaths; "
+    probe += "from pathlib import Path; is_locked(LocalPaths(Path(sys.argv[1]))); "
+    probe += "sys.exit('filelock' in sys.modules)"
+    local.lock.unlink()
+    local.lock.touch()
+    assert subprocess.run([sys.executable, "-c", probe, str(local.root)]).returncode == 0
