@@ -46,11 +46,7 @@ def committed_tasks(run: RunShape, tip: str, base: str | None) -> set[str]:
     tops = sorted({path.partition("/")[0] for paths in paths_of for path in paths})
     if len(tops) > 256:  # a command line has limits; list the whole tree then
         tops = []
-    new = {path: blob for path, (_, blob) in git.ls_tree(run.repo, tip, tops).items()}
-    if base:
-        for path, (_, blob) in git.ls_tree(run.repo, base, tops).items():
-            if new.get(path) == blob:
-                del new[path]
+    new = git.new_files(run.repo, base, tip, tops) if base else git.ls_tree(run.repo, tip, tops)
     return {
         task.id
         for task, paths in zip(run.tasks, paths_of, strict=True)

@@ -333,6 +333,21 @@ def object_format(repo: Path) -> str:
     return out.stdout.decode().strip() or "sha1"
 
 
+def new_files(repo: Path, base: str, tip: str, paths: list[str] | None = None) -> set[str]:
+    """Files of ``tip`` (all, or those under ``paths``) whose content is not
+    what ``base`` holds at the same path: one ``git diff-tree`` rather than
+    listing both trees (a change of mode alone is no new content)."""
+    extra = ["--", *paths] if paths else []  # literal: see git()
+    out = git(repo, "diff-tree", "-r", "-z", "--no-renames", base, tip, *extra)
+    fields = out.decode(errors="surrogateescape").split("\0")
+    found = set()
+    for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+        _old_mode, _new_mode, old, new, status = meta.lstrip(":").split(" ")
+        if status in ("A", "M", "T") and old != new:
+            found.add(path)
+    return found
+
+
 def ls_tree(repo: Path, commit: str, paths: list[str] | None = None) -> dict[str, tuple[str, str]]:
     """Files of ``commit`` (all, or those under ``paths``): path -> (mode, blob id)."""
     extra = ["--", *paths] if paths else []

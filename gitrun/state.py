@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from gitrun import git, ledger
 from gitrun.budget import Budget, spend_json
 from gitrun.collector import collector_paused
-from gitrun.engine import DONE, STATUSES, Engine, load_engine
+from gitrun.engine import DONE, STATUSES, load_engine
 from gitrun.hookrules import Repo, find_repo
 from gitrun.local import LocalPaths
 from gitrun.lock import Owner, is_locked, read_owner
@@ -107,12 +107,9 @@ def _read_status(repo: Path, run_id: str, run: RunShape | None) -> RunStatus:
     where = _where(repo)
     run = run or load_view(where, run_id)
     local = LocalPaths.under(Path(where.git_dir), run_id)
+    engine, tip = load_engine(run, local)
     # The branch exists but its tip's objects are gone (a prune during the run).
-    if git.ref_target(repo, branch_ref(run_id)) is None:  # not started: one git call
-        engine, tip, damaged = Engine(run, local, None), None, False
-    else:
-        engine, tip = load_engine(run, local)
-        damaged = tip is None
+    damaged = tip is None and git.ref_target(repo, branch_ref(run_id)) is not None
     records: dict[str, list[dict[str, Any]]] = {}
     for record in ledger.attempt_records(engine.records):
         records.setdefault(str(record.get("task")), []).append(record)

@@ -262,3 +262,55 @@ def test_a_background_import_that_failed_is_reported_by_the_write(git_repo: Path
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "command not found" in proc.stdout
+
+
+def test_new_files_is_the_difference_of_the_two_listings(git_repo: Path) -> None:
+    """new_files (one diff-tree) against what listing both trees says, with
+    added, changed, unchanged, mode-only, deleted and type-changed files, and
+    directory names that are patterns to git."""
+    build_tree(
+        git_repo,
+        {
+            "out/same.json": "{}",
+            "out/changed.json": "1",
+            "out/mode.sh": "echo",
+            "out/gone.json": "x",
+            "out/link": "target",
+            "a[1]/x.json": "1",
+            "a1/x.json": "1",
+            "st*r/x.json": "1",
+        },
+    )
+    commit_all(git_repo, "base")
+    base = run_git(git_repo, "rev-parse", "HEAD").strip()
+    build_tree(
+        git_repo,
+        {
+            "out/changed.json": "2",
+            "out/new.json": "{}",
+            "a[1]/x.json": "2",
+            "st*r/y.json": "1",
+            "other/z.json": "1",
+        },
+    )
+    (git_repo / "out/gone.json").unlink()
+    (git_repo / "out/mode.sh").chmod(0o755)
+    (git_repo / "out/link").unlink()
+    (git_repo / "out/link").symlink_to("same.json")
+    commit_all(git_repo, "tip")
+    tip = run_git(git_repo, "rev-parse", "HEAD").strip()
+
+    def reference(paths: list[str] | None) -> set[str]:
+        old = {p: blob for p, (_, blob) in git.ls_tree(git_repo, base, paths).items()}
+        return {
+            p for p, (_, blob) in git.ls_tree(git_repo, tip, paths).items() if old.get(p) != blob
+        }
+
+    for paths in (None, ["out"], ["a[1]"], ["st*r"], ["a[1]", "other"], ["nothing"]):
+        assert git.new_files(git_repo, base, tip, paths) == reference(paths), paths
+    assert git.new_files(git_repo, base, tip, ["out"]) == {
+        "out/changed.json",
+        "out/new.json",
+        "out/link",
+    }
+    assert git.new_files(git_repo, base, tip, ["a[1]"]) == {"a[1]/x.json"}
