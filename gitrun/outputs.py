@@ -326,7 +326,9 @@ def run_validator(run: RunDef, name: str, path: str, data: bytes) -> str | None:
 
 
 def _auto_kind(path: str) -> str:
-    suffix = Path(path).suffix.lower()
+    name = path.rpartition("/")[2]
+    dot = name.rfind(".")
+    suffix = name[dot:].lower() if 0 < dot < len(name) - 1 else ""  # PurePath.suffix
     return {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".toml": "toml"}.get(
         suffix, "nonempty"
     )
