@@ -14,6 +14,7 @@ whole process group, so no grandchild outlives its attempt.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import selectors
 import shutil
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from gitrun.clients import UnreachableWatch, client_signs
+from gitrun.clients import ClientSigns, UnreachableWatch, client_signs
 from gitrun.clientusage import USAGE_ENV, attempt_usage, usage_reader
 from gitrun.reaper import identity, is_running, kill_recorded_group
 from gitrun.records import Warn, warn_stderr
@@ -163,12 +164,12 @@ class Attempt:
         self._tail = bytearray()
         self.failure: str | None = None  # why it could not start
         self.fault = ""  # the environment's fault, once the client showed one
-        client = client_signs(argv or [])
+        client = _client_of(argv[0]) if argv else None
         self._client = client
         self._watch = (
             UnreachableWatch(*client) if client is not None and client[1].unreachable else None
         )
-        self._reader = usage_reader(argv or [])
+        self._reader = usage_reader(argv) if argv and _reports_usage(argv[0]) else None
         self.usage_path = usage_path  # where the worker may write its usage ($GITRUN_USAGE)
         self._warn = warn
         self.usage: Usage | None = None
@@ -501,6 +502,18 @@ class Monitor:
         os.close(attempt.out)
         attempt.out = None
         attempt.close_log()
+
+
+# Both know a client by its program (argv[0]) alone: asked once per program
+# rather than once per attempt (a path parse each, on the driver's hot path).
+@functools.cache
+def _client_of(program: str) -> tuple[str, ClientSigns] | None:
+    return client_signs([program])
+
+
+@functools.cache
+def _reports_usage(program: str) -> bool:
+    return usage_reader([program]) is not None
 
 
 def usage_file(log_path: Path) -> Path:
