@@ -9,8 +9,8 @@ worker logs, and outputs on disk that no commit holds yet. Building 100,000
 tasks this way takes minutes: `--state DIR` keeps the states for later runs.
 
 Measured, round by round so a noisy machine slows every row alike:
-- status with a cold cache (the parsed task table deleted first, as on a
-  fresh clone), with a warm one, and `status --json`;
+- status with a cold cache (the parsed task table and the run view deleted
+  first, as on a fresh clone), with a warm one, and `status --json`;
 - `snakemake -n` on the same fan-out (half the outputs present), the same
   number of times, when Snakemake is installed (`pip install snakemake`, or
   `--snakemake PATH`); its first run is marked, not counted.
@@ -57,7 +57,8 @@ WORKER = (
     'printf \'{"task": "%s"}\\n\' "$GITRUN_TASK" > "$GITRUN_OUTPUTS"'
 )
 BUILD_DEADLINE = 3600.0  # seconds; 100,000 tasks take about five minutes
-CACHE = ".git/gitrun/bench/tasks.cache.json"
+# What a fresh clone does not have: the parsed task table and the run view.
+CACHES = (".git/gitrun/bench/tasks.cache.json", ".git/gitrun/bench/run-view.jsonl")
 
 
 def build(repo: Path, n: int) -> None:
@@ -173,7 +174,8 @@ def measure_size(
     if peer_argv:
         snakemake_dir(peer_dir, n)
     for _ in range(args.repeat):
-        (repo / CACHE).unlink(missing_ok=True)
+        for cache in CACHES:
+            (repo / cache).unlink(missing_ok=True)
         cold.append(measure(status, repo, env))
         warm.append(measure(status, repo, env))
         as_json.append(measure([*status, "--json"], repo, env))
