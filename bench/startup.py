@@ -36,7 +36,7 @@ def main() -> int:
         "python -c pass": ([sys.executable, "-c", "pass"], None, b""),
         "gitrun --version": ([*gitrun, "--version"], 6.0, b""),
         "gitrun --help": ([*gitrun, "--help"], 6.0, b""),
-        "gitrun status RUN (10 tasks)": ([*gitrun, "status", "bench"], 8.0, b""),
+        "gitrun status RUN (10 tasks, ran)": ([*gitrun, "status", "bench"], 8.0, b""),
         "gitrun status RUN --json": ([*gitrun, "status", "bench", "--json"], 8.0, b""),
         "gitrun hook pre-write (owned)": ([*gitrun, "hook", "pre-write"], 3.0, hook_input),
     }
@@ -47,9 +47,16 @@ def main() -> int:
         tasks: list[dict[str, object]] = [
             {"id": f"t{i:02d}", "outputs": [f"out/t{i:02d}.json"]} for i in range(10)
         ]
-        write_bench_run(repo, tasks)
+        # Driven to its end before timing, so status reads a branch and a
+        # ledger as it does for a real run: seven tasks done, three failed.
+        script = 'case "$GITRUN_TASK" in t0[0-6]) echo "{}" > "$GITRUN_OUTPUTS";; esac'
+        executor = {"kind": "command", "command": ["sh", "-c", script]}
+        write_bench_run(repo, tasks, executor, max_attempts=1, canary=0)
         subprocess.run(["git", "add", "-A"], cwd=repo, env=env, check=True)
         subprocess.run(["git", "commit", "-qm", "define"], cwd=repo, env=env, check=True)
+        started = subprocess.run([*gitrun, "start", "bench"], cwd=repo, env=env, capture_output=True)
+        if b"7 done" not in started.stdout + started.stderr:
+            raise SystemExit(f"the run did not end as planned: {started.stderr.decode()}")
         hook_env = {**env, "GITRUN_RUN": "bench", "GITRUN_TASK": "t03"}
         for _ in range(args.repeat + 1):  # the first round warms caches and is dropped
             loads.append(os.getloadavg()[0])
