@@ -269,3 +269,37 @@ def test_a_burst_of_landings_wakes_the_committing_thread_once(git_repo: Path) ->
     finally:
         queue.close()
     assert [len(c.tasks) for c in made] == [50]
+
+
+def test_a_big_batch_is_one_pack_of_the_validated_bytes(
+    git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hundred landings or more: their blobs go into one pack written by
+    fast-import from the validated bytes (what lies on disk plays no part),
+    in the same five processes a small commit takes."""
+    from gitrun.committer import PACK_AT
+
+    committer = _committer(git_repo)
+    n = PACK_AT + 20
+    data = {f"out/t{i}.json": f'{{"t": {i}}}\n'.encode() for i in range(n)}
+    build_tree(git_repo, {path: b'{"changed": "since"}\n' for path in list(data)[::2]})
+    landings = [
+        Landing(path[4:-5], 1, [OutputCheck(path, "valid", data=blob)])
+        for path, blob in data.items()
+    ]
+    own = {".gitrun/runs/r/ledger.jsonl": b'{"n": 1}\n'}
+    packs = set((git_repo / ".git/objects/pack").glob("*.pack"))
+    log = _git_shim(tmp_path, monkeypatch)
+    tip = committer.commit(landings, own, landing_message("r", landings))
+    assert log.read_text().split() == [
+        "fast-import",
+        "update-index",
+        "write-tree",
+        "commit-tree",
+        "update-ref",
+    ]
+    assert len(set((git_repo / ".git/objects/pack").glob("*.pack")) - packs) == 1
+    for path in (*list(data)[:3], list(data)[-1]):
+        assert git(git_repo, "show", f"{tip}:{path}").encode() == data[path]
+    assert git(git_repo, "show", f"{tip}:.gitrun/runs/r/ledger.jsonl") == '{"n": 1}\n'
+    assert git(git_repo, "fsck", "--no-dangling").strip() == ""
