@@ -126,11 +126,52 @@ def _proc_stat(pid: int) -> tuple[str, float] | None:
 
 
 def _cmdline(pid: int) -> list[str] | None:
-    """The command line of ``pid`` exactly as psutil gives it (decoded as file
-    names are, newlines translated as a text-mode read does, with its rules
+    """The command line of ``pid`` exactly as psutil gives it (with its rules
     for processes that rewrote their arguments); None when it is gone."""
+    data = _read_proc_text(pid, "cmdline")
+    if not data:
+        return None if data is None else []
+    sep = "\x00" if data.endswith("\x00") else " "
+    if data.endswith(sep):
+        data = data[:-1]
+    cmdline = data.split(sep)
+    if sep == "\x00" and len(cmdline) == 1 and " " in data:
+        cmdline = data.split(" ")
+    return cmdline
+
+
+def _environ(pid: int) -> dict[str, str] | None:
+    """The initial environment block of ``pid`` exactly as psutil gives it
+    (``parse_environ_block``: up to the first empty entry, entries without a
+    name skipped, a later one winning); None when it cannot be read (gone,
+    or another user's)."""
+    if not _HAS_PROC:  # pragma: no cover - macOS and the BSDs
+        import psutil
+
+        try:
+            return dict(psutil.Process(pid).environ())
+        except psutil.Error:
+            return None
+    data = _read_proc_text(pid, "environ")
+    if data is None:
+        return None
+    found: dict[str, str] = {}
+    pos = 0
+    while True:
+        end = data.find("\0", pos)
+        if end <= pos:
+            return found
+        equals = data.find("=", pos, end)
+        if equals > pos:
+            found[data[pos:equals]] = data[equals + 1 : end]
+        pos = end + 1
+
+
+def _read_proc_text(pid: int, name: str) -> str | None:
+    """``/proc/<pid>/<name>`` read as psutil reads it: decoded as file names
+    are, newlines translated as a text-mode read does; None when unreadable."""
     try:
-        fd = os.open(f"/proc/{pid}/cmdline", os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(f"/proc/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
@@ -144,15 +185,7 @@ def _cmdline(pid: int) -> list[str] | None:
     data = b"".join(chunks).decode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
     if "\r" in data:
         data = data.replace("\r\n", "\n").replace("\r", "\n")
-    if not data:
-        return []
-    sep = "\x00" if data.endswith("\x00") else " "
-    if data.endswith(sep):
-        data = data[:-1]
-    cmdline = data.split(sep)
-    if sep == "\x00" and len(cmdline) == 1 and " " in data:
-        cmdline = data.split(" ")
-    return cmdline
+    return data
 
 
 def _identity_psutil(pid: int) -> dict[str, Any]:  # pragma: no cover - macOS and the BSDs
@@ -268,15 +301,10 @@ def kill_attempt_processes(record: Mapping[str, Any]) -> bool:
 
 def _carries(proc: Any, env: Mapping[str, str]) -> bool:
     """Whether a process's initial environment block holds every one of ``env``."""
-    import psutil
-
     if not env.get("GITRUN_ATTEMPT_ID"):
         return False  # never on run, task and attempt number alone: anyone can set those
-    try:
-        found = proc.environ()
-    except psutil.Error:
-        return False
-    return all(found.get(key) == value for key, value in env.items())
+    found = _environ(proc.pid)
+    return found is not None and all(found.get(key) == value for key, value in env.items())
 
 
 def _same_start(proc: Any, created: float) -> bool:
@@ -473,11 +501,43 @@ def kill_leftovers(run_id: str, attempt_ids: set[str]) -> list[int]:
     all ended): children a worker left behind in a session of their own
     (``setsid``), out of reach of the kill of its process group. Only a
     process whose initial environment names this run and one of these fresh
-    ids is touched. Returns the pids killed."""
-    import psutil
-
+    ids is touched, and only while its pid still names the process whose
+    environment was read (its start time, read before and after, is the
+    same). Returns the pids killed."""
     if not attempt_ids:
         return []
+    if not _HAS_PROC:  # pragma: no cover - macOS and the BSDs
+        return _kill_leftovers_psutil(run_id, attempt_ids)
+
+    def ours(pid: int) -> bool:
+        found = _environ(pid)
+        return (
+            found is not None
+            and found.get("GITRUN_RUN") == run_id
+            and found.get("GITRUN_ATTEMPT_ID") in attempt_ids
+        )
+
+    killed: list[int] = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or not may_signal(int(name)):
+            continue
+        pid = int(name)
+        if not ours(pid):  # the usual answer, from one read
+            continue
+        started = start_time(pid)
+        if started is None or not ours(pid) or start_time(pid) != started:
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+    return killed
+
+
+def _kill_leftovers_psutil(
+    run_id: str, attempt_ids: set[str]
+) -> list[int]:  # pragma: no cover - macOS and the BSDs
+    import psutil
+
     killed: list[int] = []
     for proc in psutil.process_iter():
         if not may_signal(proc.pid):

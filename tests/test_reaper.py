@@ -120,7 +120,7 @@ def test_a_pid_that_now_names_a_later_process_is_refused(
     recorded = identity(earlier.pid)
     time.sleep(5 * CREATE_TIME_SLACK)  # clock ticks apart, beyond the slack
     later = start()
-    assert start_time(later.pid) - recorded["create_time"] > CREATE_TIME_SLACK  # type: ignore[operator]
+    assert start_time(later.pid) - recorded["create_time"] > CREATE_TIME_SLACK
     as_if_recycled = _record(later.pid, recorded)
     assert not is_recorded_process(as_if_recycled)
     assert not is_recorded_worker(as_if_recycled)
@@ -143,3 +143,69 @@ def test_a_process_gone_or_a_zombie_has_no_identity() -> None:
     assert start_time(proc.pid) == psutil.Process(proc.pid).create_time()
     proc.wait(timeout=10)
     assert identity(proc.pid) == {} and start_time(proc.pid) is None
+
+
+def test_an_environment_block_reads_as_psutil_reads_it() -> None:
+    """Whether a process carries an attempt's id is decided from its initial
+    environment block, parsed as psutil parses it."""
+    env = {
+        **os.environ,
+        "GITRUN_ATTEMPT_ID": ATTEMPT_ID,
+        "WITH_EQUALS": "a=b=c",
+        "EMPTY": "",
+        "LINES": "one\r\ntwo\rthree\n",
+        "BYTES": os.fsdecode(b"\xff\xfe"),
+    }
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        from gitrun.reaper import _environ
+
+        deadline = time.monotonic() + 10  # just after an exec the block reads empty
+        while not _environ(proc.pid):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        found = _environ(proc.pid)
+        assert found == psutil.Process(proc.pid).environ()
+        assert found is not None and found["WITH_EQUALS"] == "a=b=c"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert _environ(proc.pid) is None
+
+
+def test_leftovers_are_the_processes_carrying_an_ended_attempt_s_id() -> None:
+    """What a worker left running in a session of its own goes at the end of
+    the run, and nothing else: not another attempt's, not another run's, not a
+    process that merely mentions the id."""
+    from gitrun.reaper import kill_leftovers
+
+    ended, other = uuid.uuid4().hex, uuid.uuid4().hex
+    envs = {
+        "left": {"GITRUN_RUN": "r", "GITRUN_ATTEMPT_ID": ended},
+        "other attempt": {"GITRUN_RUN": "r", "GITRUN_ATTEMPT_ID": other},
+        "other run": {"GITRUN_RUN": "r2", "GITRUN_ATTEMPT_ID": ended},
+        "mention": {"GITRUN_RUN": "r", "NOTE": f"GITRUN_ATTEMPT_ID={ended}"},
+    }
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(60)"],
+            env={**os.environ, **env},
+            start_new_session=True,
+        )
+        for name, env in envs.items()
+    }
+    try:
+        from gitrun.reaper import _environ
+
+        deadline = time.monotonic() + 10  # just after an exec the block reads empty
+        while not all(_environ(proc.pid) for proc in procs.values()):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert kill_leftovers("r", {ended}) == [procs["left"].pid]
+        assert procs["left"].wait(timeout=10) == -signal.SIGKILL
+        assert all(procs[name].poll() is None for name in envs if name != "left")
+        assert kill_leftovers("r", set()) == []
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait(timeout=10)
