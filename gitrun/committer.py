@@ -25,6 +25,7 @@ from typing import Any
 from gitrun import git
 from gitrun.crashpoints import crash_point
 from gitrun.errors import CommandError, GitrunError
+from gitrun.flocks import hold
 from gitrun.local import LocalPaths
 from gitrun.outputs import OutputCheck, blob_id, regular_files_beneath
 from gitrun.records import (
@@ -171,11 +172,9 @@ class Committer:
         ``hash-object``, ``update-index`` and ``write-tree`` on the index kept
         from the last commit, ``commit-tree``, and ``update-ref``.
         """
-        from filelock import FileLock
-
         entries = self._blobs(landings, own_files)
         self.local.root.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.local.commit_lock)):
+        with hold(self.local.commit_lock):
             self._clear_dead_index_lock()
             old = self._tip or git.rev_parse(self.repo, self.ref)
             for _ in range(MAX_RACES):
@@ -199,11 +198,9 @@ class Committer:
 
     def start_branch(self, base: str, own_files: dict[str, bytes], message: str) -> str:
         """The run's first commit: ``base`` plus the run definition."""
-        from filelock import FileLock
-
         entries = self._blobs([], own_files)
         self.local.root.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.local.commit_lock)):
+        with hold(self.local.commit_lock):
             self._clear_dead_index_lock()
             self._index_holds = None
             git.read_tree(self.repo, base, self.local.index)

@@ -1,6 +1,6 @@
 """One driver per run: a file lock with an owner record.
 
-The lock is an ``flock`` (through filelock), which the kernel releases when
+The lock is an ``flock`` (:mod:`gitrun.flocks`), which the kernel releases when
 its holder dies, also by ``kill -9``: a lock left by a dead process is simply
 taken over, with no manual unlock step. The owner record next to it says who
 holds it (pid, host, start, heartbeat) so a refused second driver can name it,
@@ -288,23 +288,24 @@ class RunLock:
 @contextmanager
 def run_locked(local: LocalPaths, run_id: str) -> Iterator[RunLock]:
     """Hold the run's driver lock, or raise RunBusy naming its holder."""
-    from filelock import FileLock, Timeout  # lazy: filelock imports asyncio (~50 ms)
+    from contextlib import ExitStack
 
-    lock = FileLock(str(local.lock), timeout=0)
-    try:
-        local.root.mkdir(parents=True, exist_ok=True)
-        lock.acquire()
-    except Timeout:
-        raise RunBusy(run_id, *_live_owner(local)) from None
-    except OSError as exc:
-        raise LocalStateUnwritable(Path(exc.filename or local.lock), exc) from None
-    held = RunLock(local)
-    try:
-        held.beat()
-        yield held
-    finally:
-        local.owner.unlink(missing_ok=True)
-        lock.release()
+    from gitrun.flocks import Held, hold  # flock itself: filelock imports asyncio (~45 ms)
+
+    with ExitStack() as lock:
+        try:
+            local.root.mkdir(parents=True, exist_ok=True)
+            lock.enter_context(hold(local.lock, wait=False))
+        except Held:
+            raise RunBusy(run_id, *_live_owner(local)) from None
+        except OSError as exc:
+            raise LocalStateUnwritable(Path(exc.filename or local.lock), exc) from None
+        held = RunLock(local)
+        try:
+            held.beat()
+            yield held
+        finally:
+            local.owner.unlink(missing_ok=True)
 
 
 def is_locked(local: LocalPaths) -> bool:
