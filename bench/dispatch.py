@@ -19,6 +19,11 @@ alone (repositories are set up before it).
   per task of the whole process tree (20 tasks less 2 tasks, over 18), and
   git processes per commit, counted by a `git` on PATH that logs each call
   (the 2-second stray-write audit aside). Target: <= 5 git processes.
+- phases (only when asked for): where the wall time of one 1,000-task
+  `gitrun start` goes, from the parent's spawn to the process being gone,
+  marked by wrapping gitrun's own functions in the child (medians). No peer.
+
+One untimed run first writes the bytecode and warms the disk caches.
 
     python bench/dispatch.py [--tasks 1000] [--repeat 5] [--case NAME ...]
 
@@ -143,12 +148,7 @@ class Bench:
         ).stdout.count("\n")
         if committed != n:
             raise SystemExit(f"gitrun committed {committed} of {n} outputs")
-        spans = []
-        for chunk in sorted((repo / ".gitrun/runs/bench").rglob("*.jsonl")):
-            for line in chunk.read_text().splitlines():
-                record = json.loads(line)
-                if "started" in record and "ended" in record:
-                    spans.append((_epoch(record["started"]), _epoch(record["ended"])))
+        spans = _task_spans(repo)
         overhead = (min(s for s, _ in spans) - began) + (ended - max(e for _, e in spans))
         calls = commits = 0
         if count_git:
@@ -203,6 +203,123 @@ class Bench:
         return Took(time.perf_counter() - start, 0.0, _cpu() - cpu, load)
 
 
+# Run in the child instead of `python -m gitrun`: wraps gitrun's functions by
+# name (a name that is gone is skipped) and prints, as one JSON line on
+# stderr, when the first call of each began and the last one ended. Wrapping
+# imports the modules first, so their import is a phase of its own here.
+_PHASES = """
+import atexit, functools, importlib, json, sys, time
+up = time.time()
+marks = {}
+def wrap(target):
+    module, _, qual = target.partition(":")
+    try:
+        owner = importlib.import_module(module)
+        *path, name = qual.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        fn = getattr(owner, name)
+    except (ImportError, AttributeError):
+        return
+    @functools.wraps(fn)
+    def timed(*args, **kwargs):
+        began = time.time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            mark = marks.setdefault(target, [began, 0.0])
+            mark[1] = time.time()
+    setattr(owner, name, timed)
+for target in sys.argv[1:]:
+    wrap(target)
+imported = time.time()
+atexit.register(lambda: sys.stderr.write(
+    "PHASES " + json.dumps({"up": up, "imported": imported, "marks": marks, "exit": time.time()})
+    + chr(10)))
+sys.argv = ["gitrun", "start", "bench", "--quiet"]
+import gitrun.entry
+entered = time.time()
+marks["main"] = [entered, entered]
+code = gitrun.entry.main()
+sys.stderr.flush()
+sys.exit(code)
+"""
+# The functions marked, in order (module:qualified name).
+_MARKED = [
+    "gitrun.session:start_run",
+    "gitrun.session:_create_branch",
+    "gitrun.session:check_run",
+    "gitrun.committer:Committer.start_branch",
+    "gitrun.hookrules:refresh",
+    "gitrun.driver:Driver.__init__",
+    "gitrun.driver:Driver.drive",
+    "gitrun.driver:Driver._kill_leftovers",
+    "gitrun.committer:CommitQueue.flush",
+    "gitrun.driver:Driver._outcome",
+    "gitrun.report:format_summary",
+]
+
+
+def phases(bench: Bench, n: int, repeat: int) -> list[tuple[str, float]]:
+    """Median seconds of each phase of a `gitrun start` of ``n`` tasks."""
+    rows: dict[str, list[float]] = {}
+    for _ in range(repeat):
+        repo = setup_gitrun(bench.fresh("f"), n, 4)
+        spawned = time.time()
+        proc = subprocess.run(
+            [sys.executable, "-c", _PHASES, *_MARKED],
+            cwd=repo,
+            capture_output=True,
+            env=bench.gitrun_env,
+        )
+        gone = time.time()
+        said = proc.stderr.decode(errors="replace")
+        line = next((x for x in said.splitlines() if x.startswith("PHASES ")), None)
+        if proc.returncode != 0 or line is None:
+            raise SystemExit(f"gitrun failed: {said[-2000:]}")
+        got = json.loads(line.removeprefix("PHASES "))
+        marks: dict[str, list[float]] = got["marks"]
+        spans = _task_spans(repo)
+        first, last = min(s for s, _ in spans), max(e for _, e in spans)
+
+        def at(
+            target: str, end: bool = False, marks: dict[str, list[float]] = marks
+        ) -> float | None:
+            mark = marks.get(target)
+            return None if mark is None else mark[1 if end else 0]
+
+        points = [
+            ("interpreter start", spawned, got["up"]),
+            ("import the core (session, driver, ...)", got["up"], got["imported"]),
+            ("command line: typer, parsing, a first load", at("main"), at(_MARKED[0])),
+            ("load the run, take the lock", at(_MARKED[0]), at(_MARKED[1])),
+            ("check (ownership proof, dirty paths)", at(_MARKED[2]), at(_MARKED[2], True)),
+            ("branch: lookups, first commit", at(_MARKED[2], True), at(_MARKED[1], True)),
+            ("hook rules", at(_MARKED[4]), at(_MARKED[4], True)),
+            ("driver set-up, to the first start", at(_MARKED[4], True), first),
+            ("the fan-out: first start to last end", first, last),
+            ("last end to the loop's end", last, at(_MARKED[7])),
+            ("leftovers, final commit", at(_MARKED[7]), at(_MARKED[8], True)),
+            ("status for the summary", at(_MARKED[8], True), at(_MARKED[9], True)),
+            ("summary, CLI exit, interpreter exit", at(_MARKED[9], True), gone),
+        ]
+        for name, a, b in points:
+            if a is not None and b is not None:
+                rows.setdefault(name, []).append(b - a)
+    return [(name, statistics.median(v)) for name, v in rows.items()]
+
+
+def _task_spans(repo: Path) -> list[tuple[float, float]]:
+    """(started, ended) of every attempt in the run's ledger."""
+    spans = []
+    for chunk in sorted((repo / ".gitrun/runs/bench").rglob("*.jsonl")):
+        for line in chunk.read_text().splitlines():
+            record = json.loads(line)
+            if "started" in record and "ended" in record:
+                spans.append((_epoch(record["started"]), _epoch(record["ended"])))
+    return spans
+
+
 def interleaved(repeat: int, tools: dict[str, Callable[[], Took]]) -> dict[str, list[Took]]:
     """Each tool once per round, the order turning each round."""
     names = list(tools)
@@ -227,7 +344,7 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument(
-        "--case", action="append", choices=["throughput", "width", "alone"], default=[]
+        "--case", action="append", choices=["throughput", "width", "alone", "phases"], default=[]
     )
     args = parser.parse_args()
     cases = args.case or ["throughput", "width", "alone"]
@@ -238,6 +355,7 @@ def main() -> int:
         table.notes.append("GNU parallel is not installed: no peer (apt-get install parallel)")
     with tempfile.TemporaryDirectory() as tmp:
         bench = Bench(Path(tmp))
+        bench.gitrun(5, 4)  # untimed: writes the bytecode, warms the caches
         if "throughput" in cases:
             tools: dict[str, Callable[[], Took]] = {"gitrun": lambda: bench.gitrun(n, 4)}
             if has_parallel:
@@ -346,6 +464,11 @@ def main() -> int:
             )
             for samples in got.values():
                 table.loads += [s.load for s in samples]
+        if "phases" in cases:
+            load = os.getloadavg()[0]
+            for name, seconds in phases(bench, n, args.repeat):
+                table.rows.append(Row(f"phase: {name} (ms)", f"{seconds * 1000:.0f}"))
+            table.loads.append(load)
     table.print()
     return 0 if table.passed else 1
 
