@@ -5,6 +5,7 @@ runs (~100 ms before the command starts), so :mod:`gitrun.entry` sends the
 plain forms of the commands people run most often here, parsed by hand:
 
     gitrun [-C DIR] status [RUN] [--json] [--all]
+    gitrun [-C DIR] start|resume RUN [--json] [-q|--quiet]  (a command-mode run)
     gitrun --help (and -h), on a terminal 80 columns wide or wider
 
 The top-level help is the text typer renders at its widest (80 columns),
@@ -36,6 +37,8 @@ def main(argv: list[str]) -> int | None:
     directory = None
     if len(argv) >= 2 and argv[0] == "-C":
         directory, argv = argv[1], argv[2:]
+    if argv and argv[0] in ("start", "resume"):
+        return _drive_form(directory, argv)
     if not argv or argv[0] != "status":
         return None
     run: str | None = None
@@ -55,6 +58,71 @@ def main(argv: list[str]) -> int | None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     return 0  # a failure is the caller's to report, as the command line reports it
+
+
+def _drive_form(directory: str | None, argv: list[str]) -> int | None:
+    """``start|resume RUN [--json] [-q|--quiet]`` of a command-mode run."""
+    run: str | None = None
+    as_json = quiet = False
+    for arg in argv[1:]:
+        if arg == "--json":
+            as_json = True
+        elif arg in ("-q", "--quiet"):
+            quiet = True
+        elif run is None and arg and not arg.startswith("-"):
+            run = arg
+        else:
+            return None
+    if run is None:
+        return None
+    return drive(repo_at(directory), run, as_json, quiet, resume=argv[0] == "resume")
+
+
+def event(line: str) -> None:
+    """One plain line per driver event, on stderr (stdout stays for results)."""
+    sys.stderr.write(f"gitrun: {line}\n")
+    sys.stderr.flush()
+
+
+def drive(repo: Path, run: str, as_json: bool, quiet: bool, resume: bool) -> int | None:
+    """``gitrun start`` or ``resume`` of a command-mode run: its exit code
+    (None for an external run, whose batch the command line prints)."""
+    from gitrun.session import bring_definition, resume_run, start_run
+    from gitrun.state import load_view, where
+
+    if resume:
+        bring_definition(repo, run, event)
+    if load_view(where(repo), run).executor_kind == "external":
+        return None
+    drive = resume_run if resume else start_run
+    if quiet or as_json:
+        outcome = drive(repo, run, lambda _line: None)
+    elif sys.stderr.isatty() and sys.stdout.isatty():
+        from gitrun.view import LiveView
+
+        with LiveView(run) as view:
+            outcome = drive(repo, run, view.event, view.progress)
+    else:
+        outcome = drive(repo, run, event)
+    if as_json:
+        data = outcome.status.to_json()
+        data["exit_code"] = outcome.exit_code
+        data["stopped_by"] = outcome.stopped_by
+        data["halt"] = (
+            {"kind": outcome.halt.kind, "message": outcome.halt.message} if outcome.halt else None
+        )
+        data["violations"] = [v.to_record() for v in outcome.violations]
+        data["load_held_seconds"] = round(outcome.load_held, 1)
+        text = json.dumps(data, indent=2)
+    else:
+        from gitrun.report import format_summary
+
+        text = format_summary(
+            outcome.status, outcome.stopped_by, outcome.halt, outcome.violations, outcome.load_held
+        )
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+    return outcome.exit_code
 
 
 HELP_COLUMNS = 80  # click renders help at most this wide (min(columns, 80) - 2)

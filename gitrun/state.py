@@ -104,9 +104,9 @@ def read_status(repo: Path, run_id: str, run: RunShape | None = None) -> RunStat
 
 
 def _read_status(repo: Path, run_id: str, run: RunShape | None) -> RunStatus:
-    where = _where(repo)
-    run = run or load_view(where, run_id)
-    local = LocalPaths.under(Path(where.git_dir), run_id)
+    found = where(repo)
+    run = run or load_view(found, run_id)
+    local = LocalPaths.under(Path(found.git_dir), run_id)
     engine, tip = load_engine(run, local)
     # The branch exists but its tip's objects are gone (a prune during the run).
     damaged = tip is None and git.ref_target(repo, branch_ref(run_id)) is not None
@@ -143,7 +143,7 @@ def _read_status(repo: Path, run_id: str, run: RunShape | None) -> RunStatus:
     )
 
 
-def _where(repo: Path) -> Repo:
+def where(repo: Path) -> Repo:
     """The repository at ``repo`` with its git directory, found without a git
     process where :func:`gitrun.hookrules.find_repo` can."""
     found = find_repo(str(repo))

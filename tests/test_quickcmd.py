@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -115,3 +116,76 @@ def test_help_is_kept_only_for_the_width_it_was_rendered_at(
     monkeypatch.setenv("COLUMNS", columns)
     assert (quick_main(["--help"]) is not None) == quick
     assert bool(capsys.readouterr().out) == quick
+
+
+def _ran_repo(root: Path, name: str) -> Path:
+    """A repository with run r: t0 and t1 write their output, t2 writes nothing."""
+    repo = root / name
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    (repo / "README.md").write_text("x\n")
+    script = 'case "$GITRUN_TASK" in t0|t1) echo "{}" > "$GITRUN_OUTPUTS";; esac'
+    write_run(
+        repo,
+        "r",
+        [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(3)],
+        {
+            "executor": {"kind": "command", "command": ["sh", "-c", script]},
+            "limits": {"max_attempts": 1, "canary": 0, "concurrency": 1},
+        },
+    )
+    commit_all(repo, "define")
+    return repo
+
+
+@pytest.mark.parametrize(
+    "args", [["start", "r"], ["start", "r", "-q"], ["start", "--json", "r"], ["resume", "r"]]
+)
+def test_start_and_resume_answer_as_the_full_command_line(
+    tmp_path: Path, git_repo: Path, args: list[str]
+) -> None:
+    """The same run in two repositories, driven one way each: the same exit
+    code, summary and event lines, and the quick way loads no typer."""
+    outcomes = []
+    for code, name in ((_FULL, "full"), (_QUICK, "quick")):
+        repo = _ran_repo(tmp_path, name)
+        if args[0] == "resume":  # a run that started and stopped before its tasks ran
+            _run(repo, code, ["start", "r", "-q"])
+            subprocess.run(["git", "branch", "-f", "gitrun/r", "gitrun/r~1"], cwd=repo, check=True)
+            for out in (repo / "out").iterdir():
+                out.unlink()
+        outcomes.append(_run(repo, code, args))
+    full, quick = outcomes
+    heavy = quick.stderr.splitlines()[-1]  # a drive loads the definition (pydantic), no more
+    assert heavy.startswith("heavy=[") and not re.search(r"'(typer|click|rich)\b", heavy), heavy
+    assert quick.returncode == full.returncode == 1, (full.stderr, quick.stderr)
+    if "--json" in args:
+        states = [
+            {tid: t["status"] for tid, t in json.loads(p.stdout)["tasks"].items()}
+            for p in (full, quick)
+        ]
+        assert states[0] == states[1] == {"t0": "done", "t1": "done", "t2": "failed"}
+    else:
+        assert quick.stdout == full.stdout and "2 done" in full.stdout
+
+    def events(text: str) -> list[str]:
+        return [line.split(" as ")[0] for line in text.splitlines() if line.startswith("gitrun: ")]
+
+    assert [e.split(" from ")[0] for e in events(quick.stderr)] == [
+        e.split(" from ")[0] for e in events(full.stderr)
+    ]
+    assert bool(events(full.stderr)) == ("-q" not in args and "--json" not in args)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["start"],
+        ["start", "r", "--bogus"],
+        ["start", "r", "s"],
+        ["resume", "--help"],
+        ["start", "-h"],
+    ],
+)
+def test_other_drive_forms_go_to_the_full_command_line(args: list[str]) -> None:
+    assert quick_main(args) is None

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from gitrun.cli.app import _event, _repo, app
+from gitrun.cli.app import _repo, app
 from gitrun.errors import GitrunError
 
 EXIT_CODES_HELP = (
@@ -21,49 +20,15 @@ EXIT_CODES_HELP = (
 
 
 def _drive(ctx: typer.Context, run: str, as_json: bool, quiet: bool, resume: bool) -> None:
-    from gitrun.runs import load_run
-    from gitrun.session import bring_definition, resume_run, start_run
+    from gitrun.quickcmd import drive
 
     repo = _repo(ctx)
-    if resume:
-        bring_definition(repo, run, _event)
-    if load_run(repo, run).packet.executor.kind == "external":
+    code = drive(repo, run, as_json, quiet, resume)
+    if code is None:
         from gitrun.cli.external import _drive_external
 
-        _drive_external(repo, run, as_json, resume)
-    drive = resume_run if resume else start_run
-    if quiet or as_json:
-        outcome = drive(repo, run, lambda _line: None)
-    elif sys.stderr.isatty() and sys.stdout.isatty():
-        from gitrun.view import LiveView
-
-        with LiveView(run) as view:
-            outcome = drive(repo, run, view.event, view.progress)
-    else:
-        outcome = drive(repo, run, _event)
-    if as_json:
-        data = outcome.status.to_json()
-        data["exit_code"] = outcome.exit_code
-        data["stopped_by"] = outcome.stopped_by
-        data["halt"] = (
-            {"kind": outcome.halt.kind, "message": outcome.halt.message} if outcome.halt else None
-        )
-        data["violations"] = [v.to_record() for v in outcome.violations]
-        data["load_held_seconds"] = round(outcome.load_held, 1)
-        typer.echo(json.dumps(data, indent=2))
-    else:
-        from gitrun.report import format_summary
-
-        typer.echo(
-            format_summary(
-                outcome.status,
-                outcome.stopped_by,
-                outcome.halt,
-                outcome.violations,
-                outcome.load_held,
-            )
-        )
-    raise typer.Exit(outcome.exit_code)
+        _drive_external(repo, run, as_json, resume)  # exits with the batch's code
+    raise typer.Exit(code)
 
 
 _QUIET = typer.Option("--quiet", "-q", help="Print only the summary at the end.")

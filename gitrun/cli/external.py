@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -13,7 +13,7 @@ from gitrun.cli.app import _event, _orchestrator_guide, _repo, app
 EXIT_HALTED = 3  # as start and resume in command mode
 
 
-def _drive_external(repo: Path, run: str, as_json: bool, resume: bool) -> None:
+def _drive_external(repo: Path, run: str, as_json: bool, resume: bool) -> NoReturn:
     """start/resume of an external run: the branch (start), a collect (resume), a batch."""
     from gitrun.external import external_run
     from gitrun.session import prepare_external
@@ -28,7 +28,7 @@ def _drive_external(repo: Path, run: str, as_json: bool, resume: bool) -> None:
     _print_batch(run, batch, as_json)
 
 
-def _print_batch(run: str, batch: Any, as_json: bool) -> None:
+def _print_batch(run: str, batch: Any, as_json: bool) -> NoReturn:
     for violation in batch.violations:
         typer.echo(f"ownership violation: {violation}", err=True)
     for notice in batch.notices:  # the spend budget's
