@@ -69,3 +69,36 @@ def _filelock(path: Path, wait: bool) -> Iterator[None]:
         yield
     finally:
         lock.release()
+
+
+def is_held(path: Path) -> bool:
+    """Whether someone holds the lock on ``path`` right now (False when there
+    is no such file): a try of the same ``flock``, without waiting, on a
+    descriptor of its own (closing it drops what the try took). Where that
+    try cannot be made (a link, a file system without ``flock``) filelock
+    is asked."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return _held_by_filelock(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return _held_by_filelock(path)
+    finally:
+        os.close(fd)
+    return False
+
+
+def _held_by_filelock(path: Path) -> bool:
+    if not path.exists():
+        return False  # a dangling link
+    try:
+        with _filelock(path, wait=False):
+            return False
+    except Held:
+        return True

@@ -309,43 +309,10 @@ def run_locked(local: LocalPaths, run_id: str) -> Iterator[RunLock]:
 
 
 def is_locked(local: LocalPaths) -> bool:
-    """Whether a live process holds the run's driver lock right now.
+    """Whether a live process holds the run's driver lock right now."""
+    from gitrun.flocks import is_held
 
-    FileLock takes the lock with ``flock(LOCK_EX)``, so trying the same,
-    without waiting, answers; importing filelock would cost ``status`` 25 ms.
-    Where that try cannot be made (a link, a file system without flock),
-    filelock itself is asked, as before."""
-    import fcntl
-
-    try:
-        fd = os.open(local.lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return _is_locked_by_filelock(local)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return _is_locked_by_filelock(local)
-    finally:
-        os.close(fd)  # closing releases a lock this try took
-    return False
-
-
-def _is_locked_by_filelock(local: LocalPaths) -> bool:
-    if not local.lock.exists():
-        return False  # a dangling link
-    from filelock import FileLock, Timeout
-
-    lock = FileLock(str(local.lock), timeout=0)
-    try:
-        lock.acquire()
-    except Timeout:
-        return True
-    lock.release()
-    return False
+    return is_held(local.lock)
 
 
 PROC_LOCKS = Path("/proc/locks")
