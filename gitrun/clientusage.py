@@ -30,9 +30,7 @@ A model the report does not name is the one the argv asked for
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePath
@@ -384,19 +382,17 @@ def read_usage_file(path: Path) -> tuple[Usage | None, str]:
     """(the usage a worker wrote to ``$GITRUN_USAGE``, "") or (None, why it
     cannot be read, a warning); (None, "") when the worker wrote none."""
     from gitrun.records import Fields, RecordInvalid
+    from gitrun.regular import NotRegular, read_regular
 
     try:
         # Never follow a link, never wait on a FIFO or a device the worker put there.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        raw = read_regular(path, follow=False, limit=MAX_FILE + 1)
     except FileNotFoundError:
         return None, ""
+    except NotRegular:
+        return None, "is not a regular file"
     except OSError as exc:
         return None, f"cannot be read ({exc.strerror or exc}; it must be a regular file)"
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        return None, "is not a regular file"
-    with os.fdopen(fd, "rb") as handle:
-        raw = handle.read(MAX_FILE + 1)
     if len(raw) > MAX_FILE:
         return None, f"is over {MAX_FILE // 1024} KiB, where a usage report is one small object"
     try:

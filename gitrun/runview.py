@@ -30,9 +30,9 @@ import hashlib
 import json
 import os
 import re
-import stat
 
 from gitrun.errors import GitrunError
+from gitrun.regular import NotRegular, read_regular
 
 TYPE_CHECKING = False  # typing costs milliseconds; mypy reads this as True
 if TYPE_CHECKING:
@@ -276,16 +276,13 @@ def source_key(root: str, run_id: str) -> str:
             if os.path.islink(path):
                 digest.update(b"link\0" + os.readlink(path).encode("utf-8", "surrogateescape"))
                 continue
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO there never blocks
+            data = read_regular(path)
         except FileNotFoundError:
             digest.update(b"absent\0")
             continue
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
+        except NotRegular:
             digest.update(b"not a file\0")  # loading refuses it
             continue
-        with open(fd, "rb") as handle:
-            data = handle.read()
         digest.update(b"%d\0" % len(data))
         digest.update(data)
     return digest.hexdigest()
@@ -343,14 +340,9 @@ def read_view(path: str, key: str, repo: Path) -> RunView | None:
     """The view cached at ``path`` when it holds ``key``; None when it is
     missing, stale, cut short or damaged (it is then written again)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError:
+        data = read_regular(path, follow=False)
+    except OSError:  # missing, or not a regular file: written again
         return None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        return None
-    with open(fd, "rb") as handle:
-        data = handle.read()
     if not data.endswith(_END):
         return None  # cut short: it proves nothing
     head, _, body = data[: -len(_END)].partition(b"\n")

@@ -22,13 +22,15 @@ def read_toml(path: Path, shown: str | None = None) -> dict[str, Any]:
 def read_toml_text(path: Path, shown: str | None = None) -> tuple[str, dict[str, Any]]:
     """The text of ``path`` and its parsed TOML; ``shown`` names the file in errors."""
     name = shown or str(path)
+    from gitrun.regular import NotRegular, read_regular
+
     try:
-        data = path.read_bytes()
+        data = read_regular(path)  # a FIFO there is refused, not waited on
     except FileNotFoundError as exc:
         raise DefinitionError([f"{name}: file not found"], path=name) from exc
-    except IsADirectoryError as exc:
+    except NotRegular as exc:
         raise DefinitionError(
-            [f"{name}: is a directory, not a file; replace it with the TOML file"], path=name
+            [f"{name}: is {exc.kind}, not a file; replace it with the TOML file"], path=name
         ) from exc
     except OSError as exc:
         raise DefinitionError([f"{name}: cannot read it ({exc.strerror})"], path=name) from exc

@@ -246,17 +246,21 @@ def test_load_view_gives_the_loaded_definitions_shape(driven: Path) -> None:
     assert read_view(str(_view_file(driven)), "0" * 64, driven) is None
 
 
-@pytest.mark.parametrize("kind", ["a directory", "a fifo"])
-def test_a_definition_file_that_is_not_a_file_is_one_sentence(driven: Path, kind: str) -> None:
-    """The key is computed before anything loads: it must not trip over (or
-    wait on) what loading then refuses in one sentence."""
+@pytest.mark.parametrize("name", [".gitrun/config.toml", ".gitrun/runs/r/tasks.toml"])
+@pytest.mark.parametrize("kind", ["a directory", "a FIFO"])
+def test_a_definition_file_that_is_not_a_file_is_one_sentence(
+    driven: Path, kind: str, name: str
+) -> None:
+    """Neither the key nor loading may trip over (or wait on) a definition
+    file that is not a file: one sentence naming the file, at once."""
     _status(driven, "r")
-    tasks = driven / ".gitrun/runs/r/tasks.toml"
-    tasks.unlink()
+    path = driven / name
+    path.unlink(missing_ok=True)
     if kind == "a directory":
-        tasks.mkdir()
+        path.mkdir()
     else:
-        os.mkfifo(tasks)
-    code, out, err = _status(driven, "r")
+        os.mkfifo(path)
+    code, out, err = _status(driven, "r")  # (a hang fails on the timeout)
     assert code != 0 and out == ""
-    assert "tasks.toml: is not a regular file" in err and "Traceback" not in err
+    assert "Traceback" not in err
+    assert f"{name}: is {kind}, not a" in err or f"{name}: is not a regular file" in err
