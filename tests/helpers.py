@@ -119,6 +119,19 @@ def spawn_events(spec_path: Path) -> list[tuple[str, int, str, float]]:
     return events
 
 
+def run_gitrun(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """gitrun as a real child process in ``repo``, run to its end, output captured."""
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "gitrun", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def gitrun_process(repo: Path, *args: str, capture: bool = True) -> subprocess.Popen[str]:
     """gitrun as a real child process in ``repo``. With ``capture`` its output
     is piped for the test to read; a test that never reads it passes False

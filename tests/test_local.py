@@ -12,7 +12,6 @@ import ast
 import json
 import re
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from gitrun.lock import LiveAttempt, LiveState, Owner, RunBusy, read_owner, run_
 from gitrun.records import Fields, Record, RecordDamaged, load_record, write_record
 from gitrun.runs import TasksCache, read_tasks_cache
 from tests.helpers import commit_all, write_run
+from tests.helpers import run_gitrun as _gitrun
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gitrun"
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -323,16 +323,6 @@ def test_retired_files_keep_their_suffix(tmp_path: Path) -> None:
 
 
 # -- what the user sees, from the real command line ---------------------------
-
-
-def _gitrun(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gitrun", *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def _one_task_run(repo: Path) -> None:

@@ -29,6 +29,7 @@ from gitrun.lock import (
     run_locked,
 )
 from tests.helpers import commit_all, git, write_run
+from tests.helpers import run_gitrun as gitrun
 
 
 @dataclass
@@ -68,16 +69,6 @@ def full_disk(git_repo: Path) -> Iterator[FullDisk]:
         yield disk
     finally:
         subprocess.run(["umount", "-l", str(where)], check=True)
-
-
-def gitrun(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gitrun", *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def one_task_run(repo: Path) -> None:

@@ -21,6 +21,7 @@ from gitrun.runview import DEFINITION_VARS, RunLimits, read_view, view_key
 from gitrun.settings import ENV_OVERRIDES, Limits
 from gitrun.state import load_view, read_status
 from tests.helpers import commit_all, fake_worker_run
+from tests.helpers import run_gitrun as _gitrun
 
 _STATUS = """
 import sys
@@ -42,16 +43,6 @@ def _status(repo: Path, *args: str, env: dict[str, str] | None = None) -> tuple[
         env=env,
     )
     return proc.returncode, proc.stdout, proc.stderr
-
-
-def _gitrun(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gitrun", *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 @pytest.fixture
