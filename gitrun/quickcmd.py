@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int | None:
     try:
         status(directory, run, as_json, show_all)
     except BrokenPipeError:  # `gitrun status | head`
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _silence(sys.stdout)
         return 1
     return 0  # a failure is the caller's to report, as the command line reports it
 
@@ -79,9 +79,30 @@ def _drive_form(directory: str | None, argv: list[str]) -> int | None:
 
 
 def event(line: str) -> None:
-    """One plain line per driver event, on stderr (stdout stays for results)."""
-    sys.stderr.write(f"gitrun: {line}\n")
-    sys.stderr.flush()
+    """One plain line per driver event, on stderr (stdout stays for results).
+    A reader that went away (`gitrun start r 2>&1 | head -1`) loses the
+    lines, never the run: a write failing here would stop the driver
+    between launching attempts and recording them."""
+    try:
+        sys.stderr.write(f"gitrun: {line}\n")
+        sys.stderr.flush()
+    except BrokenPipeError:
+        _silence(sys.stderr)
+
+
+def _silence(stream: object) -> None:
+    """Point ``stream``'s descriptor at /dev/null, so what is still buffered,
+    and every later write, goes nowhere instead of failing again (at exit too)."""
+    fileno = getattr(stream, "fileno", None)
+    if fileno is None:
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fileno())
+    except (OSError, ValueError):
+        pass  # a stream without a descriptor: nothing to point elsewhere
+    finally:
+        os.close(devnull)
 
 
 def drive(repo: Path, run: str, as_json: bool, quiet: bool, resume: bool) -> int | None:
@@ -120,8 +141,11 @@ def drive(repo: Path, run: str, as_json: bool, quiet: bool, resume: bool) -> int
         text = format_summary(
             outcome.status, outcome.stopped_by, outcome.halt, outcome.violations, outcome.load_held
         )
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `gitrun start r | head -c0`: the run ended all the same
+        _silence(sys.stdout)
     return outcome.exit_code
 
 
