@@ -9,6 +9,7 @@ between the check and the read is read. Light: the write hooks import it.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -46,6 +47,8 @@ def read_regular(path: str | Path, follow: bool = True, limit: int = -1) -> byte
     except OSError as exc:
         if not follow and os.path.islink(path):
             raise NotRegular(str(path), "a symbolic link") from exc
+        if exc.errno == errno.ENXIO and _is_socket(path, follow):
+            raise NotRegular(str(path), "a socket") from exc  # open() refuses one
         raise
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
@@ -54,3 +57,11 @@ def read_regular(path: str | Path, follow: bool = True, limit: int = -1) -> byte
         raise NotRegular(str(path), kind)
     with open(fd, "rb") as handle:
         return handle.read(limit)
+
+
+def _is_socket(path: str | Path, follow: bool) -> bool:
+    try:
+        mode = os.stat(path, follow_symlinks=follow).st_mode
+    except OSError:
+        return False
+    return stat.S_ISSOCK(mode)
