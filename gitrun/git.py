@@ -336,9 +336,13 @@ def object_format(repo: Path) -> str:
 def new_files(repo: Path, base: str, tip: str, paths: list[str] | None = None) -> set[str]:
     """Files of ``tip`` (all, or those under ``paths``) whose content is not
     what ``base`` holds at the same path: one ``git diff-tree`` rather than
-    listing both trees (a change of mode alone is no new content)."""
+    listing both trees (a change of mode alone is no new content).
+    ``--ignore-submodules=none``: diff-tree would otherwise leave out a
+    gitlink that .gitmodules or diff.ignoreSubmodules says to ignore, where
+    the listings of both trees show it."""
     extra = ["--", *paths] if paths else []  # literal: see git()
-    out = git(repo, "diff-tree", "-r", "-z", "--no-renames", base, tip, *extra)
+    argv = ["diff-tree", "-r", "-z", "--no-renames", "--ignore-submodules=none"]
+    out = git(repo, *argv, base, tip, *extra)
     fields = out.decode(errors="surrogateescape").split("\0")
     found = set()
     for meta, path in zip(fields[0::2], fields[1::2], strict=False):
