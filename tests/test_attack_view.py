@@ -83,7 +83,7 @@ def test_a_linked_config_is_keyed_by_what_it_points_to(defined: Path) -> None:
 
 
 @pytest.mark.parametrize("link", ["dangling", "loop"])
-def test_a_config_link_that_cannot_be_read_is_loads_error(defined: Path, link: str) -> None:
+def test_a_config_link_that_cannot_be_read_gives_the_load_error(defined: Path, link: str) -> None:
     """A view written with no config at all must not answer once config.toml
     is a link that goes nowhere: loading says why, every time."""
     assert run_gitrun(defined, "status", "r").returncode == 0  # the view is written
