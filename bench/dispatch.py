@@ -291,7 +291,7 @@ def phases(bench: Bench, n: int, repeat: int) -> list[tuple[str, float]]:
         points = [
             ("interpreter start", spawned, got["up"]),
             ("import the core (session, driver, ...)", got["up"], got["imported"]),
-            ("command line: typer, parsing, a first load", at("main"), at(_MARKED[0])),
+            ("command line: parse, find the repository", at("main"), at(_MARKED[0])),
             ("load the run, take the lock", at(_MARKED[0]), at(_MARKED[1])),
             ("check (ownership proof, dirty paths)", at(_MARKED[2]), at(_MARKED[2], True)),
             ("branch: lookups, first commit", at(_MARKED[2], True), at(_MARKED[1], True)),
