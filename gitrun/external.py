@@ -33,7 +33,6 @@ from gitrun.pointer import render_pointer
 from gitrun.records import load_record, warn_stderr, write_record
 from gitrun.runfiles import definition_files
 from gitrun.runs import RunDef, load_run
-from gitrun.runview import refresh_view
 from gitrun.usage import Usage
 
 LOCK_PATIENCE = 30.0  # seconds next/collect wait for another next/collect
@@ -399,6 +398,5 @@ def external_run(repo: Path, run_id: str) -> Iterator[External]:
                 if time.time() >= deadline:
                     raise
                 time.sleep(0.1)
-        hookrules.refresh(repo, local, run_id)
-        refresh_view(local, run)
+        hookrules.refresh(local, run)
         yield External(run, local)

@@ -37,7 +37,6 @@ from gitrun.runview import source_key
 TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
-    from pathlib import Path
 
     from gitrun.local import LocalPaths
     from gitrun.runs import RunDef
@@ -213,15 +212,20 @@ def protected_of(repo: Repo, run_id: str) -> tuple[list[str], re.Pattern[str]]:
     return texts, re.compile(str(header["protected_regex"]), re.DOTALL)
 
 
-def refresh(repo: Path, local: LocalPaths, run_id: str) -> None:
-    """Bring a run's cached rules up to date with its definition (``start``,
-    ``resume`` and ``next`` call it, so a run's first hook call is fast too).
-    A failure only leaves the work to the next hook call."""
+def refresh(local: LocalPaths, run: RunDef) -> None:
+    """Write what a loaded run's definition feeds, unless it is cached: its
+    hook rules and its view (:mod:`gitrun.runview`). ``start``, ``resume``
+    and ``next`` call it, so a run's first hook call and ``status`` are fast
+    too. Both are keyed by what ``run`` was loaded from, not by the files as
+    they are now (an edit since is seen by the next call). A failure only
+    leaves the work to the next call."""
     import contextlib
 
-    # a definition that does not load: check and start say why, and the hook blocks
-    with contextlib.suppress(Exception):
-        _current(Repo(str(repo), ""), run_id, None, str(local.hook_rules))
+    key, path = run.keys[0], str(local.hook_rules)
+    if key and _cached(path, key, None) is None:
+        with contextlib.suppress(OSError, ValueError):
+            _write(path, key, run)
+    runview.refresh_view(local, run, run.keys[1])
 
 
 def _current(
@@ -235,13 +239,11 @@ def _current(
     from pathlib import Path
 
     from gitrun.runs import load_run
-    from gitrun.tomlfile import write_atomic
 
     run = load_run(Path(repo.root), run_id, environ={})
-    if source_key(repo.root, run_id) != key:
+    if run.keys[0] != key:
         raise OSError(f"the definition of run {run_id!r} changed while it was read; try again")
-    body = "\n".join(_lines(run, key)) + _END.decode()
-    write_atomic(Path(path), body.encode(), durable=False)
+    _write(path, key, run)
     found = _cached(path, key, task_id)
     if found is None:  # pragma: no cover - the cache was just written with this key
         raise OSError(f"cannot read back {path}")
@@ -287,6 +289,15 @@ def _cached(
     except (ValueError, TypeError):  # an edited or damaged line: written again
         return None
     return header, (regex, owns)
+
+
+def _write(path: str, key: str, run: RunDef) -> None:
+    from pathlib import Path
+
+    from gitrun.tomlfile import write_atomic
+
+    body = "\n".join(_lines(run, key)) + _END.decode()
+    write_atomic(Path(path), body.encode(), durable=False)
 
 
 def _lines(run: RunDef, key: str) -> Iterator[str]:

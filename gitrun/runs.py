@@ -22,7 +22,7 @@ from gitrun.runview import LEDGER_NAME as LEDGER_NAME
 from gitrun.runview import PACKET_NAME as PACKET_NAME
 from gitrun.runview import RUNS_DIR as RUNS_DIR
 from gitrun.runview import TASKS_NAME as TASKS_NAME
-from gitrun.runview import RunLimits, RunRules, run_ids
+from gitrun.runview import RunLimits, RunRules, run_ids, source_key, view_key
 from gitrun.runview import check_run_id as check_run_id
 from gitrun.settings import (
     ArgText,
@@ -66,6 +66,9 @@ class RunDef(RunRules):
     id: str
     packet: Packet
     tasks: list[Task]
+    # What was loaded, as the caches key it: (runview.source_key, runview.view_key);
+    # ("", "") when the files changed while they were read, so no cache is written.
+    keys: tuple[str, str] = ("", "")
 
     @cached_property
     def limits(self) -> RunLimits:
@@ -121,6 +124,8 @@ def load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None = None) 
 
 def _load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None) -> RunDef:
     check_run_id(run_id)
+    env = os.environ if environ is None else environ
+    before = source_key(str(repo), run_id)
     run_dir = repo / RUNS_DIR / run_id
     packet_name = f"{RUNS_DIR}/{run_id}/{PACKET_NAME}"
     tasks_name = f"{RUNS_DIR}/{run_id}/{TASKS_NAME}"
@@ -151,7 +156,7 @@ def _load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None) -> Run
                 packet_text=packet_text,
                 config_name=CONFIG_FILE,
                 config_text=config_text,
-                environ=environ if environ is not None else os.environ,
+                environ=env,
             )
         except DefinitionError as exc:
             errors.add(exc)
@@ -178,7 +183,9 @@ def _load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None) -> Run
         if not errors.lines:  # pragma: no cover - a packet that fails says why
             errors.line(f"{packet_name}: could not be loaded")
         raise SchemaError(errors.lines, errors.kinds, path=packet_name)
-    return RunDef(repo=repo, id=run_id, packet=packet, tasks=tasks)
+    after = source_key(str(repo), run_id)
+    keys = (before, view_key(before, env)) if after == before else ("", "")
+    return RunDef(repo=repo, id=run_id, packet=packet, tasks=tasks, keys=keys)
 
 
 # Tasks above which a table is validated one task at a time, each raw task

@@ -277,20 +277,24 @@ def source_key(root: str, run_id: str) -> str:
                 digest.update(b"link\0" + os.readlink(path).encode("utf-8", "surrogateescape"))
                 continue
             data = read_regular(path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             digest.update(b"absent\0")
             continue
         except NotRegular:
             digest.update(b"not a file\0")  # loading refuses it
+            continue
+        except OSError as exc:  # unreadable: loading says why
+            digest.update(b"error %d\0" % (exc.errno or 0))
             continue
         digest.update(b"%d\0" % len(data))
         digest.update(data)
     return digest.hexdigest()
 
 
-def view_key(root: str, run_id: str, environ: Mapping[str, str]) -> str:
-    """What a run's view depends on (see the module's docstring)."""
-    digest = hashlib.sha256(f"gitrun run view {VERSION}\0{source_key(root, run_id)}\0".encode())
+def view_key(source: str, environ: Mapping[str, str]) -> str:
+    """What a run's view depends on: its definition's :func:`source_key` and
+    the overrides in ``environ`` (see the module's docstring)."""
+    digest = hashlib.sha256(f"gitrun run view {VERSION}\0{source}\0".encode())
     for var in DEFINITION_VARS:
         value = environ.get(var)
         digest.update(b"-\0" if value is None else f"={value}\0".encode("utf-8", "surrogateescape"))
@@ -327,12 +331,14 @@ def write_view(path: str, key: str, run: RunShape) -> None:
         write_atomic(Path(path), body, durable=False)
 
 
-def refresh_view(local: LocalPaths, run: RunShape) -> None:
-    """Bring ``run``'s cached view up to date (``start``, ``resume`` and
-    ``next`` call it, so the first ``status`` after them is fast too)."""
-    key = view_key(str(run.repo), run.id, os.environ)
+def refresh_view(local: LocalPaths, run: RunShape, key: str) -> None:
+    """Write ``run``'s view unless the cache holds it (``start``, ``resume``
+    and ``next`` call it, so the first ``status`` after them is fast too).
+    ``key`` is what ``run`` was loaded from (``RunDef.keys``), never the
+    files as they are now: an edit since the load is seen by the next
+    ``status``; "" (changed while loading) writes nothing."""
     path = str(local.run_view)
-    if read_view(path, key, run.repo) is None:
+    if key and read_view(path, key, run.repo) is None:
         write_view(path, key, run)
 
 

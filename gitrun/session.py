@@ -25,7 +25,6 @@ from gitrun.lock import run_locked
 from gitrun.problem import Problem
 from gitrun.runfiles import definition_files, merge_committed_ledger, refuse_rewritten_definition
 from gitrun.runs import LEDGER_NAME, PACKET_NAME, RUNS_DIR, RunDef, check_run_id, load_run
-from gitrun.runview import refresh_view
 from gitrun.tomlfile import write_atomic
 
 
@@ -53,8 +52,7 @@ def prepare_external(repo: Path, run_id: str, report: Reporter, resume: bool) ->
         else:
             resumed = run
             _create_branch(repo, run, local, report)
-    hookrules.refresh(repo, local, run_id)
-    refresh_view(local, resumed)
+    hookrules.refresh(local, resumed)
 
 
 def _create_branch(repo: Path, run: RunDef, local: LocalPaths, report: Reporter) -> Committer:
@@ -92,8 +90,7 @@ def start_run(
     local = LocalPaths.of(repo, run_id)
     with run_locked(local, run_id) as lock:
         committer = _create_branch(repo, run, local, report)
-        hookrules.refresh(repo, local, run_id)
-        refresh_view(local, run)
+        hookrules.refresh(local, run)
         driver = Driver(run, local, lock, committer, report, progress)
         driver.recover()  # workers of an earlier life of this run id
         return driver.drive()
@@ -113,8 +110,7 @@ def resume_run(
         problems = check_run(run, check_dirty=False).problems
         if problems:
             raise CheckFailed(run_id, problems)
-        hookrules.refresh(repo, local, run_id)
-        refresh_view(local, run)
+        hookrules.refresh(local, run)
         committer = Committer(repo, run_id, local)
         driver = Driver(run, local, lock, committer, report, progress)
         driver.recover()

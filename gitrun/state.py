@@ -16,7 +16,15 @@ from gitrun.engine import DONE, STATUSES, load_engine
 from gitrun.hookrules import Repo, find_repo
 from gitrun.local import LocalPaths
 from gitrun.lock import Owner, is_locked, read_owner
-from gitrun.runview import branch_ref, check_run_id, read_view, view_key, view_path, write_view
+from gitrun.runview import (
+    branch_ref,
+    check_run_id,
+    read_view,
+    source_key,
+    view_key,
+    view_path,
+    write_view,
+)
 from gitrun.usage import UsageTotals
 
 if TYPE_CHECKING:
@@ -158,7 +166,7 @@ def load_view(repo: Repo, run_id: str, environ: Mapping[str, str] | None = None)
     and its view written for the next call."""
     check_run_id(run_id)
     env = os.environ if environ is None else environ
-    key = view_key(repo.root, run_id, env)
+    key = view_key(source_key(repo.root, run_id), env)
     path = view_path(repo.git_dir, run_id)
     found = read_view(path, key, Path(repo.root))
     if found is not None and found.id == run_id:
@@ -166,6 +174,6 @@ def load_view(repo: Repo, run_id: str, environ: Mapping[str, str] | None = None)
     from gitrun.runs import load_run
 
     run = load_run(Path(repo.root), run_id, environ=env)
-    if view_key(repo.root, run_id, env) == key:  # not edited while it was read
-        write_view(path, key, run)
+    if run.keys[1]:  # not edited while it was read
+        write_view(path, run.keys[1], run)
     return run

@@ -248,14 +248,27 @@ def test_a_fifo_as_definition_blocks_at_once_rather_than_hanging(run_repo: Path)
     assert proc.returncode == 2 and "not a regular file" in proc.stderr, proc.stderr
 
 
-def test_refresh_keeps_a_current_cache_and_survives_a_broken_run(run_repo: Path) -> None:
+def test_refresh_keeps_current_caches_and_keys_them_by_what_was_loaded(run_repo: Path) -> None:
+    from gitrun.runs import load_run
+
     local = LocalPaths.of(run_repo, "r")
-    refresh(run_repo, local, "r")
-    first = local.hook_rules.stat().st_mtime_ns
-    refresh(run_repo, local, "r")
-    assert local.hook_rules.stat().st_mtime_ns == first  # up to date: not rewritten
-    (run_repo / ".gitrun" / "runs" / "r" / "packet.toml").write_text("not toml [")
-    refresh(run_repo, local, "r")  # says nothing: check and start report it
+    run = load_run(run_repo, "r")
+    refresh(local, run)
+    written = (local.hook_rules.stat().st_mtime_ns, local.run_view.stat().st_mtime_ns)
+    refresh(local, run)
+    assert (local.hook_rules.stat().st_mtime_ns, local.run_view.stat().st_mtime_ns) == written
+    # The definition changes after the load: what the old load writes is
+    # keyed by the old files, so neither the hook nor status takes it.
+    tasks = run_repo / ".gitrun" / "runs" / "r" / "tasks.toml"
+    tasks.write_text(tasks.read_text().replace("out/t1.json", "out/t1-new.json"))
+    local.hook_rules.unlink()
+    local.run_view.unlink()
+    refresh(local, run)
+    rules = rules_of(Repo(str(run_repo), str(run_repo / ".git")), "r", "t1")
+    assert rules.owns_path("out/t1-new.json") and not rules.owns_path("out/t1.json")
+    from gitrun.state import read_status
+
+    assert read_status(run_repo, "r").tasks["t1"].missing == ["out/t1-new.json"]
 
 
 def test_rules_of_judges_temporaries_like_the_audit(run_repo: Path) -> None:

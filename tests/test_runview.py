@@ -17,7 +17,7 @@ import pytest
 from gitrun.hookrules import find_repo
 from gitrun.local import LocalPaths
 from gitrun.runs import load_run
-from gitrun.runview import DEFINITION_VARS, RunLimits, read_view, view_key
+from gitrun.runview import DEFINITION_VARS, RunLimits, read_view, source_key, view_key
 from gitrun.settings import ENV_OVERRIDES, Limits
 from gitrun.state import load_view, read_status
 from tests.helpers import commit_all, fake_worker_run
@@ -232,7 +232,7 @@ def test_load_view_gives_the_loaded_definitions_shape(driven: Path) -> None:
     assert [(t.id, view.stage_of(t), view.output_paths(t)) for t in view.tasks] == [
         (t.id, run.stage_of(t), run.output_paths(t)) for t in run.tasks
     ]
-    key = view_key(where.root, "r", os.environ)
+    key = view_key(source_key(where.root, "r"), os.environ)
     assert read_view(str(_view_file(driven)), key, driven) is not None
     assert read_view(str(_view_file(driven)), "0" * 64, driven) is None
 
