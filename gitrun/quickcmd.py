@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int | None:
     try:
         status(directory, run, as_json, show_all)
     except BrokenPipeError:  # `gitrun status | head`
-        _silence(sys.stdout)
+        silence(sys.stdout)
         return 1
     return 0  # a failure is the caller's to report, as the command line reports it
 
@@ -87,10 +87,10 @@ def event(line: str) -> None:
         sys.stderr.write(f"gitrun: {line}\n")
         sys.stderr.flush()
     except BrokenPipeError:
-        _silence(sys.stderr)
+        silence(sys.stderr)
 
 
-def _silence(stream: object) -> None:
+def silence(stream: object) -> None:
     """Point ``stream``'s descriptor at /dev/null, so what is still buffered,
     and every later write, goes nowhere instead of failing again (at exit too)."""
     fileno = getattr(stream, "fileno", None)
@@ -145,7 +145,7 @@ def drive(repo: Path, run: str, as_json: bool, quiet: bool, resume: bool) -> int
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
     except BrokenPipeError:  # `gitrun start r | head -c0`: the run ended all the same
-        _silence(sys.stdout)
+        silence(sys.stdout)
     return outcome.exit_code
 
 

@@ -16,6 +16,7 @@ from pydantic import Field, ValidationError
 from gitrun.collector import collector_paused
 from gitrun.errors import DefinitionError, GitrunError
 from gitrun.records import VERSION, Fields, Warn, load_record, warn_stderr, write_record
+from gitrun.regular import read_regular
 from gitrun.runview import CONFIG_FILE as CONFIG_FILE
 from gitrun.runview import GITRUN_DIR as GITRUN_DIR
 from gitrun.runview import LEDGER_NAME as LEDGER_NAME
@@ -66,8 +67,8 @@ class RunDef(RunRules):
     id: str
     packet: Packet
     tasks: list[Task]
-    # What was loaded, as the caches key it: (runview.source_key, runview.view_key);
-    # ("", "") when the files changed while they were read, so no cache is written.
+    # What was loaded, as the caches key it: (runview.source_key, runview.view_key)
+    # of the bytes that were read; ("", "") for a run made otherwise (no cache).
     keys: tuple[str, str] = ("", "")
 
     @cached_property
@@ -125,7 +126,6 @@ def load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None = None) 
 def _load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None) -> RunDef:
     check_run_id(run_id)
     env = os.environ if environ is None else environ
-    before = source_key(str(repo), run_id)
     run_dir = repo / RUNS_DIR / run_id
     packet_name = f"{RUNS_DIR}/{run_id}/{PACKET_NAME}"
     tasks_name = f"{RUNS_DIR}/{run_id}/{TASKS_NAME}"
@@ -183,8 +183,10 @@ def _load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None) -> Run
         if not errors.lines:  # pragma: no cover - a packet that fails says why
             errors.line(f"{packet_name}: could not be loaded")
         raise SchemaError(errors.lines, errors.kinds, path=packet_name)
-    after = source_key(str(repo), run_id)
-    keys = (before, view_key(before, env)) if after == before else ("", "")
+    # Keyed by the bytes that were read: an edit made while they were read,
+    # or since, is a different key and never served from a cache.
+    key = source_key(str(repo), run_id, errors.read)
+    keys = (key, view_key(key, env))
     return RunDef(repo=repo, id=run_id, packet=packet, tasks=tasks, keys=keys)
 
 
@@ -233,11 +235,13 @@ def _validate_each(entries: list[Any]) -> list[Task] | None:
 
 
 class _Errors:
-    """Sentences from every file of a run, each with its kind (see SchemaError)."""
+    """Sentences from every file of a run, each with its kind (see SchemaError),
+    and the bytes each file was read as (what the caches are keyed by)."""
 
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.kinds: list[str] = []
+        self.read: dict[str, bytes] = {}
 
     def add(self, exc: DefinitionError) -> None:
         kinds = getattr(exc, "kinds", None) or exc.lines
@@ -316,7 +320,7 @@ def _read_cached(
     that cannot be read is only a warning: the file is parsed again. The text
     is :data:`_FROM_CACHE` when the cache served the table."""
     try:
-        data = path.read_bytes()
+        data = read_regular(path)
     except OSError:
         return _read(path, shown, errors)
     if len(data) < CACHE_ABOVE:
@@ -330,6 +334,7 @@ def _read_cached(
     cache = LocalPaths.under(git_dir, run_id).tasks_cache
     cached = read_tasks_cache(cache, shown)
     if cached is not None and cached.sha1 == digest:
+        errors.read[str(path)] = data
         return _FROM_CACHE, cached.data
     text, raw = _read_big(path, data, shown, errors)
     if raw:
@@ -347,12 +352,17 @@ def _read_big(path: Path, data: bytes, shown: str, errors: _Errors) -> tuple[str
     except UnicodeDecodeError:
         return _read(path, shown, errors)
     raw = None if text.startswith("\ufeff") else loads_task_table(text)
-    return (text, raw) if raw is not None else _read(path, shown, errors)
+    if raw is None:
+        return _read(path, shown, errors)
+    errors.read[str(path)] = data
+    return text, raw
 
 
 def _read(path: Path, shown: str, errors: _Errors) -> tuple[str, dict[str, Any]]:
     try:
-        return read_toml_text(path, shown)
+        text, raw = read_toml_text(path, shown)
     except DefinitionError as exc:
         errors.add(exc)
         return "", {}
+    errors.read[str(path)] = text.encode("utf-8")  # decoded strictly: the same bytes
+    return text, raw

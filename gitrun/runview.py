@@ -112,7 +112,7 @@ DEFINITION_VARS = (
 
 
 def check_run_id(run_id: str) -> None:
-    if not re.match(ID_PATTERN, run_id):
+    if not re.fullmatch(ID_PATTERN, run_id):  # match() would let "r\n" through
         raise GitrunError(
             f"{run_id!r} is not a valid run id; use 1-64 lowercase letters, digits, '.', '_' "
             "or '-', starting with a letter or digit"
@@ -159,9 +159,16 @@ class RunLimits:
     max_projection: float
 
     def __init__(self, values: Mapping[str, object]) -> None:
-        """From a checked Limits' values; raises KeyError when one is missing."""
-        for name in self.__annotations__:
-            setattr(self, name, values[name])
+        """From a checked Limits' values; raises KeyError when one is missing
+        and TypeError when one is not of its field's type (a cached view
+        written by another version, or edited)."""
+        for name, annotation in self.__annotations__.items():
+            value = values[name]
+            if not _of_type(value, annotation):
+                raise TypeError(f"limits.{name}: {value!r} is not {annotation}")
+            setattr(self, name, value)
+        if self.halt is not None and not HALT_POLICY.match(self.halt.replace(" ", "")):
+            raise TypeError(f"limits.halt: {self.halt!r} is not a halt policy")
 
     def to_json(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.__annotations__}
@@ -186,6 +193,25 @@ class RunLimits:
         if found[2]:
             return max(1, -(-number * tasks // 100))
         return max(1, number)
+
+
+def _of_type(value: object, annotation: str) -> bool:
+    """``value`` is of the type a RunLimits annotation names (JSON's kinds:
+    an int is a float too, a bool is neither)."""
+    if value is None:
+        return annotation.endswith("| None")
+    kind = annotation.removesuffix(" | None")
+    if isinstance(value, bool):
+        return False
+    if kind == "int":
+        return isinstance(value, int)
+    if kind == "float":
+        return isinstance(value, int | float)
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "list[str]":
+        return isinstance(value, list) and all(isinstance(item, str) for item in value)
+    raise AssertionError(f"no check for {annotation}")  # a field added without one
 
 
 class RunRules:
@@ -261,11 +287,14 @@ _END = b"\n# end of the run view\n"  # a file cut short does not end so
 _SOURCES = (CONFIG_FILE, PACKET_NAME, TASKS_NAME)
 
 
-def source_key(root: str, run_id: str) -> str:
+def source_key(root: str, run_id: str, read: Mapping[str, bytes] | None = None) -> str:
     """The SHA-256 of the files a run's definition comes from (a missing one
-    counts as absent, a symbolic link by its target and anything but a
-    regular file by its kind: loading refuses them), and of whether the
-    directories holding them are symbolic links (loading refuses those too)."""
+    counts as absent, anything but a regular file by its kind, and a symbolic
+    link by its target: loading refuses a linked packet or task table, and
+    reads config.toml through its link, so that is hashed by its content
+    too), and of whether the directories holding them are symbolic links
+    (loading refuses those too). ``read`` gives the bytes a load read, by
+    path, to hash instead of reading the files again."""
     digest = hashlib.sha256(b"gitrun definition 1\0")
     run_dir = os.path.join(root, RUNS_DIR, run_id)
     for directory in (GITRUN_DIR, RUNS_DIR, f"{RUNS_DIR}/{run_id}"):
@@ -275,8 +304,9 @@ def source_key(root: str, run_id: str) -> str:
         try:
             if os.path.islink(path):
                 digest.update(b"link\0" + os.readlink(path).encode("utf-8", "surrogateescape"))
-                continue
-            data = read_regular(path)
+                if index:
+                    continue
+            data = read[path] if read and path in read else read_regular(path)
         except (FileNotFoundError, NotADirectoryError):
             digest.update(b"absent\0")
             continue
@@ -361,7 +391,7 @@ def read_view(path: str, key: str, repo: Path) -> RunView | None:
         run_id, stages, kind = header["run"], header["stages"], header["kind"]
         limits = RunLimits(header["limits"])
         tasks = [TaskView(tid, stage, outputs) for tid, stage, outputs in json.loads(body)]
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None  # damaged or edited: loaded again and written again
     if not (
         isinstance(run_id, str)

@@ -66,12 +66,6 @@ def _view_file(repo: Path) -> Path:
 # -- what the key must cover ---------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runview.source_key hashes a symlinked .gitrun/config.toml by its target's "
-    "name, while load_run reads the config through the link: an edit of the target "
-    "keeps the key and the cached view answers with the old limits",
-)
 def test_a_linked_config_is_keyed_by_what_it_points_to(defined: Path) -> None:
     shared = defined / "shared.toml"
     shared.write_text("[limits]\nmax_attempts = 5\n")
@@ -110,12 +104,6 @@ def test_a_file_where_a_definition_directory_belongs_is_one_sentence(
     assert (proc.returncode, proc.stdout, proc.stderr.strip()) == (1, "", expected)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runview.check_run_id uses re.match with '$', which matches before a final "
-    "newline: 'r\\n' passes as a run id, resume makes .git/gitrun/'r\\n' and the error "
-    "spans two lines",
-)
 def test_a_run_id_with_a_trailing_newline_is_refused(defined: Path) -> None:
     proc = run_gitrun(defined, "resume", "r\n")
     assert proc.returncode == 1
@@ -156,14 +144,6 @@ class _Swapped(Exception):
     """The packet was never read through the wrapped reader."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the key is sampled before and after the files are read: an edit that is "
-    "undone between the two samples (while the packet itself is read) leaves both "
-    "keys equal, and the view of the edit is cached under the original's key; "
-    "keying the bytes that were read would close it",
-)
 def test_an_edit_undone_while_the_packet_is_read_is_not_cached(
     defined: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -195,13 +175,6 @@ def test_an_edit_undone_while_the_packet_is_read_is_not_cached(
 # -- views damaged with their checksums right ---------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runview.read_view takes the limits' values as they are: a view whose key "
-    "and checksum are right but whose limits have the wrong types (another version of "
-    "gitrun, a hand edit) makes status an internal error; deep nesting escapes as "
-    "RecursionError",
-)
 @pytest.mark.parametrize("damage", ["max_attempts text", "halt junk", "max_cost text", "deep"])
 def test_a_view_with_values_of_the_wrong_type_is_read_again(driven: Path, damage: str) -> None:
     assert run_gitrun(driven, "status", "r").returncode == 0
@@ -302,12 +275,6 @@ def test_a_closed_stderr_does_not_stop_the_run(git_repo: Path) -> None:
     assert states == {"t01": "done", "t02": "done"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the typer `status` command reports a BrokenPipeError as an internal error "
-    "(exit 70 and a crash log; cli.app._Group catches it before click's own EPIPE "
-    "handling), where the quick path exits 1 quietly",
-)
 def test_typer_status_into_a_closed_pipe_is_quiet(defined: Path) -> None:
     out = _closed_pipe()
     full = "import sys; from gitrun.cli import main; sys.exit(main(sys.argv[1:]))"

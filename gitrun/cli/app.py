@@ -48,6 +48,11 @@ def report_failure(exc: BaseException) -> int:
         for line in lines:
             typer.echo(f"gitrun: error: {line}", err=True)
         return exc.exit_code
+    if isinstance(exc, BrokenPipeError):  # `gitrun ... | head`: the reader has gone
+        from gitrun.quickcmd import silence
+
+        silence(sys.stdout)
+        return 1
     if isinstance(exc, KeyboardInterrupt):
         typer.echo("gitrun: interrupted", err=True)
         return 130
