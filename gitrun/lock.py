@@ -285,6 +285,9 @@ class RunLock:
         self._written, self._failing = True, False
 
 
+PROBE_PATIENCE = 0.2  # seconds a start waits for the lock when it is only being probed
+
+
 @contextmanager
 def run_locked(local: LocalPaths, run_id: str) -> Iterator[RunLock]:
     """Hold the run's driver lock, or raise RunBusy naming its holder."""
@@ -295,7 +298,17 @@ def run_locked(local: LocalPaths, run_id: str) -> Iterator[RunLock]:
     with ExitStack() as lock:
         try:
             local.root.mkdir(parents=True, exist_ok=True)
-            lock.enter_context(hold(local.lock, wait=False))
+            # is_locked (status, the watchdog) takes the lock for an instant to
+            # see whether it is free: a start at that instant waits it out.
+            deadline = time.monotonic() + PROBE_PATIENCE
+            while True:
+                try:
+                    lock.enter_context(hold(local.lock, wait=False))
+                    break
+                except Held:
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.005)
         except Held:
             raise RunBusy(run_id, *_live_owner(local)) from None
         except OSError as exc:

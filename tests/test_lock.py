@@ -225,3 +225,43 @@ def test_is_locked_answers_as_filelock_does_without_importing_it(git_repo: Path)
     local.lock.unlink()
     local.lock.touch()
     assert subprocess.run([sys.executable, "-c", probe, str(local.root)]).returncode == 0
+
+
+def test_a_start_waits_out_a_probe_of_its_lock_but_not_a_holder(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """is_locked takes the lock for an instant; a start in that instant must
+    not be refused as busy. A real holder still refuses it."""
+    import threading
+    import time
+
+    from gitrun import lock
+    from gitrun.flocks import hold
+    from gitrun.lock import RunBusy, run_locked
+
+    local = LocalPaths.of(git_repo, "r")
+    local.root.mkdir(parents=True)
+    taken, release = threading.Event(), threading.Event()
+
+    def probe_for_a_moment() -> None:
+        with hold(local.lock, wait=False):
+            taken.set()
+            release.wait(timeout=10)
+
+    prober = threading.Thread(target=probe_for_a_moment)
+    prober.start()
+    try:
+        assert taken.wait(timeout=10)
+        monkeypatch.setattr(lock, "PROBE_PATIENCE", 60.0)  # however loaded the machine is
+        threading.Timer(0.05, release.set).start()
+        with run_locked(local, "r"):
+            pass  # taken once the probe let go
+    finally:
+        release.set()
+        prober.join(timeout=10)
+    monkeypatch.setattr(lock, "PROBE_PATIENCE", 0.2)
+    with hold(local.lock, wait=False):
+        started = time.monotonic()
+        with pytest.raises(RunBusy), run_locked(local, "r"):
+            pass
+        assert time.monotonic() - started >= 0.2
