@@ -23,6 +23,8 @@ from gitrun.regular import NotRegular, read_regular
 from gitrun.runs import load_run
 from gitrun.state import load_view, read_status, where
 from tests.helpers import commit_all, fake_worker_run, git, run_gitrun, write_run
+from tests.test_runview import _by_definition as _full
+from tests.test_runview import driven as driven  # the fixture
 
 
 @pytest.fixture
@@ -31,26 +33,6 @@ def defined(git_repo: Path) -> Path:
     write_run(git_repo, "r", [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(3)])
     commit_all(git_repo, "define")
     return git_repo
-
-
-@pytest.fixture
-def driven(git_repo: Path) -> Path:
-    """A run driven to its end: t01 and t03 done, t02 failed for good."""
-    fake_worker_run(
-        git_repo,
-        "r",
-        3,
-        {"tasks": {"t02": "nowrite"}},
-        packet={"limits": {"max_attempts": 2, "canary": 0, "timeout": "60s"}},
-    )
-    commit_all(git_repo, "define")
-    assert run_gitrun(git_repo, "start", "r", "-q").returncode == 1
-    return git_repo
-
-
-def _full(repo: Path) -> Any:
-    """``status --json`` of the fully loaded definition."""
-    return json.loads(json.dumps(read_status(repo, "r", load_run(repo, "r")).to_json()))
 
 
 def _load_error(repo: Path) -> str:
@@ -226,11 +208,24 @@ def test_status_from_the_view_is_the_definitions_everywhere(driven: Path) -> Non
 # -- the quick start/resume path and closed pipes -----------------------------------
 
 
-def _closed_pipe() -> int:
-    """The write end of a pipe nobody reads any more."""
+def _into_closed_pipe(
+    cwd: Path, argv: list[str], stderr_too: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``argv`` (after the interpreter) with stdout, and stderr too when
+    asked, the write end of a pipe nobody reads any more."""
     read_end, write_end = os.pipe()
     os.close(read_end)
-    return write_end
+    try:
+        return subprocess.run(
+            [sys.executable, *argv],
+            cwd=cwd,
+            stdout=write_end,
+            stderr=write_end if stderr_too else subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
 
 
 def test_start_into_a_closed_pipe_keeps_the_runs_exit_code(git_repo: Path) -> None:
@@ -238,18 +233,7 @@ def test_start_into_a_closed_pipe_keeps_the_runs_exit_code(git_repo: Path) -> No
     an internal error and a crash log, is what the caller gets."""
     fake_worker_run(git_repo, "r", 2, {}, packet={"limits": {"canary": 0}})
     commit_all(git_repo, "define")
-    out = _closed_pipe()
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "gitrun", "start", "r", "--json"],
-            cwd=git_repo,
-            stdout=out,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=120,
-        )
-    finally:
-        os.close(out)
+    proc = _into_closed_pipe(git_repo, ["-m", "gitrun", "start", "r", "--json"])
     assert proc.returncode == 0, proc.stderr
     assert "internal error" not in proc.stderr
 
@@ -259,36 +243,15 @@ def test_a_closed_stderr_does_not_stop_the_run(git_repo: Path) -> None:
     closed pipe; the run still ends with its work committed."""
     fake_worker_run(git_repo, "r", 2, {}, packet={"limits": {"canary": 0}})
     commit_all(git_repo, "define")
-    out = _closed_pipe()
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "gitrun", "start", "r"],
-            cwd=git_repo,
-            stdout=out,
-            stderr=out,
-            timeout=120,
-        )
-    finally:
-        os.close(out)
+    proc = _into_closed_pipe(git_repo, ["-m", "gitrun", "start", "r"], stderr_too=True)
     assert proc.returncode == 0
     states = {tid: t["status"] for tid, t in _full(git_repo)["tasks"].items()}
     assert states == {"t01": "done", "t02": "done"}
 
 
 def test_typer_status_into_a_closed_pipe_is_quiet(defined: Path) -> None:
-    out = _closed_pipe()
     full = "import sys; from gitrun.cli import main; sys.exit(main(sys.argv[1:]))"
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", full, "status", "r"],
-            cwd=defined,
-            stdout=out,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=120,
-        )
-    finally:
-        os.close(out)
+    proc = _into_closed_pipe(defined, ["-c", full, "status", "r"])
     assert (proc.returncode, proc.stderr) == (1, "")
 
 
