@@ -24,8 +24,11 @@ alone (repositories are set up before it).
   marked by wrapping gitrun's own functions in the child (medians). No peer.
 
 One untimed run first writes the bytecode and warms the disk caches.
+``--against DIR`` runs a second gitrun from the source tree DIR (another
+checkout, e.g. ``git worktree add /tmp/before <commit>``) in the same rounds,
+interleaved with the others, and adds its rows: before and after side by side.
 
-    python bench/dispatch.py [--tasks 1000] [--repeat 5] [--case NAME ...]
+    python bench/dispatch.py [--tasks 1000] [--repeat 5] [--case NAME ...] [--against DIR]
 
 GNU parallel is optional: without it the peer columns stay empty (install it
 with `apt-get install parallel` or `brew install parallel`).
@@ -56,6 +59,7 @@ TARGET_RATIO = 0.5
 TARGET_OVERHEAD = 0.2
 TARGET_GIT_PER_COMMIT = 5
 WIDE_TASKS, WIDE_J, WIDE_SLEEP = 160, 16, 0.2
+AGAINST = "before"  # the tool name of the gitrun run from the --against tree
 ALONE_TASKS, ALONE_SLEEP, FEW = 20, 0.3, 2
 
 
@@ -76,7 +80,7 @@ def setup_gitrun(root: Path, n: int, concurrency: int = 4, sleep: float = 0.0) -
     tasks: list[dict[str, object]] = [
         {"id": tid, "outputs": [f"out/{tid}.json"]} for tid in task_ids(n)
     ]
-    executor = {"kind": "command", "command": ["sh", "-c", script]}
+    executor: dict[str, object] = {"kind": "command", "command": ["sh", "-c", script]}
     write_bench_run(repo, tasks, executor, concurrency=concurrency)
     return repo
 
@@ -126,9 +130,19 @@ class Bench:
         script.chmod(0o755)
         return shim
 
-    def gitrun(self, n: int, concurrency: int, sleep: float = 0.0, count_git: bool = False) -> Took:
+    def gitrun(
+        self,
+        n: int,
+        concurrency: int,
+        sleep: float = 0.0,
+        count_git: bool = False,
+        tree: str | None = None,
+    ) -> Took:
+        """``gitrun start`` of a fresh run; ``tree``: run gitrun from that source tree."""
         repo = setup_gitrun(self.fresh("g"), n, concurrency, sleep)
         env = dict(self.gitrun_env)
+        if tree is not None:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, env.get("PYTHONPATH")]))
         log = repo.parent / f"{repo.name}.git.log"
         if count_git:
             env["PATH"] = f"{self.shim}{os.pathsep}{env['PATH']}"
@@ -346,7 +360,9 @@ def main() -> int:
     parser.add_argument(
         "--case", action="append", choices=["throughput", "width", "alone", "phases"], default=[]
     )
+    parser.add_argument("--against", metavar="DIR", help="also run gitrun from this source tree")
     args = parser.parse_args()
+    against: str | None = str(Path(args.against).resolve()) if args.against else None
     cases = args.case or ["throughput", "width", "alone"]
     n = args.tasks
     has_parallel = shutil.which("parallel") is not None
@@ -356,8 +372,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         bench = Bench(Path(tmp))
         bench.gitrun(5, 4)  # untimed: writes the bytecode, warms the caches
+        if against:
+            bench.gitrun(5, 4, tree=against)
         if "throughput" in cases:
             tools: dict[str, Callable[[], Took]] = {"gitrun": lambda: bench.gitrun(n, 4)}
+            if against:
+                tools[AGAINST] = lambda: bench.gitrun(n, 4, tree=against)
             if has_parallel:
                 tools["parallel"] = lambda: bench.parallel(n, 4)
             tools["xargs"] = lambda: bench.xargs(n)
@@ -393,6 +413,30 @@ def main() -> int:
             table.rows.append(
                 Row(f"{n} tasks: xargs -P4 wall, for scale", f"{ours:.2f}", f"{xargs:.2f}")
             )
+            if against:
+                before = med(got[AGAINST], lambda s: s.wall)
+                table.rows.append(
+                    Row(
+                        f"{n} tasks, -j4: wall, vs the --against tree",
+                        f"{ours:.2f}",
+                        f"{before:.2f}",
+                        f"{ours / before:.2f}",
+                    )
+                )
+                table.rows.append(
+                    Row(
+                        f"{n} tasks, -j4: outside the span, vs the --against tree",
+                        f"{overhead:.2f}",
+                        f"{med(got[AGAINST], lambda s: s.overhead):.2f}",
+                    )
+                )
+                table.rows.append(
+                    Row(
+                        f"{n} tasks, -j4: CPU of the process tree, vs the --against tree (s)",
+                        f"{med(got['gitrun'], lambda s: s.cpu):.2f}",
+                        f"{med(got[AGAINST], lambda s: s.cpu):.2f}",
+                    )
+                )
             table.notes.append(
                 "throughput runs (s): "
                 + "; ".join(f"{name} {runs(samples)}" for name, samples in got.items())
@@ -402,10 +446,21 @@ def main() -> int:
         if "width" in cases:
             ideal = WIDE_TASKS * WIDE_SLEEP / WIDE_J
             tools = {"gitrun": lambda: bench.gitrun(WIDE_TASKS, WIDE_J, WIDE_SLEEP)}
+            if against:
+                tools[AGAINST] = lambda: bench.gitrun(WIDE_TASKS, WIDE_J, WIDE_SLEEP, tree=against)
             if has_parallel:
                 tools["parallel"] = lambda: bench.parallel(WIDE_TASKS, WIDE_J, WIDE_SLEEP)
             got = interleaved(args.repeat, tools)
             ours = ideal / med(got["gitrun"], lambda s: s.wall)
+            if against:
+                before = ideal / med(got[AGAINST], lambda s: s.wall)
+                table.rows.append(
+                    Row(
+                        f"{WIDE_TASKS} x {WIDE_SLEEP} s: efficiency, vs the --against tree",
+                        f"{ours:.0%}",
+                        f"{before:.0%}",
+                    )
+                )
             case = f"{WIDE_TASKS} x {WIDE_SLEEP} s, -j{WIDE_J}: efficiency"
             if has_parallel:
                 theirs = ideal / med(got["parallel"], lambda s: s.wall)
