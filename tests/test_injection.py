@@ -28,7 +28,7 @@ from gitrun.proc import clean_env
 from gitrun.runs import load_run
 from gitrun.session import start_run
 from gitrun.settings import Executor
-from tests.helpers import build_tree, commit_all, git, write_run
+from tests.helpers import build_tree, commit_all, git, run_gitrun, write_run
 
 MARK = "@MARK@"  # replaced by the absolute path of a marker file
 PAYLOADS = [
@@ -351,13 +351,7 @@ def test_a_file_name_fed_through_gitrun_new_never_runs(
     commit_all(git_repo, "docs")
 
     def gitrun(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "gitrun", *args],
-            cwd=git_repo,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        return run_gitrun(git_repo, *args)
 
     made = gitrun("new", "r", "--inputs", "docs/*.md", "--output", "out/{stem}.json")
     assert made.returncode == 0, made.stderr
