@@ -17,9 +17,7 @@ import contextlib
 import functools
 import os
 import selectors
-import shutil
 import signal
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +27,7 @@ from gitrun.clients import ClientSigns, UnreachableWatch, client_signs
 from gitrun.clientusage import USAGE_ENV, attempt_usage, usage_reader
 from gitrun.reaper import identity, is_running, kill_recorded_group
 from gitrun.records import Warn, warn_stderr
+from gitrun.spawn import Process, Spawner, has_exited
 from gitrun.usage import Usage
 
 __all__ = [
@@ -142,7 +141,7 @@ class Attempt:
         self.deadline = self.started + timeout
         self.timed_out = False
         self.stopped = False
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: Process | None = None
         self.pid = 0
         self.out: int | None = None  # the read end of the worker's output pipe
         # What psutil saw right after the start, for the running journal:
@@ -317,8 +316,7 @@ class Monitor:
         self._use_pidfd = hasattr(os, "pidfd_open")
         self._live: set[Attempt] = set()
         self._failed: list[Attempt] = []
-        self._devnull: int | None = None
-        self._programs: dict[tuple[str, str | None], str] = {}
+        self._spawner = Spawner()
 
     def launch(
         self,
@@ -344,7 +342,7 @@ class Monitor:
         # object around it.
         out, into = os.pipe()  # both close-on-exec: no other worker inherits them
         try:
-            proc = self._spawn(argv, cwd, env, into)
+            proc = self._spawner.start(argv, cwd, env, into)
         except OSError as exc:
             os.close(out)
             attempt.failure = f"{argv[0]}: {exc.strerror}"
@@ -375,56 +373,6 @@ class Monitor:
                 self._use_pidfd = False
         self._live.add(attempt)
         return attempt
-
-    def _spawn(
-        self, argv: list[str], cwd: Path, env: dict[str, str], output: int
-    ) -> subprocess.Popen[bytes]:
-        """Start ``argv`` as the leader of a new session and process group,
-        its stdin /dev/null (opened once), its stdout and stderr ``output``."""
-        if self._devnull is None:
-            self._devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        path = env.get("PATH")
-        executable = self._program(argv[0], path)
-        try:
-            return subprocess.Popen(
-                argv,
-                executable=executable,
-                cwd=cwd,
-                env=env,
-                stdin=self._devnull,
-                stdout=output,
-                stderr=output,
-                start_new_session=True,  # its own process group, led by the worker
-            )
-        except OSError:
-            if executable is None:
-                raise
-        # The program found earlier is gone or changed: Popen searches PATH.
-        self._programs.pop((argv[0], path), None)
-        return subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=self._devnull,
-            stdout=output,
-            stderr=output,
-            start_new_session=True,
-        )
-
-    def _program(self, name: str, path: str | None) -> str | None:
-        """Where ``name`` lies on ``path``, found once per run rather than by
-        every launch (and by every worker, trying each directory before it);
-        None leaves the search to Popen: a name with a slash, a PATH with a
-        relative directory (the worker's cwd decides those), or no PATH."""
-        found = self._programs.get((name, path))
-        if found is not None or "/" in name or not path:
-            return found
-        if not all(os.path.isabs(part) for part in path.split(os.pathsep)):
-            return None
-        found = shutil.which(name, path=path)
-        if found is not None:
-            self._programs[(name, path)] = found
-        return found
 
     def poll(self, timeout: float) -> list[AttemptEnd]:
         """Wait up to ``timeout`` seconds; return the attempts that ended."""
@@ -462,9 +410,7 @@ class Monitor:
 
     def close(self) -> None:
         self._selector.close()
-        if self._devnull is not None:
-            os.close(self._devnull)
-            self._devnull = None
+        self._spawner.close()
 
     def _read(self, attempt: Attempt, fd: int) -> None:
         while True:
@@ -487,7 +433,7 @@ class Monitor:
         before the worker is reaped, while its pid still names the group.
         """
         assert attempt.proc is not None
-        if not block and not _has_exited(attempt.proc):
+        if not block and not has_exited(attempt.proc):
             return
         attempt.signal_group(signal.SIGKILL)
         attempt.status = attempt.proc.wait()
@@ -520,14 +466,3 @@ def usage_file(log_path: Path) -> Path:
     """Where an attempt's worker may write its usage: beside its log
     (``logs/<task>.<attempt>.usage.json``), machine-local like the log."""
     return log_path.with_name(log_path.name.removesuffix(".log") + ".usage.json")
-
-
-def _has_exited(proc: subprocess.Popen[bytes]) -> bool:
-    """Whether a child exited, without reaping it where the OS allows."""
-    if not hasattr(os, "waitid"):  # pragma: no cover - reaping is the only way to know
-        return proc.poll() is not None
-    try:
-        found = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return True  # already reaped
-    return found is not None
