@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gitrun import git, ledger
+from gitrun import git, ledger, reaper
 from gitrun.attempt import AttemptEnd, Monitor, Runner, RunningAttempt
 from gitrun.audit import Audit, Violation
 from gitrun.budget import Budget
@@ -129,10 +129,12 @@ class Driver:
         self.definition = definition_snapshot(run)
         self.load_held_since = 0.0
         self.load_held_for = 0.0  # seconds held, in earlier spells
-        # psutil takes ~25 ms to import; imported now, the first attempt's
-        # journal record follows its start at once (a driver killed in between
-        # leaves a worker the next resume cannot stop).
-        import psutil  # noqa: F401
+        # Where identities come from psutil (no /proc), it takes ~25 ms to
+        # import; imported now, the first attempt's journal record follows its
+        # start at once (a driver killed in between leaves a worker the next
+        # resume cannot stop). With /proc, a start needs no psutil at all.
+        if not reaper.HAS_PROC:  # pragma: no cover - macOS and the BSDs
+            import psutil  # noqa: F401
 
         self.audit: Audit | None = None
         self.audit_due = False  # an attempt ended since the last audit

@@ -50,7 +50,7 @@ def identity(pid: int) -> dict[str, Any]:
     so a record matches what :func:`is_recorded_process` sees later, from two
     small reads of ``/proc`` instead of psutil's five.
     """
-    if not _HAS_PROC:  # pragma: no cover - macOS and the BSDs
+    if not HAS_PROC:  # pragma: no cover - macOS and the BSDs
         return _identity_psutil(pid)
     deadline = time.monotonic() + CMDLINE_PATIENCE
     while True:
@@ -73,7 +73,7 @@ def start_time(pid: int) -> float | None:
     boot, over the ticks per second, plus the boot time) on Linux, psutil's
     own elsewhere. The one reading of a start time that records and the checks
     of records share: a pid reused by a later process has another."""
-    if not _HAS_PROC:  # pragma: no cover - macOS and the BSDs
+    if not HAS_PROC:  # pragma: no cover - macOS and the BSDs
         import psutil
 
         try:
@@ -84,8 +84,8 @@ def start_time(pid: int) -> float | None:
     return None if found is None else found[1]
 
 
-_HAS_PROC = os.path.exists("/proc/self/stat")
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if _HAS_PROC else 100
+HAS_PROC = os.path.exists("/proc/self/stat")
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if HAS_PROC else 100
 BOOT_TIME_REUSE = 10.0  # seconds one reading of the boot time serves
 _boot: tuple[float, float] = (-math.inf, 0.0)  # (monotonic time read, boot time)
 
@@ -145,7 +145,7 @@ def _environ(pid: int) -> dict[str, str] | None:
     (``parse_environ_block``: up to the first empty entry, entries without a
     name skipped, a later one winning); None when it cannot be read (gone,
     or another user's)."""
-    if not _HAS_PROC:  # pragma: no cover - macOS and the BSDs
+    if not HAS_PROC:  # pragma: no cover - macOS and the BSDs
         import psutil
 
         try:
@@ -506,7 +506,7 @@ def kill_leftovers(run_id: str, attempt_ids: set[str]) -> list[int]:
     same). Returns the pids killed."""
     if not attempt_ids:
         return []
-    if not _HAS_PROC:  # pragma: no cover - macOS and the BSDs
+    if not HAS_PROC:  # pragma: no cover - macOS and the BSDs
         return _kill_leftovers_psutil(run_id, attempt_ids)
 
     def ours(pid: int) -> bool:

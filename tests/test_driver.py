@@ -396,3 +396,30 @@ def test_tasks_landing_one_at_a_time_cost_five_git_processes_a_commit(
     for before, after in itertools.pairwise(published[1:5]):
         between = calls[before + 1 : after + 1]
         assert between == ["hash-object", "update-index", "write-tree", "commit-tree", "update-ref"]
+
+
+def test_a_start_on_linux_imports_no_psutil(git_repo: Path) -> None:
+    """Identities come from /proc: psutil's ~25 ms import is not paid by a run
+    that needs no kill (it is imported where /proc is missing)."""
+    import subprocess
+    import sys
+
+    from gitrun.reaper import HAS_PROC
+
+    if not HAS_PROC:
+        pytest.skip("no /proc here: identities come from psutil")
+    write_run(
+        git_repo,
+        "r",
+        [{"id": "t1", "outputs": ["out/t1.json"]}],
+        {"executor": {"kind": "command", "command": ["sh", "-c", 'echo "{}" > "$GITRUN_OUTPUTS"']}},
+    )
+    commit_all(git_repo, "define")
+    probe = (
+        "import sys; from gitrun.entry import main; sys.argv = ['gitrun', 'start', 'r', '-q']; "
+        "code = main(); sys.exit(code + 10 * ('psutil' in sys.modules))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], cwd=git_repo, capture_output=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
