@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -72,6 +73,15 @@ def write_run(
     return run_dir
 
 
+# One attempt's identity, as a worker's environment carries it (the reaper and
+# signal tests start processes as if an attempt had).
+ATTEMPT_ID = uuid.uuid4().hex
+ATTEMPT_ENV = {
+    "GITRUN_RUN": "r",
+    "GITRUN_TASK": "t1",
+    "GITRUN_ATTEMPT": "1",
+    "GITRUN_ATTEMPT_ID": ATTEMPT_ID,
+}
 FAKE_WORKER = Path(__file__).resolve().parent / "fake_worker.py"
 
 

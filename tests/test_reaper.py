@@ -29,14 +29,7 @@ from gitrun.reaper import (
     kill_recorded_group,
     start_time,
 )
-
-ATTEMPT_ID = uuid.uuid4().hex
-ATTEMPT_ENV = {
-    "GITRUN_RUN": "r",
-    "GITRUN_TASK": "t1",
-    "GITRUN_ATTEMPT": "1",
-    "GITRUN_ATTEMPT_ID": ATTEMPT_ID,
-}
+from tests.helpers import ATTEMPT_ENV, ATTEMPT_ID
 
 
 @pytest.fixture

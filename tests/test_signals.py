@@ -41,7 +41,7 @@ from gitrun.reaper import (
     may_signal,
     signal_recorded_process,
 )
-from tests.helpers import commit_all, gitrun_process, write_run
+from tests.helpers import ATTEMPT_ENV, ATTEMPT_ID, commit_all, gitrun_process, write_run
 
 
 @dataclass
@@ -94,15 +94,6 @@ def _wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
             return True
         time.sleep(0.02)
     return condition()
-
-
-ATTEMPT_ID = uuid.uuid4().hex
-ATTEMPT_ENV = {
-    "GITRUN_RUN": "r",
-    "GITRUN_TASK": "t1",
-    "GITRUN_ATTEMPT": "1",
-    "GITRUN_ATTEMPT_ID": ATTEMPT_ID,
-}
 
 
 _REAL_KILL, _REAL_KILLPG = os.kill, os.killpg
