@@ -54,7 +54,9 @@ def main() -> int:
         write_bench_run(repo, tasks, executor, max_attempts=1, canary=0)
         subprocess.run(["git", "add", "-A"], cwd=repo, env=env, check=True)
         subprocess.run(["git", "commit", "-qm", "define"], cwd=repo, env=env, check=True)
-        started = subprocess.run([*gitrun, "start", "bench"], cwd=repo, env=env, capture_output=True)
+        started = subprocess.run(
+            [*gitrun, "start", "bench"], cwd=repo, env=env, capture_output=True
+        )
         if b"7 done" not in started.stdout + started.stderr:
             raise SystemExit(f"the run did not end as planned: {started.stderr.decode()}")
         hook_env = {**env, "GITRUN_RUN": "bench", "GITRUN_TASK": "t03"}
