@@ -14,14 +14,15 @@ it, and so has :class:`RunView`), the limits as plain values
     [["t0001", null, ["out/t0001.json"]], ...]
     # end of the run view
 
-keyed by the SHA-256 of what loading reads: the repository's config.toml,
-the run's packet.toml and tasks.toml (as :func:`gitrun.hookrules.source_key`
-hashes them, symbolic links and other non-files by their kind) and the
-``GITRUN_*`` variables that override the packet. A view is written only
-from a definition that loaded under that key, so a definition that does not
-load never has one and loading it again gives the same one-sentence error.
+keyed by the SHA-256 of what loading read: the repository's config.toml,
+the run's packet.toml and tasks.toml (:func:`source_key`, which the write
+hooks' rules are keyed by too) and the ``GITRUN_*`` variables that override
+the packet (:func:`view_key`). A view is written only from a definition
+that loaded, under the key of the bytes it was loaded from, so a definition
+that does not load never has one and loading it again gives the same
+one-sentence error.
 
-Nothing here imports more than json, os, re and hashlib.
+Nothing here imports more than json, os, re, hashlib and gitrun.regular.
 """
 
 from __future__ import annotations
@@ -244,8 +245,7 @@ class TaskView:
 
 
 class RunView(RunRules):
-    """A run that loaded, as :data:`RunShape` (from the cache, or made from a
-    loaded :class:`gitrun.runs.RunDef` by :meth:`of`)."""
+    """A run that loaded, as :data:`RunShape`, read from the cache."""
 
     __slots__ = ("_by_id", "executor_kind", "id", "limits", "repo", "stage_names", "tasks")
 
@@ -271,11 +271,6 @@ class RunView(RunRules):
         if self._by_id is None:
             self._by_id = {task.id: task for task in self.tasks}
         return self._by_id
-
-    @classmethod
-    def of(cls, run: RunShape) -> RunView:
-        tasks = [TaskView(t.id, t.stage, run.output_paths(t)) for t in run.tasks]
-        return cls(run.repo, run.id, run.stage_names, run.executor_kind, run.limits, tasks)
 
 
 # -- the cache ---------------------------------------------------------------------------
