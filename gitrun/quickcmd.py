@@ -115,16 +115,16 @@ def drive(repo: Path, run: str, as_json: bool, quiet: bool, resume: bool) -> int
         bring_definition(repo, run, event)
     if load_view(where(repo), run).executor_kind == "external":
         return None
-    drive = resume_run if resume else start_run
+    drive_run = resume_run if resume else start_run
     if quiet or as_json:
-        outcome = drive(repo, run, lambda _line: None)
+        outcome = drive_run(repo, run, lambda _line: None)
     elif sys.stderr.isatty() and sys.stdout.isatty():
         from gitrun.view import LiveView
 
         with LiveView(run) as view:
-            outcome = drive(repo, run, view.event, view.progress)
+            outcome = drive_run(repo, run, view.event, view.progress)
     else:
-        outcome = drive(repo, run, event)
+        outcome = drive_run(repo, run, event)
     if as_json:
         data = outcome.status.to_json()
         data["exit_code"] = outcome.exit_code

@@ -361,7 +361,7 @@ def refresh_view(local: LocalPaths, run: RunShape, key: str) -> None:
     and ``next`` call it, so the first ``status`` after them is fast too).
     ``key`` is what ``run`` was loaded from (``RunDef.keys``), never the
     files as they are now: an edit since the load is seen by the next
-    ``status``; "" (changed while loading) writes nothing."""
+    ``status``; "" (a run not loaded from files) writes nothing."""
     path = str(local.run_view)
     if key and read_view(path, key, run.repo) is None:
         write_view(path, key, run)

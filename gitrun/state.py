@@ -174,6 +174,5 @@ def load_view(repo: Repo, run_id: str, environ: Mapping[str, str] | None = None)
     from gitrun.runs import load_run
 
     run = load_run(Path(repo.root), run_id, environ=env)
-    if run.keys[1]:  # not edited while it was read
-        write_view(path, run.keys[1], run)
+    write_view(path, run.keys[1], run)  # keyed by the bytes the load read
     return run
