@@ -94,7 +94,7 @@ TASKS_NAME = "tasks.toml"
 LEDGER_NAME = "ledger.jsonl"
 ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 BRANCH_PREFIX = "gitrun/"
-HALT_POLICY = re.compile(r"^fail=(\d+)(%?)$")
+HALT_POLICY = re.compile(r"fail=([0-9]{1,18})(%?)")  # matched whole (fullmatch)
 # The environment variables that override a packet's fields
 # (gitrun.settings.ENV_OVERRIDES; a test holds the two equal).
 DEFINITION_VARS = (
@@ -168,7 +168,7 @@ class RunLimits:
             if not _of_type(value, annotation):
                 raise TypeError(f"limits.{name}: {value!r} is not {annotation}")
             setattr(self, name, value)
-        if self.halt is not None and not HALT_POLICY.match(self.halt.replace(" ", "")):
+        if self.halt is not None and not HALT_POLICY.fullmatch(self.halt.replace(" ", "")):
             raise TypeError(f"limits.halt: {self.halt!r} is not a halt policy")
 
     def to_json(self) -> dict[str, object]:
@@ -188,7 +188,7 @@ class RunLimits:
         """Failed-for-good tasks that stop new starts, from ``halt``."""
         if self.halt is None:
             return None
-        found = HALT_POLICY.match(self.halt.replace(" ", ""))
+        found = HALT_POLICY.fullmatch(self.halt.replace(" ", ""))
         assert found is not None
         number = int(found[1])
         if found[2]:

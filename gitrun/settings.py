@@ -135,7 +135,7 @@ DEFAULT_THROTTLE_PATTERNS = [
 
 
 def _check_halt(value: str | None) -> str | None:
-    if value is not None and not HALT_POLICY.match(value.replace(" ", "")):
+    if value is not None and not HALT_POLICY.fullmatch(value.replace(" ", "")):
         raise ValueError(f'{value!r} is not a halt policy; write "fail=5" or "fail=10%"')
     return value
 

@@ -182,3 +182,15 @@ def test_new_writes_any_description_so_that_it_reads_back(git_repo: Path, descri
 def test_new_with_awkward_descriptions_then_check(git_repo: Path, description: str) -> None:
     new_run(git_repo, "r", description=description)
     assert load_run(git_repo, "r", environ={}).packet.run.description == description
+
+
+@pytest.mark.parametrize(
+    "halt", ["fail=5\n", "fail=\u0663", "fail=5%%", "fail=", "fail=1" + "0" * 30]
+)
+def test_a_halt_policy_is_the_whole_value(git_repo: Path, halt: str) -> None:
+    """A trailing newline, a digit of another script or a number too big
+    for the budget is not a halt policy: one sentence names the field."""
+    write_run(git_repo, "r", TASKS, {"limits": {"halt": halt}})
+    with pytest.raises(DefinitionError) as caught:
+        load_run(git_repo, "r")
+    assert "limits.halt" in str(caught.value) and "not a halt policy" in str(caught.value)
