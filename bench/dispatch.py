@@ -349,8 +349,13 @@ def med(samples: list[Took], what: Callable[[Took], float]) -> float:
     return statistics.median(what(s) for s in samples)
 
 
-def runs(samples: list[Took]) -> str:
-    return "/".join(f"{s.wall:.2f}" for s in samples)
+def record(table: Table, got: dict[str, list[Took]], label: str = "") -> None:
+    """The load average of every sample; with ``label``, a note of each run's wall time."""
+    if label:
+        walls = "; ".join(f"{n} {'/'.join(f'{s.wall:.2f}' for s in got[n])}" for n in got)
+        table.notes.append(f"{label} runs (s): {walls}")
+    for samples in got.values():
+        table.loads += [s.load for s in samples]
 
 
 def main() -> int:
@@ -437,12 +442,7 @@ def main() -> int:
                         f"{med(got[AGAINST], lambda s: s.cpu):.2f}",
                     )
                 )
-            table.notes.append(
-                "throughput runs (s): "
-                + "; ".join(f"{name} {runs(samples)}" for name, samples in got.items())
-            )
-            for samples in got.values():
-                table.loads += [s.load for s in samples]
+            record(table, got, "throughput")
         if "width" in cases:
             ideal = WIDE_TASKS * WIDE_SLEEP / WIDE_J
             tools = {"gitrun": lambda: bench.gitrun(WIDE_TASKS, WIDE_J, WIDE_SLEEP)}
@@ -476,12 +476,7 @@ def main() -> int:
                 )
             else:
                 table.rows.append(Row(case, f"{ours:.0%}"))
-            table.notes.append(
-                "width runs (s): "
-                + "; ".join(f"{name} {runs(samples)}" for name, samples in got.items())
-            )
-            for samples in got.values():
-                table.loads += [s.load for s in samples]
+            record(table, got, "width")
         if "alone" in cases:
             repeat = max(1, min(args.repeat, 3))
             # CPU per task: the difference between ALONE_TASKS tasks and
@@ -517,8 +512,7 @@ def main() -> int:
                     ok=per_commit <= TARGET_GIT_PER_COMMIT,
                 )
             )
-            for samples in got.values():
-                table.loads += [s.load for s in samples]
+            record(table, got)
         if "phases" in cases:
             load = os.getloadavg()[0]
             for name, seconds in phases(bench, n, args.repeat):
