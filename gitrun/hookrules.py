@@ -137,11 +137,6 @@ def _ask_git(start: str, env: Mapping[str, str]) -> Repo | None:
     return Repo(os.path.realpath(lines[0]), os.path.realpath(lines[1]))
 
 
-def run_ids(repo: Repo) -> list[str]:
-    """The runs defined in the work tree."""
-    return runview.run_ids(repo.root)
-
-
 def started_runs(repo: Repo) -> set[str]:
     """The runs whose branch exists (``committer.branch_ref``), in one git call."""
     import subprocess

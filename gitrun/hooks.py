@@ -139,9 +139,10 @@ def _check_protected_for_subagents(
     path = _relative(repo, target, cwd)
     if path is None:
         return HookResult(0)
-    from gitrun.hookrules import protected_of, run_ids, started_runs
+    from gitrun.hookrules import protected_of, started_runs
+    from gitrun.runview import run_ids
 
-    runs = run_ids(repo)
+    runs = run_ids(repo.root)
     started = started_runs(repo) if runs else set()
     for run_id in runs:
         if run_id not in started:
