@@ -108,14 +108,21 @@ def silence(stream: object) -> None:
 def drive(repo: Path, run: str, as_json: bool, quiet: bool, resume: bool) -> int | None:
     """``gitrun start`` or ``resume`` of a command-mode run: its exit code
     (None for an external run, whose batch the command line prints)."""
+    from functools import partial
+
+    from gitrun.runs import RunDef
     from gitrun.session import bring_definition, resume_run, start_run
     from gitrun.state import load_view, where
 
     if resume:
         bring_definition(repo, run, event)
-    if load_view(where(repo), run).executor_kind == "external":
+    shape = load_view(where(repo), run)
+    if shape.executor_kind == "external":
         return None
-    drive_run = resume_run if resume else start_run
+    # A view that missed loaded the whole definition: start need not load it
+    # again (resume loads it under the lock, after restoring it).
+    loaded = shape if isinstance(shape, RunDef) else None
+    drive_run = resume_run if resume else partial(start_run, loaded=loaded)
     if quiet or as_json:
         outcome = drive_run(repo, run, lambda _line: None)
     elif sys.stderr.isatty() and sys.stdout.isatty():

@@ -82,11 +82,16 @@ def _create_branch(repo: Path, run: RunDef, local: LocalPaths, report: Reporter)
 
 
 def start_run(
-    repo: Path, run_id: str, report: Reporter, progress: Callable[[Progress], None] | None = None
+    repo: Path,
+    run_id: str,
+    report: Reporter,
+    progress: Callable[[Progress], None] | None = None,
+    loaded: RunDef | None = None,
 ) -> RunOutcome:
-    """Check the run, create its branch with the definition, and drive it."""
+    """Check the run, create its branch with the definition, and drive it
+    (``loaded``: the run as the caller just loaded it, not loaded again)."""
     git.prepare_writes()
-    run = load_run(repo, run_id)
+    run = loaded if loaded is not None and loaded.id == run_id else load_run(repo, run_id)
     local = LocalPaths.of(repo, run_id)
     with run_locked(local, run_id) as lock:
         committer = _create_branch(repo, run, local, report)

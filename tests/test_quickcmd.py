@@ -189,3 +189,23 @@ def test_start_and_resume_answer_as_the_full_command_line(
 )
 def test_other_drive_forms_go_to_the_full_command_line(args: list[str]) -> None:
     assert quick_main(args) is None
+
+
+def test_a_start_loads_its_definition_once(
+    tmp_path: Path, git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No view yet (as after `gitrun new` and `check`): the load that reads
+    the executor's kind is the one the start uses."""
+    from gitrun import quickcmd, runs, session
+
+    repo = _ran_repo(tmp_path, "once")
+    real, calls = runs.load_run, []
+
+    def counted(*args: object, **kwargs: object) -> runs.RunDef:
+        calls.append(args)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runs, "load_run", counted)
+    monkeypatch.setattr(session, "load_run", counted)
+    assert quickcmd.drive(repo, "r", as_json=False, quiet=True, resume=False) == 1
+    assert len(calls) == 1
