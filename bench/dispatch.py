@@ -254,9 +254,8 @@ sys.argv = ["gitrun", "start", "bench", "--quiet"]
 import gitrun.entry
 entered = time.time()
 marks["main"] = [entered, entered]
-code = gitrun.entry.main()
-sys.stderr.flush()
-sys.exit(code)
+inherited = gitrun.entry.writable_descriptors()
+gitrun.entry.leave(gitrun.entry.main(), inherited)  # as gitrun.entry.run ends
 """
 # The functions marked, in order (module:qualified name).
 _MARKED = [

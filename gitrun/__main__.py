@@ -1,3 +1,3 @@
-from gitrun.entry import main
+from gitrun.entry import run
 
-raise SystemExit(main())
+run()

@@ -4,7 +4,23 @@ answer without importing the command line (typer, rich and pydantic cost
 
 from __future__ import annotations
 
+import os
 import sys
+
+TYPE_CHECKING = False  # typing costs milliseconds; mypy reads this as True
+if TYPE_CHECKING:
+    from typing import NoReturn
+
+
+def run() -> NoReturn:
+    """The ``gitrun`` command and ``python -m gitrun``: :func:`main`, then
+    :func:`leave` with its exit code (the lean paths exit as usual: their
+    teardown is short)."""
+    argv = sys.argv[1:]
+    if argv[:1] == ["hook"] or argv in (["--version"], ["-V"]):
+        raise SystemExit(main())
+    inherited = writable_descriptors()
+    leave(main(), inherited)
 
 
 def main() -> int:
@@ -17,9 +33,9 @@ def main() -> int:
     try:
         if len(argv) == 2 and argv[0] == "hook" and argv[1] in ("pre-write", "pre-commit"):
             # the hot path: Claude Code runs the write hook before every write of every agent
-            from gitrun.hookmain import run
+            from gitrun.hookmain import run as run_hook
 
-            return run(argv[1])
+            return run_hook(argv[1])
         from gitrun.quickcmd import main as quick_main
 
         code = quick_main(argv)  # status and --help, without typer's start-up
@@ -32,3 +48,71 @@ def main() -> int:
     from gitrun.cli import main as cli_main
 
     return cli_main(argv)
+
+
+def writable_descriptors() -> dict[int, tuple[int, int]] | None:
+    """Every open descriptor above stderr that can write, with the file it
+    writes (device, inode); None where /proc does not list them."""
+    import fcntl
+
+    try:
+        numbers = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    found: dict[int, tuple[int, int]] = {}
+    for name in numbers:
+        fd = int(name)
+        if fd <= 2:
+            continue
+        try:
+            if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY:
+                continue
+            st = os.fstat(fd)
+        except OSError:
+            continue  # the listing's own descriptor, closed already
+        found[fd] = (st.st_dev, st.st_ino)
+    return found
+
+
+def leave(code: int, inherited: dict[int, tuple[int, int]] | None) -> NoReturn:
+    """Exit with ``code``, without the interpreter's teardown when nothing can
+    be lost by skipping it.
+
+    The teardown frees every object and module one by one (~40 ms after a
+    start of 1,000 tasks). What it does that matters is: run the ``atexit``
+    functions, wait for other threads, flush and close files, and run the
+    finalizers of what is left. Here the ``atexit`` functions are run; the
+    rest is skipped only when no other thread runs and the only descriptors
+    that can write are stdout, stderr and ``inherited`` (what
+    :func:`writable_descriptors` found as the process began). A file
+    object with data still buffered holds a writable descriptor of its own, so
+    then, and whenever stdout or stderr cannot be flushed, the interpreter
+    exits as usual (its ``atexit`` functions are not run twice)."""
+    import atexit
+    import threading
+
+    if inherited is not None and threading.active_count() == 1:
+        atexit._run_exitfuncs()
+        if _nothing_to_lose(inherited):
+            os._exit(code)
+    raise SystemExit(code)
+
+
+def _nothing_to_lose(inherited: dict[int, tuple[int, int]]) -> bool:
+    """No other thread, no writable descriptor of this process's own beyond
+    stdout and stderr, and both of those flushed."""
+    import threading
+
+    mine = writable_descriptors()
+    if mine is None or threading.active_count() != 1:
+        return False
+    if any(inherited.get(fd) != file for fd, file in mine.items()):
+        return False
+    # the streams, and the originals in case something (a live view) replaced them
+    try:
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):
+        return False  # the usual exit reports it, as it always has
+    return True
