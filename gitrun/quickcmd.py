@@ -75,7 +75,25 @@ def _drive_form(directory: str | None, argv: list[str]) -> int | None:
             return None
     if run is None:
         return None
-    return drive(repo_at(directory), run, as_json, quiet, resume=argv[0] == "resume")
+    repo = repo_at(directory)
+    resume = argv[0] == "resume"
+    code = drive(repo, run, as_json, quiet, resume)
+    if code is None:  # an external run: its batch, as the command line prints it
+        return external(repo, run, as_json, resume)
+    return code
+
+
+def external(repo: Path, run: str, as_json: bool, resume: bool) -> int:
+    """``gitrun start|resume`` of an external run, without parsing the command
+    line again: the batch's exit code."""
+    from typer import Exit
+
+    from gitrun.cli.external import drive_external
+
+    try:
+        drive_external(repo, run, as_json, resume)
+    except Exit as done:
+        return done.exit_code
 
 
 def event(line: str) -> None:

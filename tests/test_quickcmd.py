@@ -209,3 +209,63 @@ def test_a_start_loads_its_definition_once(
     monkeypatch.setattr(session, "load_run", counted)
     assert quickcmd.drive(repo, "r", as_json=False, quiet=True, resume=False) == 1
     assert len(calls) == 1
+
+
+def _external_repo(root: Path, name: str) -> Path:
+    repo = root / name
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    (repo / "README.md").write_text("x\n")
+    tasks = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(3)]
+    write_run(repo, "e", tasks, {"executor": {"kind": "external"}, "limits": {"canary": 0}})
+    commit_all(repo, "define")
+    return repo
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_an_external_start_and_resume_print_what_the_full_command_line_prints(
+    tmp_path: Path, as_json: bool
+) -> None:
+    """start, one subagent's output, resume: the same batches, collections
+    and exit codes either way."""
+    said = []
+    for code, name in ((_FULL, "full"), (_QUICK, "quick")):
+        repo = _external_repo(tmp_path, name)
+        json_flag = ["--json"] if as_json else []
+        started = _run(repo, code, ["start", "e", *json_flag])
+        (repo / "out").mkdir(exist_ok=True)
+        (repo / "out/t1.json").write_text('{"ok": true}')
+        resumed = _run(repo, code, ["resume", "e", *json_flag])
+
+        def plain(text: str, repo: Path = repo) -> str:  # this repository, this instant
+            return re.sub(
+                r"\d{4}-\d\d-\d\dT[\d:.]+\+00:00", "TIME", text.replace(str(repo), "REPO")
+            )
+
+        said.append([(p.returncode, plain(p.stdout)) for p in (started, resumed)])
+    full, quick = said
+    assert quick == full
+    assert [code for code, _ in full] == [0, 0]
+    leased_again = full[1][1] if as_json else full[1][1].split("next:")[1]
+    assert '"t1"' not in leased_again and "task t1" not in leased_again  # collected as done
+    assert "t2" in leased_again
+
+
+def test_an_external_start_finds_its_run_once(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The quick way prints the batch itself: it does not hand the command
+    to the full command line to load the run's view again."""
+    from gitrun import state
+
+    repo = _external_repo(git_repo, "e1")
+    real, calls = state.load_view, []
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(args)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(state, "load_view", counted)
+    assert quick_main(["-C", str(repo), "start", "e"]) == 0
+    assert len(calls) == 1
+    assert "leased 3" in capsys.readouterr().out

@@ -25,9 +25,9 @@ def _drive(ctx: typer.Context, run: str, as_json: bool, quiet: bool, resume: boo
     repo = _repo(ctx)
     code = drive(repo, run, as_json, quiet, resume)
     if code is None:
-        from gitrun.cli.external import _drive_external
+        from gitrun.cli.external import drive_external
 
-        _drive_external(repo, run, as_json, resume)  # exits with the batch's code
+        drive_external(repo, run, as_json, resume)  # exits with the batch's code
     raise typer.Exit(code)
 
 

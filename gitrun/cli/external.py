@@ -13,7 +13,7 @@ from gitrun.cli.app import _event, _orchestrator_guide, _repo, app
 EXIT_HALTED = 3  # as start and resume in command mode
 
 
-def _drive_external(repo: Path, run: str, as_json: bool, resume: bool) -> NoReturn:
+def drive_external(repo: Path, run: str, as_json: bool, resume: bool) -> NoReturn:
     """start/resume of an external run: the branch (start), a collect (resume), a batch."""
     from gitrun.external import external_run
     from gitrun.session import prepare_external
