@@ -16,11 +16,45 @@ def run() -> NoReturn:
     """The ``gitrun`` command and ``python -m gitrun``: :func:`main`, then
     :func:`leave` with its exit code (the lean paths exit as usual: their
     teardown is short)."""
+    if sys.stdin is None or sys.stdout is None or sys.stderr is None:
+        _fill_closed_streams()
     argv = sys.argv[1:]
     if argv[:1] == ["hook"] or argv in (["--version"], ["-V"]):
         raise SystemExit(main())
     inherited = writable_descriptors()
     leave(main(), inherited)
+
+
+def _fill_closed_streams() -> None:
+    """Open /dev/null where stdin, stdout or stderr was closed (`gitrun status
+    r >&-`), as git does, and give Python a stream on it (Python leaves the
+    stream None exactly when its descriptor was closed at start).
+
+    What gitrun prints there then goes nowhere, as a click command's output
+    does, instead of failing as an internal error (after a run that
+    succeeded, or, with stderr closed, before a start made its branch). And no
+    file gitrun opens later lands on descriptor 0, 1 or 2, where the processes
+    it starts would write into it and the quick exit would take it for a
+    stream."""
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        if getattr(sys, name) is not None or _is_open(fd):
+            continue
+        null = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        os.set_inheritable(fd, True)  # as a given stream is, for the processes gitrun starts
+        # the process's own stream for its whole life, as sys.stdout is: no with block
+        stream = open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        setattr(sys, name, stream)
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
 
 
 def main() -> int:
