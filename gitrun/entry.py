@@ -84,31 +84,36 @@ def main() -> int:
     return cli_main(argv)
 
 
-def writable_descriptors() -> dict[int, tuple[int, int]] | None:
-    """Every open descriptor above stderr that can write, with the file it
-    writes (device, inode); None where /proc does not list them."""
+def writable_descriptors() -> dict[int, tuple[int, int, bool]] | None:
+    """Every open descriptor that can write, with the file it writes (device,
+    inode) and whether it closes on exec; None where /proc does not list them.
+
+    The last tells a descriptor the process was given from one it opened on
+    the same number and the same file after closing the given one: whatever
+    survived an exec has no close-on-exec flag, and Python sets it on every
+    descriptor it opens (PEP 446). Stdin, stdout and stderr are listed too: a
+    file opened where one of them was closed takes its number."""
     import fcntl
 
     try:
         numbers = os.listdir("/proc/self/fd")
     except OSError:
         return None
-    found: dict[int, tuple[int, int]] = {}
+    found: dict[int, tuple[int, int, bool]] = {}
     for name in numbers:
         fd = int(name)
-        if fd <= 2:
-            continue
         try:
             if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY:
                 continue
+            closes = bool(fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC)
             st = os.fstat(fd)
         except OSError:
             continue  # the listing's own descriptor, closed already
-        found[fd] = (st.st_dev, st.st_ino)
+        found[fd] = (st.st_dev, st.st_ino, closes)
     return found
 
 
-def leave(code: int, inherited: dict[int, tuple[int, int]] | None) -> NoReturn:
+def leave(code: int, inherited: dict[int, tuple[int, int, bool]] | None) -> NoReturn:
     """Exit with ``code``, without the interpreter's teardown when nothing can
     be lost by skipping it.
 
@@ -116,9 +121,10 @@ def leave(code: int, inherited: dict[int, tuple[int, int]] | None) -> NoReturn:
     start of 1,000 tasks). What it does that matters is: run the ``atexit``
     functions, wait for other threads, flush and close files, and run the
     finalizers of what is left. Here the ``atexit`` functions are run; the
-    rest is skipped only when no other thread runs and the only descriptors
-    that can write are stdout, stderr and ``inherited`` (what
-    :func:`writable_descriptors` found as the process began). A file
+    rest is skipped only when no other thread runs and every descriptor that
+    can write is one of ``inherited`` (what :func:`writable_descriptors` found
+    as the process began: stdout and stderr among them, unless they were
+    closed), still open on the same file and not opened again since. A file
     object with data still buffered holds a writable descriptor of its own, so
     then, and whenever stdout or stderr cannot be flushed, the interpreter
     exits as usual (its ``atexit`` functions are not run twice)."""
@@ -132,9 +138,9 @@ def leave(code: int, inherited: dict[int, tuple[int, int]] | None) -> NoReturn:
     raise SystemExit(code)
 
 
-def _nothing_to_lose(inherited: dict[int, tuple[int, int]]) -> bool:
-    """No other thread, no writable descriptor of this process's own beyond
-    stdout and stderr, and both of those flushed."""
+def _nothing_to_lose(inherited: dict[int, tuple[int, int, bool]]) -> bool:
+    """No other thread, no writable descriptor of this process's own (only the
+    ones it was given), and stdout and stderr flushed."""
     import threading
 
     mine = writable_descriptors()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,79 @@ def test_a_start_with_stderr_closed_drives_the_run(two_tasks: Path) -> None:
 def test_version_with_stdout_closed_is_no_traceback(tmp_path: Path) -> None:
     done = gitrun_closing(tmp_path, ">&-", "--version")
     assert (done.returncode, done.stderr) == (0, "")
+
+
+PRELUDE = """
+import os, sys
+from gitrun.entry import leave, writable_descriptors
+"""
+
+
+def child(body: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(  # type: ignore[call-overload, no-any-return]
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(body)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=BUFFERED,
+        **kwargs,
+    )
+
+
+def test_a_given_descriptor_closed_and_its_file_opened_again_is_not_taken_for_the_given_one(
+    tmp_path: Path,
+) -> None:
+    """The same number and the same file (device, inode), but an open file of
+    the process's own with data still buffered: the quick exit would lose it."""
+    out = tmp_path / "given.log"
+    with open(out, "w") as given:
+        fd = given.fileno()
+        done = child(
+            f"""
+            inherited = writable_descriptors()
+            os.close({fd})
+            below = []  # the numbers free below it, taken read-only
+            while (number := os.open(os.devnull, os.O_RDONLY)) != {fd}:
+                below.append(number)
+            os.close(number)
+            again = open({str(out)!r}, "a")
+            assert again.fileno() == {fd}
+            again.write("kept " * 100)
+            leave(0, inherited)
+            """,
+            pass_fds=(fd,),
+        )
+    assert done.returncode == 0, done.stderr
+    assert out.read_text() == "kept " * 100
+
+
+def test_a_file_on_the_number_of_a_stream_closed_at_start_is_not_taken_for_the_stream(
+    tmp_path: Path,
+) -> None:
+    """Started with stdout closed, the first file the process opens takes
+    descriptor 1: leave must see it as the process's own."""
+    out = tmp_path / "own.txt"
+    done = subprocess.run(
+        [
+            "sh",
+            "-c",
+            'exec "$@" >&-',
+            "sh",
+            sys.executable,
+            "-c",
+            PRELUDE
+            + textwrap.dedent(f"""
+            inherited = writable_descriptors()
+            own = open({str(out)!r}, "w")
+            assert own.fileno() == 1
+            own.write("kept " * 100)
+            leave(0, inherited)
+            """),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=BUFFERED,
+    )
+    assert done.returncode == 0, done.stderr
+    assert out.read_text() == "kept " * 100
