@@ -14,6 +14,7 @@ problem, and :func:`render_command` refuses it too.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -314,27 +315,53 @@ def render_command(template: list[str], values: Mapping[str, str]) -> list[str]:
     ``values`` one per line), and ``{inputs:--read}`` puts ``--read`` before
     each; elements without a placeholder (JSON, scripts) are passed as they are.
     """
-    problems = template_problems(template)
-    if problems:
-        raise UnsafeCommand(f"refusing to start the worker: {problems[0]}")
+    plan = _plan(tuple(template))
+    if isinstance(plan, str):
+        raise UnsafeCommand(f"refusing to start the worker: {plan}")
     out: list[str] = []
-    for arg in template:
-        found = _PLACEHOLDER.fullmatch(arg)
-        if found is None:
-            out.append(arg)
-        elif _name(found) == CLAUDE_SETTINGS:
+    for kind, text, flag in plan:
+        if kind == _LITERAL:
+            out.append(text)
+        elif kind == _SETTINGS:
             if not values.get("repo"):  # the sandbox names it: never launch without one
-                raise UnsafeCommand(f"refusing to start the worker: {arg} needs the repository")
+                raise UnsafeCommand(f"refusing to start the worker: {text} needs the repository")
             out.append(claude_settings(Path(values["repo"])))
-        elif _name(found) in LISTS:
-            for path in values.get(_name(found), "").split("\n"):
+        elif kind == _LIST:
+            for path in values.get(text, "").split("\n"):
                 if path:
                     # A path is never read as an option: `-rf` goes as `./-rf`.
                     item = f"./{path}" if path.startswith("-") else path
-                    out += [found["flag"], item] if found["flag"] else [item]
+                    out += [flag, item] if flag else [item]
         else:
-            out.append(values.get(_name(found), ""))
+            out.append(values.get(text, ""))
     return out
+
+
+_LITERAL, _SETTINGS, _LIST, _VALUE = "literal", "settings", "list", "value"
+_Step = tuple[str, str, str | None]  # kind, the text or placeholder name, a list's flag
+
+
+@functools.lru_cache(maxsize=32)
+def _plan(template: tuple[str, ...]) -> tuple[_Step, ...] | str:
+    """How :func:`render_command` fills ``template``, or the first reason it
+    must refuse it: worked out once per template, not once per attempt (a
+    fan-out renders the same template for every task; the answer depends on
+    the template alone)."""
+    problems = template_problems(list(template))
+    if problems:
+        return problems[0]
+    steps: list[_Step] = []
+    for arg in template:
+        found = _PLACEHOLDER.fullmatch(arg)
+        if found is None:
+            steps.append((_LITERAL, arg, None))
+        elif _name(found) == CLAUDE_SETTINGS:
+            steps.append((_SETTINGS, arg, None))
+        elif _name(found) in LISTS:
+            steps.append((_LIST, _name(found), found["flag"]))
+        else:
+            steps.append((_VALUE, _name(found), None))
+    return tuple(steps)
 
 
 def task_inputs(run: RunDef, task: Task) -> list[str]:
