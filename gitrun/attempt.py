@@ -25,7 +25,7 @@ from typing import Protocol
 
 from gitrun.clients import ClientSigns, UnreachableWatch, client_signs
 from gitrun.clientusage import USAGE_ENV, attempt_usage, usage_reader
-from gitrun.reaper import identity, is_running, kill_recorded_group
+from gitrun.reaper import Launches, boot_clock, is_running, kill_recorded_group
 from gitrun.records import Warn, warn_stderr
 from gitrun.spawn import Process, Spawner, has_exited
 from gitrun.usage import Usage
@@ -317,6 +317,7 @@ class Monitor:
         self._live: set[Attempt] = set()
         self._failed: list[Attempt] = []
         self._spawner = Spawner()
+        self._launches = Launches()
 
     def launch(
         self,
@@ -341,6 +342,7 @@ class Monitor:
         # The worker's stdout and stderr: one pipe, read here without a file
         # object around it.
         out, into = os.pipe()  # both close-on-exec: no other worker inherits them
+        began = boot_clock()
         try:
             proc = self._spawner.start(argv, cwd, env, into)
         except OSError as exc:
@@ -357,10 +359,12 @@ class Monitor:
             raise
         finally:
             os.close(into)
+        ended = boot_clock()
         attempt.proc, attempt.pid, attempt.out = proc, proc.pid, out
-        # Popen returns once the child has exec'd, so this is the worker's own
-        # command line (or nothing, when it already exited).
-        recorded = identity(proc.pid)
+        # The start returns once the child has exec'd, so this is the worker's
+        # own command line (or nothing, when it already exited).
+        program = (argv[0], env.get("PATH"))
+        recorded = self._launches.of(proc.pid, argv, program, began, ended)
         attempt.create_time = recorded.get("create_time")
         attempt.cmdline = recorded.get("cmdline")
         os.set_blocking(out, False)

@@ -10,7 +10,7 @@ Content alone is not proof, though: workers can write ``.git/``, so a worker
 can forge a journal record naming any process of the same user, copying its
 pid, create time and command line. Every signal derived from a journal record
 therefore also needs the process to carry the attempt's identity in its
-initial environment block: ``GITRUN_ATTEMPT_ID`` (a fresh uuid the driver
+initial environment block: ``GITRUN_ATTEMPT_ID`` (a fresh random id the driver
 gives each attempt and writes into its record as ``attempt_id``) with the
 attempt's ``GITRUN_RUN``, ``GITRUN_TASK`` and ``GITRUN_ATTEMPT``. A process
 gitrun did not start cannot carry a uuid it was never given, and a record
@@ -131,6 +131,11 @@ def _cmdline(pid: int) -> list[str] | None:
     data = _read_proc_text(pid, "cmdline")
     if not data:
         return None if data is None else []
+    return _split_cmdline(data)
+
+
+def _split_cmdline(data: str) -> list[str]:
+    """psutil's reading of a non-empty ``/proc/<pid>/cmdline``."""
     sep = "\x00" if data.endswith("\x00") else " "
     if data.endswith(sep):
         data = data[:-1]
@@ -182,10 +187,88 @@ def _read_proc_text(pid: int, name: str) -> str | None:
         return None
     finally:
         os.close(fd)
-    data = b"".join(chunks).decode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
-    if "\r" in data:
-        data = data.replace("\r\n", "\n").replace("\r", "\n")
-    return data
+    return _as_text(b"".join(chunks))
+
+
+def _as_text(data: bytes) -> str:
+    """Bytes of ``/proc`` as psutil reads them: decoded as file names are,
+    newlines translated as a text-mode read does."""
+    text = data.decode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
+
+
+# Where /proc gives a start time in clock ticks of a whole number of nanoseconds.
+_TICK_NS = 1_000_000_000 // _CLOCK_TICKS if 1_000_000_000 % _CLOCK_TICKS == 0 else 0
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)
+
+
+def boot_clock() -> int:
+    """Nanoseconds on the clock ``/proc`` dates a process's start by (since
+    boot, suspend included); 0 where there is none."""
+    return time.clock_gettime_ns(_BOOTTIME) if HAS_PROC and _BOOTTIME is not None else 0
+
+
+class Launches:
+    """:func:`identity` of the workers one launcher starts, without reading
+    ``/proc`` where the launch already knows the answer (the reads cost a
+    driver ~50 us of CPU per worker, and a worker caught mid-exec a 0.5 ms wait).
+
+    The kernel stamps a child with the boot clock when it is created, inside
+    the start call: a start bracketed by two readings of that clock
+    (:func:`boot_clock`) within one clock tick started in that tick, which is
+    what ``/proc`` reports. A program the kernel runs as it is (not a ``#!``
+    script, whose interpreter comes first) shows the argv it was given. Both
+    are proved on this machine before they are relied on: the first start of
+    each program reads ``/proc`` as :func:`identity` does, and the shortcut
+    serves that program only when the two agree, the clock for every program
+    once it agreed (never again after any disagreement). Otherwise
+    :func:`identity` reads ``/proc``; a start that spanned a tick reads only
+    its start time there.
+    """
+
+    def __init__(self) -> None:
+        self._clock: bool | None = None  # the tick of a start is /proc's; None: unproved
+        self._plain: dict[tuple[str, str | None], bool] = {}  # a program shows its argv
+
+    def of(
+        self, pid: int, argv: list[str], program: tuple[str, str | None], began: int, ended: int
+    ) -> dict[str, Any]:
+        """The identity of worker ``pid``, started from ``argv`` (``program``:
+        its name and the PATH it was found on) between the boot clock
+        readings ``began`` and ``ended``."""
+        tick = began // _TICK_NS if began and _TICK_NS else -1
+        exact = tick >= 0 and ended // _TICK_NS == tick
+        if self._clock and self._plain.get(program):
+            if exact:
+                created = self._create_time(tick)
+            else:  # the start spanned a tick: /proc says which (its command line is known)
+                stat = _proc_stat(pid)
+                if stat is None or stat[0] == "Z":
+                    return {}
+                created = stat[1]
+            return {"create_time": created, "cmdline": _argv_cmdline(argv)}
+        found = identity(pid)
+        if found and exact:
+            if self._clock is not False:
+                self._clock = found["create_time"] == self._create_time(tick)
+            if program not in self._plain:
+                self._plain[program] = found["cmdline"] == _argv_cmdline(argv)
+        return found
+
+    @staticmethod
+    def _create_time(tick: int) -> float:
+        """:func:`_proc_stat`'s start time for a start in ``tick``, to the bit."""
+        return float(tick) / _CLOCK_TICKS + _boot_time()
+
+
+def _argv_cmdline(argv: list[str]) -> list[str]:
+    """The command line psutil reads of a program started with ``argv`` that
+    shows it as it was given (``/proc`` holds each argument and a NUL)."""
+    if (len(argv) > 1 or " " not in argv[0]) and not any("\r" in arg for arg in argv):
+        return list(argv)  # what the reading below gives back for every usual argv
+    return _split_cmdline(_as_text(b"".join(os.fsencode(arg) + b"\0" for arg in argv)))
 
 
 def _identity_psutil(pid: int) -> dict[str, Any]:  # pragma: no cover - macOS and the BSDs
