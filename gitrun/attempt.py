@@ -318,6 +318,9 @@ class Monitor:
         self._failed: list[Attempt] = []
         self._spawner = Spawner()
         self._launches = Launches()
+        # Names in each directory of logs: listed at its first launch, then
+        # every name launched since (None: it cannot be listed, so unlink each).
+        self._present: dict[str, set[str] | None] = {}
 
     def launch(
         self,
@@ -335,9 +338,7 @@ class Monitor:
         )
         # An earlier attempt's, left by a run started over: its log is made
         # again only when this worker prints something.
-        for stale in (usage_path, log_path):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(stale)
+        self._remove_stale(log_path, usage_path)
         env = {**env, USAGE_ENV: str(usage_path)}
         # The worker's stdout and stderr: one pipe, read here without a file
         # object around it.
@@ -377,6 +378,26 @@ class Monitor:
                 self._use_pidfd = False
         self._live.add(attempt)
         return attempt
+
+    def _remove_stale(self, *paths: Path) -> None:
+        """Remove what an earlier life left at ``paths`` (a log, a usage file).
+
+        Each directory is listed once, at its first launch, instead of an
+        unlink per file per launch (two failed syscalls per worker of a
+        fresh run). Afterwards a file appears there only from an attempt
+        this monitor launched, each remembered as it launches; what a worker
+        of an earlier life would write after the listing it could as well
+        have written after an unlink."""
+        for path in paths:
+            folder, name = os.path.split(path)
+            present = self._present.get(folder, _UNLISTED)
+            if present is _UNLISTED:
+                present = self._present[folder] = _listing(folder)
+            if present is None or name in present:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            if present is not None:
+                present.add(name)  # the attempt launched now may make it
 
     def poll(self, timeout: float) -> list[AttemptEnd]:
         """Wait up to ``timeout`` seconds; return the attempts that ended."""
@@ -452,6 +473,20 @@ class Monitor:
         os.close(attempt.out)
         attempt.out = None
         attempt.close_log()
+
+
+_UNLISTED: set[str] = set()  # a directory not listed yet (compared by identity)
+
+
+def _listing(folder: str) -> set[str] | None:
+    """The names in ``folder`` (none when it does not exist), or None when
+    it cannot be listed."""
+    try:
+        return set(os.listdir(folder or "."))
+    except FileNotFoundError:
+        return set()
+    except OSError:
+        return None
 
 
 # Both know a client by its program (argv[0]) alone: asked once per program
