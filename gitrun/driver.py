@@ -9,7 +9,6 @@ when to halt. :mod:`gitrun.session` sets a driver up for start and resume.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import shutil
@@ -114,7 +113,9 @@ class Driver:
         self.before: dict[str, dict[str, str | None]] = {}
         self.monitor = self._runner()
         self.base_env = _worker_env()
-        self.made_dirs: set[Path] = set()
+        self.made_logs = False  # the logs directory was made
+        self.id_prefix = uuid.uuid4().hex[:24]
+        self.launched = 0
         self.stop_signal: int | None = None
         self.stopping = False
         self.template = command_template(run.packet.executor)
@@ -298,19 +299,15 @@ class Driver:
             if not self.governor.eligible(tid):
                 skipped.append(tid)
                 continue
-            if self._valid_on_disk(self.tasks[tid]):
-                continue
-            self._launch(self.tasks[tid])
-            slots -= 1
+            if self._launch(self.tasks[tid]):
+                slots -= 1
         pending.extendleft(reversed(skipped))
 
     def _valid_on_disk(self, task: Task) -> bool:
         """Rule 5 at the moment of dispatch: a task whose valid output is on
         disk already (written by a worker of a driver that died before it
-        recorded it, or by a person) is committed, not dispatched again."""
-        outputs = self.run.outputs_of(task)
-        if not all(os.path.lexists(self.repo / o.path) for o in outputs):
-            return False  # the usual case, one stat per output
+        recorded it, or by a person) is committed, not dispatched again.
+        Asked only when every output is a regular file there."""
         prior = prior_in_tree(self.run, task, self.base_tree)
         check = check_task(self.run, task, prior, self.committer.object_format)
         if check.outcome != "valid":
@@ -320,22 +317,30 @@ class Driver:
         self.report(f"{task.id}: a valid output is already on disk; committed, not dispatched")
         return True
 
-    def _launch(self, task: Task) -> None:
+    def _launch(self, task: Task) -> bool:
+        """Start an attempt of ``task``; False when its valid output was on
+        disk already (committed instead)."""
         number = self.engine.history[task.id].attempts + 1
-        aside = self.local.quarantine_of(task.id, number - 1)  # left before this attempt
+        # Where a link standing at an output goes (left before this attempt).
+        aside = functools.partial(self.local.quarantine_of, task.id, number - 1)
         before = prepare_outputs(self.run, task, self.committer.object_format, aside)
+        # Each output's state at launch answers whether it is on disk at all
+        # (a blob id: a regular file there), so the usual launch asks nothing more.
+        if None not in before.values() and self._valid_on_disk(task):
+            return False
         self.before[task.id] = before
         values = attempt_values(self.run, task, number)
         assert self.template is not None  # check_run refuses a command executor without one
-        attempt_id = uuid.uuid4().hex
+        attempt_id = self._next_attempt_id()
         self.attempt_ids.add(attempt_id)
         self.id_of[task.id] = attempt_id
-        env = dict(self.base_env)
-        env.update({f"GITRUN_{k.upper()}": v for k, v in values.items()})
+        env = {**self.base_env, **{_env_name(k): v for k, v in values.items()}}
         env.update(self.run.packet.executor.env)
         env["GITRUN_ATTEMPT_ID"] = attempt_id
         log = self.local.log_of(task.id, number)
-        self._mkdir(log.parent)
+        if not self.made_logs:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            self.made_logs = True
         argv = render_command(self.template, values)
         assert self.journal is not None
         # Write-ahead: a driver killed between the spawn and the full record
@@ -354,17 +359,29 @@ class Driver:
         if attempt.pid:
             # Who it is, as psutil saw it at once: a later driver signals it
             # only if pid, create time and command line match.
-            spawned = dataclasses.replace(
-                ahead,
-                pid=attempt.pid,
-                create_time=attempt.create_time,
-                cmdline=attempt.cmdline,
-                started=attempt.started,
-                deadline=attempt.deadline,
+            spawned = JournalEntry(
+                task.id,
+                number,
+                self.run.id,
+                attempt_id,
+                attempt.started,
+                before,
+                attempt.pid,
+                attempt.create_time,
+                attempt.cmdline,
+                attempt.deadline,
             )
             self.journal.write(spawned)
             crash_point("launch.journaled")
         self.report(f"{task.id} attempt {number}: started")
+        return True
+
+    def _next_attempt_id(self) -> str:
+        """A new attempt's id, unique to it: 96 random bits drawn once per
+        driver, then its count (uuid4's 32 hex digits, without a read of the
+        random device per launch)."""
+        self.launched += 1
+        return f"{self.id_prefix}{self.launched:08x}"
 
     def _finish(self, end: AttemptEnd, commits: CommitQueue) -> None:
         self.running.pop(end.task, None)
@@ -520,11 +537,6 @@ class Driver:
             budget=self.engine.budget,
         )
 
-    def _mkdir(self, path: Path) -> None:
-        if path not in self.made_dirs:
-            path.mkdir(parents=True, exist_ok=True)
-            self.made_dirs.add(path)
-
     def _own_files(self) -> dict[str, bytes]:
         # What the committer last published is what the branch holds (else
         # its compare-and-swap fails and it builds again): no git process
@@ -538,6 +550,12 @@ class Driver:
 
     def _on_signal(self, signum: int) -> None:
         self.stop_signal = signum
+
+
+@functools.cache
+def _env_name(placeholder: str) -> str:
+    """The variable a placeholder's value reaches a worker in: ``GITRUN_TASK``..."""
+    return f"GITRUN_{placeholder.upper()}"
 
 
 def _worker_env() -> dict[str, str]:

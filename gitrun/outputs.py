@@ -14,7 +14,7 @@ import os
 import re
 import stat
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,7 +61,7 @@ def blob_id(data: bytes, object_format: str = "sha1") -> str:
     return hashlib.new(object_format, header + data).hexdigest()
 
 
-def blob_on_disk(path: Path, object_format: str = "sha1") -> str | None:
+def blob_on_disk(path: str | Path, object_format: str = "sha1") -> str | None:
     """The blob id of a regular file's content now, or None when there is none
     (read in chunks: the file may be of any size)."""
     try:
@@ -153,31 +153,37 @@ def prior_in_tree(
 
 
 def prepare_outputs(
-    run: RunDef, task: Task, object_format: str = "sha1", aside: Path | None = None
+    run: RunDef,
+    task: Task,
+    object_format: str = "sha1",
+    aside: Path | Callable[[], Path] | None = None,
 ) -> dict[str, str | None]:
     """Before an attempt: create the outputs' directories (workers should not
     have to) and return each output's blob id now, to tell new content later.
 
     A symlink standing at an output path (another task, or a worker of an
-    earlier attempt, put it there) is moved ``aside`` first: the worker's
-    write must make a file there, not land in the file the link names."""
+    earlier attempt, put it there) is moved ``aside`` first (a path, or what
+    gives it when needed): the worker's write must make a file there, not
+    land in the file the link names."""
     before: dict[str, str | None] = {}
+    root = str(run.repo)
     for output in run.outputs_of(task):
         link, whole = _parents(run.repo, output.path)
         if link is not None:
             before[output.path] = None  # never followed; the output will be invalid
             continue
-        path = run.repo / output.path
+        path = f"{root}/{output.path}"
         if not whole:  # nothing stands at the path yet: its directory is missing
             before[output.path] = None
-            path.parent.mkdir(parents=True, exist_ok=True)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             continue
         try:
             mode: int | None = os.lstat(path).st_mode
         except OSError:
             mode = None
         if mode is not None and stat.S_ISLNK(mode) and aside is not None:
-            quarantine(run.repo, aside, [OutputCheck(output.path, "invalid", "a symlink")])
+            where = aside if isinstance(aside, Path) else aside()
+            quarantine(run.repo, where, [OutputCheck(output.path, "invalid", "a symlink")])
         # One stat answers the usual case, an output not there yet.
         before[output.path] = blob_on_disk(path, object_format) if mode is not None else None
     return before

@@ -23,7 +23,10 @@ def _template() -> str:
 
 
 def render_pointer(run: RunDef, task: Task) -> str:
-    outputs = run.output_paths(task)
+    return _pointer(run, task, run.stage_of(task), run.output_paths(task))
+
+
+def _pointer(run: RunDef, task: Task, stage: str, outputs: list[str]) -> str:
     if task.bundle:
         inputs = f"listed in {task.bundle}"
     else:
@@ -31,7 +34,7 @@ def render_pointer(run: RunDef, task: Task) -> str:
     return _template().format(
         run=run.id,
         task=task.id,
-        stage=run.stage_of(task),
+        stage=stage,
         packet=run.packet_path,
         note=f" {task.note}" if task.note else "",
         inputs=inputs,
@@ -45,14 +48,15 @@ def attempt_values(
 ) -> dict[str, str]:
     """What one attempt of ``task`` is told: placeholder name -> value."""
     stage = run.stage_of(task)
+    outputs = run.output_paths(task)
     return {
-        "pointer": pointer if pointer is not None else render_pointer(run, task),
+        "pointer": pointer if pointer is not None else _pointer(run, task, stage, outputs),
         "task": task.id,
         "run": run.id,
         "model": run.packet.model_for(stage),
         "packet": run.packet_path,
         "attempt": str(attempt),
-        "outputs": "\n".join(run.output_paths(task)),
+        "outputs": "\n".join(outputs),
         "inputs": "\n".join(task_inputs(run, task)),
         "stage": stage,
         "repo": str(run.repo),  # absolute: where a worker's sandbox keeps Bash from writing

@@ -1,0 +1,58 @@
+"""What a launch decides from the disk, and the ids it gives attempts."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gitrun.journal import read_journal
+from gitrun.local import LocalPaths
+from gitrun.session import start_run
+from tests.helpers import fake_worker_run, git, ledger_records, write_run
+
+
+def quiet(_line: str) -> None:
+    pass
+
+
+def test_every_attempt_gets_an_id_of_its_own(git_repo: Path) -> None:
+    """The id a worker's processes carry (GITRUN_ATTEMPT_ID): 32 hex digits
+    as uuid4 gives, never the same twice, in one run or in two."""
+    fake_worker_run(git_repo, "r", 4, {"tasks": {"t02": "invalid_then_write"}})
+    fake_worker_run(git_repo, "s", 3, {"default": "write"})
+    ids = []
+    for run in ("r", "s"):
+        assert start_run(git_repo, run, quiet).exit_code == 0
+        ids += [e.attempt_id for e in read_journal(LocalPaths.of(git_repo, run)) if not e.end]
+        shutil.rmtree(git_repo / "out")  # committed on gitrun/r: out of the next run's way
+    assert all(re.fullmatch(r"[0-9a-f]{32}", i) for i in ids)
+    started = 5 + 3  # t02 twice
+    assert len(ids) == 2 * started  # each launch journaled ahead and once spawned
+    assert len(set(ids)) == started
+
+
+@pytest.mark.parametrize(("left", "dispatched"), [('{"early": 3}', False), ("{broken", True)])
+def test_an_output_on_disk_at_dispatch_is_committed_only_when_valid(
+    git_repo: Path, left: str, dispatched: bool
+) -> None:
+    """t1's worker also leaves t3's output behind (as a worker of a dead
+    driver could): at t3's turn a valid one is committed without a worker,
+    an invalid one is what the worker replaces."""
+    script = (
+        'printf \'{"task": "%s"}\\n\' "$GITRUN_TASK" > "$GITRUN_OUTPUTS"; '
+        f"if [ \"$GITRUN_TASK\" = t1 ]; then printf '{left}' > out/t3.json; fi"
+    )
+    tasks: list[dict[str, object]] = [
+        {"id": f"t{n}", "outputs": [f"out/t{n}.json"]} for n in (1, 2, 3)
+    ]
+    packet = {"executor": {"preset": "shell", "shell": script}, "limits": {"concurrency": 1}}
+    write_run(git_repo, "r", tasks, packet)
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.exit_code == 0
+    attempts = [r["task"] for r in ledger_records(git_repo) if "attempt" in r]
+    assert attempts == (["t1", "t2", "t3"] if dispatched else ["t1", "t2"])
+    expected = '{"task": "t3"}\n' if dispatched else left
+    assert git(git_repo, "show", "gitrun/r:out/t3.json") == expected
