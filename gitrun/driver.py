@@ -28,7 +28,7 @@ from gitrun.audit import Audit, Violation
 from gitrun.budget import Budget
 from gitrun.committer import CommitQueue, Committed, Committer, Landing
 from gitrun.crashpoints import crash_point
-from gitrun.engine import DONE, FAILED, PENDING, RUNNING, STATUSES, Ended, Engine
+from gitrun.engine import DONE, FAILED, PENDING, RUNNING, STATUSES, Ended, Engine, committed_tasks
 from gitrun.executor import command_template, render_command
 from gitrun.governor import ENVIRONMENT, STRICT, Halt, is_throttled, last_line
 from gitrun.journal import Journal, JournalEntry
@@ -41,7 +41,7 @@ from gitrun.reaper import kill_leftovers
 from gitrun.recovery import reconcile, recover_orphans
 from gitrun.runfiles import definition_files, definition_snapshot
 from gitrun.runs import RunDef, Task
-from gitrun.state import RunStatus, read_status
+from gitrun.state import RunStatus, read_status, status_of
 from gitrun.usage import UsageTotals
 
 HEARTBEAT = 2.0  # seconds between owner-record heartbeats
@@ -255,7 +255,7 @@ class Driver:
         return self.governor.next_wake(now) is not None
 
     def _outcome(self) -> RunOutcome:
-        status = read_status(self.repo, self.run.id, self.run)
+        status = self._summary()
         halt = self.governor.halt
         stopped = None
         if self.stop_signal is not None:
@@ -267,6 +267,30 @@ class Driver:
             code = EXIT_DONE if status.counts()[DONE] == len(self.tasks) else EXIT_FAILED
         held = self.load_held_for + (time.time() - self.load_held_since if self.load_held else 0)
         return RunOutcome(status, code, stopped, halt, self.violations, held)
+
+    def _summary(self) -> RunStatus:
+        """The run's status at the end, as ``gitrun status`` reads it next
+        (no driver shown: this one is letting go of the run).
+
+        From this driver's own engine when that is provably the same answer:
+        every attempt it started ended and was recorded through the engine
+        (which keeps its records and summary as a read of the ledger finds
+        them), every landing was committed by this committer (the run's lock
+        keeps other writers off the branch, so its last commit is the tip),
+        and the tasks done in the engine are the tasks done at that tip (one
+        ``diff-tree``: a task judged valid against its launch may have put
+        back the content of the fork point, which is not done). Otherwise
+        (stopped by a signal, nothing committed here, the two disagree) the
+        engine is loaded again from the branch, the ledger and the journal."""
+        tip = self.committer.last_tip
+        if self.stop_signal is None and not self.running and tip is not None:
+            engine = self.engine
+            done = {tid for tid, status in engine.status.items() if status == DONE}
+            if committed_tasks(self.run, tip, engine.base) == done:
+                return status_of(self.run, engine, tip, self.repo, driver=None)
+        status = read_status(self.repo, self.run.id, self.run)
+        status.driver = None
+        return status
 
     def _wait_and_finish(self, commits: CommitQueue, now: float) -> None:
         wakes = [a.next_event for a in self.running.values()]
@@ -497,7 +521,7 @@ class Driver:
             return
         for violation in self.audit.check(self.running):
             self.violations.append(violation)
-            self.ledger.write(violation.to_record())
+            self.engine.write(self.ledger, violation.to_record())
             self.report(f"ownership violation: {violation.describe()}")
             if self.run.packet.ownership.strict:
                 self.governor.stop_for(Halt(STRICT, f"ownership violation: {violation.describe()}"))

@@ -86,17 +86,20 @@ class Ended:
 
 
 class _Histories(dict[str, ledger.TaskHistory]):
-    """Each task's history: the ledger's, or a new one made when the task is
-    first asked about (a big run's status reads 100,000 tasks and writes none)."""
+    """Each task's history: the ledger summary's, or a new one made (in the
+    summary too) when the task is first asked about (a big run's status
+    reads 100,000 tasks and writes none). The summary's own objects, so that
+    one record noted in it (:func:`gitrun.ledger.note`) moves both."""
 
     def __init__(self, tasks: Collection[str], summary: ledger.LedgerSummary) -> None:
         super().__init__((tid, h) for tid, h in summary.tasks.items() if tid in tasks)
         self._tasks = tasks
+        self._summary = summary
 
     def __missing__(self, tid: str) -> ledger.TaskHistory:
         if tid not in self._tasks:
             raise KeyError(tid)
-        history = self[tid] = ledger.TaskHistory()
+        history = self[tid] = self._summary.tasks.setdefault(tid, ledger.TaskHistory())
         return history
 
 
@@ -282,18 +285,20 @@ class Engine:
             dispatch=ended.dispatch,
             concurrency=concurrency,
             usage=ended.usage,
-        )
-        writer.write(record.to_json())
+        ).to_json()
+        self.write(writer, record)
         self.recorded.add(key)
-        self.usage.add(ended.usage, valid=ended.outcome == ledger.VALID, stage=record.stage)
-        history = self.history[ended.task]
-        history.attempts = max(history.attempts, ended.attempt)
-        history.spawns += 1
-        if ended.outcome in ledger.COUNTED:
-            history.used += 1
-        history.last_outcome = ended.outcome
-        history.last_reason = ended.reason or None
+        # The usage as the ledger keeps it (a cost in micro-dollars), as a
+        # later read of the ledger adds it up.
+        ledger.note_usage(self.usage, record)
         return True
+
+    def write(self, writer: ledger.LedgerWriter, record: dict[str, Any]) -> None:
+        """Write ``record`` to the ledger, and keep what the engine read of
+        the ledger (records, summary) as a read of it now would find it."""
+        writer.write(record)
+        self.records.append(record)
+        ledger.note(self.summary, record)
 
     def record_halt(self, writer: ledger.LedgerWriter) -> None:
         """A halt only a person can lift holds every later resume, next and
@@ -303,7 +308,7 @@ class Engine:
             return
         self.halt_recorded = True
         record = {"event": ledger.HALT, "kind": halt.kind, "message": halt.message}
-        writer.write({**record, "at": ledger.iso(time.time())})
+        self.write(writer, {**record, "at": ledger.iso(time.time())})
 
     def _set(self, tid: str, status: str) -> None:
         old = self.status[tid]

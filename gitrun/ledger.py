@@ -83,31 +83,38 @@ class LedgerSummary:
 def summarize(records: list[dict[str, Any]]) -> LedgerSummary:
     summary = LedgerSummary()
     for record in records:
-        event = record.get("event")
-        if event == HALT and isinstance(record.get("kind"), str):
-            message = record.get("message")
-            summary.halt = {"kind": record["kind"], "message": str(message or record["kind"])}
-            continue
-        if event == LIFT:
-            summary.halt = None
-            continue
-        if not isinstance(record.get("task"), str):
-            continue  # run-level events, such as ownership violations
-        history = summary.tasks.setdefault(record["task"], TaskHistory())
-        if record.get("event") == "retry":
-            history.used = 0
-            continue
-        number = record.get("attempt")
-        if isinstance(number, int):
-            history.attempts = max(history.attempts, number)
-        history.spawns += 1
-        outcome = record.get("outcome")
-        if outcome in COUNTED:
-            history.used += 1
-        history.last_outcome = outcome if isinstance(outcome, str) else None
-        reason = record.get("reason")
-        history.last_reason = reason if isinstance(reason, str) else None
+        note(summary, record)
     return summary
+
+
+def note(summary: LedgerSummary, record: dict[str, Any]) -> None:
+    """What one more record of the ledger changes in ``summary`` (the one
+    reading of a record: a summary kept current as records are written is
+    the summary of the ledger read back)."""
+    event = record.get("event")
+    if event == HALT and isinstance(record.get("kind"), str):
+        message = record.get("message")
+        summary.halt = {"kind": record["kind"], "message": str(message or record["kind"])}
+        return
+    if event == LIFT:
+        summary.halt = None
+        return
+    if not isinstance(record.get("task"), str):
+        return  # run-level events, such as ownership violations
+    history = summary.tasks.setdefault(record["task"], TaskHistory())
+    if record.get("event") == "retry":
+        history.used = 0
+        return
+    number = record.get("attempt")
+    if isinstance(number, int):
+        history.attempts = max(history.attempts, number)
+    history.spawns += 1
+    outcome = record.get("outcome")
+    if outcome in COUNTED:
+        history.used += 1
+    history.last_outcome = outcome if isinstance(outcome, str) else None
+    reason = record.get("reason")
+    history.last_reason = reason if isinstance(reason, str) else None
 
 
 def iso(ts: float) -> str:
@@ -269,13 +276,18 @@ def usage_totals(records: list[dict[str, Any]]) -> UsageTotals:
     attempts carried usage count as attempts of unknown cost."""
     totals = UsageTotals()
     for record in attempt_records(records):
-        stage = record.get("stage")
-        totals.add(
-            usage_of(record),
-            valid=record.get("outcome") == VALID,
-            stage=stage if isinstance(stage, str) else "",
-        )
+        note_usage(totals, record)
     return totals
+
+
+def note_usage(totals: UsageTotals, record: dict[str, Any]) -> None:
+    """What one attempt record adds to ``totals`` (as read back from the ledger)."""
+    stage = record.get("stage")
+    totals.add(
+        usage_of(record),
+        valid=record.get("outcome") == VALID,
+        stage=stage if isinstance(stage, str) else "",
+    )
 
 
 class LedgerWriter:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from gitrun import git, ledger
 from gitrun.budget import Budget, spend_json
 from gitrun.collector import collector_paused
-from gitrun.engine import DONE, STATUSES, load_engine
+from gitrun.engine import DONE, STATUSES, Engine, load_engine
 from gitrun.hookrules import Repo, find_repo
 from gitrun.local import LocalPaths
 from gitrun.lock import Owner, is_locked, read_owner
@@ -116,8 +116,19 @@ def _read_status(repo: Path, run_id: str, run: RunShape | None) -> RunStatus:
     run = run or load_view(found, run_id)
     local = LocalPaths.under(Path(found.git_dir), run_id)
     engine, tip = load_engine(run, local)
+    driver = read_owner(local) if is_locked(local) else None
+    return status_of(run, engine, tip, repo, driver)
+
+
+def status_of(
+    run: RunShape, engine: Engine, tip: str | None, repo: Path, driver: Owner | None
+) -> RunStatus:
+    """The status of ``run`` as ``engine`` holds it at the branch tip ``tip``
+    (``driver``: who drives it now): the one way a :class:`RunStatus` is made,
+    from an engine just loaded (:func:`read_status`) or from the one a driver
+    kept current as it ran (its summary at the end)."""
     # The branch exists but its tip's objects are gone (a prune during the run).
-    damaged = tip is None and git.ref_target(repo, branch_ref(run_id)) is not None
+    damaged = tip is None and git.ref_target(repo, branch_ref(run.id)) is not None
     records: dict[str, list[dict[str, Any]]] = {}
     for record in ledger.attempt_records(engine.records):
         records.setdefault(str(record.get("task")), []).append(record)
@@ -137,13 +148,13 @@ def _read_status(repo: Path, run_id: str, run: RunShape | None) -> RunStatus:
             records.get(task.id, ()),
         )
     return RunStatus(
-        run=run_id,
+        run=run.id,
         started=tip is not None or damaged,
         damaged=damaged,
         stages=run.stage_names,
         tasks=tasks,
         spawns=engine.summary.spawns,
-        driver=read_owner(local) if is_locked(local) else None,
+        driver=driver,
         violations=engine.violations(),
         halt=engine.summary.halt,
         usage=engine.usage,

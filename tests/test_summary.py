@@ -1,0 +1,155 @@
+"""A start's summary is the status ``gitrun status`` reads next.
+
+At the end of a run the driver builds its summary from its own engine,
+without loading it again from the branch, when that is provably the same
+answer; otherwise it reads the run again. Either way ``gitrun start --json``
+must say what a following ``gitrun status --json`` says: each case runs
+gitrun as a real child process and compares the two, and the in-process
+cases show which way the summary was made (a spy on the re-read, which
+still runs).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gitrun import driver
+from gitrun.session import start_run
+from gitrun.state import read_status
+from tests.helpers import build_tree, commit_all, fake_worker_run, run_gitrun, write_run
+
+# What `start --json` says besides the status.
+START_ONLY = ("exit_code", "stopped_by", "load_held_seconds")
+
+
+def quiet(_line: str) -> None:
+    pass
+
+
+def _started_and_status(repo: Path, run: str = "r") -> tuple[dict[str, Any], dict[str, Any]]:
+    started = run_gitrun(repo, "start", run, "--json")
+    assert started.returncode in (0, 1, 3), started.stderr
+    shown = json.loads(started.stdout)
+    for key in START_ONLY:
+        shown.pop(key)
+    status = run_gitrun(repo, "status", run, "--json")
+    assert status.returncode == 0, status.stderr
+    return shown, json.loads(status.stdout)
+
+
+def _rewrites_the_fork_point(repo: Path) -> None:
+    """t1 edits a file the fork point holds: attempt 1 breaks it (quarantined),
+    attempt 2 puts back exactly what the fork point holds. Valid against its
+    launch (the file was set aside), yet not done: a task is done when its
+    output is new since the fork point."""
+    build_tree(repo, {"out/t1.json": '{"kept": 1}\n', "out/t2.json": '{"kept": 2}\n'})
+    commit_all(repo, "the files the tasks edit")
+    script = (
+        'if [ "$GITRUN_TASK" = t1 ]; then '
+        'if [ "$GITRUN_ATTEMPT" = 1 ]; then printf "{broken" > "$GITRUN_OUTPUTS"; '
+        'else printf \'{"kept": 1}\\n\' > "$GITRUN_OUTPUTS"; fi; '
+        'else printf \'{"new": 2}\\n\' > "$GITRUN_OUTPUTS"; fi'
+    )
+    tasks: list[dict[str, object]] = [
+        {"id": "t1", "outputs": ["out/t1.json"]},
+        {"id": "t2", "outputs": ["out/t2.json"]},
+    ]
+    packet = {"executor": {"preset": "shell", "shell": script}, "limits": {"canary": 0}}
+    write_run(repo, "r", tasks, packet)
+
+
+CASES = {
+    "done": lambda repo: fake_worker_run(repo, "r", 3, {"default": "write"}),
+    "failed": lambda repo: fake_worker_run(
+        repo, "r", 3, {"tasks": {"t02": "invalid"}}, {"limits": {"max_attempts": 2}}
+    ),
+    "quarantined and retried": lambda repo: fake_worker_run(
+        repo, "r", 3, {"tasks": {"t02": "invalid_then_write"}}
+    ),
+    "halted": lambda repo: fake_worker_run(
+        repo, "r", 3, {"default": "nowrite"}, {"limits": {"max_attempts": 1}}
+    ),
+    "valid, yet the fork point's content": _rewrites_the_fork_point,
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_start_says_what_status_reads_next(git_repo: Path, case: str) -> None:
+    CASES[case](git_repo)
+    shown, status = _started_and_status(git_repo)
+    assert shown == status
+    statuses = {task["status"] for task in status["tasks"].values()}
+    expected = {
+        "done": {"done"},
+        "failed": {"done", "failed"},
+        "quarantined and retried": {"done"},
+        "halted": {"failed", "pending"},
+        "valid, yet the fork point's content": {"done", "pending"},
+    }[case]
+    assert statuses == expected
+    if case == "halted":
+        assert status["halt"] is not None and status["halt"]["kind"] == "canary"
+    if case == "quarantined and retried":
+        assert status["tasks"]["t02"]["attempts"] == 1
+        assert status["tasks"]["t02"]["last_attempt"] == 2
+        assert len(status["tasks"]["t02"]["records"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("case", "read_again"),
+    [
+        ("done", False),
+        ("failed", False),
+        ("quarantined and retried", False),
+        ("halted", False),
+        ("valid, yet the fork point's content", True),
+    ],
+)
+def test_the_summary_is_read_again_only_when_the_engine_may_differ(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch, case: str, read_again: bool
+) -> None:
+    """The driver's engine answers, except where its done tasks are not the
+    branch's; the answer is the status read afterwards either way."""
+    CASES[case](git_repo)
+    reads: list[str] = []
+
+    def spy(repo: Path, run_id: str, run: Any = None) -> Any:
+        reads.append(run_id)
+        return read_status(repo, run_id, run)
+
+    monkeypatch.setattr(driver, "read_status", spy)
+    outcome = start_run(git_repo, "r", quiet)
+    assert bool(reads) is read_again
+    assert outcome.status.driver is None
+    assert outcome.status.to_json() == read_status(git_repo, "r").to_json()
+
+
+def test_a_violation_and_a_halt_recorded_while_driving_are_in_the_summary(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records the driver writes besides attempts (a strict ownership
+    violation, and the halt it causes) reach its engine's summary as they
+    reach the ledger."""
+    fake_worker_run(
+        git_repo,
+        "r",
+        2,
+        {"default": "stray"},
+        {"ownership": {"strict": True}, "limits": {"canary": 0}},
+    )
+    reads: list[str] = []
+
+    def spy(repo: Path, run_id: str, run: Any = None) -> Any:
+        reads.append(run_id)
+        return read_status(repo, run_id, run)
+
+    monkeypatch.setattr(driver, "read_status", spy)
+    outcome = start_run(git_repo, "r", quiet)
+    status = read_status(git_repo, "r")
+    assert status.violations and status.halt is not None
+    assert not reads
+    assert outcome.status.to_json() == status.to_json()
