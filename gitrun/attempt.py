@@ -259,7 +259,9 @@ class Attempt:
         if self._reader is not None:
             report = self._reader.finish()
             self.usage, self._said = report.usage, report.text
-        if self.usage_path is None:
+        # No file there, the usual case, is the client's report: one look
+        # rather than a failed read and its exceptions.
+        if self.usage_path is None or not os.path.lexists(self.usage_path):
             return
         self.usage, message = attempt_usage(self.usage, self.usage_path, self.task, self.number)
         if message:

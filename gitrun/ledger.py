@@ -323,12 +323,11 @@ class LedgerWriter:
                 self._handle = None
             if self._handle is None:
                 self._handle = self._open_next()
-            path = self._run_dir / chunk_name(self._number)
             try:
                 self._handle.write(data)
                 self._handle.flush()
             except OSError as exc:
-                raise file_error(path, exc, "write") from exc
+                raise file_error(self._run_dir / chunk_name(self._number), exc, "write") from exc
             self._size += len(data)
 
     def _open_next(self) -> IO[bytes]:
