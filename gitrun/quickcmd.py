@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
-def main(argv: list[str]) -> int | None:
-    """The exit code of a command answered here; None for the full command line."""
+def main(argv: list[str]) -> int | ExternalRun | None:
+    """The exit code of a command answered here; None for the full command
+    line; an :class:`ExternalRun` for the batch the command line prints."""
     if argv in (["--help"], ["-h"]) and _columns() >= HELP_COLUMNS:
         from gitrun.helptext import MAIN
 
@@ -60,7 +61,7 @@ def main(argv: list[str]) -> int | None:
     return 0  # a failure is the caller's to report, as the command line reports it
 
 
-def _drive_form(directory: str | None, argv: list[str]) -> int | None:
+def _drive_form(directory: str | None, argv: list[str]) -> int | ExternalRun | None:
     """``start|resume RUN [--json] [-q|--quiet]`` of a command-mode run."""
     run: str | None = None
     as_json = quiet = False
@@ -79,21 +80,20 @@ def _drive_form(directory: str | None, argv: list[str]) -> int | None:
     resume = argv[0] == "resume"
     code = drive(repo, run, as_json, quiet, resume)
     if code is None:  # an external run: its batch, as the command line prints it
-        return external(repo, run, as_json, resume)
+        return ExternalRun(repo, run, as_json, resume)
     return code
 
 
-def external(repo: Path, run: str, as_json: bool, resume: bool) -> int:
-    """``gitrun start|resume`` of an external run, without parsing the command
-    line again: the batch's exit code."""
-    from typer import Exit
+class ExternalRun:
+    """``gitrun start|resume`` of an external run, found here: the command line
+    prints its batch (:func:`gitrun.cli.quick.external`), and
+    :mod:`gitrun.entry` takes it there, so that this module, below the command
+    line, imports none of it."""
 
-    from gitrun.cli.external import drive_external
+    __slots__ = ("as_json", "repo", "resume", "run")
 
-    try:
-        drive_external(repo, run, as_json, resume)
-    except Exit as done:
-        return done.exit_code
+    def __init__(self, repo: Path, run: str, as_json: bool, resume: bool) -> None:
+        self.repo, self.run, self.as_json, self.resume = repo, run, as_json, resume
 
 
 def event(line: str) -> None:

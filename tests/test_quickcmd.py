@@ -266,6 +266,9 @@ def test_an_external_start_finds_its_run_once(
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(state, "load_view", counted)
-    assert quick_main(["-C", str(repo), "start", "e"]) == 0
+    monkeypatch.setattr(sys, "argv", ["gitrun", "-C", str(repo), "start", "e"])
+    from gitrun.entry import main as entry_main  # quickcmd finds the run, the CLI prints it
+
+    assert entry_main() == 0
     assert len(calls) == 1
     assert "leased 3" in capsys.readouterr().out
