@@ -72,17 +72,23 @@ def _encoder() -> Callable[[Any], str]:
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # pragma: no cover - a Python without the C accelerator
         return options.encode
-    encode = make(
-        None,  # no circular check: a record is a tree of plain values
-        options.default,
-        json.encoder.encode_basestring_ascii,
-        None,
-        options.key_separator,
-        options.item_separator,
-        options.sort_keys,
-        options.skipkeys,
-        options.allow_nan,
-    )
+    try:
+        encode = make(
+            None,  # no circular check: a record is a tree of plain values
+            options.default,
+            json.encoder.encode_basestring_ascii,
+            None,
+            options.key_separator,
+            options.item_separator,
+            options.sort_keys,
+            options.skipkeys,
+            options.allow_nan,
+        )
+        sample = {"b": [1, 2.5, None, True], "a": "\u00e9\n"}
+        if "".join(encode(sample, 0)) != options.encode(sample):  # pragma: no cover
+            return options.encode
+    except TypeError:  # pragma: no cover - a Python whose C encoder takes other arguments
+        return options.encode
 
     def text(value: Any) -> str:
         return "".join(encode(value, 0))
