@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import run_gitrun
+
 pytestmark = pytest.mark.skipif(
     not os.path.isdir("/proc/self/fd"), reason="the quick exit needs /proc to list descriptors"
 )
@@ -135,12 +137,6 @@ def test_without_a_listing_of_descriptors_the_exit_is_the_usual_one() -> None:
 
 def test_the_command_leaves_quickly_and_its_output_is_whole(git_repo: Path) -> None:
     """`python -m gitrun` ends through leave: what it printed arrives whole."""
-    done = subprocess.run(
-        [sys.executable, "-m", "gitrun", "status", "--json", "--all"],
-        cwd=git_repo,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_gitrun(git_repo, "status", "--json", "--all")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

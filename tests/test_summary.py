@@ -99,6 +99,18 @@ def test_start_says_what_status_reads_next(git_repo: Path, case: str) -> None:
         assert len(status["tasks"]["t02"]["records"]) == 2
 
 
+def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The run ids the driver reads the status of again, from now on."""
+    reads: list[str] = []
+
+    def spy(repo: Path, run_id: str, run: Any = None) -> Any:
+        reads.append(run_id)
+        return read_status(repo, run_id, run)
+
+    monkeypatch.setattr(driver, "read_status", spy)
+    return reads
+
+
 @pytest.mark.parametrize(
     ("case", "read_again"),
     [
@@ -115,13 +127,7 @@ def test_the_summary_is_read_again_only_when_the_engine_may_differ(
     """The driver's engine answers, except where its done tasks are not the
     branch's; the answer is the status read afterwards either way."""
     CASES[case](git_repo)
-    reads: list[str] = []
-
-    def spy(repo: Path, run_id: str, run: Any = None) -> Any:
-        reads.append(run_id)
-        return read_status(repo, run_id, run)
-
-    monkeypatch.setattr(driver, "read_status", spy)
+    reads = count_reads(monkeypatch)
     outcome = start_run(git_repo, "r", quiet)
     assert bool(reads) is read_again
     assert outcome.status.driver is None
@@ -141,13 +147,7 @@ def test_a_violation_and_a_halt_recorded_while_driving_are_in_the_summary(
         {"default": "stray"},
         {"ownership": {"strict": True}, "limits": {"canary": 0}},
     )
-    reads: list[str] = []
-
-    def spy(repo: Path, run_id: str, run: Any = None) -> Any:
-        reads.append(run_id)
-        return read_status(repo, run_id, run)
-
-    monkeypatch.setattr(driver, "read_status", spy)
+    reads = count_reads(monkeypatch)
     outcome = start_run(git_repo, "r", quiet)
     status = read_status(git_repo, "r")
     assert status.violations and status.halt is not None
