@@ -73,12 +73,15 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'s' if n != 1 else ''}"
 
 
-def check_run(run: RunDef, *, check_dirty: bool = True) -> CheckReport:
+def check_run(run: RunDef, *, check_dirty: bool = True, fork: str | None = None) -> CheckReport:
+    """Every problem of ``run``; ``fork``: the commit a start forks it from,
+    read once by the caller, so that the proof is of the commit the branch
+    starts at (else the run's recorded fork point, or HEAD)."""
     with collector_paused():  # a big run's claims and tries are 100,000s of objects
-        return _check_run(run, check_dirty)
+        return _check_run(run, check_dirty, fork)
 
 
-def _check_run(run: RunDef, check_dirty: bool) -> CheckReport:
+def _check_run(run: RunDef, check_dirty: bool, fork: str | None) -> CheckReport:
     problems: list[Problem] = []
     problems += _definition_problems(run)
     owned, read = _claims(run, problems)
@@ -89,7 +92,7 @@ def _check_run(run: RunDef, check_dirty: bool) -> CheckReport:
     outputs, output_problems = _outputs(run, owned)
     problems += output_problems
     changed = git.changed_paths(run.repo)
-    base = BaseTree.of(run.repo, base_commit(run))
+    base = BaseTree.of(run.repo, fork or base_commit(run))
     output_paths = {path for _, path in outputs}
     problems += symlink_problems(run, owned, protected, base, changed, output_paths)
     problems += output_place_problems(run, outputs, base)

@@ -63,10 +63,12 @@ def _create_branch(repo: Path, run: RunDef, local: LocalPaths, report: Reporter)
             f"run {run_id!r} has already started (branch gitrun/{run_id} exists); continue it "
             f"with `gitrun resume {run_id}`"
         )
-    problems = check_run(run).problems
+    # Read once: the proof is of the very commit the branch starts at, even
+    # when a commit lands on HEAD meanwhile.
+    head = git.rev_parse(repo, "HEAD")
+    problems = check_run(run, fork=head).problems
     if problems:
         raise CheckFailed(run_id, problems)
-    head = git.rev_parse(repo, "HEAD")
     if head is None:
         raise GitrunError(
             "the repository has no commits yet; commit something first so the run has a "

@@ -139,6 +139,33 @@ def test_start_refuses_a_run_whose_owns_pass_through_a_symlink(aliased: Path) ->
     assert git(aliased, "branch", "--list", "gitrun/r").strip() == ""
 
 
+def test_a_start_forks_from_the_commit_it_proved_while_head_moves_on(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit landing on HEAD while start proves the run (another terminal)
+    does not become the fork point: the branch starts at the commit whose
+    tree the proof read, never at one it did not see."""
+    from gitrun import check
+    from gitrun.history import find_base
+
+    fake_worker_run(git_repo, "r", 1, {"default": "ok"})
+    commit_all(git_repo, "define")
+    proved: list[str | None] = []
+    real = check.BaseTree.of
+
+    def read_then_commit(repo: Path, commit: str | None) -> check.BaseTree:
+        proved.append(commit)
+        tree = real(repo, commit)
+        git(git_repo, "commit", "-q", "--allow-empty", "-m", "meanwhile")
+        return tree
+
+    monkeypatch.setattr(check.BaseTree, "of", read_then_commit)
+    start_run(git_repo, "r", quiet)
+    assert len(proved) == 1 and proved[0] is not None
+    assert git(git_repo, "rev-parse", "HEAD").strip() != proved[0]  # HEAD moved on
+    assert find_base(git_repo, "r") == proved[0]
+
+
 def test_a_symlink_only_in_the_base_commit_still_counts(git_repo: Path) -> None:
     (git_repo / "d").mkdir()
     os.symlink("d", git_repo / "s")
