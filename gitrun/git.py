@@ -329,8 +329,20 @@ def remote_refs(repo: Path, suffix: str) -> list[str]:
 
 
 def object_format(repo: Path) -> str:
-    out = run_cmd([*GIT, "-C", str(repo), "rev-parse", "--show-object-format"], check=False)
-    return out.stdout.decode().strip() or "sha1"
+    """The repository's hash, "sha1" or "sha256": fixed when it was made, so
+    asked of git once per process (a start asked three times)."""
+    where = str(repo)
+    known = _object_formats.get(where)
+    if known is None:
+        out = run_cmd([*GIT, "-C", where, "rev-parse", "--show-object-format"], check=False)
+        known = out.stdout.decode().strip()
+        if not known:
+            return "sha1"  # not a repository (yet): not remembered
+        _object_formats[where] = known
+    return known
+
+
+_object_formats: dict[str, str] = {}
 
 
 def new_files(repo: Path, base: str, tip: str, paths: list[str] | None = None) -> set[str]:
