@@ -184,3 +184,14 @@ def committed_ledger(
         text = git(repo, "show", f"{rev}:{run_dir}/{name}")
         records += parse_lines(text)  # a line a crash cut short is skipped
     return records
+
+
+def one_task_run(repo: Path) -> None:
+    """Run "r": one task whose shell worker writes its JSON output; committed."""
+    write_run(
+        repo,
+        "r",
+        [{"id": "t1", "outputs": ["out/t1.json"]}],
+        {"executor": {"command": ["sh", "-c", 'echo "{}" > "$GITRUN_OUTPUTS"']}},
+    )
+    commit_all(repo, "define r")

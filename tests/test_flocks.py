@@ -18,7 +18,7 @@ import pytest
 from filelock import FileLock, Timeout
 
 from gitrun.flocks import Held, hold
-from tests.helpers import commit_all, write_run
+from tests.helpers import one_task_run
 
 HOLDER = """
 import sys, time
@@ -89,13 +89,7 @@ def test_threads_of_one_process_take_turns(tmp_path: Path) -> None:
 
 def test_a_start_never_imports_filelock(git_repo: Path) -> None:
     """filelock imports asyncio: ~45 ms of every start, for a lock flock gives."""
-    write_run(
-        git_repo,
-        "r",
-        [{"id": "t1", "outputs": ["out/t1.json"]}],
-        {"executor": {"command": ["sh", "-c", 'echo "{}" > "$GITRUN_OUTPUTS"']}},
-    )
-    commit_all(git_repo, "define r")
+    one_task_run(git_repo)
     probe = (
         "import atexit, json, sys\n"
         "atexit.register(lambda: sys.stderr.write('MODULES ' + json.dumps("

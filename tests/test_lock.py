@@ -28,7 +28,7 @@ from gitrun.lock import (
     read_owner,
     run_locked,
 )
-from tests.helpers import commit_all, git, write_run
+from tests.helpers import git, one_task_run
 from tests.helpers import run_gitrun as gitrun
 
 
@@ -69,16 +69,6 @@ def full_disk(git_repo: Path) -> Iterator[FullDisk]:
         yield disk
     finally:
         subprocess.run(["umount", "-l", str(where)], check=True)
-
-
-def one_task_run(repo: Path) -> None:
-    write_run(
-        repo,
-        "r",
-        [{"id": "t1", "outputs": ["out/t1.json"]}],
-        {"executor": {"command": ["sh", "-c", 'echo "{}" > "$GITRUN_OUTPUTS"']}},
-    )
-    commit_all(repo, "define r")
 
 
 def test_start_on_a_full_disk_is_one_sentence_and_works_once_freed(
