@@ -11,6 +11,7 @@ state are machine-local (``.git/gitrun/<run>/``).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -216,7 +217,8 @@ class External:
         task = self.run.tasks_by_id[task_id]
         number = self.engine.history[task_id].attempts + 1
         outputs = [o.path for o in self.run.outputs_of(task)]
-        aside = self.local.quarantine_of(task_id, number - 1)  # left before this attempt
+        # Where a link standing at an output goes (left before this attempt).
+        aside = functools.partial(self.local.quarantine_of, task_id, number - 1)
         before = prepare_outputs(self.run, task, self.committer.object_format, aside)
         pointer = render_pointer(self.run, task)
         stage = self.run.stage_of(task)

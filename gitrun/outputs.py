@@ -156,14 +156,14 @@ def prepare_outputs(
     run: RunDef,
     task: Task,
     object_format: str = "sha1",
-    aside: Path | Callable[[], Path] | None = None,
+    aside: Callable[[], Path] | None = None,
 ) -> dict[str, str | None]:
     """Before an attempt: create the outputs' directories (workers should not
     have to) and return each output's blob id now, to tell new content later.
 
     A symlink standing at an output path (another task, or a worker of an
-    earlier attempt, put it there) is moved ``aside`` first (a path, or what
-    gives it when needed): the worker's write must make a file there, not
+    earlier attempt, put it there) is moved to the path ``aside`` gives
+    (asked only then): the worker's write must make a file there, not
     land in the file the link names."""
     before: dict[str, str | None] = {}
     root = str(run.repo)
@@ -182,8 +182,7 @@ def prepare_outputs(
         except OSError:
             mode = None
         if mode is not None and stat.S_ISLNK(mode) and aside is not None:
-            where = aside if isinstance(aside, Path) else aside()
-            quarantine(run.repo, where, [OutputCheck(output.path, "invalid", "a symlink")])
+            quarantine(run.repo, aside(), [OutputCheck(output.path, "invalid", "a symlink")])
         # One stat answers the usual case, an output not there yet.
         before[output.path] = blob_on_disk(path, object_format) if mode is not None else None
     return before

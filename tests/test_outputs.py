@@ -193,7 +193,7 @@ def test_prepare_outputs_makes_directories_and_notes_what_was_there(
     (tmp_path / "target").mkdir()
     os.symlink(tmp_path / "target/x.json", git_repo / "out/link.json")
     os.symlink(tmp_path / "target", git_repo / "linked")
-    before = prepare_outputs(run, run.tasks[0], aside=tmp_path / "aside")
+    before = prepare_outputs(run, run.tasks[0], aside=lambda: tmp_path / "aside")
     assert before == {
         "new/dir/a.json": None,
         "out/old.json": blob_id(b'{"old": 1}'),
