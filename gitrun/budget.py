@@ -12,19 +12,28 @@ the median of the finished attempts of the same stage; before the stage's
 first, of every finished attempt (the canary's, first of all). Before any
 attempt finished, one runs at a time. Attempts whose client stated no cost
 are not counted: every sentence says how many, and a budget no attempt
-reported against cannot be enforced, which the gate says once.
+reported against cannot be enforced, which the gate says once per run
+and again only when the budget changes (a limit added or raised): its
+:attr:`SpendGate.warned` keys name what each warning was about, and in
+external mode, where every ``next`` and ``collect`` is a process and a gate
+of its own, :class:`SaidWarnings` keeps them in the run's machine-local
+state between the calls (``start`` and ``resume`` begin afresh, as a
+driver does in command mode).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gitrun.records import is_finite
+from gitrun.records import VERSION, Fields, is_finite, load_record, write_record
 from gitrun.usage import UsageTotals, median
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from gitrun.runview import RunLimits
 
 BUDGET_EVENT = "budget"  # a ledger event: `gitrun retry --budget/--tokens` set the budget
@@ -87,7 +96,8 @@ class SpendGate:
     tasks: int
     factor: float  # limits.max_projection
     notices: list[str] = field(default_factory=list)  # for the driver or next/collect to say
-    _warned: set[str] = field(default_factory=set)
+    # The warnings said, by what each was about: the limit and its value.
+    warned: set[str] = field(default_factory=set)
 
     # -- what an attempt is expected to cost ------------------------------------------------
 
@@ -160,9 +170,11 @@ class SpendGate:
         return math.floor((limit - spent + _SLACK) / each) - running
 
     def _say_unenforceable(self, name: str) -> None:
-        if name in self._warned:
+        limit = self.budget.cost_usd if name == "max_cost_usd" else self.budget.tokens
+        key = f"{name}={limit!r}"  # the same budget, unenforceable still: said already
+        if key in self.warned:
             return
-        self._warned.add(name)
+        self.warned.add(key)
         what = "a cost" if name == "max_cost_usd" else "its tokens"
         self.notices.append(
             f"warning: limits.{name} cannot be enforced: none of the {self.totals.attempts} "
@@ -256,6 +268,38 @@ class SpendGate:
     def take_notices(self) -> list[str]:
         said, self.notices = self.notices, []
         return said
+
+
+@dataclass(frozen=True)
+class SaidWarnings:
+    """The keys of :attr:`SpendGate.warned` an external run has said
+    (:attr:`gitrun.local.LocalPaths.budget_warnings`, a version-1 record)."""
+
+    keys: frozenset[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"v": VERSION, "said": sorted(self.keys)}
+
+    @classmethod
+    def from_json(cls, data: Fields) -> SaidWarnings:
+        return cls(frozenset(data.strings("said")))
+
+
+def read_said(path: Path) -> set[str]:
+    """The warnings said already; none when the file is missing or damaged,
+    which costs only a warning said again."""
+    found = load_record(path, SaidWarnings.from_json, what="budget warnings", fix="", warn=_forget)
+    return set(found.keys) if found is not None else set()
+
+
+def write_said(path: Path, keys: set[str]) -> None:
+    """Remember ``keys``; a file that cannot be written only means they are said again."""
+    with contextlib.suppress(OSError):
+        write_record(path, SaidWarnings(frozenset(keys)))
+
+
+def _forget(_message: str) -> None:
+    """A damaged record of warnings said is read as none said: no more to say."""
 
 
 # -- showing spend (status, the summary, the live view, the report, the demo) -----------------

@@ -11,6 +11,7 @@ state are machine-local (``.git/gitrun/<run>/``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Iterator
@@ -80,7 +81,7 @@ class Collected:
 class External:
     """One next/collect call's view of a run, under its lock."""
 
-    def __init__(self, run: RunDef, local: LocalPaths) -> None:
+    def __init__(self, run: RunDef, local: LocalPaths, afresh: bool = False) -> None:
         self.run = run
         self.repo = run.repo
         self.local = local
@@ -101,6 +102,7 @@ class External:
         self.governor = self.engine.governor
         self.limits = run.limits
         self._restore_governor()
+        self._said = self._restore_said(afresh)
         self.engine.choose_canary()
         state = load_record(
             local.audit,
@@ -372,7 +374,30 @@ class External:
         if state is not None:
             self.governor.restore(state)
 
+    def _restore_said(self, afresh: bool) -> set[str]:
+        """The spend budget's warnings said already in this run: each call is
+        a process of its own, and says one once (``afresh``: start and
+        resume, which say them again, as a driver does in command mode)."""
+        from gitrun.budget import read_said
+
+        spend = self.governor.spend
+        if afresh:
+            with contextlib.suppress(OSError):  # what cannot go is only said once more
+                self.local.budget_warnings.unlink(missing_ok=True)
+            return set()
+        if spend is None:
+            return set()
+        said = read_said(self.local.budget_warnings)
+        spend.warned |= said
+        return said
+
     def _save(self) -> None:
+        spend = self.governor.spend
+        if spend is not None and spend.warned != self._said:
+            from gitrun.budget import write_said
+
+            write_said(self.local.budget_warnings, spend.warned)
+            self._said = set(spend.warned)
         write_leases(self.local, self.leases)
         self.audit.active |= set(self.leases)
         write_record(self.local.audit, self.audit.state())
@@ -380,8 +405,9 @@ class External:
 
 
 @contextmanager
-def external_run(repo: Path, run_id: str) -> Iterator[External]:
-    """Load an external-mode run under its lock (waiting briefly for another call)."""
+def external_run(repo: Path, run_id: str, afresh: bool = False) -> Iterator[External]:
+    """Load an external-mode run under its lock (waiting briefly for another call;
+    ``afresh``: a start or resume, which says the budget's warnings again)."""
     run = load_run(repo, run_id)
     if run.packet.executor.kind != "external":
         raise GitrunError(
@@ -401,4 +427,4 @@ def external_run(repo: Path, run_id: str) -> Iterator[External]:
                     raise
                 time.sleep(0.1)
         hookrules.refresh(local, run)
-        yield External(run, local)
+        yield External(run, local, afresh)

@@ -108,6 +108,12 @@ class LocalPaths:
         return self.root / "audit.json"
 
     @property
+    def budget_warnings(self) -> Path:
+        """The spend budget's warnings an external run has said already, so
+        `next` and `collect` say each once (:class:`gitrun.budget.SaidWarnings`)."""
+        return self.root / "budget-warnings.json"
+
+    @property
     def tasks_cache(self) -> Path:
         """A big task table parsed once, as JSON (:func:`gitrun.runs.load_run`)."""
         return self.root / "tasks.cache.json"

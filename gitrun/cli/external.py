@@ -19,7 +19,7 @@ def drive_external(repo: Path, run: str, as_json: bool, resume: bool) -> NoRetur
     from gitrun.session import prepare_external
 
     prepare_external(repo, run, _event, resume)
-    with external_run(repo, run) as ext:
+    with external_run(repo, run, afresh=True) as ext:
         if resume:
             collected = ext.collect([])
             if not as_json:
