@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,7 @@ from gitrun.usage import UsageTotals, median
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from gitrun.runview import RunLimits
+    from gitrun.runview import RunLimits, RunShape
 
 BUDGET_EVENT = "budget"  # a ledger event: `gitrun retry --budget/--tokens` set the budget
 _SLACK = 1e-9  # dollars compared as floats: $0.1 + $0.2 may be $0.30000000000000004
@@ -98,6 +99,8 @@ class SpendGate:
     notices: list[str] = field(default_factory=list)  # for the driver or next/collect to say
     # The warnings said, by what each was about: the limit and its value.
     warned: set[str] = field(default_factory=set)
+    shape: RunShape | None = None  # the run, for its tasks by stage (None: one stage)
+    _sizes: dict[str, int] | None = None
 
     # -- what an attempt is expected to cost ------------------------------------------------
 
@@ -211,50 +214,100 @@ class SpendGate:
             "max_cost_usd", self.totals.spent_usd, self.expected_cost(stage), cost, 0, known
         )
 
-    # -- the canary's projection ----------------------------------------------------------------
+    # -- the projection: the canary's, then each later stage's first output's ---------------
 
-    def project(self) -> str | None:
-        """Once the canary passed, before the fan-out widens: say what the whole
-        run would cost at the canary's rate (a notice), and return a halt's
-        sentence when that passes the budget by more than ``factor``."""
+    def stage_sizes(self) -> dict[str, int]:
+        """The run's tasks by stage, in stage order (counted when first asked)."""
+        if self._sizes is None:
+            shape = self.shape
+            if shape is None:
+                self._sizes = {"": self.tasks}
+            else:
+                sizes = dict.fromkeys(shape.stage_names, 0)
+                for task in shape.tasks:
+                    sizes[shape.stage_of(task)] += 1
+                self._sizes = sizes
+        return self._sizes
+
+    def is_first_output(self, stage: str) -> bool:
+        """Whether the one valid attempt of ``stage`` so far has just been counted."""
+        return self.totals.stage_valid.get(stage, 0) == 1
+
+    def project(self, stage: str, canary: bool = True) -> str | None:
+        """Once ``stage``'s rate is known (the canary passed, or the stage's
+        first output validated), before its fan-out widens: say what its tasks
+        would cost at that rate, and the run with what the stages before it
+        spent (a notice); return a halt's sentence when that passes the
+        budget by more than ``factor``. A later stage is never priced at this
+        stage's rate: it is said not to be projected yet."""
         t = self.totals
-        usable = max(1, t.valid)
+        sizes = self.stage_sizes()
+        single = sum(1 for n in sizes.values() if n) <= 1
+        names = list(sizes)
+        later = (
+            [(name, sizes[name]) for name in names[names.index(stage) + 1 :]]
+            if (not single and stage in sizes)
+            else []
+        )
+        pending = _not_projected([item for item in later if item[1]])
+        size = self.tasks if single else sizes.get(stage, 0)
+        usable = max(1, t.valid if single else t.stage_valid.get(stage, 0))
         halts = []
         if self.budget.cost_usd is not None:
-            rate = t.spent_usd / usable
+            spent = t.spent_usd if single else sum(t.stage_costs.get(stage, []))
+            rate = spent / usable
+            before = t.spent_usd - spent
             halts.append(
                 self._projection(
                     "max_cost_usd",
                     bool(t.stage_costs),
-                    rate * self.tasks,
+                    single or bool(t.stage_costs.get(stage)),
+                    before + rate * size,
                     self.budget.cost_usd + _SLACK,
-                    f"canary cost {money(rate)}{unknown_note(t.unknown_cost)}; {self.tasks:,} "
-                    f"tasks at this rate: ~{money(rate * self.tasks)}; budget "
-                    f"{money(self.budget.cost_usd)}",
+                    _Projected(canary, single, stage, size, money, rate, before, pending).said(
+                        "cost", "spent", unknown_note(t.unknown_cost)
+                    )
+                    + f"; budget {money(self.budget.cost_usd)}",
                     "--budget USD",
                 )
             )
         if self.budget.tokens is not None:
-            rate = t.tokens / usable
+            used = t.tokens if single else sum(t.stage_tokens.get(stage, []))
+            rate = used / usable
+            before = t.tokens - used
             halts.append(
                 self._projection(
                     "max_tokens",
                     bool(t.stage_tokens),
-                    rate * self.tasks,
+                    single or bool(t.stage_tokens.get(stage)),
+                    before + rate * size,
                     self.budget.tokens,
-                    f"canary tokens {rate:,.0f}; {self.tasks:,} tasks at this rate: "
-                    f"~{rate * self.tasks:,.0f}; max_tokens {self.budget.tokens:,}",
+                    _Projected(canary, single, stage, size, _count, rate, before, pending).said(
+                        "tokens", "used", ""
+                    )
+                    + f"; max_tokens {self.budget.tokens:,}",
                     "--tokens N",
                 )
             )
         return next((halt for halt in halts if halt), None)
 
     def _projection(
-        self, name: str, known: bool, projected: float, limit: float, said: str, option: str
+        self,
+        name: str,
+        known: bool,
+        stage_known: bool,
+        projected: float,
+        limit: float,
+        said: str,
+        option: str,
     ) -> str | None:
-        """Say one projection; the halt's sentence when it passes ``factor`` x ``limit``."""
+        """Say one projection; the halt's sentence when it passes ``factor`` x ``limit``
+        (``known``: some attempt reported against ``name``; ``stage_known``: one
+        of the stage projected did, without which it has no rate to go by)."""
         if not known:
             self._say_unenforceable(name)
+            return None
+        if not stage_known:
             return None
         self.notices.append(said)
         if projected <= self.factor * limit:
@@ -268,6 +321,59 @@ class SpendGate:
     def take_notices(self) -> list[str]:
         said, self.notices = self.notices, []
         return said
+
+
+@dataclass(frozen=True)
+class _Projected:
+    """One projection's words: the stage's rate, its tasks at that rate, and
+    the run with what the stages before it spent (``show`` writes an amount)."""
+
+    canary: bool
+    single: bool  # the run has one stage: "N tasks at this rate", as it always said
+    stage: str
+    size: int
+    show: Callable[[float], str]
+    rate: float
+    before: float
+    pending: str  # the later stages, not projected yet
+
+    def said(self, measure: str, verb: str, unknown: str) -> str:
+        show, part = self.show, self.rate * self.size
+        if self.canary:
+            rate = f"canary {measure} {show(self.rate)}{unknown}"
+        elif measure == "cost":
+            rate = f"stage {self.stage} cost {show(self.rate)} per usable output so far{unknown}"
+        else:
+            rate = f"stage {self.stage} used {show(self.rate)} tokens per usable output so far"
+        tasks = _tasks(self.size)
+        if not self.single:
+            tasks = f"stage {self.stage}'s {tasks}" if self.canary else f"its {tasks}"
+        text = f"{rate}; {tasks} at this rate: ~{show(part)}"
+        if self.before > _SLACK or not (self.canary or self.single):
+            run = show(self.before + part)
+            text += f", the run ~{run} with the {show(self.before)} {verb} before it"
+        return text + self.pending
+
+
+def _tasks(count: int) -> str:
+    return f"{count:,} task{'' if count == 1 else 's'}"
+
+
+def _count(tokens: float) -> str:
+    return f"{tokens:,.0f}"
+
+
+def _not_projected(later: list[tuple[str, int]]) -> str:
+    """ " (not projected yet: stage review's 4 tasks, until the first of them validates)"."""
+    if not later:
+        return ""
+    named = " and ".join(f"stage {name}'s {_tasks(size)}" for name, size in later)
+    until = (
+        "until the first of them validates"
+        if len(later) == 1
+        else "each until the first of its tasks validates"
+    )
+    return f" (not projected yet: {named}, {until})"
 
 
 @dataclass(frozen=True)

@@ -174,7 +174,12 @@ class Engine:
         self.budget = budget_of(self.limits, self.records)
         if self.budget.is_set:
             self.governor.spend = SpendGate(
-                run.id, self.budget, self.usage, len(run.tasks), self.limits.max_projection
+                run.id,
+                self.budget,
+                self.usage,
+                len(run.tasks),
+                self.limits.max_projection,
+                shape=run,
             )
 
     # -- what state is each task in -----------------------------------------------------
@@ -252,8 +257,9 @@ class Engine:
         self.governor.ended(facts, time.time(), failed_for_good)
         backed_off = self.governor.concurrency if ended.outcome == ledger.THROTTLED else None
         self.record(writer, ended, backed_off)
-        if in_canary and not self.governor.canary:
-            self.governor.canary_passed()  # its cost is in self.usage now
+        if ended.outcome == ledger.VALID:  # its cost is in self.usage now
+            stage = self.run.stage_of(self.tasks[tid])
+            self.governor.output_valid(stage, in_canary and not self.governor.canary)
         if ended.outcome == ledger.VALID:
             self._set(tid, DONE)
         elif failed_for_good:

@@ -262,12 +262,17 @@ class Governor:
                 f"halt policy {self.limits.halt}: {self.failed} of {self.tasks} tasks failed for good",
             )
 
-    def canary_passed(self) -> None:
-        """The canary's cost is known and the fan-out is about to widen: its
-        projection of the whole run is said, and halts a run it would overspend."""
-        if self.spend is None:
+    def output_valid(self, stage: str, canary_passed: bool) -> None:
+        """An attempt of ``stage`` ended valid, its cost counted. When it passed
+        the canary, or (in a run with a canary) is the first of a later stage,
+        the stage's rate is known before its fan-out widens: the spend budget's
+        projection is said, and halts a run it would overspend."""
+        spend = self.spend
+        if spend is None:
             return
-        sentence = self.spend.project()
+        if not canary_passed and not (self.limits.canary and spend.is_first_output(stage)):
+            return
+        sentence = spend.project(stage, canary=canary_passed)
         if sentence is not None and self.halt is None:
             self.halt = Halt(SPEND, sentence)
 

@@ -164,6 +164,7 @@ class UsageTotals:
     # ledger order: what the stage's next attempt may be expected to cost.
     stage_costs: dict[str, list[float]] = field(default_factory=dict)
     stage_tokens: dict[str, list[int]] = field(default_factory=dict)
+    stage_valid: dict[str, int] = field(default_factory=dict)  # valid attempts by stage
 
     @property
     def tokens(self) -> int:
@@ -176,6 +177,7 @@ class UsageTotals:
         cost = usage.cost_usd if usage is not None and usage.cost_usd is not None else 0.0
         if valid:
             self.valid += 1
+            self.stage_valid[stage] = self.stage_valid.get(stage, 0) + 1
         else:
             self.wasted += 1
             self.wasted_usd += cost
