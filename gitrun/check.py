@@ -7,8 +7,9 @@ sentence naming the tasks, a concrete path and the fix.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 
 from gitrun import git
@@ -88,7 +89,7 @@ def _check_run(run: RunDef, check_dirty: bool, fork: str | None) -> CheckReport:
     protected, protected_problems = _protected_entries(run)
     problems += protected_problems
     problems += _place_problems(run, owned, protected)
-    problems += _overlap_problems(run.tasks_path, owned + read)
+    problems += _overlap_problems(run.tasks_path, itertools.chain(owned, read))
     outputs, output_problems = _outputs(run, owned)
     problems += output_problems
     changed = git.changed_paths(run.repo)
@@ -343,7 +344,7 @@ def _place_problems(
     return out
 
 
-def _overlap_problems(where: str, claims: list[Claim]) -> list[Problem]:
+def _overlap_problems(where: str, claims: Iterable[Claim]) -> list[Problem]:
     out: list[Problem] = []
     seen: set[tuple[str, str, str]] = set()
 

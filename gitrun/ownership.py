@@ -23,7 +23,7 @@ answer, so the semantics are the ones documented in :mod:`gitrun.patterns`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -57,8 +57,11 @@ class Meeting:
 class _Node:
     """A directory of the trie. A run's trie has a leaf per owned file, most of
     them with one literal claim: such a leaf is that claim itself in its
-    parent's ``children`` (a node costs ten times a dictionary entry), and
-    what a node lacks stays None, not empty."""
+    parent's ``children`` (a node costs ten times a dictionary entry), keyed
+    by its whole path, which the claim's text already holds (a key of its own
+    name alone would be a string more per file: 12 MB at 200,000 files); a
+    node is keyed by its name, which has no ``/``. Under the root the two
+    are the same. What a node lacks stays None, not empty."""
 
     __slots__ = ("_index", "children", "exact", "globs")
 
@@ -73,13 +76,18 @@ class _Node:
             return self.exact or []
         return self.globs if self.exact is None else self.exact + self.globs
 
-    def child(self, name: str) -> _Node:
-        """The node ``name`` beneath this one, made (or made of a bare leaf) as needed."""
+    def child(self, names: Sequence[str], depth: int) -> _Node:
+        """The node of ``names[depth]`` beneath this one (at ``depth``), made
+        (or made of the bare leaf of its path) as needed."""
         if self.children is None:
             self.children = {}
+        name = names[depth]
         found = self.children.get(name)
         if isinstance(found, _Node):
             return found
+        if found is None and depth:
+            found = self.children.pop("/".join(names[: depth + 1]), None)
+            assert not isinstance(found, _Node)  # a key with a `/` is a bare leaf's
         node = self.children[name] = _Node(None if found is None else [found])
         return node
 
@@ -91,32 +99,45 @@ class _Node:
         return self._index
 
 
-def _build_trie(claims: Sequence[Claim]) -> _Node:
+def _name(key: str) -> str:
+    """The name of a child of the trie from its key (a bare leaf's is its path)."""
+    return key[key.rfind("/") + 1 :]
+
+
+def _build_trie(claims: Iterable[Claim]) -> _Node:
     root = _Node()
     for claim in claims:
         node = root
-        names = claim.pattern.literal_prefix
-        if not claim.pattern.is_literal:
-            for name in names:
-                node = node.child(name)
+        pattern = claim.pattern
+        names = pattern.literal_prefix
+        if not pattern.is_literal:
+            for depth in range(len(names)):
+                node = node.child(names, depth)
             if node.globs is None:
                 node.globs = []
             node.globs.append(claim)
             continue
-        for name in names[:-1]:
-            node = node.child(name)
-        last = names[-1]
+        last = len(names) - 1
+        for depth in range(last):
+            node = node.child(names, depth)
         if node.children is None:
             node.children = {}
-        found = node.children.get(last)
-        if found is None:
-            node.children[last] = claim  # a bare leaf
-        elif isinstance(found, _Node):
+        found = node.children.get(names[last])
+        if isinstance(found, _Node):
             if found.exact is None:
                 found.exact = []
             found.exact.append(claim)
-        else:
-            node.children[last] = _Node([found, claim])
+            continue
+        path = pattern.text if pattern.names is None else "/".join(names)
+        if found is None and last:
+            found = node.children.get(path)
+            assert not isinstance(found, _Node)  # a key with a `/` is a bare leaf's
+        if found is None:
+            node.children[path] = claim  # a bare leaf
+        else:  # a second claim of this path
+            if last:
+                del node.children[path]
+            node.children[names[last]] = _Node([found, claim])
     return root
 
 
@@ -125,10 +146,11 @@ _NONE: tuple[Claim, ...] = ()
 _Frame = tuple[_Node | Claim, int, Sequence[Claim]]
 
 
-def find_meetings(claims: Sequence[Claim], conflicts: Conflicts) -> Iterator[Meeting]:
+def find_meetings(claims: Iterable[Claim], conflicts: Conflicts) -> Iterator[Meeting]:
     """Every pair of claims for which ``conflicts(a, b)`` holds and a path exists
     that both name. ``conflicts`` is only asked about claims of different tasks
-    where at least one of the two owns (two readers never conflict)."""
+    where at least one of the two owns (two readers never conflict). ``claims``
+    is read once (a chain of lists needs no list of them all)."""
     root = _build_trie(claims)
     # Depth-first walk over frames (node, its depth, the claims above it that
     # can reach it: owners before readers at each level, top level first); a
@@ -168,8 +190,8 @@ def _frames(
             yield child, depth + 1, _NONE
         return
     index = NameIndex(reaching)
-    for name, child in reversed(children.items()):
-        yield child, depth + 1, index.matching(name)
+    for key, child in reversed(children.items()):
+        yield child, depth + 1, index.matching(_name(key))
 
 
 def _meetings_with_above(
@@ -233,7 +255,11 @@ class OwnerIndex:
             if node.globs is not None:
                 globs = node.globs_by_name(depth).matching(names[depth])
                 found += [c for c in globs if matches(c.pattern, path)]
-            child = None if node.children is None else node.children.get(names[depth])
+            if node.children is None:
+                break
+            child = node.children.get(names[depth])
+            if child is None and depth:  # a bare leaf, keyed by its path
+                child = node.children.get("/".join(names[: depth + 1]))
             if child is None:
                 break
             if not isinstance(child, _Node):  # a bare leaf: one literal claim
