@@ -213,11 +213,16 @@ def repo_at(directory: str | Path | None) -> Path:
 
 def status(directory: str | Path | None, run: str | None, as_json: bool, show_all: bool) -> None:
     """``gitrun status``: one run in full, or a line for every run."""
+    repo = repo_at(directory)
+    begun = None
+    if run is not None:  # before the imports below, which a check beside does not need
+        from gitrun.viewload import begin
+
+        begun = begin(repo, run)
     from gitrun.report import format_status, format_status_line
     from gitrun.runview import run_ids
     from gitrun.state import read_status
 
-    repo = repo_at(directory)
     out = sys.stdout
     if run is None:
         statuses = [read_status(repo, r) for r in run_ids(str(repo))]
@@ -228,7 +233,7 @@ def status(directory: str | Path | None, run: str | None, as_json: bool, show_al
         for st in statuses if not as_json else []:
             out.write(format_status_line(st) + "\n")
         return
-    st = read_status(repo, run)
+    st = read_status(repo, run, begun=begun)
     if as_json:
         out.write(json_text(st.to_json()) + "\n")
     else:

@@ -339,6 +339,17 @@ def write_view(path: str, key: str, run: RunShape) -> None:
 
     from gitrun.tomlfile import write_atomic
 
+    header, tasks = view_parts(key, run)
+    body = f"{json.dumps(header)}\n{tasks}".encode() + _END
+    with contextlib.suppress(OSError, ValueError):
+        write_atomic(Path(path), body, durable=False)
+
+
+def view_parts(key: str, run: RunShape) -> tuple[dict[str, object], str]:
+    """The header and the task line of ``run``'s view under ``key``."""
+    tasks = json.dumps(
+        [[t.id, t.stage, run.output_paths(t)] for t in run.tasks], separators=(",", ":")
+    )
     header = {
         "v": VERSION,
         "key": key,
@@ -346,14 +357,27 @@ def write_view(path: str, key: str, run: RunShape) -> None:
         "stages": run.stage_names,
         "kind": run.executor_kind,
         "limits": run.limits.to_json(),
+        "tasks_sha256": hashlib.sha256(tasks.encode()).hexdigest(),
     }
-    tasks = json.dumps(
-        [[t.id, t.stage, run.output_paths(t)] for t in run.tasks], separators=(",", ":")
-    )
-    header["tasks_sha256"] = hashlib.sha256(tasks.encode()).hexdigest()
-    body = f"{json.dumps(header)}\n{tasks}".encode() + _END
-    with contextlib.suppress(OSError, ValueError):
-        write_atomic(Path(path), body, durable=False)
+    return header, tasks
+
+
+def view_holds(path: str, expected: dict[str, object]) -> bool:
+    """The view cached at ``path`` is whole and its header is ``expected``
+    (:func:`view_parts` of a run under a key): what :func:`read_view` would
+    read there is that run."""
+    try:
+        data = read_regular(path, follow=False)
+    except OSError:
+        return False
+    if not data.endswith(_END):
+        return False
+    head, _, body = data[: -len(_END)].partition(b"\n")
+    try:
+        header = json.loads(head)
+    except (ValueError, RecursionError):
+        return False
+    return header == expected and hashlib.sha256(body).hexdigest() == expected["tasks_sha256"]
 
 
 def refresh_view(local: LocalPaths, run: RunShape, key: str) -> None:

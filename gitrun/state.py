@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,19 +16,13 @@ from gitrun.engine import DONE, STATUSES, Engine, load_engine
 from gitrun.hookrules import Repo, find_repo
 from gitrun.local import LocalPaths
 from gitrun.lock import Owner, is_locked, read_owner
-from gitrun.runview import (
-    branch_ref,
-    check_run_id,
-    read_view,
-    source_key,
-    view_key,
-    view_path,
-    write_view,
-)
+from gitrun.runview import branch_ref
 from gitrun.usage import UsageTotals
+from gitrun.viewload import load_view as load_view
 
 if TYPE_CHECKING:
     from gitrun.runview import RunShape
+    from gitrun.viewload import Begun
 
 
 @dataclass(slots=True)  # a big run's status holds 100,000 of them
@@ -106,14 +100,33 @@ class RunStatus:
 _NO_HISTORY = ledger.TaskHistory()  # of a task without attempts; only read
 
 
-def read_status(repo: Path, run_id: str, run: RunShape | None = None) -> RunStatus:
+def read_status(
+    repo: Path, run_id: str, run: RunShape | None = None, begun: Begun | None = None
+) -> RunStatus:
+    """``run_id``'s status in ``repo``: of ``run`` when given, else of its
+    definition as it is now; ``begun``: what :func:`gitrun.viewload.begin`
+    found or started for it."""
     with collector_paused():  # a big run's states are 100,000s of objects
-        return _read_status(repo, run_id, run)
+        return _read_status(repo, run_id, run, begun)
 
 
-def _read_status(repo: Path, run_id: str, run: RunShape | None) -> RunStatus:
+def _read_status(
+    repo: Path, run_id: str, run: RunShape | None, begun: Begun | None = None
+) -> RunStatus:
+    from gitrun import viewload
+
     found = where(repo)
-    run = run or load_view(found, run_id)
+    if run is None:
+        view, beside = begun if begun is not None else viewload.begin_at(found, run_id)
+        if beside is not None:
+            quick = beside.status(lambda guess: _status_at(repo, found, run_id, guess))
+            if quick is not None:
+                return quick
+        run = view or load_view(found, run_id)
+    return _status_at(repo, found, run_id, run)
+
+
+def _status_at(repo: Path, found: Repo, run_id: str, run: RunShape) -> RunStatus:
     local = LocalPaths.under(Path(found.git_dir), run_id)
     engine, tip = load_engine(run, local)
     driver = read_owner(local) if is_locked(local) else None
@@ -169,21 +182,3 @@ def where(repo: Path) -> Repo:
     if found is not None and found.root == os.path.realpath(repo):
         return found
     return Repo(str(repo), str(git.git_dir(repo)))
-
-
-def load_view(repo: Repo, run_id: str, environ: Mapping[str, str] | None = None) -> RunShape:
-    """``run_id``'s shape: its cached view when the definition is unchanged,
-    else the definition loaded (with every check and error of ``load_run``)
-    and its view written for the next call."""
-    check_run_id(run_id)
-    env = os.environ if environ is None else environ
-    key = view_key(source_key(repo.root, run_id), env)
-    path = view_path(repo.git_dir, run_id)
-    found = read_view(path, key, Path(repo.root))
-    if found is not None and found.id == run_id:
-        return found
-    from gitrun.runs import load_run
-
-    run = load_run(Path(repo.root), run_id, environ=env)
-    write_view(path, run.keys[1], run)  # keyed by the bytes the load read
-    return run

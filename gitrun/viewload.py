@@ -1,0 +1,298 @@
+"""Loading a run's view (:class:`gitrun.runview.RunShape`): from its cache,
+by loading the definition, or, for a cold ``status`` on two CPUs, by
+checking the definition beside a provisional reading.
+
+:func:`load_view` gives the cached view when it holds the definition as it
+is now (:func:`cached_view`), else loads the definition with every check
+(:func:`gitrun.runs.load_run`) and writes the view for the next call.
+
+A cold ``status`` (a fresh clone, an edit since the last load) must check
+the definition with pydantic before it can say anything: at 10,000 tasks
+about 0.15 s, most of it importing pydantic and building its models, and
+the status itself takes about as long again. :class:`Beside` overlaps the
+two. A forked child runs :func:`load_view` (every check, every cache it
+writes), while the parent reads the same files plainly into a provisional
+view (:func:`guess_view`: the packet and config.toml with tomllib, the task
+table in the plain subset of :mod:`gitrun.tasktoml`, the ``GITRUN_*``
+overrides as plain numbers or text) and computes the status from it.
+
+The parent waits for the child, and uses its status only when the child
+loaded the run and the view it wrote, under the key of the bytes the
+parent hashed first, is the provisional view exactly
+(:func:`gitrun.runview.view_holds`): the status is then the one that view
+gives, the same as computed after a load. In every other case (the
+definition does not load, a file changed in between, a table outside the
+plain subset, an error while computing) the caller computes the status
+again the usual way, with the usual errors. The child writes nothing but
+the caches a load writes, and is always reaped; a child still running when
+the parent is interrupted is killed (it is the parent's own and unreaped,
+so its pid cannot be another process's).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+
+from gitrun.regular import read_regular
+from gitrun.runview import (
+    CONFIG_FILE,
+    DEFINITION_VARS,
+    PACKET_NAME,
+    RUNS_DIR,
+    TASKS_NAME,
+    RunLimits,
+    RunView,
+    TaskView,
+    check_run_id,
+    read_view,
+    source_key,
+    view_holds,
+    view_key,
+    view_parts,
+    view_path,
+    write_view,
+)
+
+TYPE_CHECKING = False  # typing costs milliseconds; mypy reads this as True
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from pathlib import Path
+    from typing import Any, TypeVar
+
+    from gitrun.hookrules import Repo
+    from gitrun.runview import RunShape
+
+    T = TypeVar("T")
+    # What :func:`begin` found or started: a view cached, a check beside, neither.
+    Begun = tuple[RunShape | None, "Beside | None"]
+
+# settings.Limits' defaults (a test holds the two equal).
+DEFAULT_LIMITS: dict[str, object] = {
+    "concurrency": 4,
+    "canary": 1,
+    "max_attempts": 3,
+    "max_spawns": 0,
+    "timeout": 1200.0,
+    "kill_grace": 5.0,
+    "max_load": None,
+    "payload_budget": 65536,
+    "max_output_bytes": 256 * 1024 * 1024,
+    "throttle_patterns": [
+        r"rate.?limit",
+        r"temporarily limiting requests",
+        r"\b429\b",
+        r"overloaded",
+        r"\b529\b",
+    ],
+    "backoff_base": 2.0,
+    "backoff_cap": 300.0,
+    "grow_after": 3,
+    "breaker_window": 0,
+    "breaker_fast": 3.0,
+    "halt": None,
+    "max_cost_usd": None,
+    "max_tokens": None,
+    "max_projection": 1.5,
+}
+DEFAULT_STAGES = ["work"]  # settings.Packet's default stages
+_WHOLE = re.compile(r"[0-9]{1,18}")
+_DECIMAL = re.compile(r"[0-9]{1,18}\.[0-9]{1,18}")
+
+
+def load_view(repo: Repo, run_id: str, environ: Mapping[str, str] | None = None) -> RunShape:
+    """``run_id``'s shape: its cached view when the definition is unchanged,
+    else the definition loaded (with every check and error of ``load_run``)
+    and its view written for the next call."""
+    env = os.environ if environ is None else environ
+    found, (path, _key) = cached_view(repo, run_id, env)
+    if found is not None:
+        return found
+    from pathlib import Path
+
+    from gitrun.runs import load_run
+
+    run = load_run(Path(repo.root), run_id, environ=env)
+    write_view(path, run.keys[1], run)  # keyed by the bytes the load read
+    return run
+
+
+def cached_view(
+    repo: Repo, run_id: str, environ: Mapping[str, str]
+) -> tuple[RunView | None, tuple[str, str]]:
+    """``run_id``'s view when the cache holds its definition as it is now;
+    and where that view is, with the key it is under."""
+    from pathlib import Path
+
+    check_run_id(run_id)
+    key = view_key(source_key(repo.root, run_id), environ)
+    path = view_path(repo.git_dir, run_id)
+    found = read_view(path, key, Path(repo.root))
+    return (found if found is not None and found.id == run_id else None), (path, key)
+
+
+def worth_it() -> bool:
+    """Two CPUs or more to run on, fork to start the child with, and no
+    other thread (whose locks a forked child could inherit held)."""
+    if not hasattr(os, "fork"):  # pragma: no cover - POSIX has it
+        return False
+    threading = sys.modules.get("threading")  # not imported: no thread was started by it
+    if threading is not None and threading.active_count() > 1:
+        return False
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - Linux has it
+        cpus = os.cpu_count() or 1
+    return cpus >= 2
+
+
+def begin(repo: Path, run_id: str) -> Begun | None:
+    """:func:`begin_at` for the repository whose top is ``repo``, called as
+    early as a command can (before it imports what computing a status
+    takes, which the child does not need); None when the repository is not
+    found without git (the usual path finds it, or says why)."""
+    from gitrun.hookrules import find_repo
+
+    found = find_repo(str(repo))
+    if found is None or found.root != os.path.realpath(repo):
+        return None
+    return begin_at(found, run_id)
+
+
+def begin_at(found: Repo, run_id: str) -> Begun:
+    """The cached view of ``run_id`` when it holds the definition as it is
+    now; else the definition's check started beside (when :func:`worth_it`);
+    else neither. Raises GitrunError for a run id that is not one."""
+    view, where = cached_view(found, run_id, os.environ)
+    if view is not None or not worth_it():
+        return view, None
+    return None, Beside(found, run_id, where)
+
+
+class Beside:
+    """A child process loading a run (and writing its view, the caches a load
+    writes too), and the parent's provisional status beside it."""
+
+    def __init__(self, found: Repo, run_id: str, view: tuple[str, str]) -> None:
+        self.root = found.root
+        self.run_id = run_id
+        self.view = view  # the path of the view, and the key of the definition hashed first
+        self.pid: int | None = os.fork()
+        if self.pid == 0:  # the child: load, and end without the parent's exit handlers
+            code = 1
+            try:
+                load_view(found, run_id)
+                code = 0
+            finally:
+                os._exit(code)
+
+    def status(self, compute: Callable[[RunView], T]) -> T | None:
+        """``compute(guess)`` for the provisional view when the child loaded
+        the run and its view is the guess exactly; None when it is not, or
+        there was no guess, or computing raised (the caller computes it
+        again the usual way). The child is reaped in every case."""
+        try:
+            guess = guess_view(self.root, self.run_id, os.environ)
+            result: T | None = None
+            expected: dict[str, object] | None = None
+            if guess is not None:
+                try:
+                    result = compute(guess)
+                    expected = view_parts(self.view[1], guess)[0]  # while the child works
+                except Exception:  # computed again the usual way, its error and all
+                    result = None
+            loaded = self._wait()
+        finally:
+            self.close()
+        if not loaded or result is None or expected is None:
+            return None
+        return result if view_holds(self.view[0], expected) else None
+
+    def _wait(self) -> bool:
+        assert self.pid is not None
+        _, status = os.waitpid(self.pid, 0)
+        self.pid = None
+        return os.waitstatus_to_exitcode(status) == 0
+
+    def close(self) -> None:
+        """Kill the child when it still runs (interrupted: it is this
+        process's own and unreaped, so its pid cannot be another's) and reap it."""
+        if self.pid is not None:
+            pid, self.pid = self.pid, None
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+
+def guess_view(root: str, run_id: str, environ: Mapping[str, str]) -> RunView | None:
+    """The view loading would give ``run_id``, read plainly: None when no
+    guess is made (an override in ``environ``, a file missing or outside the
+    plain subset, a value of an unexpected kind). Nothing is checked here:
+    only a view that the checked load gives too is used."""
+    overrides = _overrides(environ)
+    if overrides is None:
+        return None
+    from pathlib import Path
+
+    from gitrun.tasktoml import loads_task_table
+
+    run_dir = os.path.join(root, RUNS_DIR, run_id)
+    try:
+        config = _toml(os.path.join(root, CONFIG_FILE), missing_ok=True)
+        packet = _toml(os.path.join(run_dir, PACKET_NAME), missing_ok=False)
+        text = read_regular(os.path.join(run_dir, TASKS_NAME), follow=False).decode()
+        table = loads_task_table(text)
+        if table is None:
+            return None
+        limits = RunLimits(
+            {**DEFAULT_LIMITS, **_table(config, "limits"), **_table(packet, "limits"), **overrides}
+        )
+        kind = _table(packet, "executor").get("kind", _table(config, "executor").get("kind"))
+        stages = [stage["name"] for stage in packet.get("stages", ())] or DEFAULT_STAGES
+        tasks = [TaskView(task["id"], task.get("stage"), task["outputs"]) for task in table["task"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not all(isinstance(name, str) for name in stages):
+        return None
+    return RunView(Path(root), run_id, stages, kind or "command", limits, tasks)
+
+
+def _overrides(environ: Mapping[str, str]) -> dict[str, object] | None:
+    """The limits the ``GITRUN_*`` variables set, read plainly (a whole
+    number, a decimal one, else the text); None for one that is blank or
+    spaced (loading says why). GITRUN_MODEL sets no limit."""
+    limits: dict[str, object] = {}
+    for var in DEFINITION_VARS:
+        value = environ.get(var)
+        if value is None or var == "GITRUN_MODEL":
+            continue
+        if not value or value != value.strip():
+            return None
+        name = var.removeprefix("GITRUN_").lower()
+        if _WHOLE.fullmatch(value):
+            limits[name] = int(value)
+        elif _DECIMAL.fullmatch(value):
+            limits[name] = float(value)
+        else:
+            limits[name] = value
+    return limits
+
+
+def _toml(path: str, missing_ok: bool) -> dict[str, Any]:
+    import tomllib
+
+    try:
+        data = read_regular(path, follow=False)
+    except FileNotFoundError:
+        if missing_ok:
+            return {}
+        raise
+    return tomllib.loads(data.decode())
+
+
+def _table(raw: dict[str, Any], name: str) -> dict[str, Any]:
+    table = raw.get(name, {})
+    if not isinstance(table, dict):
+        raise TypeError(name)
+    return table
