@@ -109,23 +109,35 @@ class _Tails(Generic[T]):
             k += 1
 
 
+# The members of one head: a position, as most heads are one glob's own
+# (`t00042-` in `cache/t00042-*.bin`), or a list of them (a list apiece
+# would be 6 MB at 100,000 globs).
+Members = int | list[int]
+
+
+def _add(groups: dict[str, Members], head: str, position: int) -> None:
+    members = groups.get(head)
+    if members is None:
+        groups[head] = position
+    elif isinstance(members, int):
+        groups[head] = [members, position]
+    else:
+        members.append(position)
+
+
 class NameIndex(Generic[T]):
     """Items with a rule each, found by a name their rule may match, in their order."""
 
     def __init__(self, entries: Sequence[tuple[T, Key]]) -> None:
         self._entries = entries
         self._wild: list[int] = []
-        self._heads: dict[str, list[int]] = {}  # head -> the positions of its members
+        self._heads: dict[str, Members] = {}  # head -> the positions of its members
         for position, (_, (rule, head, _tail)) in enumerate(entries):
             if isinstance(rule, str):
                 if rule == ANY_NAME:
                     self._wild.append(position)
                 continue
-            members = self._heads.get(head)
-            if members is None:
-                self._heads[head] = [position]
-            else:
-                members.append(position)
+            _add(self._heads, head, position)
         self._head_lengths = sorted({len(head) for head in self._heads})
         self._big: dict[str, _Tails[int]] = {}  # made when first asked
         self._wild_items = tuple(entries[p][0] for p in self._wild)
@@ -144,15 +156,16 @@ class NameIndex(Generic[T]):
             members = self._heads.get(head)
             if members is None:
                 continue
-            if len(members) > SMALL_GROUP:
+            group = (members,) if isinstance(members, int) else members
+            if len(group) > SMALL_GROUP:
                 tails = self._big.get(head)
                 if tails is None:
-                    tails = self._big[head] = _Tails([(entries[p][1][2], p) for p in members])
+                    tails = self._big[head] = _Tails([(entries[p][1][2], p) for p in group])
                 candidates: Iterable[int] = tails.ending(name, size - n)
             else:
                 candidates = [
                     p
-                    for p in members
+                    for p in group
                     if len(entries[p][1][2]) <= size - n and name.endswith(entries[p][1][2])
                 ]
             for position in candidates:
@@ -172,26 +185,23 @@ def candidate_pairs(keys: Sequence[Key]) -> set[tuple[int, int]]:
     and tails agree. Output-sensitive: pairs that cannot agree are not visited."""
     pairs: set[tuple[int, int]] = set()
     count = len(keys)
-    keyed: list[tuple[int, str, str]] = []
-    for i, (rule, head, tail) in enumerate(keys):
+    groups: dict[str, Members] = {}  # head -> the positions of its members
+    segments = 0
+    for i, (rule, head, _tail) in enumerate(keys):
         if isinstance(rule, tuple):
-            keyed.append((i, head, tail))
+            _add(groups, head, i)
+            segments += 1
         elif rule == ANY_NAME:
             pairs.update(
                 (min(i, j), max(i, j)) for j in range(count) if j != i and keys[j][0] != NO_NAME
             )
-    if len(keyed) < 2:
+    if segments < 2:
         return pairs
-    groups: dict[str, list[int]] = {}  # head -> the positions of its members
-    for i, head, _tail in keyed:
-        members = groups.get(head)
-        if members is None:
-            groups[head] = [i]
-        else:
-            members.append(i)
     big: dict[str, _Tails[int]] = {}
     head_lengths = sorted({len(head) for head in groups})
-    for i, head, tail in keyed:
+    for i, (rule, head, tail) in enumerate(keys):
+        if not isinstance(rule, tuple):
+            continue
         for n in head_lengths:
             if n > len(head):
                 break
@@ -199,15 +209,14 @@ def candidate_pairs(keys: Sequence[Key]) -> set[tuple[int, int]]:
             members = groups.get(key)
             if members is None:
                 continue
-            if len(members) > SMALL_GROUP:
+            group = (members,) if isinstance(members, int) else members
+            if len(group) > SMALL_GROUP:
                 tails = big.get(key)
                 if tails is None:
-                    tails = big[key] = _Tails([(keys[j][2], j) for j in members])
+                    tails = big[key] = _Tails([(keys[j][2], j) for j in group])
                 found: Iterable[int] = tails.around(tail)
             else:
-                found = [
-                    j for j in members if keys[j][2].endswith(tail) or tail.endswith(keys[j][2])
-                ]
+                found = [j for j in group if keys[j][2].endswith(tail) or tail.endswith(keys[j][2])]
             if n < len(head):  # a shorter head: this pair is found from here only
                 pairs.update((min(i, j), max(i, j)) for j in found)
             else:  # the same head: found from both sides, kept from the first
