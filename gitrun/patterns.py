@@ -268,6 +268,14 @@ def escape(path: str) -> str:
     return _META.sub(r"\\\g<0>", path) if _META.search(path) else path
 
 
+def first_name(pattern: Pattern) -> str | None:
+    """The first of the pattern's leading plain names, or None when it starts
+    with a wildcard: two patterns whose first names differ never meet."""
+    if pattern.names is None:
+        return pattern.text.partition("/")[0]
+    return pattern.names[0] if pattern.names else None
+
+
 def literal_path(pattern: Pattern) -> str | None:
     """The plain path a wildcard-free pattern names (escapes removed), else None."""
     if not pattern.is_literal:
