@@ -12,7 +12,8 @@ DESIGN.md rule 6:
 - a spawn budget and a halt policy on tasks failed for good;
 - a spend budget (:mod:`gitrun.budget`): no start that the run's spend plus
   what its running attempts are expected to cost would carry past it, and
-  the canary's projection of the whole run;
+  a projection of each stage at its own rate (the canary's stage when the
+  canary passes, a later stage at its first valid output);
 - a load gate: no starts while the machine is busy.
 """
 
@@ -277,8 +278,8 @@ class Governor:
             self.halt = Halt(SPEND, sentence)
 
     def take_notices(self) -> list[str]:
-        """What the spend budget has to say (the canary's projection, a budget
-        it cannot enforce) since the last call."""
+        """What the spend budget has to say (a stage's projection, a budget it
+        cannot enforce) since the last call."""
         return self.spend.take_notices() if self.spend is not None else []
 
     def stop_for(self, halt: Halt) -> None:
