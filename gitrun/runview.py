@@ -365,7 +365,11 @@ def view_parts(key: str, run: RunShape) -> tuple[dict[str, object], str]:
 def view_holds(path: str, expected: dict[str, object]) -> bool:
     """The view cached at ``path`` is whole and its header is ``expected``
     (:func:`view_parts` of a run under a key): what :func:`read_view` would
-    read there is that run."""
+    read there is that run.
+
+    The header is compared as the text :func:`write_view` writes, never as
+    decoded values: 5 == 5.0 == True and 0.0 == -0.0 in Python, but a
+    ``max_cost_usd`` of 5 is shown as 5 and one of 5.0 as 5.0."""
     try:
         data = read_regular(path, follow=False)
     except OSError:
@@ -374,10 +378,10 @@ def view_holds(path: str, expected: dict[str, object]) -> bool:
         return False
     head, _, body = data[: -len(_END)].partition(b"\n")
     try:
-        header = json.loads(head)
-    except (ValueError, RecursionError):
+        text = json.dumps(expected).encode()
+    except (TypeError, ValueError):
         return False
-    return header == expected and hashlib.sha256(body).hexdigest() == expected["tasks_sha256"]
+    return head == text and hashlib.sha256(body).hexdigest() == expected["tasks_sha256"]
 
 
 def refresh_view(local: LocalPaths, run: RunShape, key: str) -> None:

@@ -194,15 +194,15 @@ class Beside:
         there was no guess, or computing raised (the caller computes it
         again the usual way). The child is reaped in every case."""
         try:
-            guess = guess_view(self.root, self.run_id, os.environ)
             result: T | None = None
             expected: dict[str, object] | None = None
-            if guess is not None:
-                try:
+            try:  # a guess that fails is no guess: the usual way gives its error, if any
+                guess = guess_view(self.root, self.run_id, os.environ)
+                if guess is not None:
                     result = compute(guess)
                     expected = view_parts(self.view[1], guess)[0]  # while the child works
-                except Exception:  # computed again the usual way, its error and all
-                    result = None
+            except Exception:  # computed again the usual way, its error and all
+                result = None
             loaded = self._wait()
         finally:
             self.close()
@@ -246,12 +246,15 @@ def guess_view(root: str, run_id: str, environ: Mapping[str, str]) -> RunView | 
         if table is None:
             return None
         limits = RunLimits(
-            {**DEFAULT_LIMITS, **_table(config, "limits"), **_table(packet, "limits"), **overrides}
+            _as_loaded({**DEFAULT_LIMITS, **_table(config, "limits"), **_table(packet, "limits")})
+            | overrides
         )
         kind = _table(packet, "executor").get("kind", _table(config, "executor").get("kind"))
         stages = [stage["name"] for stage in packet.get("stages", ())] or DEFAULT_STAGES
         tasks = [TaskView(task["id"], task.get("stage"), task["outputs"]) for task in table["task"]]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ArithmeticError):
+        return None  # e.g. a float field holding an integer no float holds
+    except RecursionError:  # tomllib's, on arrays nested thousands deep
         return None
     if not all(isinstance(name, str) for name in stages):
         return None
@@ -259,24 +262,38 @@ def guess_view(root: str, run_id: str, environ: Mapping[str, str]) -> RunView | 
 
 
 def _overrides(environ: Mapping[str, str]) -> dict[str, object] | None:
-    """The limits the ``GITRUN_*`` variables set, read plainly (a whole
-    number, a decimal one, else the text); None for one that is blank or
-    spaced (loading says why). GITRUN_MODEL sets no limit."""
+    """The limits the ``GITRUN_*`` variables set, read plainly as loading
+    reads them (gitrun.settings.ENV_OVERRIDES): a whole number for a whole
+    field, a whole or decimal one as a float for a float field, the text for
+    a text field; None for one read otherwise (loading gives it, or says
+    why). GITRUN_MODEL sets no limit."""
+    kinds = RunLimits.__annotations__
     limits: dict[str, object] = {}
     for var in DEFINITION_VARS:
         value = environ.get(var)
         if value is None or var == "GITRUN_MODEL":
             continue
-        if not value or value != value.strip():
-            return None
         name = var.removeprefix("GITRUN_").lower()
-        if _WHOLE.fullmatch(value):
+        kind = kinds[name].removesuffix(" | None")
+        if kind == "str" and value and value == value.strip():
+            limits[name] = value
+        elif kind == "int" and _WHOLE.fullmatch(value):
             limits[name] = int(value)
-        elif _DECIMAL.fullmatch(value):
+        elif kind == "float" and (_WHOLE.fullmatch(value) or _DECIMAL.fullmatch(value)):
             limits[name] = float(value)
         else:
-            limits[name] = value
+            return None
     return limits
+
+
+def _as_loaded(values: dict[str, object]) -> dict[str, object]:
+    """``values`` of the limits with a whole number in a float field made a
+    float, as pydantic makes it: the view shows ``5.0`` for ``5``."""
+    kinds = RunLimits.__annotations__
+    for name, value in values.items():
+        if type(value) is int and kinds.get(name, "").startswith("float"):
+            values[name] = float(value)  # OverflowError past 1e308: no guess
+    return values
 
 
 def _toml(path: str, missing_ok: bool) -> dict[str, Any]:
