@@ -122,7 +122,7 @@ def _read_status(
             quick = beside.status(lambda guess: _status_at(repo, found, run_id, guess))
             if quick is not None:
                 return quick
-        run = view or load_view(found, run_id)
+        run = view or (beside.load(found) if beside is not None else load_view(found, run_id))
     return _status_at(repo, found, run_id, run)
 
 

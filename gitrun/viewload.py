@@ -31,6 +31,7 @@ so its pid cannot be another process's).
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import signal
@@ -173,56 +174,153 @@ def begin_at(found: Repo, run_id: str) -> Begun:
 
 class Beside:
     """A child process loading a run (and writing its view, the caches a load
-    writes too), and the parent's provisional status beside it."""
+    writes too), and the parent's provisional status beside it.
+
+    What either prints is held back until it is known to be what the serial
+    path prints: the child's stderr (a load's warnings) comes through a pipe
+    and is printed once, by :meth:`status`, before anything the parent says;
+    what computing the provisional status printed is printed only when that
+    status is used (else the usual path computes it again, and says it
+    again); and the load that follows an unused guess (:meth:`load`) is
+    quiet, as the child said what loading says."""
 
     def __init__(self, found: Repo, run_id: str, view: tuple[str, str]) -> None:
         self.root = found.root
         self.run_id = run_id
         self.view = view  # the path of the view, and the key of the definition hashed first
+        self.said = b""  # what the child printed on stderr
+        self.ended = False  # the child ran to its end (its exit, not a signal)
+        for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
+            try:  # noqa: SIM105 - contextlib costs 2 ms to import
+                stream.flush()
+            except (AttributeError, OSError, ValueError):
+                pass  # the usual path meets it again
+        self.pipe: int | None = None
+        read, write = os.pipe()
+        # SIGINT is held across the fork: the child must never raise
+        # KeyboardInterrupt into the command's code, nor the parent lose the
+        # child's pid to one raised before it is kept.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         self.pid: int | None = os.fork()
         if self.pid == 0:  # the child: load, and end without the parent's exit handlers
             code = 1
+            signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it, as SIGKILL would
             try:
+                os.dup2(write, 2)
+                os.close(write)
+                os.close(read)
+                # whatever sys.stderr was (a capture, a wrapper), the load's words reach the pipe
+                encoding = getattr(sys.stderr, "encoding", None) or "utf-8"
+                sys.stderr = open(  # noqa: SIM115 - the child's stderr for its whole life
+                    2, "w", encoding=encoding, errors="backslashreplace", closefd=False
+                )
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
                 load_view(found, run_id)
                 code = 0
             finally:
-                os._exit(code)
+                try:
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code)
+        self.pipe = read
+        os.close(write)
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a held Ctrl-C is raised here
+        except BaseException:
+            self.close()
+            raise
 
     def status(self, compute: Callable[[RunView], T]) -> T | None:
         """``compute(guess)`` for the provisional view when the child loaded
         the run and its view is the guess exactly; None when it is not, or
         there was no guess, or computing raised (the caller computes it
-        again the usual way). The child is reaped in every case."""
+        again the usual way, after :meth:`load`). The child is reaped in
+        every case, and what it printed is printed."""
+        held = io.StringIO()  # what computing printed, said only when its status is used
         try:
             result: T | None = None
             expected: dict[str, object] | None = None
             try:  # a guess that fails is no guess: the usual way gives its error, if any
                 guess = guess_view(self.root, self.run_id, os.environ)
                 if guess is not None:
-                    result = compute(guess)
+                    with _stderr_to(held):
+                        result = compute(guess)
                     expected = view_parts(self.view[1], guess)[0]  # while the child works
             except Exception:  # computed again the usual way, its error and all
                 result = None
             loaded = self._wait()
         finally:
             self.close()
+        _say(self.said)  # first, as a load's warnings come before a status's
         if not loaded or result is None or expected is None:
             return None
-        return result if view_holds(self.view[0], expected) else None
+        if not view_holds(self.view[0], expected):
+            return None
+        sys.stderr.write(held.getvalue())
+        return result
+
+    def load(self, found: Repo) -> RunShape:
+        """:func:`load_view`, after :meth:`status` gave None: quiet when the
+        child ran to its end, whose warnings :meth:`status` printed (its
+        view, when it loaded the run, serves this load)."""
+        if not self.ended:
+            return load_view(found, self.run_id)
+        with _stderr_to(io.StringIO()):
+            return load_view(found, self.run_id)
 
     def _wait(self) -> bool:
-        assert self.pid is not None
-        _, status = os.waitpid(self.pid, 0)
-        self.pid = None
-        return os.waitstatus_to_exitcode(status) == 0
+        """Read what the child prints until it ends, and reap it."""
+        assert self.pid is not None and self.pipe is not None
+        chunks = []
+        while chunk := os.read(self.pipe, 1 << 16):
+            chunks.append(chunk)
+        self.said = b"".join(chunks)
+        os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)  # ended: reaps nothing yet
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:  # the pid is forgotten as the child is reaped, never killed after that
+            _, status = os.waitpid(self.pid, 0)
+            self.pid = None
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        self.ended = os.WIFEXITED(status)
+        return self.ended and os.WEXITSTATUS(status) == 0
 
     def close(self) -> None:
         """Kill the child when it still runs (interrupted: it is this
         process's own and unreaped, so its pid cannot be another's) and reap it."""
+        if self.pipe is not None:
+            pipe, self.pipe = self.pipe, None
+            os.close(pipe)
         if self.pid is not None:
             pid, self.pid = self.pid, None
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+
+
+class _stderr_to:  # contextlib.redirect_stderr, without contextlib's import
+    def __init__(self, stream: io.StringIO) -> None:
+        self.stream = stream
+
+    def __enter__(self) -> None:
+        self.saved = sys.stderr
+        sys.stderr = self.stream
+
+    def __exit__(self, *exc: object) -> None:
+        sys.stderr = self.saved
+
+
+def _say(data: bytes) -> None:
+    """Print ``data``, what the child printed, on this process's stderr."""
+    if not data:
+        return
+    stream = sys.stderr
+    binary = getattr(stream, "buffer", None)
+    if binary is None:  # a text stream only (a test's capture)
+        stream.write(data.decode("utf-8", "replace"))
+        return
+    stream.flush()
+    binary.write(data)
+    binary.flush()
 
 
 def guess_view(root: str, run_id: str, environ: Mapping[str, str]) -> RunView | None:

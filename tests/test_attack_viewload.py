@@ -109,3 +109,110 @@ def test_a_view_holds_only_the_same_text(driven: Path) -> None:
     assert isinstance(limits, dict) and limits["timeout"] == 60.0
     for value in (60, 60 + 0j):
         assert not view_holds(path, {**header, "limits": {**limits, "timeout": value}})
+
+
+# -- what the child and the provisional status print ------------------------------------
+
+
+def _external(repo: Path, tasks: int = 3) -> None:
+    """The driven fixture made an external run whose leases file is damaged:
+    every status computed warns about it once."""
+    packet = repo / ".gitrun/runs/r/packet.toml"
+    packet.write_text(packet.read_text().replace("[executor]\n", '[executor]\nkind = "external"\n'))
+    (repo / ".git/gitrun/r/leases.json").write_text('{"v": 1, "leases": [1,')
+
+
+@two_cpus
+def test_a_warning_while_computing_a_guess_not_used_is_not_printed(driven: Path) -> None:
+    """The definition does not load (its child fails) but the guess computes
+    a status, warning about the leases: the serial path never gets that far."""
+    _external(driven)
+    _packet_with(driven, "colour = 1")
+    code, _, err = _both_ways(driven)
+    assert code == 1 and "colour" in err[-1] and "leases" not in "\n".join(err)
+
+
+@two_cpus
+def test_a_warning_while_computing_a_guess_used_is_printed_once(driven: Path) -> None:
+    _external(driven)
+    code, _, err = _both_ways(driven)
+    assert code == 0 and len([x for x in err if "leases.json" in x]) == 1
+
+
+def _big_table(repo: Path, tasks: int = 1500) -> Path:
+    """A task table big enough that loading keeps its parse in a cache."""
+    from gitrun.runs import CACHE_ABOVE
+
+    path = repo / ".gitrun/runs/r/tasks.toml"
+    rows = [f'[[task]]\nid = "t{i:05d}"\noutputs = ["out/t{i:05d}.json"]\n' for i in range(tasks)]
+    path.write_text("\n".join(rows))
+    assert path.stat().st_size > CACHE_ABOVE
+    return path
+
+
+def _cold_with_a_damaged_cache(repo: Path, serial: bool) -> tuple[int, str, str]:
+    cache = repo / ".git/gitrun/r/tasks.cache.json"
+    (repo / ".git/gitrun/r/run-view.jsonl").unlink(missing_ok=True)
+    cache.write_text('{"v": 1, "sha1": "x", "da')
+    return _cold_status(repo, serial, keep_cache=True)
+
+
+@two_cpus
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "",  # loads: the child warns, the guess serves
+        "[[task",  # not TOML: the child warns and fails before it rewrites the cache
+        "bad id",  # the child warns, rewrites the cache, and fails
+    ],
+)
+def test_the_childs_warning_is_printed_once(driven: Path, damage: str) -> None:
+    tasks = _big_table(driven)
+    if damage == "bad id":
+        tasks.write_text(tasks.read_text().replace('id = "t00005"', 'id = "T 5"'))
+    elif damage:
+        tasks.write_text(tasks.read_text() + damage + "\n")
+    (code, out, err), (code2, out2, err2) = [
+        _cold_with_a_damaged_cache(driven, serial) for serial in (False, True)
+    ]
+    assert (code, out) == (code2, out2)
+    assert err.splitlines()[:-1] == err2.splitlines()[:-1]
+    assert len([x for x in err.splitlines() if "tasks.cache.json" in x]) == 1
+    assert code == (1 if damage else 0)
+
+
+def test_what_computing_printed_is_said_only_when_its_status_is_used(
+    driven: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from tests.test_viewload import _beside, _write_loaded_view
+
+    def noisy(guess: object) -> str:
+        sys.stderr.write("gitrun: warning: noted\n")
+        return "computed"
+
+    capsys.readouterr()
+    assert _beside(driven, lambda: None, noisy) is None  # no view: computed again, said again
+    assert capsys.readouterr().err == ""
+    assert _beside(driven, lambda: _write_loaded_view(driven), noisy) == "computed"
+    assert capsys.readouterr().err == "gitrun: warning: noted\n"
+
+
+@pytest.mark.parametrize("loads", [True, False])
+def test_what_the_child_printed_is_said_once(
+    driven: Path, capsys: pytest.CaptureFixture[str], loads: bool
+) -> None:
+    import sys
+
+    from tests.test_viewload import _beside, _write_loaded_view
+
+    def load() -> None:
+        sys.stderr.write("gitrun: warning: from the load\n")
+        if not loads:
+            raise SystemExit(1)
+        _write_loaded_view(driven)
+
+    capsys.readouterr()
+    assert _beside(driven, load) == ("computed" if loads else None)
+    assert capsys.readouterr().err == "gitrun: warning: from the load\n"

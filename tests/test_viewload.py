@@ -54,10 +54,11 @@ def _one_cpu() -> None:  # the serial path: what status does on a machine of one
 
 
 def _cold_status(
-    repo: Path, serial: bool, env: dict[str, str] | None = None
+    repo: Path, serial: bool, env: dict[str, str] | None = None, keep_cache: bool = False
 ) -> tuple[int, str, str]:
-    """``status r --json`` with no run view and no parsed task table, as on a fresh clone."""
-    for name in ("run-view.jsonl", "tasks.cache.json"):
+    """``status r --json`` with no run view and (unless ``keep_cache``) no
+    parsed task table, as on a fresh clone."""
+    for name in ("run-view.jsonl", *(() if keep_cache else ("tasks.cache.json",))):
         (repo / ".git/gitrun/r" / name).unlink(missing_ok=True)
     proc = subprocess.run(
         [sys.executable, "-c", _STATUS, "status", "r", "--json"],
