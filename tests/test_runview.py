@@ -23,12 +23,20 @@ from gitrun.state import load_view, read_status
 from tests.helpers import commit_all, fake_worker_run
 from tests.helpers import run_gitrun as _gitrun
 
+# Which path served, as the status process saw it: did it import pydantic
+# (only the serial path loads the definition in the process itself), and
+# was a provisional status compared with the checked view (gitrun/viewload.py),
+# and with what result?
 _STATUS = """
 import sys
+from gitrun import viewload
 from gitrun.entry import main
+holds = viewload.view_holds
+served = []
+viewload.view_holds = lambda *args: served.append(holds(*args)) or served[-1]
 sys.argv = ["gitrun", *sys.argv[1:]]
 code = main()
-sys.stderr.write(f"pydantic={'pydantic' in sys.modules}\\n")
+sys.stderr.write(f"pydantic={'pydantic' in sys.modules} served={served}\\n")
 sys.exit(code)
 """
 
@@ -69,7 +77,8 @@ def driven(git_repo: Path) -> Path:
         3,
         {"tasks": {"t02": "nowrite"}},
         packet={
-            "limits": {"max_attempts": 2, "canary": 0, "timeout": "60s"},
+            # a whole number of seconds: a cold status can guess it (test_viewload)
+            "limits": {"max_attempts": 2, "canary": 0, "timeout": 60},
             "stages": [{"name": "one"}, {"name": "two"}],
         },
     )

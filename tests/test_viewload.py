@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,33 +22,12 @@ from gitrun.hookrules import find_repo
 from gitrun.runs import load_run
 from gitrun.runview import source_key, view_key, view_path, write_view
 from gitrun.settings import Limits, Packet
-from gitrun.state import read_status
-from tests.helpers import commit_all, fake_worker_run
-from tests.helpers import run_gitrun as _gitrun
-
-# Which path served, as the status process saw it: did it import pydantic
-# (only the serial path loads the definition in the process itself), and
-# was the provisional status compared with the checked view, and with what result?
-_STATUS = """
-import sys
-from gitrun import viewload
-from gitrun.entry import main
-holds = viewload.view_holds
-served = []
-viewload.view_holds = lambda *args: served.append(holds(*args)) or served[-1]
-sys.argv = ["gitrun", *sys.argv[1:]]
-code = main()
-sys.stderr.write(f"pydantic={'pydantic' in sys.modules} served={served}\\n")
-sys.exit(code)
-"""
+from tests.test_runview import _by_definition, _status
+from tests.test_runview import driven as driven  # the fixture
 
 two_cpus = pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2, reason="one CPU here: status takes the serial path only"
 )
-
-
-def _one_cpu() -> None:  # the serial path: what status does on a machine of one CPU
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 
 def _cold_status(
@@ -60,40 +37,7 @@ def _cold_status(
     parsed task table, as on a fresh clone."""
     for name in ("run-view.jsonl", *(() if keep_cache else ("tasks.cache.json",))):
         (repo / ".git/gitrun/r" / name).unlink(missing_ok=True)
-    proc = subprocess.run(
-        [sys.executable, "-c", _STATUS, "status", "r", "--json"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        preexec_fn=_one_cpu if serial else None,
-    )
-    return proc.returncode, proc.stdout, proc.stderr
-
-
-@pytest.fixture
-def driven(git_repo: Path) -> Path:
-    """A run driven to its end over two stages: t01 and t03 done, t02 failed for good."""
-    fake_worker_run(
-        git_repo,
-        "r",
-        3,
-        {"tasks": {"t02": "nowrite"}},
-        packet={
-            "limits": {"max_attempts": 2, "canary": 0, "timeout": 60},
-            "stages": [{"name": "one"}, {"name": "two"}],
-        },
-    )
-    tasks = git_repo / ".gitrun/runs/r/tasks.toml"
-    tasks.write_text(tasks.read_text().replace('id = "t03"', 'id = "t03"\nstage = "two"'))
-    commit_all(git_repo, "define")
-    assert _gitrun(git_repo, "start", "r").returncode == 1
-    return git_repo
-
-
-def _by_definition(repo: Path) -> object:
-    return json.loads(json.dumps(read_status(repo, "r", load_run(repo, "r")).to_json()))
+    return _status(repo, "r", "--json", env=env, serial=serial)
 
 
 def test_the_guess_starts_from_the_settings_defaults() -> None:
