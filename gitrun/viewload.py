@@ -135,9 +135,10 @@ def cached_view(
 
 
 def worth_it() -> bool:
-    """Two CPUs or more to run on, fork to start the child with, and no
+    """Two CPUs or more to run on, fork to start the child with (and waitid
+    to see it end before it is reaped: Linux has it, macOS does not), and no
     other thread (whose locks a forked child could inherit held)."""
-    if not hasattr(os, "fork"):  # pragma: no cover - POSIX has it
+    if not (hasattr(os, "fork") and hasattr(os, "waitid")):  # pragma: no cover - Linux has both
         return False
     threading = sys.modules.get("threading")  # not imported: no thread was started by it
     if threading is not None and threading.active_count() > 1:

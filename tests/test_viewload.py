@@ -22,6 +22,7 @@ from gitrun.hookrules import find_repo
 from gitrun.runs import load_run
 from gitrun.runview import source_key, view_key, view_path, write_view
 from gitrun.settings import Limits, Packet
+from gitrun.state import read_status
 from tests.test_runview import _by_definition, _status
 from tests.test_runview import driven as driven  # the fixture
 
@@ -258,3 +259,15 @@ def test_no_check_beside_while_another_thread_runs(driven: Path) -> None:
     finally:
         release.set()
         thread.join()
+
+
+def test_no_check_beside_without_waitid(driven: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """macOS has fork but not waitid, which the child's end is seen with
+    before it is reaped: status there loads the definition itself."""
+    monkeypatch.delattr(os, "waitid", raising=False)
+    assert not viewload.worth_it()
+    found = find_repo(str(driven))
+    assert found is not None
+    (driven / ".git/gitrun/r/run-view.jsonl").unlink()
+    assert viewload.begin_at(found, "r") == (None, None)
+    assert json.loads(json.dumps(read_status(driven, "r").to_json())) == _by_definition(driven)
