@@ -18,6 +18,7 @@ from gitrun.local import LocalPaths
 from gitrun.lock import Owner, is_locked, read_owner
 from gitrun.runview import branch_ref
 from gitrun.usage import UsageTotals
+from gitrun.viewload import begin_at
 from gitrun.viewload import load_view as load_view
 
 if TYPE_CHECKING:
@@ -113,11 +114,9 @@ def read_status(
 def _read_status(
     repo: Path, run_id: str, run: RunShape | None, begun: Begun | None = None
 ) -> RunStatus:
-    from gitrun import viewload
-
     found = where(repo)
     if run is None:
-        view, beside = begun if begun is not None else viewload.begin_at(found, run_id)
+        view, beside = begun if begun is not None else begin_at(found, run_id)
         if beside is not None:
             quick = beside.status(lambda guess: _status_at(repo, found, run_id, guess))
             if quick is not None:
