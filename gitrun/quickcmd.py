@@ -214,28 +214,34 @@ def repo_at(directory: str | Path | None) -> Path:
 def status(directory: str | Path | None, run: str | None, as_json: bool, show_all: bool) -> None:
     """``gitrun status``: one run in full, or a line for every run."""
     repo = repo_at(directory)
-    begun = None
-    if run is not None:  # before the imports below, which a check beside does not need
+    out = sys.stdout
+    if run is not None:
         from gitrun.viewload import begin
 
-        begun = begin(repo, run)
-    from gitrun.report import format_status, format_status_line
+        begun = begin(repo, run)  # before the imports below, which a check beside does not need
+        try:
+            from gitrun.state import read_status
+
+            st = read_status(repo, run, begun=begun)
+        finally:
+            if begun is not None and begun[1] is not None:
+                begun[1].close()  # reaped already, unless the imports were interrupted
+        from gitrun.report import format_status
+
+        if as_json:
+            out.write(json_text(st.to_json()) + "\n")
+        else:
+            out.write(format_status(st, limit=None if show_all else 20) + "\n")
+        out.flush()
+        return
+    from gitrun.report import format_status_line
     from gitrun.runview import run_ids
     from gitrun.state import read_status
 
-    out = sys.stdout
-    if run is None:
-        statuses = [read_status(repo, r) for r in run_ids(str(repo))]
-        if as_json:
-            out.write(json.dumps([st.to_json() for st in statuses], indent=2) + "\n")
-        elif not statuses:
-            out.write("no runs here; create one with `gitrun new RUN`\n")
-        for st in statuses if not as_json else []:
-            out.write(format_status_line(st) + "\n")
-        return
-    st = read_status(repo, run, begun=begun)
+    statuses = [read_status(repo, r) for r in run_ids(str(repo))]
     if as_json:
-        out.write(json_text(st.to_json()) + "\n")
-    else:
-        out.write(format_status(st, limit=None if show_all else 20) + "\n")
-    out.flush()
+        out.write(json.dumps([st.to_json() for st in statuses], indent=2) + "\n")
+    elif not statuses:
+        out.write("no runs here; create one with `gitrun new RUN`\n")
+    for st in statuses if not as_json else []:
+        out.write(format_status_line(st) + "\n")

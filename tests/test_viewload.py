@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -271,3 +272,20 @@ def test_no_check_beside_without_waitid(driven: Path, monkeypatch: pytest.Monkey
     (driven / ".git/gitrun/r/run-view.jsonl").unlink()
     assert viewload.begin_at(found, "r") == (None, None)
     assert json.loads(json.dumps(read_status(driven, "r").to_json())) == _by_definition(driven)
+
+
+@two_cpus
+def test_status_reaps_its_child_when_it_fails_before_reading(
+    driven: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """status starts the check beside before it imports the rest: an import
+    that fails (or a Ctrl-C during it) must not leave the child to init."""
+    from gitrun import quickcmd
+
+    (driven / ".git/gitrun/r/run-view.jsonl").unlink()
+    monkeypatch.setitem(sys.modules, "gitrun.state", None)  # its import fails
+    monkeypatch.chdir(driven)
+    with pytest.raises(ImportError):
+        quickcmd.status(None, "r", as_json=True, show_all=False)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # reaped: no child of this process is left
