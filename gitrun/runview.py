@@ -95,6 +95,18 @@ LEDGER_NAME = "ledger.jsonl"
 ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 BRANCH_PREFIX = "gitrun/"
 HALT_POLICY = re.compile(r"fail=([0-9]{1,18})(%?)")  # matched whole (fullmatch)
+# How a GITRUN_* variable writes a number (matched whole): loading reads them
+# so (gitrun.settings), and so does a cold status's guess (gitrun.viewload).
+WHOLE_NUMBER = re.compile(r"[0-9]{1,18}")
+DECIMAL_NUMBER = re.compile(r"[0-9]{1,18}(?:\.[0-9]{1,18})?")
+# limits.throttle_patterns when the packet sets none.
+DEFAULT_THROTTLE_PATTERNS = (
+    r"rate.?limit",
+    r"temporarily limiting requests",
+    r"\b429\b",
+    r"overloaded",
+    r"\b529\b",
+)
 # The environment variables that override a packet's fields
 # (gitrun.settings.ENV_OVERRIDES; a test holds the two equal).
 DEFINITION_VARS = (

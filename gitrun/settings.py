@@ -29,7 +29,13 @@ from pydantic import (
 )
 
 from gitrun.errors import DefinitionError
-from gitrun.runview import HALT_POLICY, RunLimits
+from gitrun.runview import (
+    DECIMAL_NUMBER,
+    DEFAULT_THROTTLE_PATTERNS,
+    HALT_POLICY,
+    WHOLE_NUMBER,
+    RunLimits,
+)
 from gitrun.runview import ID_PATTERN as ID_PATTERN
 from gitrun.tomlfile import LineIndex
 
@@ -123,15 +129,6 @@ class RunSection(Strict):
 class Rules(Strict):
     text: str = ""
     acceptance: list[str] = []
-
-
-DEFAULT_THROTTLE_PATTERNS = [
-    r"rate.?limit",
-    r"temporarily limiting requests",
-    r"\b429\b",
-    r"overloaded",
-    r"\b529\b",
-]
 
 
 def _check_halt(value: str | None) -> str | None:
@@ -397,13 +394,13 @@ def _env_text(text: str) -> str:
 
 
 def _env_int(text: str) -> int:
-    if not re.fullmatch(r"[0-9]{1,18}", text):
+    if not WHOLE_NUMBER.fullmatch(text):
         raise ValueError("expected a whole number written in decimal digits, such as 4")
     return int(text)
 
 
 def _env_number(text: str) -> float:
-    if not re.fullmatch(r"[0-9]{1,18}(?:\.[0-9]{1,18})?", text):
+    if not DECIMAL_NUMBER.fullmatch(text):
         raise ValueError("expected a number written in decimal digits, such as 4 or 2.5")
     return float(text)
 

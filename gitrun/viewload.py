@@ -33,17 +33,19 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import signal
 import sys
 
 from gitrun.regular import read_regular
 from gitrun.runview import (
     CONFIG_FILE,
+    DECIMAL_NUMBER,
+    DEFAULT_THROTTLE_PATTERNS,
     DEFINITION_VARS,
     PACKET_NAME,
     RUNS_DIR,
     TASKS_NAME,
+    WHOLE_NUMBER,
     RunLimits,
     RunView,
     TaskView,
@@ -81,13 +83,7 @@ DEFAULT_LIMITS: dict[str, object] = {
     "max_load": None,
     "payload_budget": 65536,
     "max_output_bytes": 256 * 1024 * 1024,
-    "throttle_patterns": [
-        r"rate.?limit",
-        r"temporarily limiting requests",
-        r"\b429\b",
-        r"overloaded",
-        r"\b529\b",
-    ],
+    "throttle_patterns": list(DEFAULT_THROTTLE_PATTERNS),
     "backoff_base": 2.0,
     "backoff_cap": 300.0,
     "grow_after": 3,
@@ -99,8 +95,6 @@ DEFAULT_LIMITS: dict[str, object] = {
     "max_projection": 1.5,
 }
 DEFAULT_STAGES = ["work"]  # settings.Packet's default stages
-_WHOLE = re.compile(r"[0-9]{1,18}")
-_DECIMAL = re.compile(r"[0-9]{1,18}\.[0-9]{1,18}")
 
 
 def load_view(repo: Repo, run_id: str, environ: Mapping[str, str] | None = None) -> RunShape:
@@ -237,6 +231,8 @@ class Beside:
         there was no guess, or computing raised (the caller computes it
         again the usual way, after :meth:`load`). The child is reaped in
         every case, and what it printed is printed."""
+        from contextlib import redirect_stderr  # loaded by now: state imported it
+
         held = io.StringIO()  # what computing printed, said only when its status is used
         try:
             result: T | None = None
@@ -244,7 +240,7 @@ class Beside:
             try:  # a guess that fails is no guess: the usual way gives its error, if any
                 guess = guess_view(self.root, self.run_id, os.environ)
                 if guess is not None:
-                    with _stderr_to(held):
+                    with redirect_stderr(held):
                         result = compute(guess)
                     expected = view_parts(self.view[1], guess)[0]  # while the child works
             except Exception:  # computed again the usual way, its error and all
@@ -264,9 +260,11 @@ class Beside:
         """:func:`load_view`, after :meth:`status` gave None: quiet when the
         child ran to its end, whose warnings :meth:`status` printed (its
         view, when it loaded the run, serves this load)."""
+        from contextlib import redirect_stderr
+
         if not self.ended:
             return load_view(found, self.run_id)
-        with _stderr_to(io.StringIO()):
+        with redirect_stderr(io.StringIO()):
             return load_view(found, self.run_id)
 
     def _wait(self) -> bool:
@@ -296,18 +294,6 @@ class Beside:
             pid, self.pid = self.pid, None
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-
-
-class _stderr_to:  # contextlib.redirect_stderr, without contextlib's import
-    def __init__(self, stream: io.StringIO) -> None:
-        self.stream = stream
-
-    def __enter__(self) -> None:
-        self.saved = sys.stderr
-        sys.stderr = self.stream
-
-    def __exit__(self, *exc: object) -> None:
-        sys.stderr = self.saved
 
 
 def _say(data: bytes) -> None:
@@ -376,9 +362,9 @@ def _overrides(environ: Mapping[str, str]) -> dict[str, object] | None:
         kind = kinds[name].removesuffix(" | None")
         if kind == "str" and value and value == value.strip():
             limits[name] = value
-        elif kind == "int" and _WHOLE.fullmatch(value):
+        elif kind == "int" and WHOLE_NUMBER.fullmatch(value):
             limits[name] = int(value)
-        elif kind == "float" and (_WHOLE.fullmatch(value) or _DECIMAL.fullmatch(value)):
+        elif kind == "float" and DECIMAL_NUMBER.fullmatch(value):
             limits[name] = float(value)
         else:
             return None
