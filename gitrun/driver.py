@@ -29,6 +29,7 @@ from gitrun.budget import Budget
 from gitrun.committer import CommitQueue, Committed, Committer, Landing
 from gitrun.crashpoints import crash_point
 from gitrun.engine import DONE, FAILED, PENDING, RUNNING, STATUSES, Ended, Engine, committed_tasks
+from gitrun.errors import EXIT_DONE, EXIT_FAILED, EXIT_HALTED
 from gitrun.executor import command_template, render_command
 from gitrun.governor import ENVIRONMENT, STRICT, Halt, is_throttled, last_line
 from gitrun.journal import Journal, JournalEntry
@@ -48,9 +49,6 @@ HEARTBEAT = 2.0  # seconds between owner-record heartbeats
 TICK = 0.5  # longest wait before the loop looks at deadlines and signals again
 AUDIT_EVERY = 2.0  # seconds between stray-write audits while attempts end
 
-EXIT_DONE = 0
-EXIT_FAILED = 1
-EXIT_HALTED = 3
 
 Reporter = Callable[[str], None]
 

@@ -70,14 +70,9 @@ def main() -> int:
             from gitrun.hookmain import run as run_hook
 
             return run_hook(argv[1])
-        from gitrun.quickcmd import ExternalRun
         from gitrun.quickcmd import main as quick_main
 
-        code = quick_main(argv)  # status and --help, without typer's start-up
-        if isinstance(code, ExternalRun):  # start|resume of an external run
-            from gitrun.cli.quick import external
-
-            code = external(code)
+        code = quick_main(argv)  # the everyday commands, without typer's start-up
     except (Exception, KeyboardInterrupt) as exc:  # reported as the command line reports it
         from gitrun.cli.app import report_failure
 

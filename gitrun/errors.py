@@ -8,6 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+# How a run's command ends, in either dispatch mode: every task done, some
+# task failed for good, halted (canary, environment fault, a budget, the halt
+# policy, strict ownership).
+EXIT_DONE = 0
+EXIT_FAILED = 1
+EXIT_HALTED = 3
+
 
 class GitrunError(Exception):
     """A failure the user can fix; ``str(error)`` is the sentence to show."""

@@ -5,7 +5,9 @@ runs (~100 ms before the command starts), so :mod:`gitrun.entry` sends the
 plain forms of the commands people run most often here, parsed by hand:
 
     gitrun [-C DIR] status [RUN] [--json] [--all]
-    gitrun [-C DIR] start|resume RUN [--json] [-q|--quiet]  (a command-mode run)
+    gitrun [-C DIR] start|resume RUN [--json] [-q|--quiet]
+    gitrun [-C DIR] next RUN [--max N] [--json]       (an external run)
+    gitrun [-C DIR] collect RUN [--throttled TASK]... [--json]
     gitrun --help (and -h), on a terminal 80 columns wide or wider
 
 The top-level help is the text typer renders at its widest (80 columns),
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 TYPE_CHECKING = False  # typing costs milliseconds; mypy reads this as True
@@ -27,9 +30,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
-def main(argv: list[str]) -> int | ExternalRun | None:
-    """The exit code of a command answered here; None for the full command
-    line; an :class:`ExternalRun` for the batch the command line prints."""
+def main(argv: list[str]) -> int | None:
+    """The exit code of a command answered here; None for the full command line."""
     if argv in (["--help"], ["-h"]) and _columns() >= HELP_COLUMNS:
         from gitrun.helptext import MAIN
 
@@ -38,62 +40,86 @@ def main(argv: list[str]) -> int | ExternalRun | None:
     directory = None
     if len(argv) >= 2 and argv[0] == "-C":
         directory, argv = argv[1], argv[2:]
-    if argv and argv[0] in ("start", "resume"):
-        return _drive_form(directory, argv)
-    if not argv or argv[0] != "status":
+    command, args = (argv[0], argv[1:]) if argv else ("", [])
+    if command == "status":
+        form = _form(args, {"--json", "--all"})
+        if form is None:
+            return None
+        run, flags, _ = form
+        try:
+            status(directory, run, "--json" in flags, "--all" in flags)
+        except BrokenPipeError:  # `gitrun status | head`
+            silence(sys.stdout)
+            return 1
+        return 0  # a failure is the caller's to report, as the command line reports it
+    if command in ("start", "resume"):
+        form = _form(args, {"--json", "--quiet"})
+        if form is None or (run := form[0]) is None:
+            return None
+        _, flags, _ = form
+        return drive(
+            repo_at(directory), run, "--json" in flags, "--quiet" in flags, command == "resume"
+        )
+    if command in ("next", "collect"):
+        return _external_form(directory, command, args)
+    return None
+
+
+def _external_form(directory: str | None, command: str, args: list[str]) -> int | None:
+    """``next RUN [--max N] [--json]`` and ``collect RUN [--throttled TASK]... [--json]``:
+    an orchestrating session calls them for every batch."""
+    from gitrun import externalcmd
+
+    if command == "next":
+        form = _form(args, {"--json"}, {"--max"})
+        if form is None or (run := form[0]) is None:
+            return None
+        _, flags, values = form
+        given = values.get("--max", [])
+        if not all(_DIGITS.fullmatch(value) for value in given):
+            return None  # the command line explains what --max takes
+        most = int(given[-1]) if given else None  # the last one counts, as click's does
+        return externalcmd.next_batch(repo_at(directory), run, most, "--json" in flags)
+    form = _form(args, {"--json"}, {"--throttled"})
+    if form is None or (run := form[0]) is None:
         return None
+    _, flags, values = form
+    throttled = values.get("--throttled", [])
+    return externalcmd.collect(repo_at(directory), run, throttled, "--json" in flags)
+
+
+# Short options the quick forms know, by the long name they stand for.
+_SHORT = {"-q": "--quiet"}
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def _form(
+    args: list[str], flags: set[str], options: frozenset[str] | set[str] = frozenset()
+) -> tuple[str | None, set[str], dict[str, list[str]]] | None:
+    """The run, the flags and each option's values of a plain command line:
+    at most one argument (the run), known flags, and known options each with
+    a value (``--max 4`` or ``--max=4``) that is not itself an option. None
+    for anything else: the full command line explains it."""
     run: str | None = None
-    as_json = show_all = False
-    for arg in argv[1:]:
-        if arg == "--json":
-            as_json = True
-        elif arg == "--all":
-            show_all = True
+    given: set[str] = set()
+    values: dict[str, list[str]] = {}
+    rest = iter(args)
+    for arg in rest:
+        name, eq, value = arg.partition("=")
+        name = _SHORT.get(name, name) if not eq else name
+        if name in options:
+            if not eq:
+                value = next(rest, "")
+            if not value or value.startswith("-"):
+                return None
+            values.setdefault(name, []).append(value)
+        elif not eq and name in flags:
+            given.add(name)
         elif run is None and arg and not arg.startswith("-"):
             run = arg
         else:
             return None
-    try:
-        status(directory, run, as_json, show_all)
-    except BrokenPipeError:  # `gitrun status | head`
-        silence(sys.stdout)
-        return 1
-    return 0  # a failure is the caller's to report, as the command line reports it
-
-
-def _drive_form(directory: str | None, argv: list[str]) -> int | ExternalRun | None:
-    """``start|resume RUN [--json] [-q|--quiet]`` of a command-mode run."""
-    run: str | None = None
-    as_json = quiet = False
-    for arg in argv[1:]:
-        if arg == "--json":
-            as_json = True
-        elif arg in ("-q", "--quiet"):
-            quiet = True
-        elif run is None and arg and not arg.startswith("-"):
-            run = arg
-        else:
-            return None
-    if run is None:
-        return None
-    repo = repo_at(directory)
-    resume = argv[0] == "resume"
-    code = drive(repo, run, as_json, quiet, resume)
-    if code is None:  # an external run: its batch, as the command line prints it
-        return ExternalRun(repo, run, as_json, resume)
-    return code
-
-
-class ExternalRun:
-    """``gitrun start|resume`` of an external run, found here: the command line
-    prints its batch (:func:`gitrun.cli.quick.external`), and
-    :mod:`gitrun.entry` takes it there, so that this module, below the command
-    line, imports none of it."""
-
-    __slots__ = ("as_json", "repo", "resume", "run")
-
-    def __init__(self, repo: Path, run: str, as_json: bool, resume: bool) -> None:
-        self.repo, self.run, self.as_json, self.resume = repo, run, as_json, resume
+    return run, given, values
 
 
 def event(line: str) -> None:
@@ -123,9 +149,9 @@ def silence(stream: object) -> None:
         os.close(devnull)
 
 
-def drive(repo: Path, run: str, as_json: bool, quiet: bool, resume: bool) -> int | None:
-    """``gitrun start`` or ``resume`` of a command-mode run: its exit code
-    (None for an external run, whose batch the command line prints)."""
+def drive(repo: Path, run: str, as_json: bool, quiet: bool, resume: bool) -> int:
+    """``gitrun start`` or ``resume``: its exit code. A command-mode run is
+    driven to its end; an external run prints its first batch."""
     from functools import partial
 
     from gitrun.runs import RunDef
@@ -136,7 +162,9 @@ def drive(repo: Path, run: str, as_json: bool, quiet: bool, resume: bool) -> int
         bring_definition(repo, run, event)
     shape = load_view(where(repo), run)
     if shape.executor_kind == "external":
-        return None
+        from gitrun.externalcmd import drive_external
+
+        return drive_external(repo, run, as_json, resume)
     # A view that missed loaded the whole definition: start need not load it
     # again (resume loads it under the lock, after restoring it).
     loaded = shape if isinstance(shape, RunDef) else None

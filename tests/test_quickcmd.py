@@ -214,11 +214,13 @@ def test_a_start_loads_its_definition_once(
 
 def _external_repo(root: Path, name: str) -> Path:
     repo = root / name
-    repo.mkdir()
+    (repo / "sub").mkdir(parents=True)
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     (repo / "README.md").write_text("x\n")
     tasks = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(3)]
-    write_run(repo, "e", tasks, {"executor": {"kind": "external"}, "limits": {"canary": 0}})
+    # a throttled task backs off for longer than the test: the same batches either way
+    limits = {"canary": 0, "backoff_base": "1h", "backoff_cap": "2h"}
+    write_run(repo, "e", tasks, {"executor": {"kind": "external"}, "limits": limits})
     commit_all(repo, "define")
     return repo
 
@@ -273,3 +275,80 @@ def test_an_external_start_finds_its_run_once(
     assert entry_main() == 0
     assert len(calls) == 1
     assert "leased 3" in capsys.readouterr().out
+
+
+def _orchestrate(repo: Path, code: str) -> list[tuple[int, str, str]]:
+    """An orchestrator's calls on an external run: batches, a subagent's
+    output, a throttle, collections, and the mistakes one makes."""
+    calls = [
+        ["start", "e"],  # leases t0, t1 and t2
+        ["collect", "e", "--throttled", "t9"],  # not leased: an error
+        ["collect", "--json", "e"],  # t2 wrote its output (below)
+        ["next", "e", "--max", "1"],
+        ["next", "--json", "e"],
+        ["next", "e", "--max=0"],  # a usage error
+        ["collect", "e", "--throttled", "t0", "--throttled=t1"],
+        ["next", "e", "--max", "1", "--max", "5"],  # backing off
+        ["next", "nope"],
+        ["-C", "sub", "next", "e"],
+    ]
+    said = []
+    for args in calls:
+        if args[:2] == ["collect", "--json"]:
+            (repo / "out").mkdir(exist_ok=True)
+            (repo / "out/t2.json").write_text('{"ok": true}')
+        proc = _run(repo, code, args)
+        stderr = proc.stderr
+        if code is _QUICK:
+            *said_lines, heavy = stderr.splitlines()
+            if proc.returncode == 0:  # an error is reported as the command line reports it
+                assert not re.search(r"'(typer|click|rich)\b", heavy), (args, heavy)
+            stderr = "".join(f"{line}\n" for line in said_lines)
+
+        def plain(text: str) -> str:  # this repository, this instant, this backoff's jitter
+            text = re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+\+00:00", "TIME", text)
+            text = re.sub(r"from [0-9a-f]{10}\b", "from COMMIT", text)
+            return re.sub(r"wait \d+ s", "wait N s", text).replace(str(repo), "REPO")
+
+        said.append((proc.returncode, plain(proc.stdout), plain(stderr)))
+    return said
+
+
+def test_next_and_collect_answer_as_the_full_command_line(tmp_path: Path) -> None:
+    """Every call of an orchestration prints the same, on the same streams,
+    with the same exit code either way, and the quick way loads no typer
+    (but to report an error, as the command line reports it)."""
+    full, quick = (
+        _orchestrate(_external_repo(tmp_path, name), code)
+        for code, name in ((_FULL, "full"), (_QUICK, "quick"))
+    )
+    assert quick == full
+    assert [code for code, _, _ in full] == [0, 1, 0, 0, 0, 2, 0, 1, 1, 1], full
+    assert json.loads(full[2][1])["done"] == ["t2"]
+    assert "task t0" in full[3][1] and json.loads(full[4][1])[0]["task"] == "t1"
+    assert "--max must be 1 or more" in full[5][2]
+    assert full[6][1].startswith("throttled: t0 (") and "wait N s" in full[7][1]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["next"],
+        ["next", "e", "--max"],
+        ["next", "e", "--max", "x"],
+        ["next", "e", "--max", "-1"],
+        ["next", "e", "--max", " 4"],
+        ["next", "e", "--max", "٤"],
+        ["next", "e", "--throttled", "t0"],
+        ["next", "e", "f"],
+        ["next", "-h"],
+        ["next", "e", "--json=1"],
+        ["collect", "e", "--throttled"],
+        ["collect", "e", "--throttled", "--json"],
+        ["collect", "e", "--max", "1"],
+        ["collect", "--help"],
+        ["collect", "e", "--", "x"],
+    ],
+)
+def test_other_external_forms_go_to_the_full_command_line(args: list[str]) -> None:
+    assert quick_main(args) is None

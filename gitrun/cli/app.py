@@ -146,11 +146,6 @@ def _root(
     ctx.obj = directory
 
 
-def _event(line: str) -> None:
-    """One plain line per driver event, on stderr (stdout stays for results)."""
-    typer.echo(f"gitrun: {line}", err=True)
-
-
 def _repo(ctx: typer.Context) -> Path:
     from gitrun.quickcmd import repo_at
 

@@ -22,13 +22,7 @@ EXIT_CODES_HELP = (
 def _drive(ctx: typer.Context, run: str, as_json: bool, quiet: bool, resume: bool) -> None:
     from gitrun.quickcmd import drive
 
-    repo = _repo(ctx)
-    code = drive(repo, run, as_json, quiet, resume)
-    if code is None:
-        from gitrun.cli.external import drive_external
-
-        drive_external(repo, run, as_json, resume)  # exits with the batch's code
-    raise typer.Exit(code)
+    raise typer.Exit(drive(_repo(ctx), run, as_json, quiet, resume))
 
 
 _QUIET = typer.Option("--quiet", "-q", help="Print only the summary at the end.")
