@@ -17,15 +17,18 @@ from gitrun.errors import EXIT_DONE, EXIT_FAILED, EXIT_HALTED
 
 TYPE_CHECKING = False  # typing costs milliseconds; mypy reads this as True
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from gitrun.external import Batch, Collected
 
 
-def drive_external(repo: Path, run: str, as_json: bool, resume: bool) -> int:
-    """start/resume of an external run: the branch (start), a collect (resume), a batch."""
+def drive_external(
+    repo: Path, run: str, as_json: bool, resume: bool, event: Callable[[str], None]
+) -> int:
+    """start/resume of an external run: the branch (start), a collect (resume),
+    a batch; ``event`` says what the start or resume did."""
     from gitrun.external import external_run
-    from gitrun.quickcmd import event
     from gitrun.session import prepare_external
 
     prepare_external(repo, run, event, resume)

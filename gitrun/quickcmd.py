@@ -164,7 +164,7 @@ def drive(repo: Path, run: str, as_json: bool, quiet: bool, resume: bool) -> int
     if shape.executor_kind == "external":
         from gitrun.externalcmd import drive_external
 
-        return drive_external(repo, run, as_json, resume)
+        return drive_external(repo, run, as_json, resume, event)
     # A view that missed loaded the whole definition: start need not load it
     # again (resume loads it under the lock, after restoring it).
     loaded = shape if isinstance(shape, RunDef) else None
