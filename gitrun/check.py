@@ -235,7 +235,7 @@ def _validator_problems(run: RunDef) -> list[Problem]:
                         )
                     )
     for name, validator in declared.items():
-        schema = getattr(validator, "schema_path", None)
+        schema = getattr(validator, "schema", None)
         if schema is not None and not (run.repo / schema).is_file():
             out.append(
                 Problem(

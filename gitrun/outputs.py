@@ -388,9 +388,9 @@ def _check_schema(run: RunDef, validator: JsonSchemaValidator, data: bytes) -> s
     if problem:
         return problem
     try:
-        schema = json.loads((run.repo / validator.schema_path).read_text(encoding="utf-8"))
+        schema = json.loads((run.repo / validator.schema).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        return f"cannot be checked: schema {validator.schema_path} is unreadable ({exc})"
+        return f"cannot be checked: schema {validator.schema} is unreadable ({exc})"
     errors = sorted(
         jsonschema.Draft202012Validator(schema).iter_errors(json.loads(data)),
         key=lambda e: list(e.path),
@@ -398,7 +398,7 @@ def _check_schema(run: RunDef, validator: JsonSchemaValidator, data: bytes) -> s
     if errors:
         first = errors[0]
         where = "/".join(str(p) for p in first.path) or "(root)"
-        return f"fails schema {validator.schema_path} at {where}: {first.message}"
+        return f"fails schema {validator.schema} at {where}: {first.message}"
     return None
 
 

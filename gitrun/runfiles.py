@@ -43,8 +43,7 @@ def _definition_paths(run: RunDef) -> list[str]:
     paths = [f"{run.dir}/{PACKET_NAME}", f"{run.dir}/{TASKS_NAME}"]
     named = [task.bundle for task in run.tasks if task.bundle]
     named += [
-        getattr(validator, "schema_path", None) or ""
-        for validator in run.packet.validators.values()
+        getattr(validator, "schema", None) or "" for validator in run.packet.validators.values()
     ]
     inside = sorted({p for p in named if p.startswith(run.dir + "/") and _is_plain(p, run.dir)})
     return paths + inside

@@ -11,8 +11,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError
-
 from gitrun.collector import collector_paused
 from gitrun.errors import DefinitionError, GitrunError
 from gitrun.records import VERSION, Fields, Warn, load_record, warn_stderr, write_record
@@ -25,38 +23,18 @@ from gitrun.runview import RUNS_DIR as RUNS_DIR
 from gitrun.runview import TASKS_NAME as TASKS_NAME
 from gitrun.runview import RunLimits, RunRules, run_ids, source_key, view_key
 from gitrun.runview import check_run_id as check_run_id
+from gitrun.settings import OutputSpec as OutputSpec
 from gitrun.settings import (
-    ArgText,
-    Identifier,
     Packet,
     SchemaError,
-    Strict,
+    TaskFile,
+    adapter,
     resolve_packet,
     validate_layer,
 )
+from gitrun.settings import Task as Task
 from gitrun.tasktoml import loads_task_table
 from gitrun.tomlfile import read_toml_text
-
-
-class OutputSpec(Strict):
-    path: str
-    validators: list[str] | None = None
-
-
-class Task(Strict):
-    id: Identifier
-    stage: str | None = None
-    # A factory, not `[]`: pydantic deep-copies a mutable default for every
-    # task that leaves the field out (most of 100,000 tasks).
-    inputs: list[str] = Field(default_factory=list)
-    owns: list[str] | None = None  # None: the task owns exactly its outputs
-    outputs: list[str | OutputSpec] = Field(min_length=1)
-    note: ArgText | None = None  # reaches workers in their prompt: never a NUL
-    bundle: str | None = None  # a file listing the inputs, for tasks with many
-
-
-class TaskFile(Strict):
-    task: list[Task] = []
 
 
 @dataclass(frozen=True)
@@ -215,21 +193,16 @@ def _validate_tasks(raw: dict[str, Any], shown: str, text: str, path: Path) -> l
 
 def _validate_each(entries: list[Any]) -> list[Task] | None:
     """The tasks of a table, each entry dropped once validated; None when one is
-    wrong (``entries`` is then partly gone).
+    wrong (``entries`` is then partly gone)."""
+    from pydantic import ValidationError
 
-    Tasks that set the same fields share one frozen set of their names: pydantic
-    keeps a set per model (a third of a task's memory, 21 MB at 100,000 tasks)
-    that nothing here reads or changes (frozen models, no ``model_copy``)."""
+    check = adapter(Task).validate_python
     tasks: list[Task] = []
-    field_sets: dict[frozenset[str], frozenset[str]] = {}
     for index, entry in enumerate(entries):
         try:
-            task = Task.model_validate(entry)
+            tasks.append(check(entry))
         except ValidationError:
             return None
-        names = frozenset(task.__pydantic_fields_set__)
-        object.__setattr__(task, "__pydantic_fields_set__", field_sets.setdefault(names, names))
-        tasks.append(task)
         entries[index] = None
     return tasks
 

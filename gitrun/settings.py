@@ -4,10 +4,19 @@ Precedence, highest first: the environment (``GITRUN_MODEL``,
 ``GITRUN_CONCURRENCY``, ...), the run's ``packet.toml``, the repository's
 ``.gitrun/config.toml``, the built-in defaults below. Every layer is checked
 on its own first, so an error names the file (or variable) it came from.
+
+The schema is frozen dataclasses, checked by pydantic: each table is a
+:class:`Strict` dataclass whose annotations carry what pydantic enforces
+(:class:`Bounds`, :class:`Before`, :class:`After`, :class:`Tagged`). Each of
+those markers builds its part of the schema through pydantic's
+``__get_pydantic_core_schema__`` hook, which imports pydantic only when a
+schema is built: importing this module, and making a definition's objects
+from values checked before (:mod:`gitrun.snapshot`), costs no pydantic.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import os
@@ -15,18 +24,8 @@ import re
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any, Literal, TypeVar
-
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    PositiveInt,
-    ValidationError,
-    field_validator,
-)
+from dataclasses import dataclass, field
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from gitrun.errors import DefinitionError
 from gitrun.runview import (
@@ -39,7 +38,60 @@ from gitrun.runview import (
 from gitrun.runview import ID_PATTERN as ID_PATTERN
 from gitrun.tomlfile import LineIndex
 
-M = TypeVar("M", bound=BaseModel)
+if typing.TYPE_CHECKING:
+    from pydantic import GetCoreSchemaHandler, TypeAdapter, ValidationError
+
+M = TypeVar("M")
+
+
+class Bounds:
+    """A constraint pydantic enforces: ``Bounds(gt=0)``, ``Bounds(ge=0)``,
+    ``Bounds(min_length=1)``, ``Bounds(pattern=...)`` (the keys of its core schema)."""
+
+    def __init__(self, **limits: object) -> None:
+        self.limits = limits
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> Any:
+        return {**handler(source), **self.limits}
+
+
+class Before:
+    """A function that reads the raw value first (pydantic's BeforeValidator)."""
+
+    def __init__(self, check: Callable[[Any], Any]) -> None:
+        self.check = check
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> Any:
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_before_validator_function(self.check, handler(source))
+
+
+class After:
+    """A function that checks the value once its type is (pydantic's AfterValidator)."""
+
+    def __init__(self, check: Callable[[Any], Any]) -> None:
+        self.check = check
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> Any:
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_after_validator_function(self.check, handler(source))
+
+
+class Tagged:
+    """A union of tables told apart by one field (pydantic's discriminator)."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> Any:
+        from pydantic import Discriminator
+
+        return handler.generate_schema(Annotated[source, Discriminator(self.tag)])
+
+
+PositiveInt = Annotated[int, Bounds(gt=0)]
 
 # Shared tracking files, and files that change how git or the agents behave
 # (a task rewriting .claude/ could rewrite the hooks that confine it).
@@ -77,8 +129,8 @@ def parse_duration(value: object) -> float:
     return seconds
 
 
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-Identifier = Annotated[str, Field(pattern=ID_PATTERN)]
+Duration = Annotated[float, Before(parse_duration)]
+Identifier = Annotated[str, Bounds(pattern=ID_PATTERN)]
 
 
 def _check_model_name(value: str) -> str:
@@ -101,9 +153,9 @@ def _no_nul(value: str) -> str:
     return value
 
 
-ModelName = Annotated[str, AfterValidator(_check_model_name)]
+ModelName = Annotated[str, After(_check_model_name)]
 # Text that reaches a command line or an environment variable: never a NUL.
-ArgText = Annotated[str, AfterValidator(_no_nul)]
+ArgText = Annotated[str, After(_no_nul)]
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -116,19 +168,37 @@ def _check_env_names(value: dict[str, str]) -> dict[str, str]:
     return value
 
 
-class Strict(BaseModel):
-    # strict: a value is what it says (no "4" for 4, no 1 for true); no nan or inf.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+class Strict:
+    """The base of every table: no field it does not know; a value is what it
+    says (no "4" for 4, no 1 for true); no nan or inf. Each subclass is a
+    frozen dataclass; pydantic makes it from a TOML table (a dict)."""
+
+    __slots__ = ()
+    __pydantic_config__: ClassVar[dict[str, object]] = {
+        "extra": "forbid",
+        "strict": True,
+        "allow_inf_nan": False,
+    }
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> Any:
+        schema = handler(source)
+        # Strict everywhere but here: a strict dataclass takes only its own
+        # instances, and a table arrives as a dict. Its fields stay strict.
+        assert schema["type"] == "dataclass", schema["type"]
+        return {**schema, "strict": False}
 
 
+@dataclass(frozen=True, slots=True)
 class RunSection(Strict):
     id: Identifier
     description: str = ""
 
 
+@dataclass(frozen=True, slots=True)
 class Rules(Strict):
     text: str = ""
-    acceptance: list[str] = []
+    acceptance: list[str] = field(default_factory=list)
 
 
 def _check_halt(value: str | None) -> str | None:
@@ -149,20 +219,21 @@ def _check_patterns(value: list[str]) -> list[str]:
     return [_check_regex(pattern) for pattern in value]
 
 
+@dataclass(frozen=True, slots=True)
 class Limits(Strict):
     concurrency: PositiveInt = 4
-    canary: Annotated[int, Field(ge=0)] = 1
+    canary: Annotated[int, Bounds(ge=0)] = 1
     max_attempts: PositiveInt = 3
-    max_spawns: Annotated[int, Field(ge=0)] = 0  # 0 means 3 x the number of tasks
+    max_spawns: Annotated[int, Bounds(ge=0)] = 0  # 0 means 3 x the number of tasks
     timeout: Duration = 1200.0
     kill_grace: Duration = 5.0  # SIGTERM, then SIGKILL this much later
-    max_load: Annotated[float, Field(gt=0)] | None = None  # None means 2 x CPU count
+    max_load: Annotated[float, Bounds(gt=0)] | None = None  # None means 2 x CPU count
     payload_budget: PositiveInt = 65536
     # An output bigger than this is invalid: it is read whole to validate and
     # commit the exact bytes, so a runaway worker must not exhaust memory.
     max_output_bytes: PositiveInt = 256 * 1024 * 1024
     # Throttles: exit status 75 or output matching one of these (case-insensitive).
-    throttle_patterns: Annotated[list[str], AfterValidator(_check_patterns)] = Field(
+    throttle_patterns: Annotated[list[str], After(_check_patterns)] = field(
         default_factory=lambda: list(DEFAULT_THROTTLE_PATTERNS)
     )
     backoff_base: Duration = 2.0
@@ -170,25 +241,26 @@ class Limits(Strict):
     grow_after: PositiveInt = 3  # valid completions before concurrency grows by one
     # Environment-fault breaker: this many attempts in a row (0: max(3, concurrency))
     # ending faster than breaker_fast with no output and one diagnostic halt the run.
-    breaker_window: Annotated[int, Field(ge=0)] = 0
+    breaker_window: Annotated[int, Bounds(ge=0)] = 0
     breaker_fast: Duration = 3.0
-    halt: Annotated[str | None, AfterValidator(_check_halt)] = None  # "fail=N" or "fail=P%"
+    halt: Annotated[str | None, After(_check_halt)] = None  # "fail=N" or "fail=P%"
     # The spend budget (issue 15): no attempt starts when what the run spent plus
     # what its running attempts are expected to cost would pass it (None: none).
-    max_cost_usd: Annotated[float, Field(gt=0)] | None = None
-    max_tokens: Annotated[int, Field(gt=0)] | None = None
+    max_cost_usd: Annotated[float, Bounds(gt=0)] | None = None
+    max_tokens: Annotated[int, Bounds(gt=0)] | None = None
     # The canary's projection of the whole run may pass the budget by this
     # factor; more halts the run before the fan-out widens.
-    max_projection: Annotated[float, Field(ge=1)] = 1.5
+    max_projection: Annotated[float, Bounds(ge=1)] = 1.5
 
     def plain(self) -> RunLimits:
         """These limits as plain values, and the rules derived from them."""
-        return RunLimits(self.model_dump())
+        return RunLimits(dataclasses.asdict(self))
 
 
+@dataclass(frozen=True, slots=True)
 class ModelSection(Strict):
     default: ModelName = ""  # "" (not set) only as the default, never written
-    stages: dict[str, ModelName] = {}
+    stages: dict[str, ModelName] = field(default_factory=dict)
 
 
 def parse_bytes(value: object) -> int:
@@ -214,10 +286,11 @@ _SIZE_UNITS = {"": 1, "b": 1} | {
     for suffix in ("", "ib", "b")
 }
 
-Size = Annotated[int, BeforeValidator(parse_bytes)]
-Amount = Annotated[float, Field(ge=0)]
+Size = Annotated[int, Before(parse_bytes)]
+Amount = Annotated[float, Bounds(ge=0)]
 
 
+@dataclass(frozen=True, slots=True)
 class StageResources(Strict):
     """What one attempt of a stage asks of a Ray node; unset fields take the
     ``[executor.resources]`` value."""
@@ -225,9 +298,10 @@ class StageResources(Strict):
     num_cpus: Amount | None = None
     num_gpus: Amount | None = None
     memory: Size | None = None  # bytes of memory Ray reserves for the attempt
-    custom: dict[str, Amount] = {}  # the cluster's own resources, e.g. {"big_disk" = 1}
+    custom: dict[str, Amount] = field(default_factory=dict)  # e.g. {"big_disk" = 1}
 
 
+@dataclass(frozen=True, slots=True)
 class Resources(Strict):
     """``[executor.resources]``: what every attempt asks of a Ray node, and
     per stage (``[executor.resources.stages.<stage>]``) what differs."""
@@ -235,8 +309,8 @@ class Resources(Strict):
     num_cpus: Amount = 1.0
     num_gpus: Amount = 0.0
     memory: Size = 0
-    custom: dict[str, Amount] = {}
-    stages: dict[str, StageResources] = {}
+    custom: dict[str, Amount] = field(default_factory=dict)
+    stages: dict[str, StageResources] = field(default_factory=dict)
 
     def for_stage(self, stage: str) -> StageResources:
         """The resources of one attempt of ``stage``, every field set."""
@@ -261,89 +335,94 @@ def _check_ray_address(value: str) -> str:
     return value
 
 
+def _command_not_empty(value: list[str] | None) -> list[str] | None:
+    if value is not None and not value:
+        raise ValueError('is empty; give the program and its arguments, e.g. ["sh", "-c", "..."]')
+    return value
+
+
+@dataclass(frozen=True, slots=True)
 class Executor(Strict):
     kind: Literal["command", "external", "ray"] = "command"
     # kind = "ray" (gitrun.rayexec): where the cluster is, what each attempt
     # asks of a node, and whether the repository is at the same path on every
     # node (shared_fs) or each attempt gets its inputs shipped to a scratch
     # directory and sends its outputs back.
-    address: Annotated[str, AfterValidator(_check_ray_address)] = "auto"
-    resources: Resources = Resources()
+    address: Annotated[str, After(_check_ray_address)] = "auto"
+    resources: Resources = field(default_factory=Resources)
     shared_fs: bool = False
     preset: str | None = None
-    command: list[ArgText] | None = None
+    command: Annotated[list[ArgText] | None, After(_command_not_empty)] = None
     shell: ArgText | None = None  # the command line of the "shell" preset
-    args: list[ArgText] = []  # appended to the preset's (or command's) arguments
-    env: Annotated[dict[str, ArgText], AfterValidator(_check_env_names)] = {}
+    # appended to the preset's (or command's) arguments
+    args: list[ArgText] = field(default_factory=list)
+    env: Annotated[dict[str, ArgText], After(_check_env_names)] = field(default_factory=dict)
     # How a Claude Code worker's shell is kept from writing around ownership
     # (issue 11): "sandbox" runs Bash in the client's sandbox with the
     # repository read-only (Linux needs bubblewrap and socat), "deny" takes
     # Bash away, "detect" leaves it and relies on the stray-write audit.
     bash: Literal["sandbox", "deny", "detect"] = "sandbox"
 
-    @field_validator("command")
-    @classmethod
-    def _command_not_empty(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None and not value:
-            raise ValueError(
-                'is empty; give the program and its arguments, e.g. ["sh", "-c", "..."]'
-            )
-        return value
 
-
+@dataclass(frozen=True, slots=True)
 class Ownership(Strict):
-    protected: list[str] = []
+    protected: list[str] = field(default_factory=list)
     strict: bool = False
 
 
+@dataclass(frozen=True, slots=True)
 class Stage(Strict):
     name: Identifier
     description: str = ""
 
 
+@dataclass(frozen=True, slots=True)
 class Outputs(Strict):
-    validators: list[str] = ["auto"]
+    validators: list[str] = field(default_factory=lambda: ["auto"])
 
 
+@dataclass(frozen=True, slots=True)
 class NonemptyValidator(Strict):
     kind: Literal["nonempty"]
 
 
+@dataclass(frozen=True, slots=True)
 class JsonValidator(Strict):
     kind: Literal["json"]
 
 
+@dataclass(frozen=True, slots=True)
 class JsonlValidator(Strict):
     kind: Literal["jsonl"]
 
 
+@dataclass(frozen=True, slots=True)
 class TomlValidator(Strict):
     kind: Literal["toml"]
 
 
+@dataclass(frozen=True, slots=True)
 class RegexValidator(Strict):
     kind: Literal["regex"]
-    pattern: str
-
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, value: str) -> str:
-        return _check_regex(value)
+    pattern: Annotated[str, After(_check_regex)]
 
 
+@dataclass(frozen=True, slots=True)
 class JsonSchemaValidator(Strict):
     kind: Literal["json_schema"]
-    schema_path: str = Field(alias="schema")
+    schema: str  # the schema file's path in the repository
 
 
+@dataclass(frozen=True, slots=True)
 class MinBytesValidator(Strict):
     kind: Literal["min_bytes"]
     min: PositiveInt
 
 
+@dataclass(frozen=True, slots=True)
 class CommandValidator(Strict):
     kind: Literal["command"]
-    command: list[ArgText] = Field(min_length=1)
+    command: Annotated[list[ArgText], Bounds(min_length=1)]
 
 
 Validator = Annotated[
@@ -355,20 +434,23 @@ Validator = Annotated[
     | JsonSchemaValidator
     | MinBytesValidator
     | CommandValidator,
-    Field(discriminator="kind"),
+    Tagged("kind"),
 ]
 
 
+@dataclass(frozen=True, slots=True)
 class Packet(Strict):
     run: RunSection
-    rules: Rules = Rules()
-    limits: Limits = Limits()
-    model: ModelSection = ModelSection()
-    executor: Executor = Executor()
-    ownership: Ownership = Ownership()
-    stages: list[Stage] = Field(default=[Stage(name="work")], min_length=1)
-    validators: dict[str, Validator] = {}
-    outputs: Outputs = Outputs()
+    rules: Rules = field(default_factory=Rules)
+    limits: Limits = field(default_factory=Limits)
+    model: ModelSection = field(default_factory=ModelSection)
+    executor: Executor = field(default_factory=Executor)
+    ownership: Ownership = field(default_factory=Ownership)
+    stages: Annotated[list[Stage], Bounds(min_length=1)] = field(
+        default_factory=lambda: [Stage(name="work")]
+    )
+    validators: dict[str, Validator] = field(default_factory=dict)
+    outputs: Outputs = field(default_factory=Outputs)
 
     @property
     def protected(self) -> list[str]:
@@ -378,15 +460,40 @@ class Packet(Strict):
         return self.model.stages.get(stage) or self.model.default
 
 
+@dataclass(frozen=True, slots=True)
+class OutputSpec(Strict):
+    path: str
+    validators: list[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Task(Strict):
+    """A ``[[task]]`` of a run's ``tasks.toml``."""
+
+    id: Identifier
+    outputs: Annotated[list[str | OutputSpec], Bounds(min_length=1)]
+    stage: str | None = None
+    inputs: list[str] = field(default_factory=list)
+    owns: list[str] | None = None  # None: the task owns exactly its outputs
+    note: ArgText | None = None  # reaches workers in their prompt: never a NUL
+    bundle: str | None = None  # a file listing the inputs, for tasks with many
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFile(Strict):
+    task: list[Task] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
 class RepoConfig(Strict):
     """What ``.gitrun/config.toml`` may set: defaults for every run."""
 
-    limits: Limits = Limits()
-    model: ModelSection = ModelSection()
-    executor: Executor = Executor()
-    ownership: Ownership = Ownership()
-    validators: dict[str, Validator] = {}
-    outputs: Outputs = Outputs()
+    limits: Limits = field(default_factory=Limits)
+    model: ModelSection = field(default_factory=ModelSection)
+    executor: Executor = field(default_factory=Executor)
+    ownership: Ownership = field(default_factory=Ownership)
+    validators: dict[str, Validator] = field(default_factory=dict)
+    outputs: Outputs = field(default_factory=Outputs)
 
 
 def _env_text(text: str) -> str:
@@ -463,17 +570,18 @@ def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
         value = environ.get(var)
         if value is None:
             continue
-        section: type[BaseModel] = Limits if table == "limits" else ModelSection
+        section: type[Strict] = Limits if table == "limits" else ModelSection
         try:
             if not value.strip():
                 raise ValueError("is set but blank")
             if value != value.strip():
                 raise ValueError("has spaces around the value; remove them")
             parsed = read(value)
-            section.model_validate({key: parsed})
+            adapter(section).validate_python({key: parsed})
         except ValueError as exc:  # ValidationError is a ValueError
-            if isinstance(exc, ValidationError):
-                err = exc.errors()[0]
+            errors_of = getattr(exc, "errors", None)  # a ValidationError's
+            if errors_of is not None:
+                err = errors_of()[0]
                 msg = _explain(err, (key,), section).split(" (got ")[0]
             else:
                 msg = _lower(str(exc))
@@ -495,13 +603,28 @@ def _merge(low: dict[str, Any], high: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+_adapters: dict[type[Any], Any] = {}
+
+
+def adapter(model: type[M]) -> TypeAdapter[M]:
+    """pydantic's validator of ``model``, built (and pydantic imported) on first use."""
+    found = _adapters.get(model)
+    if found is None:
+        from pydantic import TypeAdapter
+
+        found = _adapters[model] = TypeAdapter(model)
+    return typing.cast("TypeAdapter[M]", found)
+
+
 def validate_layer(
     model: type[M], raw: dict[str, Any], name: str, text: str, array_table: str | None = None
 ) -> M:
+    from pydantic import ValidationError
+
     if not isinstance(raw, dict):  # pragma: no cover - tomllib always gives a table
         raise DefinitionError([f"{name}: expected a TOML table"], path=name)
     try:
-        return model.model_validate(raw)
+        return adapter(model).validate_python(raw)
     except ValidationError as exc:
         lines, kinds = describe_errors(exc, model, name, text, array_table, raw)
         raise SchemaError(lines, kinds, path=name) from exc
@@ -509,7 +632,7 @@ def validate_layer(
 
 def describe_errors(
     exc: ValidationError,
-    model: type[BaseModel],
+    model: type[Any],
     name: str,
     text: str,
     array_table: str | None,
@@ -550,7 +673,7 @@ def describe_errors(
     return lines, kinds
 
 
-_TABLE_TYPES = ("model_type", "dict_type", "model_attributes_type")
+_TABLE_TYPES = ("dataclass_type", "dict_type")
 
 
 def _dotted(loc: tuple[Any, ...], raw: dict[str, Any], array_table: str | None) -> str:
@@ -585,15 +708,14 @@ _EXPECTED = {
     "string_type": 'expected text in quotes, such as "..."',
     "list_type": 'expected a list such as ["a", "b"]',
     "dict_type": "expected a table",
-    "model_type": "expected a table",
-    "model_attributes_type": "expected a table",
+    "dataclass_type": "expected a table",
     "too_short": "needs at least one entry",
 }
 
 
-def _explain(err: Any, loc: tuple[Any, ...], model: type[BaseModel]) -> str:
+def _explain(err: Any, loc: tuple[Any, ...], model: type[Any]) -> str:
     kind = err["type"]
-    if kind == "extra_forbidden":
+    if kind == "unexpected_keyword_argument":  # a field the table does not know
         key = str(loc[-1])
         known = _known_fields(model, loc[:-1])
         hint = difflib.get_close_matches(key, known, n=1)
@@ -626,7 +748,7 @@ def _explain(err: Any, loc: tuple[Any, ...], model: type[BaseModel]) -> str:
 
 
 def _walk(
-    model: type[BaseModel], loc: tuple[Any, ...]
+    model: type[Any], loc: tuple[Any, ...]
 ) -> tuple[tuple[Any, ...], str | None, list[str] | None]:
     """Follow a pydantic error location through the schema.
 
@@ -663,12 +785,11 @@ def _descend(annotation: Any, part: Any) -> Any:
     if origin is dict:
         return typing.get_args(annotation)[1]
     if _is_model(annotation):
-        info = _field_info(annotation, part)
-        return info.annotation if info is not None else None
+        return _annotations(annotation).get(part)
     return None
 
 
-def _known_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+def _known_fields(model: type[Any], loc: tuple[Any, ...]) -> list[str]:
     annotation: Any = model
     for part in loc:
         annotation = _unwrap(annotation)
@@ -710,24 +831,29 @@ def _union_members(annotation: Any) -> list[Any]:
 def _tags(member: Any) -> set[str]:
     """The names pydantic gives a union member in error locations."""
     tags = {str(getattr(member, "__name__", member))}
-    if _is_model(member) and "kind" in member.model_fields:
-        tags.update(str(v) for v in typing.get_args(member.model_fields["kind"].annotation))
+    if _is_model(member) and "kind" in _annotations(member):
+        tags.update(str(v) for v in typing.get_args(_annotations(member)["kind"]))
     return tags
 
 
 def _is_model(annotation: Any) -> bool:
-    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+    return isinstance(annotation, type) and dataclasses.is_dataclass(annotation)
 
 
-def _fields(model: type[BaseModel]) -> list[str]:
-    return [info.alias or key for key, info in model.model_fields.items()]
+def _fields(model: type[Any]) -> list[str]:
+    return list(_annotations(model))
 
 
-def _field_info(model: type[BaseModel], part: Any) -> Any:
-    for key, info in model.model_fields.items():
-        if part in (key, info.alias):
-            return info
-    return None
+def _annotations(model: type[Any]) -> dict[str, Any]:
+    """Each field of a table, and its annotation (markers and all)."""
+    found = _ANNOTATIONS.get(model)
+    if found is None:
+        hints = typing.get_type_hints(model, include_extras=True)
+        found = _ANNOTATIONS[model] = {f.name: hints[f.name] for f in dataclasses.fields(model)}
+    return found
+
+
+_ANNOTATIONS: dict[type[Any], dict[str, Any]] = {}
 
 
 def _lower(msg: str) -> str:

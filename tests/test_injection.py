@@ -27,7 +27,7 @@ from gitrun.interpreters import code_slots
 from gitrun.proc import clean_env
 from gitrun.runs import load_run
 from gitrun.session import start_run
-from gitrun.settings import Executor
+from gitrun.settings import Executor, adapter
 from tests.helpers import build_tree, commit_all, git, run_gitrun, write_run
 
 MARK = "@MARK@"  # replaced by the absolute path of a marker file
@@ -280,7 +280,7 @@ def test_unsafe_templates_are_refused_by_check_and_at_render(
     assert executor_messages, f"{name}: check passed"
     assert all("[executor]" in m for m in executor_messages)
     assert any(fix in m for m in executor_messages), executor_messages
-    template = command_template(Executor.model_validate(executor))
+    template = command_template(adapter(Executor).validate_python(executor))
     assert template is not None
     markers = tmp_path / "markers"
     markers.mkdir()

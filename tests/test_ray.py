@@ -31,7 +31,7 @@ from gitrun.rayexec import INSTALL, is_ray_installed
 from gitrun.raynode import run_attempt
 from gitrun.runs import load_run
 from gitrun.session import CheckFailed, resume_run, start_run
-from gitrun.settings import Executor, Limits, parse_bytes
+from gitrun.settings import Executor, Limits, adapter, parse_bytes
 from tests.helpers import (
     FAKE_WORKER,
     build_tree,
@@ -56,7 +56,7 @@ def quiet(_line: str) -> None:
 
 
 def test_the_executor_table_takes_ray_fields_and_per_stage_resources() -> None:
-    executor = Executor.model_validate(
+    executor = adapter(Executor).validate_python(
         {
             "kind": "ray",
             "address": "ray://head.example:10001",

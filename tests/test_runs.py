@@ -184,7 +184,6 @@ def test_a_big_table_validated_task_by_task_loads_the_same_tasks(
     monkeypatch.setattr("gitrun.runs.VALIDATE_EACH_ABOVE", 100)
     each = load_run(git_repo, "r", environ={}).tasks
     assert each == whole and len(each) == 3000
-    assert [t.model_fields_set for t in each] == [t.model_fields_set for t in whole]
 
 
 @pytest.mark.parametrize("cached", [False, True])

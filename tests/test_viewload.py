@@ -7,6 +7,7 @@ and the child is always reaped, killed when the parent is interrupted."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -22,7 +23,7 @@ from gitrun import viewload
 from gitrun.hookrules import find_repo
 from gitrun.runs import load_run
 from gitrun.runview import source_key, view_key, view_path, write_view
-from gitrun.settings import Limits, Packet
+from gitrun.settings import Limits, Packet, RunSection
 from gitrun.state import read_status
 from tests.test_runview import _by_definition, _status
 from tests.test_runview import driven as driven  # the fixture
@@ -35,9 +36,13 @@ two_cpus = pytest.mark.skipif(
 def _cold_status(
     repo: Path, serial: bool, env: dict[str, str] | None = None, keep_cache: bool = False
 ) -> tuple[int, str, str]:
-    """``status r --json`` with no run view and (unless ``keep_cache``) no
-    parsed task table, as on a fresh clone."""
-    for name in ("run-view.jsonl", *(() if keep_cache else ("tasks.cache.json",))):
+    """``status r --json`` with no run view, no kept definition and (unless
+    ``keep_cache``) no parsed task table, as on a fresh clone."""
+    for name in (
+        "run-view.jsonl",
+        "definition.json",
+        *(() if keep_cache else ("tasks.cache.json",)),
+    ):
         (repo / ".git/gitrun/r" / name).unlink(missing_ok=True)
     return _status(repo, "r", "--json", env=env, serial=serial)
 
@@ -45,8 +50,8 @@ def _cold_status(
 def test_the_guess_starts_from_the_settings_defaults() -> None:
     """A default changed in settings.py and not here fails this test (a
     guess from stale defaults would only be slower, never wrong)."""
-    assert Limits().model_dump() == viewload.DEFAULT_LIMITS
-    assert [s.name for s in Packet.model_fields["stages"].default] == viewload.DEFAULT_STAGES
+    assert dataclasses.asdict(Limits()) == viewload.DEFAULT_LIMITS
+    assert [s.name for s in Packet(run=RunSection(id="r")).stages] == viewload.DEFAULT_STAGES
 
 
 def _edit(repo: Path, edit: str) -> dict[str, str] | None:
