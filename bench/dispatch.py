@@ -11,7 +11,11 @@ alone (repositories are set up before it).
   shown for scale).
 - fixed overhead: from the same runs, the wall time outside the task span
   (first start to last end, from gitrun's ledger and parallel's joblog):
-  start-up, branch creation, shutdown. Target: <= 0.2 s.
+  start-up, branch creation, shutdown. Target: <= 0.2 s. Shown for a
+  start of a fresh definition (checked with pydantic before its first
+  task) and for a start after `gitrun check` (as a lead checks a run before
+  starting it; the start then makes the definition from what the check
+  kept, without pydantic).
 - width: 160 tasks of 0.2 s at concurrency 16; efficiency is the ideal wall
   time (tasks x 0.2 s / 16) over the real one. Target: >= parallel's.
   Shown again without the canary (limits.canary = 0), for scale: the
@@ -63,7 +67,8 @@ TARGET_OVERHEAD = 0.2
 TARGET_GIT_PER_COMMIT = 5
 WIDE_TASKS, WIDE_J, WIDE_SLEEP = 160, 16, 0.2
 AGAINST = "before"  # the tool name of the gitrun run from the --against tree
-NO_CANARY = "gitrun, no canary"  # the width case again with limits.canary = 0
+NO_CANARY = "gitrun, no canary"
+CHECKED = "gitrun, after check"  # the throughput case again, the run checked before its start  # the width case again with limits.canary = 0
 ALONE_TASKS, ALONE_SLEEP, FEW = 20, 0.3, 2
 
 
@@ -144,13 +149,24 @@ class Bench:
         sleep: float = 0.0,
         count_git: bool = False,
         tree: str | None = None,
+        checked: bool = False,
         **limits: object,
     ) -> Took:
-        """``gitrun start`` of a fresh run; ``tree``: run gitrun from that source tree."""
+        """``gitrun start`` of a fresh run; ``tree``: run gitrun from that source
+        tree; ``checked``: after a ``gitrun check`` of the run (untimed), as a
+        lead checks a run before starting it."""
         repo = setup_gitrun(self.fresh("g"), n, concurrency, sleep, **limits)
         env = dict(self.gitrun_env)
         if tree is not None:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, env.get("PYTHONPATH")]))
+        if checked:
+            subprocess.run(
+                [*gitrun_argv(), "check", "bench"],
+                cwd=repo,
+                env=env,
+                check=True,
+                capture_output=True,
+            )
         log = repo.parent / f"{repo.name}.git.log"
         if count_git:
             env["PATH"] = f"{self.shim}{os.pathsep}{env['PATH']}"
@@ -281,11 +297,20 @@ _MARKED = [
 ]
 
 
-def phases(bench: Bench, n: int, repeat: int) -> list[tuple[str, float]]:
-    """Median seconds of each phase of a `gitrun start` of ``n`` tasks."""
+def phases(bench: Bench, n: int, repeat: int, checked: bool) -> list[tuple[str, float]]:
+    """Median seconds of each phase of a `gitrun start` of ``n`` tasks
+    (``checked``: after a `gitrun check` of the run)."""
     rows: dict[str, list[float]] = {}
     for _ in range(repeat):
         repo = setup_gitrun(bench.fresh("f"), n, 4)
+        if checked:
+            subprocess.run(
+                [*gitrun_argv(), "check", "bench"],
+                cwd=repo,
+                env=bench.gitrun_env,
+                check=True,
+                capture_output=True,
+            )
         spawned = time.time()
         proc = subprocess.run(
             [sys.executable, "-c", _PHASES, *_MARKED],
@@ -388,6 +413,7 @@ def main() -> int:
             bench.gitrun(5, 4, tree=against)
         if "throughput" in cases:
             tools: dict[str, Callable[[], Took]] = {"gitrun": lambda: bench.gitrun(n, 4)}
+            tools[CHECKED] = lambda: bench.gitrun(n, 4, checked=True)
             if against:
                 tools[AGAINST] = lambda: bench.gitrun(n, 4, tree=against)
             if has_parallel:
@@ -420,6 +446,16 @@ def main() -> int:
                     peer_overhead,
                     target=f"<= {TARGET_OVERHEAD}",
                     ok=overhead <= TARGET_OVERHEAD,
+                )
+            )
+            after_check = med(got[CHECKED], lambda s: s.overhead)
+            table.rows.append(
+                Row(
+                    f"{n} tasks, -j4: outside the task span, after `gitrun check` (s)",
+                    f"{after_check:.2f}",
+                    peer_overhead,
+                    target=f"<= {TARGET_OVERHEAD}",
+                    ok=after_check <= TARGET_OVERHEAD,
                 )
             )
             table.rows.append(
@@ -534,8 +570,10 @@ def main() -> int:
             record(table, got)
         if "phases" in cases:
             load = os.getloadavg()[0]
-            for name, seconds in phases(bench, n, args.repeat):
-                table.rows.append(Row(f"phase: {name} (ms)", f"{seconds * 1000:.0f}"))
+            for checked in (False, True):
+                when = "after check" if checked else "fresh"
+                for name, seconds in phases(bench, n, args.repeat, checked):
+                    table.rows.append(Row(f"phase ({when}): {name} (ms)", f"{seconds * 1000:.0f}"))
             table.loads.append(load)
     table.print()
     return 0 if table.passed else 1

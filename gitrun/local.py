@@ -119,6 +119,12 @@ class LocalPaths:
         return self.root / "tasks.cache.json"
 
     @property
+    def definition(self) -> Path:
+        """A definition that loaded, kept so the next load of the same bytes
+        needs no check (:mod:`gitrun.snapshot`)."""
+        return self.root / "definition.json"
+
+    @property
     def hook_rules(self) -> Path:
         """What the write hooks judge each task by (:mod:`gitrun.hookrules`)."""
         return self.root / HOOK_RULES

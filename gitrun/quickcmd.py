@@ -160,7 +160,7 @@ def drive(repo: Path, run: str, as_json: bool, quiet: bool, resume: bool) -> int
 
     if resume:
         bring_definition(repo, run, event)
-    shape = load_view(where(repo), run)
+    shape = load_view(where(repo), run, keep=True)
     if shape.executor_kind == "external":
         from gitrun.externalcmd import drive_external
 

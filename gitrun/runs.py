@@ -11,6 +11,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from gitrun import snapshot
 from gitrun.collector import collector_paused
 from gitrun.errors import DefinitionError, GitrunError
 from gitrun.records import VERSION, Fields, Warn, load_record, warn_stderr, write_record
@@ -95,13 +96,20 @@ def list_runs(repo: Path) -> list[str]:
     return run_ids(str(repo))
 
 
-def load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None = None) -> RunDef:
-    """Load and schema-check a run; raises DefinitionError listing every broken field."""
+def load_run(
+    repo: Path, run_id: str, environ: Mapping[str, str] | None = None, keep: bool = True
+) -> RunDef:
+    """Load and schema-check a run; raises DefinitionError listing every broken field.
+
+    A definition checked before from the same bytes is made from what that
+    check kept (:mod:`gitrun.snapshot`), without checking it again; one
+    checked here is kept for the next load, unless ``keep`` is False (a
+    caller that reads only its view: writing it would cost it time)."""
     with collector_paused():  # 100,000 tasks are 100,000s of objects, none in a cycle
-        return _load_run(repo, run_id, environ)
+        return _load_run(repo, run_id, environ, keep)
 
 
-def _load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None) -> RunDef:
+def _load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None, keep: bool) -> RunDef:
     check_run_id(run_id)
     env = os.environ if environ is None else environ
     run_dir = repo / RUNS_DIR / run_id
@@ -115,6 +123,13 @@ def _load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None) -> Run
             f"create it with `gitrun new {run_id}`"
         )
     _check_real_files(repo, run_id)
+    kept_at = snapshot.path_of(repo, run_id)
+    if kept_at is not None:  # loaded before from these very bytes: no check again
+        source = source_key(str(repo), run_id)
+        keys = (source, view_key(source, env))
+        kept = snapshot.read(kept_at, keys[1], run_id)
+        if kept is not None:
+            return RunDef(repo=repo, id=run_id, packet=kept[0], tasks=kept[1], keys=keys)
     errors = _Errors()
 
     config_raw: dict[str, Any] = {}
@@ -165,6 +180,8 @@ def _load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None) -> Run
     # or since, is a different key and never served from a cache.
     key = source_key(str(repo), run_id, errors.read)
     keys = (key, view_key(key, env))
+    if kept_at is not None and keep:
+        snapshot.write(kept_at, keys[1], packet, tasks)
     return RunDef(repo=repo, id=run_id, packet=packet, tasks=tasks, keys=keys)
 
 

@@ -97,10 +97,13 @@ DEFAULT_LIMITS: dict[str, object] = {
 DEFAULT_STAGES = ["work"]  # settings.Packet's default stages
 
 
-def load_view(repo: Repo, run_id: str, environ: Mapping[str, str] | None = None) -> RunShape:
+def load_view(
+    repo: Repo, run_id: str, environ: Mapping[str, str] | None = None, keep: bool = False
+) -> RunShape:
     """``run_id``'s shape: its cached view when the definition is unchanged,
     else the definition loaded (with every check and error of ``load_run``)
-    and its view written for the next call."""
+    and its view written for the next call (``keep``: and the definition
+    kept, for a caller that goes on to use it whole)."""
     env = os.environ if environ is None else environ
     found, (path, _key) = cached_view(repo, run_id, env)
     if found is not None:
@@ -109,7 +112,7 @@ def load_view(repo: Repo, run_id: str, environ: Mapping[str, str] | None = None)
 
     from gitrun.runs import load_run
 
-    run = load_run(Path(repo.root), run_id, environ=env)
+    run = load_run(Path(repo.root), run_id, environ=env, keep=keep)
     write_view(path, run.keys[1], run)  # keyed by the bytes the load read
     return run
 
