@@ -9,10 +9,11 @@ worker logs, and outputs on disk that no commit holds yet. Building 100,000
 tasks this way takes minutes: `--state DIR` keeps the states for later runs.
 
 Measured, round by round so a noisy machine slows every row alike:
-- status with a cold cache (the parsed task table and the run view deleted
-  first, as on a fresh clone), again held to one CPU with `taskset` (for
-  scale: a cold status checks the definition in a forked child beside it
-  when a second CPU is there), with a warm cache, and `status --json`;
+- status with a cold cache (the parsed task table, the run view and the
+  kept definition deleted first, as on a fresh clone), again held to one
+  CPU with `taskset` (for scale: a cold status checks the definition in a
+  forked child beside it when a second CPU is there), with a warm cache,
+  and `status --json`;
 - `snakemake -n` on the same fan-out (half the outputs present), the same
   number of times, when Snakemake is installed (`pip install snakemake`, or
   `--snakemake PATH`); its first run is marked, not counted.
@@ -59,8 +60,12 @@ WORKER = (
     'printf \'{"task": "%s"}\\n\' "$GITRUN_TASK" > "$GITRUN_OUTPUTS"'
 )
 BUILD_DEADLINE = 3600.0  # seconds; 100,000 tasks take about five minutes
-# What a fresh clone does not have: the parsed task table and the run view.
-CACHES = (".git/gitrun/bench/tasks.cache.json", ".git/gitrun/bench/run-view.jsonl")
+# What a fresh clone lacks: the parsed task table, the run view, the kept definition.
+CACHES = (
+    ".git/gitrun/bench/tasks.cache.json",
+    ".git/gitrun/bench/run-view.jsonl",
+    ".git/gitrun/bench/definition.json",
+)
 
 
 def build(repo: Path, n: int) -> None:

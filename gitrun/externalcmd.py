@@ -56,8 +56,10 @@ def next_batch(repo: Path, run: str, max_tasks: int | None, as_json: bool) -> in
 
 def collect(repo: Path, run: str, throttled: list[str], as_json: bool) -> int:
     """``gitrun collect``: judge every leased task from the disk."""
+    from gitrun import git
     from gitrun.external import external_run
 
+    git.prepare_writes()  # it commits what validated: the import overlaps the reads before
     with external_run(repo, run) as ext:
         collected = ext.collect(throttled)
     if as_json:
