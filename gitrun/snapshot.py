@@ -16,9 +16,10 @@ checking them again, when:
   as they are now and of the ``GITRUN_*`` overrides (what the run view is
   keyed by: an edit, an override or a linked file is another key);
 - ``schema`` is the fingerprint of the schema that checked them: this
-  gitrun's version and the source of :mod:`gitrun.settings`, which
-  declares the whole schema (:func:`fingerprint`), so another version, or an
-  edited checkout with other defaults or rules, checks the definition again.
+  gitrun's version and the source of :mod:`gitrun.settings`, which declares
+  the whole schema, and of :mod:`gitrun.runview`, whose patterns and
+  defaults it uses (:func:`fingerprint`), so another version, or an edited
+  checkout with other defaults or rules, checks the definition again.
 
 Each table holds only the fields that differ from their defaults. Only a
 cache: missing, stale or damaged, the definition is loaded and checked as
@@ -47,17 +48,18 @@ MAX_TASKS = 10_000
 
 
 def fingerprint() -> str:
-    """The schema's identity: gitrun's version and the source of the module
-    that declares the schema (its defaults and rules); "" when the source
+    """The schema's identity: gitrun's version and the source of the modules
+    that declare the schema, its defaults and its rules; "" when the source
     cannot be read, and then nothing is kept."""
     global _fingerprint
     if _fingerprint is None:
-        from gitrun import __version__, settings
+        from gitrun import __version__, runview, settings
 
         digest = hashlib.sha256(f"gitrun {__version__}\0".encode())
         try:
-            with open(settings.__file__ or "", "rb") as source:
-                digest.update(source.read())
+            for module in (settings, runview):
+                with open(module.__file__ or "", "rb") as source:
+                    digest.update(source.read() + b"\0")
             _fingerprint = digest.hexdigest()
         except OSError:
             _fingerprint = ""

@@ -266,3 +266,24 @@ def test_a_start_after_check_and_every_call_after_it_need_no_pydantic(git_repo: 
     (git_repo / "out/t1.json").write_text("{}")
     assert _gitrun(git_repo, "collect", "e") == (0, False)
     assert _gitrun(git_repo, "next", "e") == (0, False)
+
+
+@pytest.mark.parametrize("module", ["settings", "runview"])
+def test_another_schema_source_is_another_fingerprint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str
+) -> None:
+    """An edited checkout (a default or a pattern changed, the version not)
+    checks again: the fingerprint hashes the source that declares the schema."""
+    import importlib
+
+    source = importlib.import_module(f"gitrun.{module}")
+    monkeypatch.setattr(snapshot, "_fingerprint", None)
+    before = snapshot.fingerprint()
+    edited = tmp_path / f"{module}.py"
+    edited.write_bytes(Path(source.__file__ or "").read_bytes() + b"\n# one more line\n")
+    monkeypatch.setattr(source, "__file__", str(edited))
+    monkeypatch.setattr(snapshot, "_fingerprint", None)
+    assert snapshot.fingerprint() not in ("", before)
+    edited.unlink()  # unreadable: nothing is kept, rather than a guess
+    monkeypatch.setattr(snapshot, "_fingerprint", None)
+    assert snapshot.fingerprint() == ""
