@@ -68,7 +68,8 @@ TARGET_GIT_PER_COMMIT = 5
 WIDE_TASKS, WIDE_J, WIDE_SLEEP = 160, 16, 0.2
 AGAINST = "before"  # the tool name of the gitrun run from the --against tree
 NO_CANARY = "gitrun, no canary"
-CHECKED = "gitrun, after check"  # the throughput case again, the run checked before its start  # the width case again with limits.canary = 0
+CHECKED = "gitrun, after check"
+AGAINST_CHECKED = "before, after check"  # the throughput case again, the run checked before its start  # the width case again with limits.canary = 0
 ALONE_TASKS, ALONE_SLEEP, FEW = 20, 0.3, 2
 
 
@@ -416,6 +417,7 @@ def main() -> int:
             tools[CHECKED] = lambda: bench.gitrun(n, 4, checked=True)
             if against:
                 tools[AGAINST] = lambda: bench.gitrun(n, 4, tree=against)
+                tools[AGAINST_CHECKED] = lambda: bench.gitrun(n, 4, tree=against, checked=True)
             if has_parallel:
                 tools["parallel"] = lambda: bench.parallel(n, 4)
             tools["xargs"] = lambda: bench.xargs(n)
@@ -476,6 +478,13 @@ def main() -> int:
                         f"{n} tasks, -j4: outside the span, vs the --against tree",
                         f"{overhead:.2f}",
                         f"{med(got[AGAINST], lambda s: s.overhead):.2f}",
+                    )
+                )
+                table.rows.append(
+                    Row(
+                        f"{n} tasks, -j4: outside the span after check, vs the --against tree",
+                        f"{after_check:.2f}",
+                        f"{med(got[AGAINST_CHECKED], lambda s: s.overhead):.2f}",
                     )
                 )
                 table.rows.append(
