@@ -673,7 +673,7 @@ def describe_errors(
     return lines, kinds
 
 
-_TABLE_TYPES = ("dataclass_type", "dict_type")
+_TABLE_TYPES = ("dataclass_type", "dict_type", "model_attributes_type")
 
 
 def _dotted(loc: tuple[Any, ...], raw: dict[str, Any], array_table: str | None) -> str:
@@ -709,6 +709,7 @@ _EXPECTED = {
     "list_type": 'expected a list such as ["a", "b"]',
     "dict_type": "expected a table",
     "dataclass_type": "expected a table",
+    "model_attributes_type": "expected a table",  # a union of tables given no table
     "too_short": "needs at least one entry",
 }
 
