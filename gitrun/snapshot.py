@@ -4,10 +4,12 @@ Checking a definition imports pydantic and builds its validators (~110 ms
 before the first task of a ``start``, and in every ``next`` and ``collect``
 of an orchestrating session). What the check makes is plain frozen
 dataclasses (:mod:`gitrun.settings`), so a load that succeeded writes the
-values it made to ``.git/gitrun/RUN/definition.json``::
+values it made to ``.git/gitrun/RUN/definition.json``: a header line, then
+the values::
 
-    {"v": 1, "key": "<view key>", "schema": "<sha256>", "run": "...",
-     "packet": {...}, "tasks": [{...}, ...]}
+    {"v": 2, "key": "<view key>", "schema": "<sha256>", "run": "...",
+     "sha256": "<of the next line>"}
+    {"packet": {...}, "tasks": [{...}, ...]}
 
 and a later load of the same run makes the same objects from it without
 checking them again, when:
@@ -15,11 +17,16 @@ checking them again, when:
 - ``key`` is the :func:`gitrun.runview.view_key` of the definition's bytes
   as they are now and of the ``GITRUN_*`` overrides (what the run view is
   keyed by: an edit, an override or a linked file is another key);
-- ``schema`` is the fingerprint of the schema that checked them: this
-  gitrun's version and the source of :mod:`gitrun.settings`, which declares
-  the whole schema, and of :mod:`gitrun.runview`, whose patterns and
-  defaults it uses (:func:`fingerprint`), so another version, or an edited
-  checkout with other defaults or rules, checks the definition again.
+- ``schema`` is the fingerprint of what checked them (:func:`fingerprint`):
+  this gitrun's version, the source of every module a load runs (the
+  schema, its patterns and defaults, the readers of TOML, the rules of a
+  load, this format), pydantic's version and Python's, so another version,
+  or an edited checkout, checks the definition again;
+- ``sha256`` is the digest of the values as written: a file damaged or
+  edited since is never made into objects. The values are not checked
+  again: sealed, they are what a check made. (Whoever can write a sealed
+  file there can as well rewrite the repository's git hooks and gitrun's
+  hook rules beside it: ``.git`` is not defended against its own user.)
 
 Each table holds only the fields that differ from their defaults. Only a
 cache: missing, stale or damaged, the definition is loaded and checked as
@@ -32,6 +39,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
+import os
 import typing
 from typing import Any
 
@@ -43,25 +52,38 @@ if typing.TYPE_CHECKING:
 
     from gitrun.settings import Packet, Task
 
-VERSION = 1
+VERSION = 2
+# What a load runs, besides pydantic: a change to any of them may change what
+# a load makes of the same bytes.
+_SOURCES = ("settings", "runview", "runs", "tomlfile", "tasktoml", "snapshot")
 MAX_TASKS = 10_000
 
 
 def fingerprint() -> str:
-    """The schema's identity: gitrun's version and the source of the modules
-    that declare the schema, its defaults and its rules; "" when the source
-    cannot be read, and then nothing is kept."""
+    """What checked a kept definition: gitrun's version, the source of the
+    modules a load runs, pydantic's version (its source, found without
+    importing it) and Python's; "" when a source cannot be read, and then
+    nothing is kept."""
     global _fingerprint
     if _fingerprint is None:
-        from gitrun import __version__, runview, settings
+        import importlib.util
+        import sys
 
-        digest = hashlib.sha256(f"gitrun {__version__}\0".encode())
+        from gitrun import __version__
+
+        digest = hashlib.sha256(f"gitrun {__version__}\0{sys.version}\0".encode())
         try:
-            for module in (settings, runview):
-                with open(module.__file__ or "", "rb") as source:
+            here = os.path.dirname(os.path.abspath(__file__))
+            files = [os.path.join(here, f"{name}.py") for name in _SOURCES]
+            pydantic = importlib.util.find_spec("pydantic")
+            if pydantic is None or pydantic.origin is None:
+                raise OSError("pydantic is not installed")
+            files.append(os.path.join(os.path.dirname(pydantic.origin), "version.py"))
+            for name in files:
+                with open(name, "rb") as source:
                     digest.update(source.read() + b"\0")
             _fingerprint = digest.hexdigest()
-        except OSError:
+        except (OSError, ImportError, ValueError):
             _fingerprint = ""
     return _fingerprint
 
@@ -90,26 +112,34 @@ def read(path: Path, key: str, run_id: str) -> tuple[Packet, list[Task]] | None:
     if not schema:
         return None
     try:
-        data = json.loads(read_regular(str(path), follow=False))
+        head, _, body = read_regular(str(path), follow=False).partition(b"\n")
+        header = json.loads(head)
     except (OSError, ValueError, RecursionError):
-        return None  # missing, not a regular file, cut short or damaged
+        return None  # missing, not a regular file, or damaged
     if not (
-        isinstance(data, dict)
-        and data.get("v") == VERSION
-        and data.get("key") == key
-        and data.get("schema") == schema
-        and data.get("run") == run_id
+        isinstance(header, dict)
+        and header.get("v") == VERSION
+        and header.get("key") == key
+        and header.get("schema") == schema
+        and header.get("run") == run_id
+        and header.get("sha256") == hashlib.sha256(body).hexdigest()
     ):
-        return None
+        return None  # another definition, another gitrun, or damaged
     try:
+        data = json.loads(body, parse_constant=_no_constant)
         packet = builder(Packet)(data["packet"])
         build_task = builder(Task)
         tasks = [build_task(task) for task in data["tasks"]]
     except (KeyError, TypeError, ValueError, AttributeError, RecursionError):
-        return None  # damaged or edited: checked and written again
+        return None  # written by a gitrun that made other values: checked again
     if not isinstance(packet, Packet) or packet.run.id != run_id:
         return None
     return packet, tasks
+
+
+def _no_constant(name: str) -> None:
+    """NaN and Infinity: JSON has neither, and the schema refuses both."""
+    raise ValueError(f"{name} is not a value a check makes")
 
 
 def write(path: Path, key: str, packet: Packet, tasks: list[Task]) -> None:
@@ -122,17 +152,17 @@ def write(path: Path, key: str, packet: Packet, tasks: list[Task]) -> None:
     schema = fingerprint()
     if not schema or len(tasks) > MAX_TASKS:
         return
-    record = {
-        "v": VERSION,
-        "key": key,
-        "schema": schema,
-        "run": packet.run.id,
-        "packet": dump(packet),
-        "tasks": [dump(task) for task in tasks],
-    }
     with contextlib.suppress(OSError, ValueError, RecursionError):
-        body = json.dumps(record, separators=(",", ":")).encode()
-        write_atomic(path, body, durable=False)
+        values = {"packet": dump(packet), "tasks": [dump(task) for task in tasks]}
+        body = json.dumps(values, separators=(",", ":"), allow_nan=False).encode()
+        header = {
+            "v": VERSION,
+            "key": key,
+            "schema": schema,
+            "run": packet.run.id,
+            "sha256": hashlib.sha256(body).hexdigest(),
+        }
+        write_atomic(path, json.dumps(header).encode() + b"\n" + body, durable=False)
 
 
 def dump(value: Any) -> Any:
@@ -175,6 +205,13 @@ def _make_dumper(annotation: Any) -> Callable[[Any], Any] | None:
 _NO_DEFAULT = object()
 
 
+def _differs(value: Any, default: Any) -> bool:
+    """Not the default as a check makes it: -0.0 equals 0.0, and is kept."""
+    if type(value) is float and type(default) is float and value == default:
+        return math.copysign(1.0, value) != math.copysign(1.0, default)
+    return bool(value != default)
+
+
 _TABLE_DUMPERS: dict[type[Any], Callable[[Any], Any]] = {}
 
 
@@ -194,16 +231,19 @@ def _make_table_dumper(model: type[Any]) -> Callable[[Any], Any]:
             default = f.default_factory()
         else:
             default = _NO_DEFAULT
-        plan.append((f.name, default, dumper(_annotations(model)[f.name])))
+        inner = dumper(_annotations(model)[f.name])
+        if inner is not None and default is not _NO_DEFAULT and default is not None:
+            default = inner(default)  # compared as dumped: a table by what differs in it
+        plan.append((f.name, default, inner))
 
     def dump_table(value: Any) -> dict[str, Any]:
         out = {}
         for name, default, inner in plan:
             field_value = getattr(value, name)
-            if default is _NO_DEFAULT or field_value != default:
-                out[name] = (
-                    field_value if inner is None or field_value is None else inner(field_value)
-                )
+            if inner is not None and field_value is not None:
+                field_value = inner(field_value)
+            if default is _NO_DEFAULT or _differs(field_value, default):
+                out[name] = field_value
         return out
 
     return dump_table

@@ -4,11 +4,13 @@ depends on changed, or the kept file is not what was written."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,6 +89,20 @@ def _kept(repo: Path) -> Path:
     return repo / ".git/gitrun/r/definition.json"
 
 
+def read_kept(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The header and the values of a kept definition."""
+    head, _, body = path.read_bytes().partition(b"\n")
+    return json.loads(head), json.loads(body)
+
+
+def write_kept(path: Path, header: dict[str, Any], values: dict[str, Any]) -> None:
+    """A kept definition with these values, sealed with their digest (as a
+    gitrun that made other values would write it)."""
+    body = json.dumps(values).encode()
+    header = {**header, "sha256": hashlib.sha256(body).hexdigest()}
+    path.write_bytes(json.dumps(header).encode() + b"\n" + body)
+
+
 def test_the_next_load_makes_the_same_objects_without_pydantic(repo: Path) -> None:
     checked, used = _load(repo)
     assert used and _kept(repo).is_file()
@@ -98,7 +114,7 @@ def test_the_next_load_makes_the_same_objects_without_pydantic(repo: Path) -> No
 
 def test_what_is_kept_holds_only_what_differs_from_the_defaults(repo: Path) -> None:
     load_run(repo, "r", environ={})
-    kept = json.loads(_kept(repo).read_text())
+    _, kept = read_kept(_kept(repo))
     assert kept["packet"]["limits"] == {
         "concurrency": 3,
         "max_attempts": 5,
@@ -164,29 +180,28 @@ def test_an_edit_that_breaks_the_definition_is_the_same_error(repo: Path) -> Non
         "a symlink",
         "a directory",
         "nested deep",
+        "edited by hand",
     ],
 )
 def test_a_damaged_or_foreign_snapshot_is_checked_again(repo: Path, damage: str) -> None:
     checked, _ = _load(repo)
     kept = _kept(repo)
-    data = json.loads(kept.read_text())
+    header, data = read_kept(kept)
     if damage == "truncated":
         kept.write_bytes(kept.read_bytes()[:-7])
     elif damage == "not json":
         kept.write_text("\x00\xff")
     elif damage == "a task of another shape":
         data["tasks"][0]["colour"] = "red"
-        kept.write_text(json.dumps(data))
+        write_kept(kept, header, data)
     elif damage == "a table of another kind":
         data["packet"]["validators"]["big"] = {"kind": "nope", "min": 3}
-        kept.write_text(json.dumps(data))
+        write_kept(kept, header, data)
     elif damage == "another schema":
-        data["schema"] = "0" * 64
         data["packet"]["limits"]["concurrency"] = 99
-        kept.write_text(json.dumps(data))
+        write_kept(kept, {**header, "schema": "0" * 64}, data)
     elif damage == "another run":
-        data["run"] = "s"
-        kept.write_text(json.dumps(data))
+        write_kept(kept, {**header, "run": "s"}, data)
     elif damage == "a list":
         kept.write_text("[]")
     elif damage == "a symlink":
@@ -197,8 +212,13 @@ def test_a_damaged_or_foreign_snapshot_is_checked_again(repo: Path, damage: str)
     elif damage == "a directory":
         kept.unlink()
         kept.mkdir()
+    elif damage == "edited by hand":  # the digest no longer holds
+        kept.write_bytes(kept.read_bytes().replace(b'"concurrency":3', b'"concurrency":1'))
     else:
-        kept.write_text('{"v": 1, "packet": ' + "[" * 100000 + "]" * 100000 + "}")
+        data["packet"]["rules"]["acceptance"] = json.loads("[" * 500 + "]" * 500)
+        write_kept(kept, header, data)
+        deeper = kept.read_bytes().replace(b"[" * 500, b"[" * 100000)
+        kept.write_bytes(deeper.replace(b"]" * 500, b"]" * 100000))  # digest and all
     shown, used = _load(repo)
     assert shown == checked and used, damage
     if damage != "a directory":
@@ -268,22 +288,25 @@ def test_a_start_after_check_and_every_call_after_it_need_no_pydantic(git_repo: 
     assert _gitrun(git_repo, "next", "e") == (0, False)
 
 
-@pytest.mark.parametrize("module", ["settings", "runview"])
-def test_another_schema_source_is_another_fingerprint(
+@pytest.mark.parametrize("module", snapshot._SOURCES)
+def test_another_source_is_another_fingerprint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str
 ) -> None:
-    """An edited checkout (a default or a pattern changed, the version not)
-    checks again: the fingerprint hashes the source that declares the schema."""
-    import importlib
-
-    source = importlib.import_module(f"gitrun.{module}")
+    """An edited checkout (a default, a pattern or a rule of loading changed,
+    the version not) checks again: the fingerprint hashes the source of what
+    a load runs."""
+    here = Path(snapshot.__file__).parent
+    for name in snapshot._SOURCES:
+        (tmp_path / f"{name}.py").write_bytes((here / f"{name}.py").read_bytes())
     monkeypatch.setattr(snapshot, "_fingerprint", None)
     before = snapshot.fingerprint()
-    edited = tmp_path / f"{module}.py"
-    edited.write_bytes(Path(source.__file__ or "").read_bytes() + b"\n# one more line\n")
-    monkeypatch.setattr(source, "__file__", str(edited))
+    monkeypatch.setattr(snapshot, "__file__", str(tmp_path / "snapshot.py"))
+    monkeypatch.setattr(snapshot, "_fingerprint", None)
+    assert snapshot.fingerprint() == before  # the same sources, elsewhere
+    with (tmp_path / f"{module}.py").open("a") as source:
+        source.write("\n# one more line\n")
     monkeypatch.setattr(snapshot, "_fingerprint", None)
     assert snapshot.fingerprint() not in ("", before)
-    edited.unlink()  # unreadable: nothing is kept, rather than a guess
+    (tmp_path / f"{module}.py").unlink()  # unreadable: nothing is kept, rather than a guess
     monkeypatch.setattr(snapshot, "_fingerprint", None)
     assert snapshot.fingerprint() == ""
