@@ -762,13 +762,13 @@ def _walk(
     branch: str | None = None
     union_fields: list[str] | None = None
     for part in loc:
-        annotation = _unwrap(annotation)
-        members = _union_members(annotation)
+        annotation = unwrap(annotation)
+        members = union_members(annotation)
         if members:
             chosen = next((m for m in members if part in _tags(m)), None)
             if chosen is not None:
-                branch = "model" if _is_model(chosen) else "scalar"
-                union_fields = next((_fields(m) for m in members if _is_model(m)), None)
+                branch = "model" if is_table(chosen) else "scalar"
+                union_fields = next((_fields(m) for m in members if is_table(m)), None)
                 annotation = chosen
                 continue
             annotation = None
@@ -785,30 +785,30 @@ def _descend(annotation: Any, part: Any) -> Any:
         return typing.get_args(annotation)[0]
     if origin is dict:
         return typing.get_args(annotation)[1]
-    if _is_model(annotation):
-        return _annotations(annotation).get(part)
+    if is_table(annotation):
+        return table_fields(annotation).get(part)
     return None
 
 
 def _known_fields(model: type[Any], loc: tuple[Any, ...]) -> list[str]:
     annotation: Any = model
     for part in loc:
-        annotation = _unwrap(annotation)
-        members = _union_members(annotation)
+        annotation = unwrap(annotation)
+        members = union_members(annotation)
         if members:
             annotation = next((m for m in members if part in _tags(m)), None)
             continue
         annotation = _descend(annotation, part)
         if annotation is None:
             return []
-    annotation = _unwrap(annotation)
-    members = _union_members(annotation)
+    annotation = unwrap(annotation)
+    members = union_members(annotation)
     if members:
-        annotation = next((m for m in members if _is_model(m)), None)
-    return _fields(annotation) if _is_model(annotation) else []
+        annotation = next((m for m in members if is_table(m)), None)
+    return _fields(annotation) if is_table(annotation) else []
 
 
-def _unwrap(annotation: Any) -> Any:
+def unwrap(annotation: Any) -> Any:
     """Strip ``Annotated`` and ``| None``."""
     while True:
         origin = typing.get_origin(annotation)
@@ -823,38 +823,38 @@ def _unwrap(annotation: Any) -> Any:
         return annotation
 
 
-def _union_members(annotation: Any) -> list[Any]:
+def union_members(annotation: Any) -> list[Any]:
     if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
         return []
-    return [_unwrap(a) for a in typing.get_args(annotation) if a is not type(None)]
+    return [unwrap(a) for a in typing.get_args(annotation) if a is not type(None)]
 
 
 def _tags(member: Any) -> set[str]:
     """The names pydantic gives a union member in error locations."""
     tags = {str(getattr(member, "__name__", member))}
-    if _is_model(member) and "kind" in _annotations(member):
-        tags.update(str(v) for v in typing.get_args(_annotations(member)["kind"]))
+    if is_table(member) and "kind" in table_fields(member):
+        tags.update(str(v) for v in typing.get_args(table_fields(member)["kind"]))
     return tags
 
 
-def _is_model(annotation: Any) -> bool:
+def is_table(annotation: Any) -> bool:
     return isinstance(annotation, type) and dataclasses.is_dataclass(annotation)
 
 
 def _fields(model: type[Any]) -> list[str]:
-    return list(_annotations(model))
+    return list(table_fields(model))
 
 
-def _annotations(model: type[Any]) -> dict[str, Any]:
+def table_fields(model: type[Any]) -> dict[str, Any]:
     """Each field of a table, and its annotation (markers and all)."""
-    found = _ANNOTATIONS.get(model)
+    found = _TABLE_FIELDS.get(model)
     if found is None:
         hints = typing.get_type_hints(model, include_extras=True)
-        found = _ANNOTATIONS[model] = {f.name: hints[f.name] for f in dataclasses.fields(model)}
+        found = _TABLE_FIELDS[model] = {f.name: hints[f.name] for f in dataclasses.fields(model)}
     return found
 
 
-_ANNOTATIONS: dict[type[Any], dict[str, Any]] = {}
+_TABLE_FIELDS: dict[type[Any], dict[str, Any]] = {}
 
 
 def _lower(msg: str) -> str:

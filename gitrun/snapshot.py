@@ -44,7 +44,7 @@ import os
 import typing
 from typing import Any
 
-from gitrun.settings import _annotations, _is_model, _union_members, _unwrap
+from gitrun.settings import is_table, table_fields, union_members, unwrap
 
 if typing.TYPE_CHECKING:
     from collections.abc import Callable
@@ -168,7 +168,7 @@ def write(path: Path, key: str, packet: Packet, tasks: list[Task]) -> None:
 def dump(value: Any) -> Any:
     """``value`` as JSON values; of a table, only the fields that differ from
     their defaults."""
-    return _table_dumper(type(value))(value) if _is_model(type(value)) else value
+    return _table_dumper(type(value))(value) if is_table(type(value)) else value
 
 
 _DUMPERS: dict[Any, Callable[[Any], Any] | None] = {}
@@ -183,13 +183,13 @@ def dumper(annotation: Any) -> Callable[[Any], Any] | None:
 
 
 def _make_dumper(annotation: Any) -> Callable[[Any], Any] | None:
-    annotation = _unwrap(annotation)
-    members = _union_members(annotation)
+    annotation = unwrap(annotation)
+    members = union_members(annotation)
     if members:
-        if not any(_is_model(m) for m in members):
+        if not any(is_table(m) for m in members):
             return None
         return dump
-    if _is_model(annotation):
+    if is_table(annotation):
         return _table_dumper(annotation)
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
@@ -231,7 +231,7 @@ def _make_table_dumper(model: type[Any]) -> Callable[[Any], Any]:
             default = f.default_factory()
         else:
             default = _NO_DEFAULT
-        inner = dumper(_annotations(model)[f.name])
+        inner = dumper(table_fields(model)[f.name])
         if inner is not None and default is not _NO_DEFAULT and default is not None:
             default = inner(default)  # compared as dumped: a table by what differs in it
         plan.append((f.name, default, inner))
@@ -268,14 +268,14 @@ def builder(annotation: Any) -> Callable[[Any], Any]:
 
 
 def _make_builder(annotation: Any) -> Callable[[Any], Any]:
-    annotation = _unwrap(annotation)
-    members = _union_members(annotation)
+    annotation = unwrap(annotation)
+    members = union_members(annotation)
     if members:
-        tables = {m: builder(m) for m in members if _is_model(m)}
+        tables = {m: builder(m) for m in members if is_table(m)}
         if not tables:
             return _same
         if len(tables) > 1:  # a tagged union: told apart by the kind it holds
-            by_kind = {typing.get_args(_annotations(m)["kind"])[0]: b for m, b in tables.items()}
+            by_kind = {typing.get_args(table_fields(m)["kind"])[0]: b for m, b in tables.items()}
 
             def build_tagged(value: Any) -> Any:
                 return by_kind[value["kind"]](value) if isinstance(value, dict) else value
@@ -283,7 +283,7 @@ def _make_builder(annotation: Any) -> Callable[[Any], Any]:
             return build_tagged
         (build_one,) = tables.values()
         return lambda value: build_one(value) if isinstance(value, dict) else value
-    if _is_model(annotation):
+    if is_table(annotation):
         return _table_builder(annotation)
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
@@ -297,7 +297,7 @@ def _make_builder(annotation: Any) -> Callable[[Any], Any]:
 
 
 def _table_builder(model: type[Any]) -> Callable[[Any], Any]:
-    fields = {name: builder(a) for name, a in _annotations(model).items()}
+    fields = {name: builder(a) for name, a in table_fields(model).items()}
     converted = {name: b for name, b in fields.items() if b is not _same}
 
     def build(value: dict[str, Any]) -> Any:
