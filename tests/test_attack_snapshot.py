@@ -462,16 +462,20 @@ print(repr((run.packet, run.tasks)))
 """
 
 
-def _load_with(source: Path, repo: Path) -> str:
+def _loading_with(source: Path, repo: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}
     env["PYTHONPATH"] = str(source)
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", _LOAD, str(repo)],
         capture_output=True,
         text=True,
         env=env,
         timeout=60,
     )
+
+
+def _load_with(source: Path, repo: Path) -> str:
+    proc = _loading_with(source, repo)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -526,15 +530,7 @@ def test_a_checkout_whose_load_adds_a_rule_checks_again(git_repo: Path, tmp_path
         "if packet is not None and packet.run.id != run_id:",
         "if packet is not None and (packet.run.id != run_id or not packet.rules.text):",
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}
-    env["PYTHONPATH"] = str(copy)
-    proc = subprocess.run(
-        [sys.executable, "-c", _LOAD, str(git_repo)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    proc = _loading_with(copy, git_repo)
     # what a fresh load with that copy says
     assert proc.returncode != 0 and "run.id is 'r' but the run directory is 'r'" in proc.stderr
 
