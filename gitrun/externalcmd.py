@@ -4,8 +4,9 @@ run print, and their exit codes, without the command line's parser.
 An orchestrating session calls ``next`` and ``collect`` for every batch, so
 they are answered on the quick path (:mod:`gitrun.quickcmd`) as well as by
 the typer commands (:mod:`gitrun.cli.external`); both call these functions,
-so both ways print the same. Results go to stdout, what the orchestrator
-should hear besides (violations, the spend budget's notices) to stderr.
+so both ways print the same. Results go to stdout; a batch's ownership
+violations and the spend budget's notices go to stderr (a collection prints
+them with its result, on stdout).
 """
 
 from __future__ import annotations
