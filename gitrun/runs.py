@@ -124,7 +124,9 @@ def _load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None, keep: 
         )
     _check_real_files(repo, run_id)
     kept_at = snapshot.path_of(repo, run_id)
-    if kept_at is not None:  # loaded before from these very bytes: no check again
+    # Loaded before from these very bytes: no check again. Only hashed when
+    # something is kept (a big table is hashed again below, from what is read).
+    if kept_at is not None and kept_at.is_file():
         source = source_key(str(repo), run_id)
         keys = (source, view_key(source, env))
         kept = snapshot.read(kept_at, keys[1], run_id)
