@@ -80,8 +80,8 @@ def pre_agent(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
     from pathlib import Path
 
     from gitrun.dispatches import DISPATCHED, description_of, record_dispatch
+    from gitrun.layout import run_ids
     from gitrun.local import LocalPaths
-    from gitrun.runview import run_ids
 
     if run_id not in run_ids(repo.root):
         return deny(f"there is no gitrun run {run_id!r} in this repository; check the pointer")

@@ -21,14 +21,17 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gitrun.clients import ClientSigns, UnreachableWatch, client_signs
 from gitrun.clientusage import USAGE_ENV, attempt_usage, usage_reader
 from gitrun.reaper import Launches, boot_clock, is_running, kill_recorded_group
-from gitrun.records import Warn, warn_stderr
+from gitrun.records import warn_stderr
 from gitrun.spawn import Process, Spawner, has_exited
 from gitrun.usage import Usage
+
+if TYPE_CHECKING:
+    from gitrun.records import Warn
 
 __all__ = [
     "Attempt",

@@ -35,7 +35,8 @@ from gitrun.usage import UsageTotals, median
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from gitrun.runview import RunLimits, RunShape
+    from gitrun.runs import RunDef
+    from gitrun.settings import Limits
 
 BUDGET_EVENT = "budget"  # a ledger event: `gitrun retry --budget/--tokens` set the budget
 _SLACK = 1e-9  # dollars compared as floats: $0.1 + $0.2 may be $0.30000000000000004
@@ -56,7 +57,7 @@ class Budget:
         return {"max_cost_usd": self.cost_usd, "max_tokens": self.tokens}
 
 
-def budget_of(limits: RunLimits, records: list[dict[str, Any]]) -> Budget:
+def budget_of(limits: Limits, records: list[dict[str, Any]]) -> Budget:
     """The packet's budget, as the ledger's latest ``budget`` events set it."""
     cost, tokens = limits.max_cost_usd, limits.max_tokens
     for record in records:
@@ -99,7 +100,7 @@ class SpendGate:
     notices: list[str] = field(default_factory=list)  # for the driver or next/collect to say
     # The warnings said, by what each was about: the limit and its value.
     warned: set[str] = field(default_factory=set)
-    shape: RunShape | None = None  # the run, for its tasks by stage (None: one stage)
+    shape: RunDef | None = None  # the run, for its tasks by stage (None: one stage)
     _sizes: dict[str, int] | None = None
 
     # -- what an attempt is expected to cost ------------------------------------------------

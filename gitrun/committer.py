@@ -20,25 +20,27 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gitrun import git
 from gitrun.crashpoints import crash_point
 from gitrun.errors import CommandError, GitrunError
 from gitrun.flocks import hold
+from gitrun.layout import BRANCH_PREFIX as BRANCH_PREFIX
+from gitrun.layout import branch_ref as branch_ref
 from gitrun.local import LocalPaths
 from gitrun.outputs import OutputCheck, blob_id, regular_files_beneath
 from gitrun.records import (
     VERSION,
     Fields,
     RecordInvalid,
-    Warn,
     load_record,
     warn_stderr,
     write_record,
 )
-from gitrun.runview import BRANCH_PREFIX as BRANCH_PREFIX
-from gitrun.runview import branch_ref as branch_ref
+
+if TYPE_CHECKING:
+    from gitrun.records import Warn
 
 MAX_RACES = 50
 # Landings arriving within this many seconds of the previous commit share the

@@ -17,11 +17,17 @@ nothing, and the next dispatch drops it from the record.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any
 
-from gitrun.local import LocalPaths
-from gitrun.records import VERSION, Fields, RecordInvalid, Warn, load_record, write_record
+from gitrun.records import VERSION, Fields, RecordInvalid, load_record, write_record
+
+# The write hooks read dispatches (a subagent's every write): no dataclasses here.
+TYPE_CHECKING = False  # mypy reads this as True
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
+    from gitrun.local import LocalPaths
+    from gitrun.records import Warn
 
 DISPATCHED = 0  # what record_dispatch says of an attempt another subagent has (attempts are 1+)
 LOCK_PATIENCE = 30.0  # seconds a hook waits for next/collect (or another hook) to finish
@@ -32,12 +38,25 @@ def description_of(run_id: str, task_id: str) -> str:
     return f"gitrun {run_id} {task_id}"
 
 
-@dataclass(frozen=True)
 class Dispatch:
-    tool_use_id: str
-    task: str
-    attempt: int
-    at: float
+    """One Agent call of the lead: which task's attempt it dispatched, and when."""
+
+    __slots__ = ("at", "attempt", "task", "tool_use_id")
+
+    def __init__(self, tool_use_id: str, task: str, attempt: int, at: float) -> None:
+        self.tool_use_id = tool_use_id
+        self.task = task
+        self.attempt = attempt
+        self.at = at
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Dispatch) and other.to_json() == self.to_json()
+
+    def __hash__(self) -> int:
+        return hash(self.tool_use_id)
+
+    def __repr__(self) -> str:
+        return f"Dispatch({self.to_json()!r})"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,12 +76,20 @@ class Dispatch:
         )
 
 
-@dataclass
 class DispatchFile:
     """The record on disk: dispatches by tool_use_id, and how many were skipped."""
 
-    dispatches: dict[str, Dispatch]
-    skipped: int = 0
+    __slots__ = ("dispatches", "skipped")
+
+    def __init__(self, dispatches: dict[str, Dispatch], skipped: int = 0) -> None:
+        self.dispatches = dispatches
+        self.skipped = skipped
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DispatchFile) and (other.dispatches, other.skipped) == (
+            self.dispatches,
+            self.skipped,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {"v": VERSION, "dispatches": [d.to_json() for d in self.dispatches.values()]}
@@ -83,8 +110,13 @@ class DispatchFile:
 
 
 def read_dispatches(local: LocalPaths, warn: Warn) -> dict[str, Dispatch]:
+    return read_dispatches_at(local.dispatches, warn)
+
+
+def read_dispatches_at(path: Path | str, warn: Warn) -> dict[str, Dispatch]:
+    """The dispatches in the file at ``path``; a damaged file or entry is a warning."""
     found = load_record(
-        local.dispatches,
+        path,
         DispatchFile.from_json,
         what="dispatch record",
         fix="its subagents cannot be identified; dispatch their pointers again",
@@ -94,7 +126,7 @@ def read_dispatches(local: LocalPaths, warn: Warn) -> dict[str, Dispatch]:
         return {}
     if found.skipped:
         warn(
-            f"{local.dispatches}: skipped {found.skipped} damaged dispatch(es); their subagents "
+            f"{path}: skipped {found.skipped} damaged dispatch(es); their subagents "
             "cannot be identified"
         )
     return found.dispatches

@@ -24,13 +24,13 @@ from gitrun.budget import SpendGate, budget_of
 from gitrun.governor import PERSISTENT, EndFacts, Governor, Halt, choose_canary
 from gitrun.history import find_base
 from gitrun.journal import running_records
+from gitrun.layout import branch_ref
 from gitrun.local import LocalPaths
 from gitrun.lock import is_locked
-from gitrun.runview import branch_ref
 from gitrun.usage import Usage
 
 if TYPE_CHECKING:
-    from gitrun.runview import RunShape, TaskShape
+    from gitrun.runs import RunDef, Task
 
 DONE = "done"
 PENDING = "pending"
@@ -40,7 +40,7 @@ STATUSES = (DONE, PENDING, RUNNING, FAILED)
 OPEN = (PENDING, RUNNING)
 
 
-def committed_tasks(run: RunShape, tip: str, base: str | None) -> set[str]:
+def committed_tasks(run: RunDef, tip: str, base: str | None) -> set[str]:
     """Tasks whose every output is in ``tip``'s tree with content new since ``base``."""
     paths_of = [run.output_paths(task) for task in run.tasks]
     tops = sorted({path.partition("/")[0] for paths in paths_of for path in paths})
@@ -54,7 +54,7 @@ def committed_tasks(run: RunShape, tip: str, base: str | None) -> set[str]:
     }
 
 
-def running_now(run: RunShape, local: LocalPaths) -> set[str]:
+def running_now(run: RunDef, local: LocalPaths) -> set[str]:
     """Tasks with an attempt out, as the machine-local state says: the leases of
     an external run, or the journal of a live driver (a dead driver's journal
     names attempts nobody runs any more)."""
@@ -115,7 +115,7 @@ class Engine:
 
     def __init__(
         self,
-        run: RunShape,
+        run: RunDef,
         local: LocalPaths,
         tip: str | None,
         running: Collection[str] | None = None,
@@ -124,7 +124,7 @@ class Engine:
         self.run = run
         self.local = local
         self.limits = run.limits
-        self.tasks: Mapping[str, TaskShape] = run.tasks_by_id
+        self.tasks: Mapping[str, Task] = run.tasks_by_id
         # What the branch holds first: its listing is dropped before the ledger
         # is read, so a big run never holds both (100 MB at 100,000 tasks).
         self.base = find_base(run.repo, run.id, tip) if tip else None
@@ -329,7 +329,7 @@ class Engine:
 
 
 def load_engine(
-    run: RunShape, local: LocalPaths, running: Collection[str] | None = None
+    run: RunDef, local: LocalPaths, running: Collection[str] | None = None
 ) -> tuple[Engine, str | None]:
     """The engine of ``run`` at its branch's tip, and that tip."""
     tip = git.rev_parse(run.repo, branch_ref(run.id))

@@ -29,7 +29,7 @@ from gitrun.records import VERSION, Fields
 
 if TYPE_CHECKING:
     from gitrun.budget import SpendGate
-    from gitrun.runview import RunLimits
+    from gitrun.settings import Limits
 
 THROTTLE_EXIT = 75  # EX_TEMPFAIL
 
@@ -96,7 +96,7 @@ def last_line(output: str) -> str:
 
 @dataclass
 class Governor:
-    limits: RunLimits
+    limits: Limits
     tasks: int
     spawns: int  # spawns so far, from the ledger
     canary: list[str]  # canary task ids; empty when the canary has passed

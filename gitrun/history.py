@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gitrun import git
-from gitrun.runview import branch_ref
+from gitrun.layout import branch_ref
 
 _FIELD = "\x1f"
 _RECORD = "\x1e"

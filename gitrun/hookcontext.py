@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import re
 
-from gitrun.hookrules import Repo, TaskRules, find_repo
+from gitrun.hookrules import TaskRules
+from gitrun.repo import Repo, find_repo
 
 TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
 if TYPE_CHECKING:

@@ -31,110 +31,21 @@ import json
 import os
 import re
 
-from gitrun import runview
-from gitrun.runview import source_key
+from gitrun.layout import branch_ref
+from gitrun.repo import Repo as Repo
+from gitrun.repo import find_repo as find_repo
+from gitrun.sources import source_key
 
 TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterator
 
     from gitrun.local import LocalPaths
     from gitrun.runs import RunDef
 
 VERSION = 1
-BRANCHES = runview.branch_ref("")  # every run's branch starts so
+BRANCHES = branch_ref("")  # every run's branch starts so
 _END = b"\n# end of the hook rules\n"  # a file cut short does not end so
-# Git's own discovery is used instead of the walk when one of these changes it.
-_DISCOVERY_VARS = (
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_CEILING_DIRECTORIES",
-    "GIT_DISCOVERY_ACROSS_FILESYSTEM",
-    "GIT_COMMON_DIR",
-)
-
-
-class Repo:
-    """A work tree's top directory and its git directory (both real paths)."""
-
-    __slots__ = ("git_dir", "root")
-
-    def __init__(self, root: str, git_dir: str) -> None:
-        self.root = root
-        self.git_dir = git_dir
-
-    def __repr__(self) -> str:
-        return f"Repo({self.root!r}, {self.git_dir!r})"
-
-
-def find_repo(cwd: str | None, environ: Mapping[str, str] | None = None) -> Repo | None:
-    """The repository whose work tree holds ``cwd`` (default: the current
-    directory), as ``git rev-parse --show-toplevel --absolute-git-dir`` finds
-    it; None outside every work tree. Walks up looking for ``.git`` (a
-    directory, or a worktree's or submodule's ``gitdir:`` file) and asks git
-    itself only when the environment changes discovery or a bare repository
-    is on the way."""
-    env = os.environ if environ is None else environ
-    try:
-        start = os.path.realpath(cwd or os.getcwd())
-    except OSError:
-        return None
-    if not os.path.isdir(start):
-        return None  # git cannot even start there
-    if any(var in env for var in _DISCOVERY_VARS):
-        return _ask_git(start, env)
-    here = start
-    while True:
-        dot = os.path.join(here, ".git")
-        if os.path.isdir(dot):
-            return Repo(here, os.path.realpath(dot)) if _is_git_dir(dot) else _ask_git(start, env)
-        if os.path.isfile(dot):
-            git_dir = _gitdir_file(here, dot)
-            return Repo(here, git_dir) if git_dir else _ask_git(start, env)
-        if _is_git_dir(here):
-            return _ask_git(start, env)  # inside a git directory (or a bare repository)
-        parent = os.path.dirname(here)
-        if parent == here:
-            return None
-        here = parent
-
-
-def _is_git_dir(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, "HEAD")) and (
-        os.path.isdir(os.path.join(path, "objects"))
-        or os.path.isfile(os.path.join(path, "commondir"))
-    )
-
-
-def _gitdir_file(root: str, dot: str) -> str | None:
-    try:
-        with open(dot, encoding="utf-8") as handle:
-            line = handle.readline().rstrip("\r\n")
-    except (OSError, UnicodeDecodeError):
-        return None
-    if not line.startswith("gitdir: "):
-        return None
-    git_dir = os.path.realpath(os.path.join(root, line[len("gitdir: ") :]))
-    return git_dir if _is_git_dir(git_dir) else None
-
-
-def _ask_git(start: str, env: Mapping[str, str]) -> Repo | None:
-    import subprocess
-
-    try:
-        proc = subprocess.run(
-            ["git", "rev-parse", "--show-toplevel", "--absolute-git-dir"],
-            cwd=start,
-            env=dict(env),
-            capture_output=True,
-            check=False,
-        )
-    except OSError:
-        return None
-    lines = proc.stdout.decode("utf-8", "surrogateescape").splitlines()
-    if proc.returncode != 0 or len(lines) != 2:
-        return None
-    return Repo(os.path.realpath(lines[0]), os.path.realpath(lines[1]))
 
 
 def started_runs(repo: Repo) -> set[str]:
@@ -208,19 +119,17 @@ def protected_of(repo: Repo, run_id: str) -> tuple[list[str], re.Pattern[str]]:
 
 
 def refresh(local: LocalPaths, run: RunDef) -> None:
-    """Write what a loaded run's definition feeds, unless it is cached: its
-    hook rules and its view (:mod:`gitrun.runview`). ``start``, ``resume``
-    and ``next`` call it, so a run's first hook call and ``status`` are fast
-    too. Both are keyed by what ``run`` was loaded from, not by the files as
-    they are now (an edit since is seen by the next call). A failure only
-    leaves the work to the next call."""
+    """Write a loaded run's hook rules, unless they are cached. ``start``,
+    ``resume`` and ``next`` call it, so a run's first hook call is fast too.
+    They are keyed by what ``run`` was loaded from, not by the files as they
+    are now (an edit since is seen by the next call). A failure only leaves
+    the work to the next call."""
     import contextlib
 
-    key, path = run.keys[0], str(local.hook_rules)
+    key, path = run.key, str(local.hook_rules)
     if key and _cached(path, key, None) is None:
         with contextlib.suppress(OSError, ValueError):
             _write(path, key, run)
-    runview.refresh_view(local, run, run.keys[1])
 
 
 def _current(
@@ -236,7 +145,7 @@ def _current(
     from gitrun.runs import load_run
 
     run = load_run(Path(repo.root), run_id, environ={})
-    if run.keys[0] != key:
+    if run.key != key:
         raise OSError(f"the definition of run {run_id!r} changed while it was read; try again")
     _write(path, key, run)
     found = _cached(path, key, task_id)

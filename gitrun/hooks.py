@@ -35,13 +35,13 @@ from gitrun.hookcontext import (
     repo_of,
     task_context,
 )
-from gitrun.runview import GITRUN_DIR
+from gitrun.layout import GITRUN_DIR
 
 TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 
-    from gitrun.hookrules import Repo
+    from gitrun.repo import Repo
 
 __all__ = ["HookFailure", "HookResult", "blocked", "claims_task", "pre_commit", "pre_write"]
 
@@ -140,7 +140,7 @@ def _check_protected_for_subagents(
     if path is None:
         return HookResult(0)
     from gitrun.hookrules import protected_of, started_runs
-    from gitrun.runview import run_ids
+    from gitrun.layout import run_ids
 
     runs = run_ids(repo.root)
     started = started_runs(repo) if runs else set()

@@ -10,31 +10,54 @@ counts as not handed out.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
-
-from gitrun.local import LocalPaths
 from gitrun.records import (
     VERSION,
     Fields,
     RecordInvalid,
-    Warn,
     load_record,
     warn_stderr,
     write_record,
 )
 
+# The write hooks read leases (a subagent's every write): no dataclasses here.
+TYPE_CHECKING = False  # mypy reads this as True
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
+    from gitrun.local import LocalPaths
+    from gitrun.records import Warn
+
 SKIPPED = "its tasks count as not handed out"
 
 
-@dataclass
 class Lease:
-    task: str
-    attempt: int
-    leased: float
-    expires: float
-    before: dict[str, str | None]
-    agent: str | None = None
+    """One task handed out: its attempt, when, until when, and its owned
+    files' blob ids at that moment (``before``)."""
+
+    __slots__ = ("agent", "attempt", "before", "expires", "leased", "task")
+
+    def __init__(
+        self,
+        task: str,
+        attempt: int,
+        leased: float,
+        expires: float,
+        before: dict[str, str | None],
+        agent: str | None = None,
+    ) -> None:
+        self.task = task
+        self.attempt = attempt
+        self.leased = leased
+        self.expires = expires
+        self.before = before
+        self.agent = agent
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Lease) and other.to_json() == self.to_json()
+
+    def __repr__(self) -> str:
+        return f"Lease({self.to_json()!r})"
 
     @classmethod
     def from_json(cls, data: Fields) -> Lease:
@@ -46,15 +69,26 @@ class Lease:
         return cls(task, attempt, leased, expires, before, data.optional_string("agent"))
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {name: getattr(self, name) for name in _FIELDS}
 
 
-@dataclass
+_FIELDS = ("task", "attempt", "leased", "expires", "before", "agent")
+
+
 class LeaseFile:
     """The record on disk: leases by task, plus how many entries were skipped."""
 
-    leases: dict[str, Lease]
-    skipped: list[str] = field(default_factory=list)
+    __slots__ = ("leases", "skipped")
+
+    def __init__(self, leases: dict[str, Lease], skipped: list[str] | None = None) -> None:
+        self.leases = leases
+        self.skipped = skipped if skipped is not None else []
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LeaseFile) and (other.leases, other.skipped) == (
+            self.leases,
+            self.skipped,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {"v": VERSION, "leases": [lease.to_json() for lease in self.leases.values()]}
@@ -80,8 +114,13 @@ def _upgrade(value: object) -> object:
 
 
 def read_leases(local: LocalPaths, warn: Warn = warn_stderr) -> dict[str, Lease]:
+    return read_leases_at(local.leases, warn)
+
+
+def read_leases_at(path: Path | str, warn: Warn = warn_stderr) -> dict[str, Lease]:
+    """The leases in the file at ``path``; a damaged file or entry is a warning."""
     found = load_record(
-        local.leases,
+        path,
         LeaseFile.from_json,
         what="lease file",
         fix=f"ignored: {SKIPPED}",
@@ -94,7 +133,7 @@ def read_leases(local: LocalPaths, warn: Warn = warn_stderr) -> dict[str, Lease]
         shown = "; ".join(found.skipped[:3]) + (
             f" and {len(found.skipped) - 3} more" if len(found.skipped) > 3 else ""
         )
-        warn(f"{local.leases}: skipped {len(found.skipped)} damaged lease(s) ({shown}); {SKIPPED}")
+        warn(f"{path}: skipped {len(found.skipped)} damaged lease(s) ({shown}); {SKIPPED}")
     return found.leases
 
 

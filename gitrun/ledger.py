@@ -34,7 +34,7 @@ from gitrun.errors import GitrunError
 from gitrun.jsonlines import LineWriter as LineWriter  # the local journal's too
 from gitrun.jsonlines import file_error, line_of, shown
 from gitrun.jsonlines import read_lines as read_lines
-from gitrun.runview import LEDGER_NAME
+from gitrun.layout import LEDGER_NAME
 from gitrun.usage import Usage, UsageTotals, usage_of
 
 # Outcomes decided from disk after an attempt.

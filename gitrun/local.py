@@ -23,7 +23,6 @@ HOME = "gitrun"  # under the repository's git directory
 LEASES = "leases.json"
 DISPATCHES = "dispatches.json"
 HOOK_RULES = "hook-rules.jsonl"
-RUN_VIEW = "run-view.jsonl"
 
 
 class LocalPaths:
@@ -114,25 +113,9 @@ class LocalPaths:
         return self.root / "budget-warnings.json"
 
     @property
-    def tasks_cache(self) -> Path:
-        """A big task table parsed once, as JSON (:func:`gitrun.runs.load_run`)."""
-        return self.root / "tasks.cache.json"
-
-    @property
-    def definition(self) -> Path:
-        """A definition that loaded, kept so the next load of the same bytes
-        needs no check (:mod:`gitrun.snapshot`)."""
-        return self.root / "definition.json"
-
-    @property
     def hook_rules(self) -> Path:
         """What the write hooks judge each task by (:mod:`gitrun.hookrules`)."""
         return self.root / HOOK_RULES
-
-    @property
-    def run_view(self) -> Path:
-        """What the engine and ``status`` read of the definition (:mod:`gitrun.runview`)."""
-        return self.root / RUN_VIEW
 
     @property
     def land_aside(self) -> Path:

@@ -45,21 +45,25 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any, Protocol, TypeVar
 
 from gitrun.errors import GitrunError
-from gitrun.tomlfile import write_atomic
+
+# The write hooks read leases and dispatches through these records, so
+# importing this module costs no typing, pathlib or dataclasses.
+TYPE_CHECKING = False  # mypy reads this as True
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from pathlib import Path
+    from typing import Any, Protocol, TypeVar
+
+    T = TypeVar("T")
+    Warn = Callable[[str], None]
+
+    class Record(Protocol):
+        def to_json(self) -> dict[str, Any]: ...
+
 
 VERSION = 1  # the only format version of every record so far
-
-T = TypeVar("T")
-Warn = Callable[[str], None]
-
-
-class Record(Protocol):
-    def to_json(self) -> dict[str, Any]: ...
 
 
 class RecordInvalid(ValueError):
@@ -72,7 +76,7 @@ class RecordInvalid(ValueError):
 class RecordDamaged(GitrunError):
     """A state file that cannot be read as its record; the sentence names it and the fix."""
 
-    def __init__(self, path: Path, problem: str, fix: str) -> None:
+    def __init__(self, path: Path | str, problem: str, fix: str) -> None:
         self.path = path
         self.problem = problem
         super().__init__(f"{path} {problem}; {fix}")
@@ -148,7 +152,7 @@ def warn_stderr(message: str) -> None:
 
 
 def load_record(
-    path: Path,
+    path: Path | str,
     decode: Callable[[Fields], T],
     *,
     what: str,
@@ -184,10 +188,13 @@ def load_record(
     return None
 
 
-def _parse(path: Path, upgrade: Callable[[object], object] | None) -> tuple[str, dict[str, Any]]:
+def _parse(
+    path: Path | str, upgrade: Callable[[object], object] | None
+) -> tuple[str, dict[str, Any]]:
     """("", the version-1 object) or (what is wrong, {}); FileNotFoundError when absent."""
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as handle:
+            raw = handle.read()
     except FileNotFoundError:
         raise
     except OSError as exc:
@@ -249,4 +256,6 @@ def write_record(path: Path, record: Record, durable: bool = False) -> None:
 
     ``durable`` adds an fsync, for a record that must survive a crash of the
     machine, not only of the process."""
+    from gitrun.tomlfile import write_atomic
+
     write_atomic(path, json.dumps(record.to_json()).encode(), durable=durable)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,21 +9,19 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from gitrun import snapshot
 from gitrun.collector import collector_paused
 from gitrun.errors import DefinitionError, GitrunError
-from gitrun.records import VERSION, Fields, Warn, load_record, warn_stderr, write_record
+from gitrun.layout import CONFIG_FILE as CONFIG_FILE
+from gitrun.layout import GITRUN_DIR as GITRUN_DIR
+from gitrun.layout import LEDGER_NAME as LEDGER_NAME
+from gitrun.layout import PACKET_NAME as PACKET_NAME
+from gitrun.layout import RUNS_DIR as RUNS_DIR
+from gitrun.layout import TASKS_NAME as TASKS_NAME
+from gitrun.layout import check_run_id as check_run_id
+from gitrun.layout import run_ids
 from gitrun.regular import read_regular
-from gitrun.runview import CONFIG_FILE as CONFIG_FILE
-from gitrun.runview import GITRUN_DIR as GITRUN_DIR
-from gitrun.runview import LEDGER_NAME as LEDGER_NAME
-from gitrun.runview import PACKET_NAME as PACKET_NAME
-from gitrun.runview import RUNS_DIR as RUNS_DIR
-from gitrun.runview import TASKS_NAME as TASKS_NAME
-from gitrun.runview import RunLimits, RunRules, run_ids, source_key, view_key
-from gitrun.runview import check_run_id as check_run_id
-from gitrun.settings import OutputSpec as OutputSpec
 from gitrun.settings import (
+    Limits,
     Packet,
     SchemaError,
     TaskFile,
@@ -33,26 +29,28 @@ from gitrun.settings import (
     resolve_packet,
     validate_layer,
 )
+from gitrun.settings import OutputSpec as OutputSpec
 from gitrun.settings import Task as Task
+from gitrun.sources import source_key
 from gitrun.tasktoml import loads_task_table
 from gitrun.tomlfile import read_toml_text
 
 
 @dataclass(frozen=True)
-class RunDef(RunRules):
+class RunDef:
     """A loaded, schema-checked run. Cross-task problems are :mod:`gitrun.check`'s job."""
 
     repo: Path
     id: str
     packet: Packet
     tasks: list[Task]
-    # What was loaded, as the caches key it: (runview.source_key, runview.view_key)
-    # of the bytes that were read; ("", "") for a run made otherwise (no cache).
-    keys: tuple[str, str] = ("", "")
+    # The :func:`gitrun.sources.source_key` of the bytes that were read (what
+    # the hook rules are keyed by); "" for a run made otherwise.
+    key: str = ""
 
-    @cached_property
-    def limits(self) -> RunLimits:
-        return self.packet.limits.plain()
+    @property
+    def limits(self) -> Limits:
+        return self.packet.limits
 
     @property
     def executor_kind(self) -> str:
@@ -61,6 +59,17 @@ class RunDef(RunRules):
     @cached_property
     def tasks_by_id(self) -> dict[str, Task]:
         return {task.id: task for task in self.tasks}
+
+    @property
+    def dir(self) -> str:
+        return f"{RUNS_DIR}/{self.id}"
+
+    def stage_of(self, task: Task) -> str:
+        return task.stage or self.stage_names[0]
+
+    def output_paths(self, task: Task) -> list[str]:
+        """The paths of the task's outputs."""
+        return [o if isinstance(o, str) else o.path for o in task.outputs]
 
     @property
     def packet_path(self) -> str:
@@ -96,20 +105,13 @@ def list_runs(repo: Path) -> list[str]:
     return run_ids(str(repo))
 
 
-def load_run(
-    repo: Path, run_id: str, environ: Mapping[str, str] | None = None, keep: bool = True
-) -> RunDef:
-    """Load and schema-check a run; raises DefinitionError listing every broken field.
-
-    A definition checked before from the same bytes is made from what that
-    check kept (:mod:`gitrun.snapshot`), without checking it again; one
-    checked here is kept for the next load, unless ``keep`` is False (a
-    caller that reads only its view: writing it would cost it time)."""
+def load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None = None) -> RunDef:
+    """Load and schema-check a run; raises DefinitionError listing every broken field."""
     with collector_paused():  # 100,000 tasks are 100,000s of objects, none in a cycle
-        return _load_run(repo, run_id, environ, keep)
+        return _load_run(repo, run_id, environ)
 
 
-def _load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None, keep: bool) -> RunDef:
+def _load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None) -> RunDef:
     check_run_id(run_id)
     env = os.environ if environ is None else environ
     run_dir = repo / RUNS_DIR / run_id
@@ -123,15 +125,6 @@ def _load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None, keep: 
             f"create it with `gitrun new {run_id}`"
         )
     _check_real_files(repo, run_id)
-    kept_at = snapshot.path_of(repo, run_id)
-    # Loaded before from these very bytes: no check again. Only hashed when
-    # something is kept (a big table is hashed again below, from what is read).
-    if kept_at is not None and kept_at.is_file():
-        source = source_key(str(repo), run_id)
-        keys = (source, view_key(source, env))
-        kept = snapshot.read(kept_at, keys[1], run_id)
-        if kept is not None:
-            return RunDef(repo=repo, id=run_id, packet=kept[0], tasks=kept[1], keys=keys)
     errors = _Errors()
 
     config_raw: dict[str, Any] = {}
@@ -168,7 +161,7 @@ def _load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None, keep: 
             f"(or generate them with `gitrun new {run_id} --inputs GLOB --output PATTERN`)"
         )
     else:
-        tasks_text, tasks_raw = _read_cached(repo, run_id, run_dir / TASKS_NAME, tasks_name, errors)
+        tasks_text, tasks_raw = _read_tasks(run_dir / TASKS_NAME, tasks_name, errors)
         if tasks_text or tasks_raw:
             try:
                 tasks = _validate_tasks(tasks_raw, tasks_name, tasks_text, run_dir / TASKS_NAME)
@@ -181,10 +174,7 @@ def _load_run(repo: Path, run_id: str, environ: Mapping[str, str] | None, keep: 
     # Keyed by the bytes that were read: an edit made while they were read,
     # or since, is a different key and never served from a cache.
     key = source_key(str(repo), run_id, errors.read)
-    keys = (key, view_key(key, env))
-    if kept_at is not None and keep:
-        snapshot.write(kept_at, keys[1], packet, tasks)
-    return RunDef(repo=repo, id=run_id, packet=packet, tasks=tasks, keys=keys)
+    return RunDef(repo=repo, id=run_id, packet=packet, tasks=tasks, key=key)
 
 
 # Tasks above which a table is validated one task at a time, each raw task
@@ -200,13 +190,6 @@ def _validate_tasks(raw: dict[str, Any], shown: str, text: str, path: Path) -> l
         if tasks is not None:
             return tasks
         text, raw = read_toml_text(path, shown)  # the raw table is gone: read it again
-    try:
-        return validate_layer(TaskFile, raw, shown, text, "task").task
-    except DefinitionError:
-        if text is not _FROM_CACHE:
-            raise
-    # The cache served the table without its text: read it for the errors' lines.
-    text = path.read_bytes().decode("utf-8", errors="replace")
     return validate_layer(TaskFile, raw, shown, text, "task").task
 
 
@@ -228,7 +211,7 @@ def _validate_each(entries: list[Any]) -> list[Task] | None:
 
 class _Errors:
     """Sentences from every file of a run, each with its kind (see SchemaError),
-    and the bytes each file was read as (what the caches are keyed by)."""
+    and the bytes each file was read as (what the hook rules are keyed by)."""
 
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -269,71 +252,20 @@ def _check_real_files(repo: Path, run_id: str) -> None:
             )
 
 
-CACHE_ABOVE = 64 * 1024  # bytes of TOML worth caching as JSON
-# The text of a task table read from the cache: not decoded (megabytes at
-# 100,000 tasks) unless an error needs its line numbers. Never empty, never
-# equal to a real table's text.
-_FROM_CACHE = "\0cached"
+BIG_TABLE = 64 * 1024  # bytes of TOML above which the fast reader is tried first
 
 
-@dataclass(frozen=True)
-class TasksCache:
-    """A parsed task table (:attr:`gitrun.local.LocalPaths.tasks_cache`), valid
-    for the file whose content has this SHA-1."""
-
-    sha1: str
-    data: dict[str, Any]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"v": VERSION, "sha1": self.sha1, "data": self.data}
-
-    @classmethod
-    def from_json(cls, data: Fields) -> TasksCache:
-        return cls(data.string("sha1"), data.mapping("data"))
-
-
-def read_tasks_cache(cache: Path, shown: str, warn: Warn = warn_stderr) -> TasksCache | None:
-    """The cache of the task table ``shown``; a damaged one is a warning and None."""
-    return load_record(
-        cache,
-        TasksCache.from_json,
-        what="cache of the task table",
-        fix=f"ignored: {shown} is parsed again and the cache rewritten",
-        warn=warn,
-    )
-
-
-def _read_cached(
-    repo: Path, run_id: str, path: Path, shown: str, errors: _Errors
-) -> tuple[str, dict[str, Any]]:
-    """Like _read, for big task tables: tomllib is pure Python (~15 us a task),
-    so the parsed table is kept as JSON in the run's local state, keyed by the
-    file's content hash, and parsed again only when the file changes. A cache
-    that cannot be read is only a warning: the file is parsed again. The text
-    is :data:`_FROM_CACHE` when the cache served the table."""
+def _read_tasks(path: Path, shown: str, errors: _Errors) -> tuple[str, dict[str, Any]]:
+    """Like _read, for task tables: tomllib is pure Python (~15 us a task), so
+    a big table is read by :mod:`gitrun.tasktoml` when it is in the plain
+    subset that generated tables use."""
     try:
         data = read_regular(path)
     except OSError:
         return _read(path, shown, errors)
-    if len(data) < CACHE_ABOVE:
+    if len(data) < BIG_TABLE:
         return _read(path, shown, errors)
-    git_dir = repo / ".git"  # a worktree's .git is a file: no cache there
-    if not git_dir.is_dir():
-        return _read_big(path, data, shown, errors)
-    from gitrun.local import LocalPaths  # lazy: it imports the git door, only big tables need it
-
-    digest = hashlib.sha1(data).hexdigest()
-    cache = LocalPaths.under(git_dir, run_id).tasks_cache
-    cached = read_tasks_cache(cache, shown)
-    if cached is not None and cached.sha1 == digest:
-        errors.read[str(path)] = data
-        return _FROM_CACHE, cached.data
-    text, raw = _read_big(path, data, shown, errors)
-    if raw:
-        # only a cache: when it cannot be written, the next load parses the file again
-        with contextlib.suppress(OSError, ValueError, RecursionError):
-            write_record(cache, TasksCache(digest, raw))
-    return text, raw
+    return _read_big(path, data, shown, errors)
 
 
 def _read_big(path: Path, data: bytes, shown: str, errors: _Errors) -> tuple[str, dict[str, Any]]:

@@ -10,8 +10,11 @@ The schema is frozen dataclasses, checked by pydantic: each table is a
 (:class:`Bounds`, :class:`Before`, :class:`After`, :class:`Tagged`). Each of
 those markers builds its part of the schema through pydantic's
 ``__get_pydantic_core_schema__`` hook, which imports pydantic only when a
-schema is built: importing this module, and making a definition's objects
-from values checked before (:mod:`gitrun.snapshot`), costs no pydantic.
+schema is built: importing this module costs no pydantic.
+
+Each field is declared once, here: its type, default and bounds, and, for
+the fields the environment may override, the variable (:class:`Env`).
+Everything that reads a definition gets its values from these tables.
 """
 
 from __future__ import annotations
@@ -28,14 +31,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from gitrun.errors import DefinitionError
-from gitrun.runview import (
-    DECIMAL_NUMBER,
-    DEFAULT_THROTTLE_PATTERNS,
-    HALT_POLICY,
-    WHOLE_NUMBER,
-    RunLimits,
-)
-from gitrun.runview import ID_PATTERN as ID_PATTERN
+from gitrun.layout import ID_PATTERN as ID_PATTERN
 from gitrun.tomlfile import LineIndex
 
 if typing.TYPE_CHECKING:
@@ -91,7 +87,27 @@ class Tagged:
         return handler.generate_schema(Annotated[source, Discriminator(self.tag)])
 
 
+class Env:
+    """The ``GITRUN_*`` variable that overrides a field (see :func:`env_overrides`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
 PositiveInt = Annotated[int, Bounds(gt=0)]
+
+HALT_POLICY = re.compile(r"fail=([0-9]{1,18})(%?)")  # matched whole (fullmatch)
+# How a GITRUN_* variable writes a number (matched whole).
+WHOLE_NUMBER = re.compile(r"[0-9]{1,18}")
+DECIMAL_NUMBER = re.compile(r"[0-9]{1,18}(?:\.[0-9]{1,18})?")
+# limits.throttle_patterns when the packet sets none.
+DEFAULT_THROTTLE_PATTERNS = (
+    r"rate.?limit",
+    r"temporarily limiting requests",
+    r"\b429\b",
+    r"overloaded",
+    r"\b529\b",
+)
 
 # Shared tracking files, and files that change how git or the agents behave
 # (a task rewriting .claude/ could rewrite the hooks that confine it).
@@ -221,14 +237,16 @@ def _check_patterns(value: list[str]) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class Limits(Strict):
-    concurrency: PositiveInt = 4
-    canary: Annotated[int, Bounds(ge=0)] = 1
-    max_attempts: PositiveInt = 3
-    max_spawns: Annotated[int, Bounds(ge=0)] = 0  # 0 means 3 x the number of tasks
-    timeout: Duration = 1200.0
+    concurrency: Annotated[PositiveInt, Env("GITRUN_CONCURRENCY")] = 4
+    canary: Annotated[int, Bounds(ge=0), Env("GITRUN_CANARY")] = 1
+    max_attempts: Annotated[PositiveInt, Env("GITRUN_MAX_ATTEMPTS")] = 3
+    # 0 means 3 x the number of tasks
+    max_spawns: Annotated[int, Bounds(ge=0), Env("GITRUN_MAX_SPAWNS")] = 0
+    timeout: Annotated[Duration, Env("GITRUN_TIMEOUT")] = 1200.0
     kill_grace: Duration = 5.0  # SIGTERM, then SIGKILL this much later
-    max_load: Annotated[float, Bounds(gt=0)] | None = None  # None means 2 x CPU count
-    payload_budget: PositiveInt = 65536
+    # None means 2 x CPU count
+    max_load: Annotated[Annotated[float, Bounds(gt=0)] | None, Env("GITRUN_MAX_LOAD")] = None
+    payload_budget: Annotated[PositiveInt, Env("GITRUN_PAYLOAD_BUDGET")] = 65536
     # An output bigger than this is invalid: it is read whole to validate and
     # commit the exact bytes, so a runaway worker must not exhaust memory.
     max_output_bytes: PositiveInt = 256 * 1024 * 1024
@@ -243,23 +261,44 @@ class Limits(Strict):
     # ending faster than breaker_fast with no output and one diagnostic halt the run.
     breaker_window: Annotated[int, Bounds(ge=0)] = 0
     breaker_fast: Duration = 3.0
-    halt: Annotated[str | None, After(_check_halt)] = None  # "fail=N" or "fail=P%"
-    # The spend budget (issue 15): no attempt starts when what the run spent plus
-    # what its running attempts are expected to cost would pass it (None: none).
-    max_cost_usd: Annotated[float, Bounds(gt=0)] | None = None
-    max_tokens: Annotated[int, Bounds(gt=0)] | None = None
+    # "fail=N" or "fail=P%"
+    halt: Annotated[str | None, After(_check_halt), Env("GITRUN_HALT")] = None
+    # The spend budget: no attempt starts when what the run spent plus what
+    # its running attempts are expected to cost would pass it (None: none).
+    max_cost_usd: Annotated[Annotated[float, Bounds(gt=0)] | None, Env("GITRUN_MAX_COST_USD")] = (
+        None
+    )
+    max_tokens: Annotated[Annotated[int, Bounds(gt=0)] | None, Env("GITRUN_MAX_TOKENS")] = None
     # The canary's projection of the whole run may pass the budget by this
     # factor; more halts the run before the fan-out widens.
     max_projection: Annotated[float, Bounds(ge=1)] = 1.5
 
-    def plain(self) -> RunLimits:
-        """These limits as plain values, and the rules derived from them."""
-        return RunLimits(dataclasses.asdict(self))
+    @property
+    def breaker_size(self) -> int:
+        return self.breaker_window or max(3, self.concurrency)
+
+    def spawn_budget(self, tasks: int) -> int:
+        return self.max_spawns or 3 * tasks
+
+    def load_bound(self) -> float:
+        return self.max_load or 2.0 * (os.cpu_count() or 1)
+
+    def halt_after(self, tasks: int) -> int | None:
+        """Failed-for-good tasks that stop new starts, from ``halt``."""
+        if self.halt is None:
+            return None
+        found = HALT_POLICY.fullmatch(self.halt.replace(" ", ""))
+        assert found is not None
+        number = int(found[1])
+        if found[2]:
+            return max(1, -(-number * tasks // 100))
+        return max(1, number)
 
 
 @dataclass(frozen=True, slots=True)
 class ModelSection(Strict):
-    default: ModelName = ""  # "" (not set) only as the default, never written
+    # "" (not set) only as the default, never written
+    default: Annotated[ModelName, Env("GITRUN_MODEL")] = ""
     stages: dict[str, ModelName] = field(default_factory=dict)
 
 
@@ -512,20 +551,53 @@ def _env_number(text: str) -> float:
     return float(text)
 
 
-# Environment variable -> (table, field) in the packet, and how to read its text.
-ENV_OVERRIDES: dict[str, tuple[str, str, Callable[[str], object]]] = {
-    "GITRUN_MODEL": ("model", "default", _env_text),
-    "GITRUN_CONCURRENCY": ("limits", "concurrency", _env_int),
-    "GITRUN_CANARY": ("limits", "canary", _env_int),
-    "GITRUN_MAX_ATTEMPTS": ("limits", "max_attempts", _env_int),
-    "GITRUN_MAX_SPAWNS": ("limits", "max_spawns", _env_int),
-    "GITRUN_TIMEOUT": ("limits", "timeout", parse_duration),
-    "GITRUN_MAX_LOAD": ("limits", "max_load", _env_number),
-    "GITRUN_PAYLOAD_BUDGET": ("limits", "payload_budget", _env_int),
-    "GITRUN_HALT": ("limits", "halt", _env_text),
-    "GITRUN_MAX_COST_USD": ("limits", "max_cost_usd", _env_number),
-    "GITRUN_MAX_TOKENS": ("limits", "max_tokens", _env_int),
-}
+def env_overrides() -> dict[str, tuple[str, str, Callable[[str], object]]]:
+    """Each ``GITRUN_*`` variable that overrides a packet field: its table,
+    its field, and how its text is read (by the field's type: a duration as
+    a duration, a whole number in decimal digits, a number, or text). Made
+    from the :class:`Env` markers of the schema, the one place each is named."""
+    if not _ENV_OVERRIDES:
+        for table, annotation in table_fields(Packet).items():
+            section = unwrap(annotation)
+            if not is_table(section):
+                continue
+            for key, field_type in table_fields(section).items():
+                marks = _metadata(field_type)
+                for mark in marks:
+                    if isinstance(mark, Env):
+                        _ENV_OVERRIDES[mark.name] = (table, key, _env_reader(field_type, marks))
+    return _ENV_OVERRIDES
+
+
+_ENV_OVERRIDES: dict[str, tuple[str, str, Callable[[str], object]]] = {}
+
+
+def _metadata(annotation: Any) -> list[Any]:
+    """Every marker on ``annotation``, through ``Annotated`` and ``| None``."""
+    found: list[Any] = []
+    while True:
+        if typing.get_origin(annotation) is Annotated:
+            found += annotation.__metadata__
+            annotation = typing.get_args(annotation)[0]
+            continue
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(members) == 1:
+            annotation = members[0]
+            continue
+        return found
+
+
+def _env_reader(annotation: Any, marks: list[Any]) -> Callable[[str], object]:
+    for mark in marks:
+        if isinstance(mark, Before):
+            return typing.cast("Callable[[str], object]", mark.check)  # reads text itself
+    kind = unwrap(annotation)
+    if kind is int:
+        return _env_int
+    if kind is float:
+        return _env_number
+    assert kind is str, f"no reader of {kind!r} for an Env field"
+    return _env_text
 
 
 class SchemaError(DefinitionError):
@@ -566,11 +638,11 @@ def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
     environment holds text, and "4" is only 4 because the variable says so."""
     layer: dict[str, Any] = {}
     errors: list[str] = []
-    for var, (table, key, read) in ENV_OVERRIDES.items():
+    for var, (table, key, read) in env_overrides().items():
         value = environ.get(var)
         if value is None:
             continue
-        section: type[Strict] = Limits if table == "limits" else ModelSection
+        section = unwrap(table_fields(Packet)[table])
         try:
             if not value.strip():
                 raise ValueError("is set but blank")

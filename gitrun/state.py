@@ -7,23 +7,18 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gitrun import git, ledger
 from gitrun.budget import Budget, spend_json
 from gitrun.collector import collector_paused
 from gitrun.engine import DONE, STATUSES, Engine, load_engine
-from gitrun.hookrules import Repo, find_repo
+from gitrun.layout import branch_ref
 from gitrun.local import LocalPaths
 from gitrun.lock import Owner, is_locked, read_owner
-from gitrun.runview import branch_ref
+from gitrun.repo import Repo, find_repo
+from gitrun.runs import RunDef, load_run
 from gitrun.usage import UsageTotals
-from gitrun.viewload import begin_at
-from gitrun.viewload import load_view as load_view
-
-if TYPE_CHECKING:
-    from gitrun.runview import RunShape
-    from gitrun.viewload import Begun
 
 
 @dataclass(slots=True)  # a big run's status holds 100,000 of them
@@ -101,39 +96,21 @@ class RunStatus:
 _NO_HISTORY = ledger.TaskHistory()  # of a task without attempts; only read
 
 
-def read_status(
-    repo: Path, run_id: str, run: RunShape | None = None, begun: Begun | None = None
-) -> RunStatus:
+def read_status(repo: Path, run_id: str, run: RunDef | None = None) -> RunStatus:
     """``run_id``'s status in ``repo``: of ``run`` when given, else of its
-    definition as it is now; ``begun``: what :func:`gitrun.viewload.begin`
-    found or started for it."""
+    definition as it is now."""
     with collector_paused():  # a big run's states are 100,000s of objects
-        return _read_status(repo, run_id, run, begun)
-
-
-def _read_status(
-    repo: Path, run_id: str, run: RunShape | None, begun: Begun | None = None
-) -> RunStatus:
-    found = where(repo)
-    if run is None:
-        view, beside = begun if begun is not None else begin_at(found, run_id)
-        if beside is not None:
-            quick = beside.status(lambda guess: _status_at(repo, found, run_id, guess))
-            if quick is not None:
-                return quick
-        run = view or (beside.load(found) if beside is not None else load_view(found, run_id))
-    return _status_at(repo, found, run_id, run)
-
-
-def _status_at(repo: Path, found: Repo, run_id: str, run: RunShape) -> RunStatus:
-    local = LocalPaths.under(Path(found.git_dir), run_id)
-    engine, tip = load_engine(run, local)
-    driver = read_owner(local) if is_locked(local) else None
-    return status_of(run, engine, tip, repo, driver)
+        found = where(repo)
+        if run is None:
+            run = load_run(repo, run_id)
+        local = LocalPaths.under(Path(found.git_dir), run_id)
+        engine, tip = load_engine(run, local)
+        driver = read_owner(local) if is_locked(local) else None
+        return status_of(run, engine, tip, repo, driver)
 
 
 def status_of(
-    run: RunShape, engine: Engine, tip: str | None, repo: Path, driver: Owner | None
+    run: RunDef, engine: Engine, tip: str | None, repo: Path, driver: Owner | None
 ) -> RunStatus:
     """The status of ``run`` as ``engine`` holds it at the branch tip ``tip``
     (``driver``: who drives it now): the one way a :class:`RunStatus` is made,

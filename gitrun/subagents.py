@@ -22,7 +22,8 @@ TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this 
 if TYPE_CHECKING:
     from typing import Any
 
-    from gitrun.hookrules import Repo, TaskRules
+    from gitrun.hookrules import TaskRules
+    from gitrun.repo import Repo
 
 PREFIX = "gitrun-"  # agent types gitrun makes (and older per-task ones): they claim a task
 _AGENT_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
@@ -141,73 +142,17 @@ def _quiet(_line: str) -> None:
     """A damaged record only identifies fewer subagents; the hook says nothing else."""
 
 
-# -- the two records a subagent's hook reads -----------------------------------
-# Read with json alone: a subagent's every write waits on this, and the
-# records' own readers (gitrun.dispatches.read_dispatches and
-# gitrun.leases.read_leases, which the hook's budget cannot import) take the
-# same files the same way, entry for entry; a test holds the two to it. A
-# damaged file or entry identifies nothing, as there.
-
-
 def dispatch_of(path: str, tool_use_id: str) -> tuple[str, int] | None:
     """(task, attempt) the dispatch record at ``path`` holds for ``tool_use_id``."""
-    found = None
-    for item in _entries(path, "dispatches", bare_list=False):
-        if (
-            isinstance(item.get("tool_use_id"), str)
-            and isinstance(item.get("task"), str)
-            and type(item.get("attempt")) is int
-            and _finite(item.get("at"))
-            and item["tool_use_id"] == tool_use_id
-        ):
-            found = (item["task"], item["attempt"])
-    return found
+    from gitrun.dispatches import read_dispatches_at
+
+    found = read_dispatches_at(path, warn=_quiet).get(tool_use_id)
+    return (found.task, found.attempt) if found is not None else None
 
 
 def leased_attempt(path: str, task_id: str) -> int | None:
     """The attempt the lease record at ``path`` holds for ``task_id``."""
-    found = None
-    for item in _entries(path, "leases", bare_list=True):
-        before = item.get("before")
-        if (
-            isinstance(item.get("task"), str)
-            and type(item.get("attempt")) is int
-            and _finite(item.get("leased"))
-            and _finite(item.get("expires"))
-            and isinstance(before, dict)
-            and all(v is None or isinstance(v, str) for v in before.values())
-            and (item.get("agent") is None or isinstance(item.get("agent"), str))
-            and item["task"] == task_id
-        ):
-            found = item["attempt"]
-    return found
+    from gitrun.leases import read_leases_at
 
-
-def _entries(path: str, key: str, bare_list: bool) -> list[dict[str, Any]]:
-    """The object entries of a version-1 record's list ``key`` (an older
-    lease file is the bare list); [] when the file is absent or damaged."""
-    try:
-        with open(path, "rb") as handle:
-            value = json.loads(handle.read().decode("utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return []
-    if bare_list and isinstance(value, list):
-        value = {"v": 1, key: value}
-    if not isinstance(value, dict) or type(value.get("v", 1)) is not int or value.get("v", 1) != 1:
-        return []
-    items = value.get(key)
-    if not isinstance(items, list):
-        return []
-    return [item for item in items if isinstance(item, dict)]
-
-
-def _finite(value: object) -> bool:
-    """records.is_finite (a JSON number, finite as a float)."""
-    import math
-
-    if type(value) not in (int, float):
-        return False
-    try:
-        return math.isfinite(value)  # type: ignore[arg-type]
-    except OverflowError:  # an integer too big for a float
-        return False
+    found = read_leases_at(path, warn=_quiet).get(task_id)
+    return found.attempt if found is not None else None

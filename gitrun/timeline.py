@@ -13,7 +13,7 @@ from typing import Any
 
 from gitrun import ledger
 from gitrun.governor import EndFacts, Governor
-from gitrun.runview import RunLimits
+from gitrun.settings import Limits
 
 # How an attempt is drawn: its outcome, except that an attempt stopped by its
 # timeout reads "timed out" and one whose driver died reads "lost".
@@ -140,7 +140,7 @@ class Concurrency:
     takeovers: list[float]  # moments a new driver took the run over
 
 
-def concurrency_over_time(attempts: list[Attempt], limits: RunLimits, tasks: int) -> Concurrency:
+def concurrency_over_time(attempts: list[Attempt], limits: Limits, tasks: int) -> Concurrency:
     """Running: the attempts that overlap each moment. Allowed: the governor's
     own rules replayed over the attempts' ends (halved at each throttle, to
     the value the ledger recorded; grown after ``grow_after`` valid ends; the
@@ -207,7 +207,7 @@ class _Ceiling(random.Random):
         return b
 
 
-def _replay_governor(limits: RunLimits, tasks: int, canary: bool) -> Governor:
+def _replay_governor(limits: Limits, tasks: int, canary: bool) -> Governor:
     return Governor(
         limits,
         tasks=tasks,

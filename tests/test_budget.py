@@ -117,7 +117,7 @@ def test_the_run_halts_before_the_budget_and_retry_budget_then_resume_finishes_i
     # four's records kept from before the halt.
     assert sorted(a["task"] for a in attempts) == sorted(f"t{i}" for i in range(1, 9))
     assert all(a["attempt"] == 1 and a["outcome"] == "valid" for a in attempts)
-    assert budget_of(Limits(max_cost_usd=1.0).plain(), records) == Budget(2.5, None)
+    assert budget_of(Limits(max_cost_usd=1.0), records) == Budget(2.5, None)
     _never_over(records, 2.5)
 
 
@@ -270,8 +270,8 @@ def test_a_retry_budget_event_overrides_the_packet_and_a_later_one_wins() -> Non
         {"event": "budget", "max_cost_usd": None, "max_tokens": 500},
         {"event": "budget", "max_cost_usd": "lots"},  # damaged: ignored
     ]
-    assert budget_of(Limits(max_cost_usd=1.0, max_tokens=100).plain(), records) == Budget(3.0, 500)
-    assert budget_of(Limits().plain(), []) == Budget(None, None)
+    assert budget_of(Limits(max_cost_usd=1.0, max_tokens=100), records) == Budget(3.0, 500)
+    assert budget_of(Limits(), []) == Budget(None, None)
 
 
 def test_money_reads_as_people_write_it() -> None:

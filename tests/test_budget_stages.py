@@ -132,7 +132,7 @@ def test_a_run_without_a_canary_projects_no_stage() -> None:
     from gitrun.settings import Limits
 
     totals = UsageTotals()
-    limits = Limits(canary=0, max_cost_usd=1.0).plain()
+    limits = Limits(canary=0, max_cost_usd=1.0)
     governor = Governor(limits, tasks=4, spawns=0, canary=[])
     governor.spend = SpendGate("r", Budget(1.0), totals, 4, 1.5)
     totals.add(Usage(0, 10, cost_usd=5.0), valid=True, stage="review")

@@ -478,9 +478,7 @@ def attempt(task: str, start: float, end: float, outcome: str = "valid", **kw: A
 
 
 def test_concurrency_replays_the_governor_over_the_ledger() -> None:
-    limits = Limits(
-        concurrency=4, canary=1, grow_after=1, backoff_base=1.0, backoff_cap=8.0
-    ).plain()
+    limits = Limits(concurrency=4, canary=1, grow_after=1, backoff_base=1.0, backoff_cap=8.0)
     attempts = [
         attempt("a", 0, 10),  # the canary, alone
         attempt("b", 10, 20),
@@ -503,7 +501,7 @@ def test_concurrency_replays_the_governor_over_the_ledger() -> None:
 
 
 def test_a_new_driver_starts_from_the_packets_concurrency() -> None:
-    limits = Limits(concurrency=4, canary=1, grow_after=5).plain()
+    limits = Limits(concurrency=4, canary=1, grow_after=5)
     attempts = [
         attempt("a", 0, 1),
         attempt("b", 1, 2, "throttled", exit=75, concurrency=2),

@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -23,10 +23,12 @@ from gitrun.committer import Tip, read_tip
 from gitrun.leases import Lease, LeaseFile, read_leases
 from gitrun.local import HOME, LocalPaths, local_runs
 from gitrun.lock import LiveAttempt, LiveState, Owner, RunBusy, read_owner, run_locked
-from gitrun.records import Fields, Record, RecordDamaged, load_record, write_record
-from gitrun.runs import TasksCache, read_tasks_cache
+from gitrun.records import Fields, RecordDamaged, load_record, write_record
 from tests.helpers import commit_all, write_run
 from tests.helpers import run_gitrun as _gitrun
+
+if TYPE_CHECKING:
+    from gitrun.records import Record
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gitrun"
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -44,7 +46,6 @@ LEASES = {
     "t1": Lease("t1", 1, 10.0, 70.0, {"out/t1.json": None}, "agent-7"),
     "t2": Lease("t2", 3, 11.5, 71.5, {"out/t2.json": "ab" * 20, "out/t2.md": None}),
 }
-CACHE = TasksCache("cd" * 20, {"task": [{"id": "t1", "outputs": ["out/t1.json"]}]})
 
 
 @dataclass(frozen=True)
@@ -89,18 +90,9 @@ CASES = [
         f"{SHA}\n",
         skips=True,
     ),
-    Case(
-        "tasks_cache",
-        lambda local: local.tasks_cache,
-        CACHE,
-        lambda local, warn: read_tasks_cache(local.tasks_cache, "tasks.toml", warn),
-        CACHE,
-        json.dumps({"sha1": CACHE.sha1, "data": CACHE.data}),
-        skips=True,
-    ),
 ]
 IDS = [case.name for case in CASES]
-NOTHING: dict[str, object] = {"owner": None, "leases": {}, "tip": None, "tasks_cache": None}
+NOTHING: dict[str, object] = {"owner": None, "leases": {}, "tip": None}
 
 
 @pytest.fixture
@@ -221,7 +213,6 @@ WRONG_TYPES: dict[str, list[tuple[str, object]]] = {
     ],
     "leases": [("leases", {"t1": {}}), ("leases", "t1"), ("leases", None)],
     "tip": [("commit", 7), ("commit", "HEAD"), ("commit", SHA[:12]), ("commit", None)],
-    "tasks_cache": [("sha1", 7), ("data", [1]), ("data", None)],
 }
 
 
@@ -299,15 +290,6 @@ def test_a_damaged_owner_record_makes_a_busy_run_say_so(git_repo: Path) -> None:
     assert f"its owner record {local.owner} is not valid JSON" in said, said
 
 
-def test_the_task_cache_written_by_load_run_is_a_version_1_record(git_repo: Path) -> None:
-    from gitrun.runs import load_run
-
-    _big_run(git_repo)
-    load_run(git_repo, "r", environ={})
-    cached = json.loads(LocalPaths.of(git_repo, "r").tasks_cache.read_text())
-    assert cached["v"] == 1 and len(cached["data"]["task"]) == 1500
-
-
 def test_local_runs_lists_the_runs_with_local_state(git_repo: Path) -> None:
     assert local_runs(git_repo) == []
     for run in ("b", "a"):
@@ -374,22 +356,6 @@ def test_watchdog_reports_a_damaged_owner_record_and_inspects_the_other_runs(
     assert re.search(rf"^r: damaged: {re.escape(str(local.owner))} holds a JSON list", said, re.M)
     assert re.search(r"^good: no driver; ok$", said, re.M), said
     assert "r: not stopped" in _no_traceback(killed), killed.stdout + killed.stderr
-
-
-def test_status_with_a_damaged_task_cache_warns_and_rebuilds_it(git_repo: Path) -> None:
-    _big_run(git_repo)
-    cache = LocalPaths.of(git_repo, "r").tasks_cache
-    cache.parent.mkdir(parents=True)
-    cache.write_text('{"v": 1, "sha1": "ab", "data": {"task": [')
-    out = _gitrun(git_repo, "status", "r")
-    _no_traceback(out)
-    assert out.returncode == 0, out.stdout + out.stderr
-    [warning] = out.stderr.strip().splitlines()
-    assert warning.startswith(f"gitrun: warning: {cache} is not valid JSON"), warning
-    assert "parsed again" in warning
-    assert json.loads(cache.read_text())["v"] == 1, "the cache was rewritten"
-    again = _gitrun(git_repo, "status", "r")
-    assert again.returncode == 0 and not again.stderr, again.stderr
 
 
 # -- one home for every path ---------------------------------------------------
@@ -476,7 +442,7 @@ def test_no_module_but_local_builds_a_local_state_path() -> None:
 
 def test_every_record_reader_goes_through_load_record() -> None:
     """No state module parses a local JSON file by hand any more."""
-    for name in ("lock.py", "leases.py", "committer.py", "runs.py", "external.py"):
+    for name in ("lock.py", "leases.py", "dispatches.py", "committer.py", "external.py"):
         source = (PACKAGE / name).read_text(encoding="utf-8")
         assert "json.loads" not in source, name
         assert "load_record(" in source, name

@@ -243,7 +243,7 @@ def _facts(
 
 
 def test_backoff_is_full_jitter_under_an_exponential_ceiling() -> None:
-    limits = Limits(concurrency=8, backoff_base=1.0, backoff_cap=5.0, grow_after=2).plain()
+    limits = Limits(concurrency=8, backoff_base=1.0, backoff_cap=5.0, grow_after=2)
     gov = Governor(limits, tasks=10, spawns=0, canary=[], rng=random.Random(1))
     waits = []
     for _ in range(5):
@@ -259,14 +259,14 @@ def test_backoff_is_full_jitter_under_an_exponential_ceiling() -> None:
 
 
 def test_breaker_needs_one_repeated_diagnostic() -> None:
-    gov = Governor(Limits(concurrency=2).plain(), tasks=10, spawns=0, canary=[])
+    gov = Governor(Limits(concurrency=2), tasks=10, spawns=0, canary=[])
     gov.ended(_facts("missing", 0.1, "boom"), now=0)
     gov.ended(_facts("missing", 0.1, "something else"), now=0)
     gov.ended(_facts("missing", 0.1, "something else"), now=0)
     assert gov.halt is None  # the complaint changed: the streak restarted
     gov.ended(_facts("missing", 0.1, "something else"), now=0)
     assert gov.halt is not None and "3 of 3 attempts" in gov.halt.message
-    slow = Governor(Limits(concurrency=2).plain(), tasks=10, spawns=0, canary=[])
+    slow = Governor(Limits(concurrency=2), tasks=10, spawns=0, canary=[])
     for _ in range(5):
         slow.ended(_facts("missing", 10.0, "boom"), now=0)
     assert slow.halt is None  # slow failures are the task's, not the environment's

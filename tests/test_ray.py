@@ -199,7 +199,7 @@ def _facts(outcome: str) -> EndFacts:
 
 
 def test_losses_with_no_valid_output_between_halt_the_run_as_an_environment_fault() -> None:
-    limits = Limits(concurrency=4).plain()
+    limits = Limits(concurrency=4)
     governor = Governor(limits, tasks=100, spawns=0, canary=[])
     window = 2 * max(limits.breaker_size, limits.concurrency)
     for _ in range(window - 1):

@@ -131,12 +131,11 @@ def test_bad_durations(text: object) -> None:
         parse_duration(text)
 
 
-def test_big_task_tables_are_cached_and_reparsed_when_changed(git_repo: Path) -> None:
+def test_big_task_tables_are_read_again_when_changed(git_repo: Path) -> None:
     tasks = [{"id": f"t{i:05d}", "outputs": [f"out/t{i:05d}.json"]} for i in range(1500)]
     run_dir = write_run(git_repo, "r", tasks)
     assert len(load_run(git_repo, "r", environ={}).tasks) == 1500
-    cache = git_repo / ".git/gitrun/r/tasks.cache.json"
-    assert cache.exists()
+    assert not (git_repo / ".git/gitrun/r").exists()  # loading keeps nothing
     text = (run_dir / "tasks.toml").read_text()
     (run_dir / "tasks.toml").write_text(text.replace('id = "t00000"', 'id = "renamed"'))
     assert load_run(git_repo, "r", environ={}).tasks[0].id == "renamed"
@@ -145,19 +144,15 @@ def test_big_task_tables_are_cached_and_reparsed_when_changed(git_repo: Path) ->
         load_run(git_repo, "r", environ={})
 
 
-def test_an_error_in_a_cached_task_table_names_its_line(git_repo: Path) -> None:
-    """The cache serves the parsed table without the file's text; an error
-    still names the line it is on, the same as when the file was parsed."""
+def test_an_error_in_a_big_task_table_names_its_line(git_repo: Path) -> None:
+    """A big table is read by the fast reader; an error still names the line
+    it is on, the same as when tomllib reads it."""
     tasks: list[dict[str, object]] = [
         {"id": f"t{i:05d}", "outputs": [f"out/t{i:05d}.json"]} for i in range(1500)
     ]
     tasks[700]["outputs"] = []
     write_run(git_repo, "r", tasks)
-    parsed = _load_error(git_repo)
-    assert (git_repo / ".git/gitrun/r/tasks.cache.json").exists()
-    cached = _load_error(git_repo)
-    assert cached == parsed
-    [line] = cached
+    [line] = _load_error(git_repo)
     assert line.startswith(".gitrun/runs/r/tasks.toml:") and "[700] (id 't00700')" in line
     assert line.split(":")[1].isdigit()
 
@@ -186,9 +181,8 @@ def test_a_big_table_validated_task_by_task_loads_the_same_tasks(
     assert each == whole and len(each) == 3000
 
 
-@pytest.mark.parametrize("cached", [False, True])
 def test_errors_in_a_big_table_read_as_in_a_small_one(
-    git_repo: Path, monkeypatch: pytest.MonkeyPatch, cached: bool
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Validated task by task, a table with errors is validated whole again:
     every error, with its line, as the whole-table validation gives them."""
@@ -196,9 +190,6 @@ def test_errors_in_a_big_table_read_as_in_a_small_one(
     tasks[1700]["outputs"] = []
     tasks[2900]["id"] = "Not Valid"
     write_run(git_repo, "r", tasks)
-    if cached:  # a first load writes the cache, errors or not
-        _load_error(git_repo)
-        assert (git_repo / ".git/gitrun/r/tasks.cache.json").exists()
     monkeypatch.setattr("gitrun.runs.VALIDATE_EACH_ABOVE", 10**9)
     whole = _load_error(git_repo)
     monkeypatch.setattr("gitrun.runs.VALIDATE_EACH_ABOVE", 100)

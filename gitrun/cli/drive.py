@@ -20,7 +20,7 @@ EXIT_CODES_HELP = (
 
 
 def _drive(ctx: typer.Context, run: str, as_json: bool, quiet: bool, resume: bool) -> None:
-    from gitrun.quickcmd import drive
+    from gitrun.drivecmd import drive
 
     raise typer.Exit(drive(_repo(ctx), run, as_json, quiet, resume))
 
@@ -82,9 +82,9 @@ def status(
     Derived from the run branch, the ledger and the files on disk; safe to
     run while the run is being driven.
     """
-    from gitrun.quickcmd import status as show_status
+    from gitrun.drivecmd import show_status
 
-    show_status(ctx.find_root().obj, run, as_json, show_all)
+    show_status(_repo(ctx), run, as_json, show_all)
 
 
 @app.command()

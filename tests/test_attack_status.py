@@ -1,19 +1,16 @@
-"""Attacks on the run view, the quick start/resume path, the regular-file
-reader and diff-tree (issue 14): each test is a way a careless user, a
-concurrent edit or an odd file broke a promise. Status from the view must
-equal status from the loaded definition; a definition that does not load
-must give load_run's one-sentence error, never a stale answer or a traceback."""
+"""Attacks on status, start into closed pipes, the regular-file reader and
+diff-tree: each test is a way a careless user or an odd file broke a
+promise. A definition that does not load must give load_run's one-sentence
+error, never a stale answer or a traceback."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,10 +18,9 @@ from gitrun import git as gitdoor
 from gitrun.errors import GitrunError
 from gitrun.regular import NotRegular, read_regular
 from gitrun.runs import load_run
-from gitrun.state import load_view, read_status, where
+from gitrun.sources import source_key
+from gitrun.state import read_status
 from tests.helpers import commit_all, fake_worker_run, git, run_gitrun, write_run
-from tests.test_runview import _by_definition as _full
-from tests.test_runview import driven as driven  # the fixture
 
 
 @pytest.fixture
@@ -41,8 +37,30 @@ def _load_error(repo: Path) -> str:
     return "\n".join(f"gitrun: error: {line}" for line in caught.value.lines)
 
 
-def _view_file(repo: Path) -> Path:
-    return repo / ".git/gitrun/r/run-view.jsonl"
+@pytest.fixture
+def driven(git_repo: Path) -> Path:
+    """A run driven to its end: t1 and t3 done, t2 failed for good, over two stages."""
+    fake_worker_run(
+        git_repo,
+        "r",
+        3,
+        {"tasks": {"t02": "nowrite"}},
+        packet={
+            "limits": {"max_attempts": 2, "canary": 0, "timeout": 60},
+            "stages": [{"name": "one"}, {"name": "two"}],
+        },
+    )
+    tasks = (git_repo / ".gitrun/runs/r/tasks.toml").read_text()
+    tasks = tasks.replace('id = "t03"', 'id = "t03"\nstage = "two"')
+    (git_repo / ".gitrun/runs/r/tasks.toml").write_text(tasks)
+    commit_all(git_repo, "define")
+    assert run_gitrun(git_repo, "start", "r").returncode == 1
+    return git_repo
+
+
+def _full(repo: Path) -> object:
+    """The status of the loaded definition, as ``status --json`` prints it."""
+    return json.loads(json.dumps(read_status(repo, "r", load_run(repo, "r")).to_json()))
 
 
 # -- what the key must cover ---------------------------------------------------------
@@ -52,17 +70,17 @@ def test_a_linked_config_is_keyed_by_what_it_points_to(defined: Path) -> None:
     shared = defined / "shared.toml"
     shared.write_text("[limits]\nmax_attempts = 5\n")
     (defined / ".gitrun/config.toml").symlink_to("../shared.toml")
-    assert load_view(where(defined), "r").limits.max_attempts == 5  # loaded, view written
+    assert load_run(defined, "r").limits.max_attempts == 5
+    key = source_key(str(defined), "r")  # what the hook rules are keyed by
     shared.write_text("[limits]\nmax_attempts = 9\n")
     assert load_run(defined, "r").limits.max_attempts == 9
-    assert load_view(where(defined), "r").limits.max_attempts == 9
+    assert source_key(str(defined), "r") != key
 
 
 @pytest.mark.parametrize("link", ["dangling", "loop"])
 def test_a_config_link_that_cannot_be_read_gives_the_load_error(defined: Path, link: str) -> None:
-    """A view written with no config at all must not answer once config.toml
-    is a link that goes nowhere: loading says why, every time."""
-    assert run_gitrun(defined, "status", "r").returncode == 0  # the view is written
+    """config.toml a link that goes nowhere: loading says why, every time."""
+    assert run_gitrun(defined, "status", "r").returncode == 0
     config = defined / ".gitrun/config.toml"
     config.symlink_to("nowhere.toml" if link == "dangling" else "config.toml")
     expected = _load_error(defined)
@@ -94,96 +112,12 @@ def test_a_run_id_with_a_trailing_newline_is_refused(defined: Path) -> None:
     assert not (defined / ".git/gitrun/r\n").exists()
 
 
-# -- edits while a definition is read ------------------------------------------------
+# -- status where the repository is unusual -----------------------------------------
 
 
-def test_an_edit_undone_around_the_load_is_not_cached(
-    defined: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The files are edited and put back while ``status`` loads them (a
-    checkout of another branch and back): what was read is the edit, so it
-    must not be cached under the key of the files as they are again."""
-    from gitrun import runs
-
-    packet = defined / ".gitrun/runs/r/packet.toml"
-    original = packet.read_text()
-    real = runs.load_run
-
-    def load_during_an_edit(*args: Any, **kwargs: Any) -> Any:
-        packet.write_text(original + "\n[limits]\nmax_attempts = 7\n")
-        try:
-            return real(*args, **kwargs)
-        finally:
-            packet.write_text(original)
-
-    with monkeypatch.context() as patched:  # not undo(): that drops conftest's env too
-        patched.setattr(runs, "load_run", load_during_an_edit)
-        assert load_view(where(defined), "r").limits.max_attempts == 7
-    assert load_view(where(defined), "r").limits.max_attempts == 3
-
-
-class _Swapped(Exception):
-    """The packet was never read through the wrapped reader."""
-
-
-def test_an_edit_undone_while_the_packet_is_read_is_not_cached(
-    defined: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from gitrun import runs
-
-    packet = defined / ".gitrun/runs/r/packet.toml"
-    original = packet.read_text()
-    real = runs.read_toml_text
-    swapped = []
-
-    def read_during_an_edit(path: Path, shown: str | None = None) -> Any:
-        if Path(path).name != "packet.toml":
-            return real(path, shown)
-        packet.write_text(original + "\n[limits]\nmax_attempts = 7\n")
-        swapped.append(path)
-        try:
-            return real(path, shown)
-        finally:
-            packet.write_text(original)
-
-    with monkeypatch.context() as patched:
-        patched.setattr(runs, "read_toml_text", read_during_an_edit)
-        assert load_view(where(defined), "r").limits.max_attempts == 7
-    if not swapped:
-        raise _Swapped("the packet is no longer read by runs.read_toml_text; update the test")
-    assert load_view(where(defined), "r").limits.max_attempts == 3
-
-
-# -- views damaged with their checksums right ---------------------------------------
-
-
-@pytest.mark.parametrize("damage", ["max_attempts text", "halt junk", "max_cost text", "deep"])
-def test_a_view_with_values_of_the_wrong_type_is_read_again(driven: Path, damage: str) -> None:
-    assert run_gitrun(driven, "status", "r").returncode == 0
-    view = _view_file(driven)
-    head, _, rest = view.read_bytes().partition(b"\n")
-    header = json.loads(head)
-    if damage == "max_attempts text":
-        header["limits"]["max_attempts"] = "2"
-    elif damage == "halt junk":
-        header["limits"]["halt"] = "junk"
-    elif damage == "max_cost text":
-        header["limits"]["max_cost_usd"] = "1"
-    else:
-        rest = b"[" * 100_000 + b"]" * 100_000 + b"\n# end of the run view\n"
-        header["tasks_sha256"] = hashlib.sha256(rest.split(b"\n")[0]).hexdigest()
-    view.write_bytes(json.dumps(header).encode() + b"\n" + rest)
-    proc = run_gitrun(driven, "status", "r", "--json")
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == _full(driven)
-
-
-# -- the view against the definition where the repository is unusual ---------------
-
-
-def test_status_from_the_view_is_the_definitions_everywhere(driven: Path) -> None:
+def test_status_is_the_definitions_everywhere(driven: Path) -> None:
     def same(repo: Path, *cli: str) -> None:
-        for _ in range(2):  # the first may write the view, the second reads it
+        for _ in range(2):
             proc = run_gitrun(repo, *cli, "status", "r", "--json")
             assert proc.returncode == 0, proc.stderr
             assert json.loads(proc.stdout) == _full(driven)
@@ -205,7 +139,7 @@ def test_status_from_the_view_is_the_definitions_everywhere(driven: Path) -> Non
     same(driven)
 
 
-# -- the quick start/resume path and closed pipes -----------------------------------
+# -- start and status into closed pipes ---------------------------------------------
 
 
 def _into_closed_pipe(
