@@ -11,7 +11,7 @@
   ``--settings`` JSON of the command (gitrun's own included) is checked
   against the shape of the client's schema for the parts enforcement rests
   on (``hooks``, ``sandbox``), as read from the client gitrun was tested
-  with (README, "Tested against").
+  with (docs/agent-clients.md).
 """
 
 from __future__ import annotations

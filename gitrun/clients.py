@@ -12,7 +12,7 @@ instead of spending the next attempts on the same wall (issue 11).
 The signs belong to the program, not to the preset: a ``command`` that runs
 ``codex`` directly is judged the same way. They were read from the clients'
 sources and observed against a refused connection with the versions in
-README.md's compatibility table.
+the compatibility table of docs/agent-clients.md.
 """
 
 from __future__ import annotations

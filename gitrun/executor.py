@@ -45,7 +45,7 @@ _OPTION_THEN_PLACEHOLDER = re.compile(r"(-[^=\s]+)=(" + _PLACEHOLDER.pattern + "
 # What a user meant as a placeholder: a whole argument in braces naming a word.
 _LOOKS_LIKE = re.compile(r"\{([A-Za-z_][\w-]*)(?::([^{}]*))?\}")
 
-# Each preset's exact argv; README.md documents them. The packet may replace
+# Each preset's exact argv; docs/definition.md documents them. The packet may replace
 # any of them with its own `command`. Why each flag is there: issue 11.
 # The JSON output formats carry each client's own usage report, which the
 # ledger keeps per attempt (gitrun.clientusage; issue 15).

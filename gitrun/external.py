@@ -258,7 +258,7 @@ class External:
         if problem:
             warn_stderr(
                 f"{task_id} attempt {attempt}: the usage file {path} {problem}; its usage is "
-                "unknown (write one JSON object, as README shows under 'Usage and cost')"
+                "unknown (write one JSON object, as docs/ledger.md shows under 'Usage and cost')"
             )
         return usage
 

@@ -213,7 +213,7 @@ def read_ledger(run_dir: Path) -> list[dict[str, Any]]:
     return records
 
 
-LEDGER_FORMAT = 1  # the "v" of every attempt record; README documents the format
+LEDGER_FORMAT = 1  # the "v" of every attempt record; docs/ledger.md documents the format
 
 
 def attempt_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -224,7 +224,7 @@ def attempt_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @dataclass(frozen=True)
 class AttemptRecord:
     """One attempt, as the ledger keeps it: the one definition both dispatch
-    modes write (README, "The ledger"). Times are UTC ISO 8601 with
+    modes write (docs/ledger.md, "The ledger"). Times are UTC ISO 8601 with
     milliseconds; ``exit``/``signal`` are None where no process was seen
     (external dispatch, or an attempt a dead driver left)."""
 

@@ -1,6 +1,6 @@
 """The report's two charts as inline SVG text: the timeline of attempts, and
 concurrency over time. Drawn from Python so the page needs no script, no
-library and no network to show them (README, "Report")."""
+library and no network to show them (docs/ledger.md, "The report")."""
 
 from __future__ import annotations
 

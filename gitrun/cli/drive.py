@@ -97,7 +97,7 @@ def log(
         typer.Option(
             "--attempts",
             help="Print every attempt record of the ledger instead, one JSON object a line "
-            "(with --json: one JSON array; the format README documents under 'The ledger').",
+            "(with --json: one JSON array; the format docs/ledger.md documents).",
         ),
     ] = False,
 ) -> None:
