@@ -8,7 +8,8 @@ both, a batch of one task each round, on an external run of ``--tasks``
 tasks: `next --json --max 1` leases a task, the bench writes its output (as
 the subagent would), `collect` validates and commits it. Each round also
 times `python -c pass`, for scale; medians, the first round dropped (it
-writes the bytecode). No target: issue 14 names none for these calls.
+writes the bytecode). No target: these calls run once per batch, not on
+every write as the hook does.
 
 ``--against DIR`` runs the same calls from another source tree (e.g. `git
 worktree add /tmp/before <commit>`) on a run of its own, in the same rounds,

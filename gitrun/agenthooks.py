@@ -1,4 +1,4 @@
-"""The PreToolUse hook on the lead's Agent calls and on Bash (issue 11).
+"""The PreToolUse hook on the lead's Agent calls and on Bash.
 
 - ``pre_agent``: a lead session's Agent call (``Task`` before the tool was
   renamed) whose prompt holds a gitrun pointer is allowed only for a task

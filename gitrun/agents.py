@@ -2,7 +2,7 @@
 
 Claude Code loads the agent files of ``.claude/agents/`` when a turn starts:
 a file written during the lead's turn is not found in that turn, and in
-``-p`` mode never (issue 11). So gitrun no longer writes an agent file per
+``-p`` mode never. So gitrun no longer writes an agent file per
 leased task (``next --agents`` is gone); one generic ``gitrun-worker`` is
 installed before the lead starts, by ``gitrun new --executor external`` and
 ``gitrun hooks install``. Which task a subagent works on never comes from

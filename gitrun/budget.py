@@ -1,4 +1,4 @@
-"""The spend budget (issue 15): what a run may spend, and whether one more attempt fits.
+"""The spend budget: what a run may spend, and whether one more attempt fits.
 
 A run's budget is ``[limits] max_cost_usd`` and ``max_tokens``, unless
 ``gitrun retry RUN --budget USD`` / ``--tokens N`` raised it since: that

@@ -1,4 +1,4 @@
-"""What ``gitrun check`` proves about the Claude Code client before a launch (issue 11).
+"""What ``gitrun check`` proves about the Claude Code client before a launch.
 
 - **The Bash sandbox can start.** With ``[executor] bash = "sandbox"`` (the
   default) a claude worker, and the lead of an external run, run Bash in

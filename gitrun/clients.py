@@ -7,7 +7,7 @@ not the task, is at fault: exit codes that mean the same for every task
 while it cannot reach its model (codex loops "Reconnecting... waiting for
 network" forever; aider and gemini retry a refused connection for a minute).
 An attempt that shows either is an environment fault at once: the run halts
-instead of spending the next attempts on the same wall (issue 11).
+instead of spending the next attempts on the same wall.
 
 The signs belong to the program, not to the preset: a ``command`` that runs
 ``codex`` directly is judged the same way. They were read from the clients'

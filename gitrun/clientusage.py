@@ -1,4 +1,4 @@
-"""Reading what an attempt used from its client's own report (issue 15).
+"""Reading what an attempt used from its client's own report.
 
 A :class:`UsageReader` reads a worker's output as it comes and, when the
 worker has ended, gives its :class:`~gitrun.usage.Usage` (None when the

@@ -1,4 +1,4 @@
-"""Which subagent works on which task: the lead's Agent calls, recorded (issue 11).
+"""Which subagent works on which task: the lead's Agent calls, recorded.
 
 In an external run the lead dispatches each pointer with its Agent tool.
 Claude Code gives the lead's PreToolUse hook that call's ``tool_use_id``,

@@ -326,9 +326,10 @@ class Driver:
         pending.extendleft(reversed(skipped))
 
     def _valid_on_disk(self, task: Task) -> bool:
-        """Rule 5 at the moment of dispatch: a task whose valid output is on
-        disk already (written by a worker of a driver that died before it
-        recorded it, or by a person) is committed, not dispatched again.
+        """Outputs decide, not who wrote them, even at the moment of
+        dispatch: a task whose valid output is on disk already (written by a
+        worker of a driver that died before it recorded it, or by a person)
+        is committed, not dispatched again.
         Asked only when every output is a regular file there."""
         prior = prior_in_tree(self.run, task, self.base_tree)
         check = check_task(self.run, task, prior, self.committer.object_format)

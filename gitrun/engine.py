@@ -1,6 +1,7 @@
 """The engine: what state each task of a run is in, and what an ended attempt changes.
 
-The one owner of that fact (DESIGN.md rule 2: derived, never stored). A task
+The one owner of that fact, which is derived, never stored: a stored copy could
+disagree with the run branch and the ledger. A task
 is *done* when every output is in the run branch's tree with content other
 than at the fork point; *failed* when it used up its attempts (the ledger);
 *running* while an attempt is out for it (the journal of a live driver, or a

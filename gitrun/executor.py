@@ -3,7 +3,8 @@
 The model always comes from configuration through ``{model}``; a literal
 model name in a command is a problem ``gitrun check`` reports.
 
-Task data is never code (DESIGN.md rule 9). A placeholder is substituted only
+Task data is never code: it reaches a worker only as whole argv elements or
+``GITRUN_*`` variables. A placeholder is substituted only
 where an argv element is exactly one placeholder, and only where no program
 reads that element as code (see :mod:`gitrun.interpreters`); the ``shell``
 preset's script gets nothing substituted at all. Every value also reaches the
@@ -46,9 +47,10 @@ _OPTION_THEN_PLACEHOLDER = re.compile(r"(-[^=\s]+)=(" + _PLACEHOLDER.pattern + "
 _LOOKS_LIKE = re.compile(r"\{([A-Za-z_][\w-]*)(?::([^{}]*))?\}")
 
 # Each preset's exact argv; docs/definition.md documents them. The packet may replace
-# any of them with its own `command`. Why each flag is there: issue 11.
+# any of them with its own `command`. Each flag is one the real client needs to run
+# unattended; docs/agent-clients.md says why.
 # The JSON output formats carry each client's own usage report, which the
-# ledger keeps per attempt (gitrun.clientusage; issue 15).
+# ledger keeps per attempt (gitrun.clientusage).
 PRESETS: dict[str, list[str]] = {
     "claude": [
         "claude", "-p", "{pointer}", "--model", "{model}",
@@ -307,7 +309,7 @@ class UnsafeCommand(GitrunError):
 
 
 def render_command(template: list[str], values: Mapping[str, str]) -> list[str]:
-    """Fill whole-element placeholders; refuse a template that breaks rule 9.
+    """Fill whole-element placeholders; refuse a template that would run task data as code.
 
     ``gitrun check`` reports the same problems; refusing here too means a run
     whose check was skipped still never executes task data. An element that is

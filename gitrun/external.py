@@ -323,7 +323,8 @@ class External:
                     if status == FAILED:
                         result.failed.append(task_id)
             # Tasks not handed out whose valid outputs appeared anyway are
-            # committed (rule 5), without an attempt to record.
+            # committed (outputs decide, not who wrote them), without an attempt
+            # to record.
             for task_id in self.engine.pending():
                 task = self.run.tasks_by_id[task_id]
                 prior = prior_in_tree(self.run, task, at_base)

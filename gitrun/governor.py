@@ -1,8 +1,8 @@
 """Protecting the API and the machine: how many attempts may start, and when to halt.
 
 The driver asks :meth:`Governor.slots` before starting attempts and tells it
-about every attempt that ended. The governor holds the policies of
-DESIGN.md rule 6:
+about every attempt that ended. The governor holds these
+policies:
 
 - a canary: the first tasks run alone until one produces valid output;
 - throttles shrink concurrency and back off with full jitter instead of

@@ -4,7 +4,8 @@ A hook call acts for a task when the environment names one (``GITRUN_RUN``
 and ``GITRUN_TASK``: a worker gitrun launched, and its own subagents, which
 inherit them) or when it comes from a subagent of a lead session that was
 dispatched a leased pointer (:mod:`gitrun.subagents`). Where a task is
-concerned, a hook that cannot decide blocks (DESIGN rule 10).
+concerned, a hook that cannot decide blocks, since letting the call
+through could let a stray write through.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ def run(name: str) -> int:
     In a gitrun task's context any failure at all blocks: Claude Code blocks
     a tool call only on exit 2 (any other failure lets it through), so an
     unexpected error here, even in reading the input, exits 2 with one line
-    on stderr (DESIGN rule 10, fail closed). Outside every task's context an
+    on stderr (fail closed). Outside every task's context an
     unexpected error stays a crash, for the command line to report.
     """
     from gitrun.hooks import blocked, claims_task

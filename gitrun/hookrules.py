@@ -1,4 +1,4 @@
-"""What the write hooks judge a task by, kept where a hook call finds it fast (issue 14).
+"""What the write hooks judge a task by, kept where a hook call finds it fast.
 
 Claude Code runs gitrun's PreToolUse hook before every write of every agent,
 and git runs the pre-commit hook on every commit, so a call must cost little

@@ -9,8 +9,9 @@
   though it claims one, is denied. The lead's Agent calls carrying a pointer
   and Bash calls go to :mod:`gitrun.agenthooks`. With no gitrun context at
   all it allows everything, so unrelated sessions never break. In a task's
-  context (and for any subagent) its own failures block (fail closed,
-  DESIGN rule 10): exit 2, the only code Claude Code treats as "block".
+  context (and for any subagent) its own failures block (fail closed, so
+  a broken hook never lets a stray write through): exit 2, the only code
+  Claude Code treats as "block".
 - ``subagent_stop``: blocks a subagent's stop while its task's outputs are
   missing or invalid (once: ``stop_hook_active`` lets it go).
 - ``pre_commit``: a git pre-commit hook rejecting a worker's commit of paths

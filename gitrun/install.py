@@ -87,7 +87,7 @@ def fail_closed(command: str) -> str:
 
     Claude Code blocks a tool call only when its hook exits 2; any other
     non-zero status, even 127 from a hook that cannot start, lets the call
-    through (seen with the real client, issue 11). Claude Code runs a hook
+    through (seen with the real client). Claude Code runs a hook
     command with ``/bin/sh -c``: here every status but 0 becomes 2, and one
     that is not gitrun's own block says why on stderr, which the model reads.
     """

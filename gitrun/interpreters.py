@@ -1,6 +1,6 @@
 """Where the programs of a command line read an argument as code.
 
-DESIGN.md rule 9: task data reaches a worker only as whole argv elements (or
+Task data is never code: it reaches a worker only as whole argv elements (or
 ``GITRUN_*`` variables), and never in an element that a program parses as
 code. :func:`code_slots` finds those elements in a command template: the
 program itself, the script of a shell (``sh -c SCRIPT``, ``bash -lc``,

@@ -3,7 +3,7 @@
 An output counts only when it is a regular file inside the repository (not
 a symlink, not a directory), non-empty, different from what was there at
 launch, and accepted by every validator. A worker's exit status plays no
-part (DESIGN.md rule 1).
+part: workers lie about it, and the files are the facts.
 """
 
 from __future__ import annotations

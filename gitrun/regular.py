@@ -1,5 +1,5 @@
 """Reading a file that must be a regular file, without ever waiting on one
-that is not (issue 14: a FIFO where a definition or a report belongs hung
+that is not (a FIFO where a definition or a report belongs hung
 every command that opened it).
 
 The file is opened non-blocking (a FIFO without a writer opens at once),

@@ -1,4 +1,4 @@
-"""Claude Code's Bash sandbox, as gitrun asks for it (issue 11).
+"""Claude Code's Bash sandbox, as gitrun asks for it.
 
 The sandbox keeps every shell command of a session from writing in the
 repository, which no write hook can see. Claude Code runs it with
@@ -18,7 +18,7 @@ SANDBOX_TOOLS = ("bwrap", "socat")  # what the client's sandbox runs on Linux
 
 def claude_sandbox(repo: Path, excluded: list[str] | None = None) -> dict[str, object]:
     """Claude Code's Bash sandbox with ``repo`` read-only to every command
-    (checked with the real client, issue 11: sed, python and mv fail with
+    (checked with the real client: sed, python and mv fail with
     "Read-only file system"). The Write and Edit tools ignore it; the write
     hook guards them. ``excluded`` commands (permission-rule patterns, e.g.
     ``gitrun:*``) run outside it, and only with the session's permission."""

@@ -396,8 +396,8 @@ class Executor(Strict):
     # appended to the preset's (or command's) arguments
     args: list[ArgText] = field(default_factory=list)
     env: Annotated[dict[str, ArgText], After(_check_env_names)] = field(default_factory=dict)
-    # How a Claude Code worker's shell is kept from writing around ownership
-    # (issue 11): "sandbox" runs Bash in the client's sandbox with the
+    # How a Claude Code worker's shell is kept from writing around ownership,
+    # which no write hook sees: "sandbox" runs Bash in the client's sandbox with the
     # repository read-only (Linux needs bubblewrap and socat), "deny" takes
     # Bash away, "detect" leaves it and relies on the stray-write audit.
     bash: Literal["sandbox", "deny", "detect"] = "sandbox"

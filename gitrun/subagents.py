@@ -1,4 +1,4 @@
-"""Which task a Claude Code subagent works on, from its hook input (issue 11).
+"""Which task a Claude Code subagent works on, from its hook input.
 
 Inside a subagent, PreToolUse carries ``agent_id`` (the lead's calls carry
 none), and the client has written ``<transcript without .jsonl>/subagents/

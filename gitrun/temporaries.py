@@ -1,7 +1,7 @@
 """Agent clients' atomic-write temporaries: part of the path they are written for.
 
 Claude Code's Write tool writes ``out/b.json.tmp.<pid>.<hex>`` beside its
-target and renames it into place (issue 11). Caught between the two steps,
+target and renames it into place. Caught between the two steps,
 the temporary looked like a file written outside every owned path, and the
 audit reported about one owned write in five as a violation. A temporary of
 a path is judged as that path, in the audit and in the hooks alike; the

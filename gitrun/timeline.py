@@ -121,7 +121,7 @@ def _recovered(record: dict[str, Any]) -> bool:
 
 def canary_attempts(attempts: list[Attempt], canary: int) -> set[tuple[str, int]]:
     """The canary's attempts: while no task has produced valid output, only the
-    canary may start (DESIGN rule 6), so every attempt that started before the
+    canary may start, so every attempt that started before the
     first valid one ended was the canary's."""
     if canary <= 0:
         return set()

@@ -1,4 +1,4 @@
-"""Hook inputs of a lead session and its subagents, as Claude Code writes them (issue 11).
+"""Hook inputs of a lead session and its subagents, as Claude Code writes them.
 
 The lead's PreToolUse on Agent carries ``tool_use_id`` and the prompt; a
 subagent's carries ``agent_id``, and the client has written

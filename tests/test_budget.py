@@ -1,4 +1,4 @@
-"""The spend budget (issue 15): a run halts before it overspends, says so in one
+"""The spend budget: a run halts before it overspends, says so in one
 sentence, holds until `gitrun retry --budget` raises it, and loses nothing."""
 
 from __future__ import annotations

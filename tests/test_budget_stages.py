@@ -1,4 +1,4 @@
-"""The spend projection of a run with stages (issue 15): each stage is projected
+"""The spend projection of a run with stages: each stage is projected
 at its own rate, once its first output validates (the first stage's is the
 canary's), and a stage whose rate is not known yet is said not to be
 projected, never priced at another stage's rate."""

@@ -1,5 +1,5 @@
-"""A budget gitrun cannot enforce is said once per run, not on every call
-(issue 15): in external mode each `next` and `collect` is a process of its
+"""A budget gitrun cannot enforce is said once per run, not on every call:
+in external mode each `next` and `collect` is a process of its
 own, so what was said is remembered in the run's machine-local state."""
 
 from __future__ import annotations

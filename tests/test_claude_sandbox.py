@@ -1,4 +1,4 @@
-"""The claude worker's Bash is kept from writing around ownership (issue 11):
+"""The claude worker's Bash is kept from writing around ownership:
 ``[executor] bash``, gitrun's ``--settings``, and what ``gitrun check`` says
 before a launch. The real client's side is in tests/test_real_claude.py."""
 

@@ -1,4 +1,4 @@
-"""Environment faults of the real clients (issue 11), with stand-ins named like them.
+"""Environment faults of the real clients, with stand-ins named like them.
 
 A stand-in is a small script called ``codex``, ``gemini`` or ``aider`` that
 prints what the real client prints when its model cannot be reached or it

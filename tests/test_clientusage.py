@@ -1,4 +1,4 @@
-"""Each client's usage report, read from output shaped as the real clients print it (issue 15).
+"""Each client's usage report, read from output shaped as the real clients print it.
 
 The shapes were captured from the versions in README.md's compatibility
 table against the mock model servers in tests/realclient/.

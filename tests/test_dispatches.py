@@ -1,4 +1,4 @@
-"""Subagent identity without per-task agent files (issue 11), through the installed hook.
+"""Subagent identity without per-task agent files, through the installed hook.
 
 The lead's Agent call with a leased pointer is allowed, renamed and
 recorded; the subagent that call started is found from its ``agent_id`` and

@@ -64,7 +64,7 @@ def test_claude_preset_passes_the_write_hooks() -> None:
         "claude", "-p", POINTER, "--model", "configured-model",
         "--permission-mode", "acceptEdits", "--output-format",
     ]  # fmt: skip
-    assert argv[8] == "json"  # its closing object carries the usage (issue 15)
+    assert argv[8] == "json"  # its closing object carries the usage
     assert argv[9] == "--settings"
     settings = json.loads(argv[10])
     hooks = settings["hooks"]

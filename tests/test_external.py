@@ -129,7 +129,7 @@ def test_next_refuses_command_runs_and_explains_an_unstarted_run(git_repo: Path)
 
 
 def test_next_names_the_one_worker_agent_and_writes_no_agent_files(git_repo: Path) -> None:
-    """Per-task agent files are retired (issue 11): a file written during the
+    """Per-task agent files are retired: a file written during the
     lead's turn is not found in that turn, and in -p mode never."""
     write_run(
         git_repo,

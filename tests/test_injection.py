@@ -1,4 +1,4 @@
-"""Task data is never code (DESIGN.md rule 9, issue 9 section 5).
+"""Task data is never code: a hostile payload in it never runs.
 
 Every hostile payload goes through every preset and wrapper form for real:
 the command is rendered and executed as a child process (through a real

@@ -1,4 +1,4 @@
-"""The driver lock's owner record on a disk that fills up (issue 9, section 9).
+"""The driver lock's owner record on a disk that fills up.
 
 A full disk is real here: a 64 KiB tmpfs mounted over the repository's
 `.git/gitrun` and filled to the last page (skipped where mounting is not

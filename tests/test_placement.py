@@ -1,5 +1,5 @@
 """Hostile paths: canonical spellings, symlinks, directory outputs, ignored and
-foreign files. Each class failed on the code before it was fixed (issue 9)."""
+foreign files. Each class failed on the code before it was fixed."""
 
 from __future__ import annotations
 

@@ -258,7 +258,7 @@ def test_the_node_runs_the_command_in_a_scratch_directory_and_brings_back_output
 def test_the_node_names_a_usage_file_and_brings_back_what_the_worker_wrote(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 15: $GITRUN_USAGE names a file on the node (the driver's path means
+    """$GITRUN_USAGE names a file on the node (the driver's path means
     nothing there), and what the worker wrote comes back, capped."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     script = (
@@ -711,7 +711,7 @@ def _commands(cluster: Any, script: str) -> list[psutil.Process]:
 # Last: it loses w2 for good.
 @pytest.mark.ray
 def test_sixty_tasks_on_three_nodes_survive_losing_one(git_repo: Path, cluster: Any) -> None:
-    """The proof of issue 12: lying workers, a worker node killed mid-run;
+    """Ray's fault tolerance, proved: lying workers, a worker node killed mid-run;
     every output committed exactly once, lost attempts not counted (with
     max_attempts = 1 a counted loss fails its task), fsck clean, and the
     cluster's stop leaves nothing behind (the fixture's teardown)."""
@@ -760,7 +760,7 @@ def test_sixty_tasks_on_three_nodes_survive_losing_one(git_repo: Path, cluster: 
 
 @pytest.mark.ray
 def test_usage_reaches_the_ledger_from_the_node(git_repo: Path, cluster: Any) -> None:
-    """Issue 15 on Ray: a client's own report (a program named `claude` printing
+    """Usage on Ray: a client's own report (a program named `claude` printing
     its closing JSON object) and a worker's usage file are recorded per attempt,
     as for a local attempt."""
     bin_dir = git_repo.parent / "bin"

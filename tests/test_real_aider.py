@@ -1,4 +1,4 @@
-"""The aider preset driven by `gitrun start` over the real aider CLI (issue 11).
+"""The aider preset driven by `gitrun start` over the real aider CLI.
 
 aider 0.86 talks to ``tests/realclient/openai_mock.py`` (Chat Completions on
 127.0.0.1) through ``OPENAI_API_BASE`` with a dummy key and the model
@@ -24,7 +24,7 @@ from tests.realclient.openai_mock import OpenAIMock, whole_file
 pytestmark = pytest.mark.realclient
 
 OUTPUT = "out/t1.json"
-# The preset's argv before issue 11.
+# The preset's argv before it was fixed for the real client.
 OLD_PRESET = [
     "aider", "--model", "{model}", "--no-auto-commits", "--yes-always", "--message", "{pointer}",
 ]  # fmt: skip
@@ -88,7 +88,7 @@ def test_the_owned_write_lands_and_nothing_else_is_touched(git_repo: Path, tmp_p
     assert "Summarise the inputs as JSON." in chat
     assert "Alpha chapter text." in chat and "Beta chapter text." in chat
     assert "gitrun run r, task t1" in chat
-    # Issue 15: aider's "Tokens: 100 sent, 20 received." for each answer is the
+    # aider's "Tokens: 100 sent, 20 received." for each answer is the
     # attempt's usage; the mock model has no price, so aider states no cost.
     from gitrun.ledger import attempt_records
     from gitrun.usage import Usage, usage_of

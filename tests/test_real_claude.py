@@ -1,4 +1,4 @@
-"""Write-time ownership inside the real Claude Code CLI (issue 11).
+"""Write-time ownership inside the real Claude Code CLI.
 
 Each test drives ``claude -p`` against the scripted mock model on
 127.0.0.1 (no network, no API key) in a real repository with gitrun's hooks
@@ -129,7 +129,7 @@ def test_a_write_outside_the_task_s_owns_is_denied_and_the_model_is_told(
 
 
 def test_the_client_lets_a_write_through_when_a_plain_hook_cannot_start(repo: Path) -> None:
-    """The fact behind fail-closed (issue 11): Claude Code blocks only on
+    """The fact behind fail-closed: Claude Code blocks only on
     exit 2, so a hook command that exits 127 (a stale interpreter path, as
     gitrun installed before) lets a stray write through."""
     assert _hooks_status(repo).returncode == 0
@@ -161,7 +161,7 @@ def test_the_installed_hook_blocks_when_gitrun_cannot_start(repo: Path, tmp_path
 
 
 def test_bash_cannot_write_in_the_repository_from_the_installed_sandbox(repo: Path) -> None:
-    """What the write hook cannot see (issue 11): with acceptEdits, a shell
+    """What the write hook cannot see: with acceptEdits, a shell
     redirection inside the repository runs without asking. `gitrun hooks
     install` puts the sandbox in .claude/settings.local.json: the same write
     fails at the OS level. Without it, the write goes through (the audit
@@ -256,7 +256,7 @@ def test_gitrun_start_with_the_claude_preset_confines_bash_and_commits_the_owned
 def test_gitrun_start_records_the_tokens_and_cost_the_real_client_reported(
     repo: Path, tmp_path: Path
 ) -> None:
-    """Issue 15: the claude preset's closing JSON object reaches the ledger:
+    """The claude preset's closing JSON object reaches the ledger:
     the tokens are what the mock served (every message, side requests too),
     the cost is what the client stated, and the result is the attempt's tail."""
     from gitrun.ledger import attempt_records, usage_totals

@@ -1,4 +1,4 @@
-"""An external run led by a real Claude Code session in ``-p`` mode (issue 11).
+"""An external run led by a real Claude Code session in ``-p`` mode.
 
 The lead runs ``gitrun next`` through Bash (allowed by ``--allowedTools``),
 then launches subagents with the pointers in one turn; the mock model

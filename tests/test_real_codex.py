@@ -1,4 +1,4 @@
-"""The codex preset driven by `gitrun start` over the real codex CLI (issue 11).
+"""The codex preset driven by `gitrun start` over the real codex CLI.
 
 codex 0.171 talks to ``tests/realclient/openai_mock.py`` (the Responses API
 on 127.0.0.1) through a custom model provider in a private ``CODEX_HOME``:
@@ -115,7 +115,7 @@ def test_an_unreachable_endpoint_halts_the_run_well_before_the_timeout(
 def test_the_tokens_codex_reported_reach_the_ledger_with_the_cached_input_apart(
     git_repo: Path, tmp_path: Path
 ) -> None:
-    """Issue 15: `codex exec --json` reports its session's tokens in
+    """`codex exec --json` reports its session's tokens in
     `turn.completed`; the ledger keeps them as served (input counted without
     its cached part), with the model it was asked for and no cost (codex
     states none: unknown, not zero)."""

@@ -1,4 +1,4 @@
-"""The gemini preset driven by `gitrun start` over the real gemini CLI (issue 11).
+"""The gemini preset driven by `gitrun start` over the real gemini CLI.
 
 gemini-cli 0.61 talks to ``tests/realclient/gemini_mock.py`` on 127.0.0.1
 through ``GOOGLE_GEMINI_BASE_URL``, with the ``gemini-api-key`` auth type in
@@ -23,7 +23,7 @@ from tests.realclient.scripted import Reply
 pytestmark = pytest.mark.realclient
 
 OUTPUT = "out/t1.json"
-# The preset's argv before issue 11: --yolo, and no --skip-trust.
+# The preset's argv before it was fixed for the real client: --yolo, and no --skip-trust.
 OLD_PRESET = ["gemini", "--model", "{model}", "--yolo", "--prompt", "{pointer}"]
 
 
@@ -79,7 +79,7 @@ def test_the_owned_write_lands_in_an_untrusted_folder_and_is_committed(
     assert "Successfully created and wrote" in json.dumps(responses[0]["response"])
     assert first.path.startswith("/v1beta/models/gemini-mock:streamGenerateContent")
     assert "gitrun run r, task t1" in json.dumps(first.body["contents"])
-    # Issue 15: each attempt's tokens, from gemini's closing JSON object, are
+    # Each attempt's tokens, from gemini's closing JSON object, are
     # what the mock served it (100 prompt and 20 candidate tokens an answer);
     # gemini states no cost: unknown, not zero.
     from gitrun.ledger import attempt_records

@@ -1,4 +1,4 @@
-"""gitrun never signals what it did not start (issue 9, section 7).
+"""gitrun never signals what it did not start.
 
 A journal record is proof only together with the attempt's identity in the
 process's environment (``GITRUN_ATTEMPT_ID``): workers can write `.git/`, so

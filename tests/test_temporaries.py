@@ -1,4 +1,4 @@
-"""A client's atomic-write temporary of an owned path is part of that path (issue 11)."""
+"""A client's atomic-write temporary of an owned path is part of that path."""
 
 from __future__ import annotations
 

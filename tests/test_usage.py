@@ -1,4 +1,4 @@
-"""The usage record and a run's totals (issue 15): unknown is never zero."""
+"""The usage record and a run's totals: unknown is never zero."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""Driving real agent CLIs against a local mock model server (issue 11)."""
+"""Driving real agent CLIs against a local mock model server."""
