@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from gitrun import git, ledger
-from gitrun.committer import branch_ref
 from gitrun.engine import DONE, FAILED, PENDING, Engine
 from gitrun.errors import GitrunError
 from gitrun.history import read_history
 from gitrun.jsonlines import file_error, parse_lines
+from gitrun.layout import branch_ref
 from gitrun.local import LocalPaths
 from gitrun.runfiles import read_blobs
 from gitrun.runs import CONFIG_FILE, LEDGER_NAME, PACKET_NAME, TASKS_NAME, RunDef, check_run_id

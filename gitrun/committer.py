@@ -26,8 +26,7 @@ from gitrun import git
 from gitrun.crashpoints import crash_point
 from gitrun.errors import CommandError, GitrunError
 from gitrun.flocks import hold
-from gitrun.layout import BRANCH_PREFIX as BRANCH_PREFIX
-from gitrun.layout import branch_ref as branch_ref
+from gitrun.layout import branch_ref
 from gitrun.local import LocalPaths
 from gitrun.outputs import OutputCheck, blob_id, regular_files_beneath
 from gitrun.records import (

@@ -23,10 +23,11 @@ from typing import Any
 from gitrun import git, hookrules, ledger
 from gitrun.agents import WORKER_AGENT
 from gitrun.audit import Audit, AuditState
-from gitrun.committer import Committer, Landing, branch_ref, landing_message
+from gitrun.committer import Committer, Landing, landing_message
 from gitrun.engine import DONE, FAILED, Ended, Engine
 from gitrun.errors import GitrunError
 from gitrun.governor import STRICT, GovernorState, Halt
+from gitrun.layout import branch_ref
 from gitrun.leases import Lease, read_leases, write_leases
 from gitrun.local import LocalPaths
 from gitrun.lock import RunBusy, run_locked

@@ -49,7 +49,7 @@ _END = b"\n# end of the hook rules\n"  # a file cut short does not end so
 
 
 def started_runs(repo: Repo) -> set[str]:
-    """The runs whose branch exists (``committer.branch_ref``), in one git call."""
+    """The runs whose branch exists (``layout.branch_ref``), in one git call."""
     import subprocess
 
     proc = subprocess.run(

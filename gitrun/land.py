@@ -13,8 +13,8 @@ import shutil
 from pathlib import Path
 
 from gitrun import git
-from gitrun.committer import branch_ref
 from gitrun.errors import CommandError, GitrunError
+from gitrun.layout import branch_ref
 from gitrun.local import LocalPaths
 from gitrun.outputs import blob_on_disk
 from gitrun.proc import run_cmd

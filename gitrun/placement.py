@@ -58,8 +58,8 @@ class BaseTree:
 
 def base_commit(run: RunDef) -> str | None:
     """The run's fork point once it started, else HEAD (where start will fork)."""
-    from gitrun.committer import branch_ref
     from gitrun.history import find_base
+    from gitrun.layout import branch_ref
 
     if git.rev_parse(run.repo, branch_ref(run.id)):
         found = find_base(run.repo, run.id)

@@ -97,7 +97,7 @@ def definition_files(
 
 def _ledger_at_tip(run: RunDef) -> dict[str, str]:
     """The ledger's files on the run's branch: path -> blob id."""
-    from gitrun.committer import branch_ref
+    from gitrun.layout import branch_ref
 
     tip = git.rev_parse(run.repo, branch_ref(run.id))
     if tip is None:

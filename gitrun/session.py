@@ -16,9 +16,10 @@ from pathlib import Path
 
 from gitrun import git, hookrules, ledger
 from gitrun.check import check_run
-from gitrun.committer import BRANCH_PREFIX, Committer, branch_ref, read_tip, trailers
+from gitrun.committer import Committer, read_tip, trailers
 from gitrun.driver import Driver, Progress, Reporter, RunOutcome
 from gitrun.errors import GitrunError
+from gitrun.layout import BRANCH_PREFIX, branch_ref
 from gitrun.ledger import CHUNK_DIR
 from gitrun.local import LocalPaths
 from gitrun.lock import run_locked

@@ -102,9 +102,9 @@ def log(
     ] = False,
 ) -> None:
     """Show a run's history from its branch: when, which tasks, which attempt."""
-    from gitrun.committer import branch_ref
     from gitrun.git import rev_parse
     from gitrun.history import read_history
+    from gitrun.layout import branch_ref
     from gitrun.runs import RUNS_DIR, check_run_id
 
     repo = _repo(ctx)
