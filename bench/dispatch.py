@@ -276,24 +276,24 @@ atexit.register(lambda: sys.stderr.write(
     "PHASES " + json.dumps({"up": up, "imported": imported, "marks": marks, "exit": time.time()})
     + chr(10)))
 sys.argv = ["gitrun", "start", "bench", "--quiet"]
-import gitrun.entry
+import gitrun.cli.entry
 entered = time.time()
 marks["main"] = [entered, entered]
-raise SystemExit(gitrun.entry.main())  # as gitrun.entry.run ends
+raise SystemExit(gitrun.cli.entry.main())  # as gitrun.cli.entry.run ends
 """
 # The functions marked, in order (module:qualified name).
 _MARKED = [
-    "gitrun.session:start_run",
-    "gitrun.session:_create_branch",
-    "gitrun.session:check_run",
-    "gitrun.committer:Committer.start_branch",
-    "gitrun.hookrules:refresh",
-    "gitrun.driver:Driver.__init__",
-    "gitrun.driver:Driver.drive",
-    "gitrun.driver:Driver._kill_leftovers",
-    "gitrun.committer:CommitQueue.flush",
-    "gitrun.driver:Driver._outcome",
-    "gitrun.report:format_summary",
+    "gitrun.commands.session:start_run",
+    "gitrun.commands.session:_create_branch",
+    "gitrun.commands.session:check_run",
+    "gitrun.engine.committer:Committer.start_branch",
+    "gitrun.guard.rules:refresh",
+    "gitrun.engine.driver:Driver.__init__",
+    "gitrun.engine.driver:Driver.drive",
+    "gitrun.engine.driver:Driver._kill_leftovers",
+    "gitrun.engine.committer:CommitQueue.flush",
+    "gitrun.engine.driver:Driver._outcome",
+    "gitrun.commands.summary:format_summary",
 ]
 
 

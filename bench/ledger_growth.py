@@ -45,7 +45,7 @@ def record(i: int) -> dict[str, object]:
 
 def stored(repo: Path, run_dir: str) -> tuple[int, int, int]:
     """(distinct ledger blob bytes, ledger bytes at the tip, ledger tree bytes)."""
-    from gitrun import ledger
+    from gitrun.store import ledger
 
     prefix = run_dir + "/"
     out = subprocess.run(
@@ -88,12 +88,12 @@ def stored(repo: Path, run_dir: str) -> tuple[int, int, int]:
 
 
 def one(root: Path, tasks: int, per_commit: int, chunked: bool) -> tuple[int, int, int, int, float]:
-    from gitrun.committer import Committer
-    from gitrun.jsonlines import line_of
-    from gitrun.ledger import LedgerWriter
-    from gitrun.local import LocalPaths
-    from gitrun.runfiles import definition_files
-    from gitrun.runs import load_run
+    from gitrun.definition.load import load_run
+    from gitrun.definition.runfiles import definition_files
+    from gitrun.engine.committer import Committer
+    from gitrun.store.jsonlines import line_of
+    from gitrun.store.ledger import LedgerWriter
+    from gitrun.store.local import LocalPaths
 
     repo = make_repo(root / ("after" if chunked else "before"))
     run_dir = write_bench_run(repo, [{"id": "t1", "outputs": ["out/t1.json"]}])

@@ -1,6 +1,6 @@
 """Soak the overlap proof: random pattern pairs, intersect() against brute force.
 
-Each pair of patterns is decided twice: by ``gitrun.patterns.intersect`` and by
+Each pair of patterns is decided twice: by ``gitrun.ownership.patterns.intersect`` and by
 the independent oracle of the test suite (``tests/pattern_oracle.py``), which
 tries every path, of any depth, whose names have one to four characters from
 ``.``, ``a``, ``b``, ``x``, ``*``, ``?``. A *miss* is a pair the oracle finds a
@@ -35,7 +35,7 @@ PAIRS_PER_POOL = 6_000
 
 def soak_pool(job: tuple[int, int, int]) -> tuple[Counter[str], list[str]]:
     """Check ``pairs`` random pairs from one pool of patterns drawn from (seed, index)."""
-    from gitrun.patterns import intersect, parse
+    from gitrun.ownership.patterns import intersect, parse
     from tests.pattern_oracle import (
         OraclePattern,
         Signed,

@@ -1,3 +1,3 @@
-from gitrun.entry import run
+from gitrun.cli.entry import run
 
 run()

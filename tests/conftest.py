@@ -30,7 +30,7 @@ def _quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     process on a shared machine: in-process drivers see an idle machine and
     child processes a bound no load reaches, so no test depends on what else
     runs. The load-gate tests set their own."""
-    from gitrun import governor
+    from gitrun.engine import governor
 
     monkeypatch.setattr(governor, "read_load", lambda: 0.0)
     # gitrun run as a child process reads the real load: a bound no machine reaches.

@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from gitrun.simagent import log_event, write_whole
+from gitrun.workers.simagent import log_event, write_whole
 
 
 def _log(spec: dict[str, object], event: str) -> None:

@@ -156,7 +156,7 @@ def gitrun_process(repo: Path, *args: str, capture: bool = True) -> subprocess.P
 
 def ledger_records(repo: Path, run_id: str = "r") -> list[dict[str, object]]:
     """The run's ledger on disk, every record in order (through gitrun's one reader)."""
-    from gitrun.ledger import read_ledger
+    from gitrun.store.ledger import read_ledger
 
     return read_ledger(repo / ".gitrun/runs" / run_id)
 
@@ -166,9 +166,9 @@ def committed_ledger(
 ) -> list[dict[str, object]]:
     """The ledger records committed at ``rev``, in order: an older run's single
     file, then the chunks by number ([] when ``rev`` does not exist)."""
-    from gitrun.jsonlines import parse_lines
-    from gitrun.ledger import is_ledger_name
-    from gitrun.runs import LEDGER_NAME
+    from gitrun.definition.load import LEDGER_NAME
+    from gitrun.store.jsonlines import parse_lines
+    from gitrun.store.ledger import is_ledger_name
 
     run_dir = f".gitrun/runs/{run_id}"
     proc = subprocess.run(

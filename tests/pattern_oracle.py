@@ -1,7 +1,7 @@
 """An independent reference for pattern ownership, and a universe of paths to brute-force.
 
 The oracle does not use gitrun's parser, regular expressions or search. It is
-written from the rules in the docstring of ``gitrun.patterns``:
+written from the rules in the docstring of ``gitrun.ownership.patterns``:
 
 - one name is matched against one segment of a pattern by pathspec's
   gitignore translation of that segment alone (names never hold ``/``, so

@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gitrun.external import external_run
-from gitrun.session import prepare_external
+from gitrun.commands.session import prepare_external
+from gitrun.engine.external import external_run
 
 
 def lease(repo: Path, run_id: str, *, start: bool = False) -> dict[str, str]:

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from gitrun import git as gitdoor
+from gitrun.definition.load import load_run
+from gitrun.definition.sources import source_key
+from gitrun.engine.status import read_status
 from gitrun.errors import GitrunError
-from gitrun.regular import NotRegular, read_regular
-from gitrun.runs import load_run
-from gitrun.sources import source_key
-from gitrun.state import read_status
+from gitrun.store import git as gitdoor
+from gitrun.store.regular import NotRegular, read_regular
 from tests.helpers import commit_all, fake_worker_run, git, run_gitrun, write_run
 
 
@@ -184,7 +184,7 @@ def test_a_closed_stderr_does_not_stop_the_run(git_repo: Path) -> None:
 
 
 def test_typer_status_into_a_closed_pipe_is_quiet(defined: Path) -> None:
-    full = "import sys; from gitrun.cli import main; sys.exit(main(sys.argv[1:]))"
+    full = "import sys; from gitrun.cli.main import main; sys.exit(main(sys.argv[1:]))"
     proc = _into_closed_pipe(defined, ["-c", full, "status", "r"])
     assert (proc.returncode, proc.stderr) == (1, "")
 

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from gitrun.attempt import AttemptEnd, Monitor, usage_file
+from gitrun.workers.attempt import AttemptEnd, Monitor, usage_file
 
 PY = sys.executable
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gitrun.commands.session import resume_run, start_run
 from gitrun.errors import GitrunError
-from gitrun.session import resume_run, start_run
 from tests.helpers import build_tree, commit_all, git, write_run
 
 quiet = lambda _line: None  # noqa: E731
@@ -139,7 +139,7 @@ def test_what_a_worker_leaves_behind_in_its_own_session_is_stopped_at_the_end(
 ) -> None:
     import time
 
-    from gitrun.reaper import is_running
+    from gitrun.processes.reaper import is_running
 
     pidfile = git_repo.parent / "leftover.pid"
     marker = git_repo.parent / "LATE_WRITE"

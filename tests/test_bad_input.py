@@ -24,8 +24,8 @@ import pytest
 import tomli_w
 from typer.testing import CliRunner
 
-from gitrun.cli import app
-from gitrun.settings import _merge  # tables merge the way configuration layers do
+from gitrun.cli.main import app
+from gitrun.definition.schema import _merge  # tables merge the way configuration layers do
 from tests.helpers import build_tree, git_env
 
 RUN = "r"

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from gitrun import ledger
-from gitrun.budget import Budget, SpendGate, budget_of, money, spend_text
-from gitrun.ledger import AttemptRecord, usage_totals
-from gitrun.settings import Limits
-from gitrun.usage import Usage, UsageTotals, usage_of
+from gitrun.definition.schema import Limits
+from gitrun.engine.budget import Budget, SpendGate, budget_of, money, spend_text
+from gitrun.store import ledger
+from gitrun.store.ledger import AttemptRecord, usage_totals
+from gitrun.store.usage import Usage, UsageTotals, usage_of
 from tests.helpers import commit_all, committed_ledger, ledger_records, write_run
 
 # Every attempt writes its output and reports what it cost: $COST dollars
@@ -285,7 +285,7 @@ def test_money_reads_as_people_write_it() -> None:
 
 
 def test_the_budget_comes_from_the_environment_too(git_repo: Path) -> None:
-    from gitrun.runs import load_run
+    from gitrun.definition.load import load_run
 
     write_run(git_repo, "r", [{"id": "t1", "outputs": ["a.json"]}])
     environ = {"GITRUN_MAX_COST_USD": "12.5", "GITRUN_MAX_TOKENS": "100000"}
@@ -305,7 +305,7 @@ def test_a_record_of_old_form_counts_as_unknown_in_the_gate() -> None:
 def test_status_the_summary_and_the_html_report_show_the_same_spend(git_repo: Path) -> None:
     """Two attempts cost $0.25 each, one of them wasted (its output invalid),
     and one reports nothing: every view says so, from the committed ledger."""
-    from gitrun.htmlreport import render_report
+    from gitrun.commands.report.page import render_report
     from tests.test_htmlreport import numbers, parse
 
     table = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(1, 4)]
@@ -353,8 +353,8 @@ def test_the_live_view_shows_spend_against_the_budget() -> None:
 
     from rich.console import Console
 
-    from gitrun.driver import Progress
-    from gitrun.view import LiveView
+    from gitrun.commands.live import LiveView
+    from gitrun.engine.driver import Progress
 
     totals = _totals(0.5, 0.25, None)
     totals.add(Usage(5, 5, cost_usd=0.25), valid=False, stage="work")

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from gitrun import ledger
-from gitrun.budget import Budget, SpendGate
-from gitrun.usage import Usage, UsageTotals
+from gitrun.engine.budget import Budget, SpendGate
+from gitrun.store import ledger
+from gitrun.store.usage import Usage, UsageTotals
 from tests.helpers import commit_all, committed_ledger, write_run
 
 # Work tasks (w*) and review tasks (r*) write their output and report what they
@@ -128,8 +128,8 @@ def test_a_token_budget_is_projected_per_stage_too(git_repo: Path) -> None:
 def test_a_run_without_a_canary_projects_no_stage() -> None:
     """The projection is the canary's: with limits.canary = 0 no stage is
     projected (the in-flight budget still holds every start)."""
-    from gitrun.governor import Governor
-    from gitrun.settings import Limits
+    from gitrun.definition.schema import Limits
+    from gitrun.engine.governor import Governor
 
     totals = UsageTotals()
     limits = Limits(canary=0, max_cost_usd=1.0)
@@ -143,7 +143,7 @@ def test_a_run_without_a_canary_projects_no_stage() -> None:
 def test_every_later_stage_is_named_and_one_without_a_known_cost_is_not_priced(
     git_repo: Path,
 ) -> None:
-    from gitrun.runs import load_run
+    from gitrun.definition.load import load_run
 
     stages = ["work", "review", "check"]
     table = [

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gitrun.local import LocalPaths
+from gitrun.store.local import LocalPaths
 from tests.helpers import commit_all, git, write_run
 
 COST = "limits.max_cost_usd cannot be enforced"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from gitrun.crashpoints import POINTS
+from gitrun.engine.crashpoints import POINTS
 from tests.helpers import build_tree, committed_ledger, git, gitrun_process
 
 TASKS = 60
@@ -64,7 +64,7 @@ def test_chaos_kill_9_ten_times(git_repo: Path, tmp_path: Path) -> None:
             "command": [
                 sys.executable,
                 "-m",
-                "gitrun.simagent",
+                "gitrun.workers.simagent",
                 "--seed",
                 str(seed),
                 "--hangs",

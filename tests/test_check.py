@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.check import Problem, check_run
-from gitrun.runs import load_run
+from gitrun.definition.load import load_run
+from gitrun.proof.check import Problem, check_run
 from tests.helpers import build_tree, commit_all, git, write_run
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.check import _claims, check_run
-from gitrun.patterns import matches, parse
+from gitrun.definition.load import load_run
+from gitrun.ownership.patterns import matches, parse
 from gitrun.problem import Problem
-from gitrun.runs import load_run
+from gitrun.proof.check import _claims, check_run
 from tests.helpers import write_run
 
 

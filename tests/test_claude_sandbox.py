@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.check import check_run
-from gitrun.clientcheck import settings_problems
-from gitrun.executor import claude_settings, command_template, render_command
-from gitrun.pointer import attempt_values
-from gitrun.runs import load_run
-from gitrun.settings import Executor
+from gitrun.definition.load import load_run
+from gitrun.definition.schema import Executor
+from gitrun.proof.check import check_run
+from gitrun.proof.clientcheck import settings_problems
+from gitrun.workers.executor import claude_settings, command_template, render_command
+from gitrun.workers.pointer import attempt_values
 from tests.helpers import write_run
 
 TASKS = [{"id": "t1", "outputs": ["out/t1.json"]}]

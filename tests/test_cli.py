@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from gitrun.cli import app
+from gitrun.cli.main import app
 from tests.helpers import build_tree, write_run
 
 runner = CliRunner()
@@ -324,8 +324,8 @@ def test_a_ledger_that_is_a_directory_is_one_sentence(git_repo: Path) -> None:
 
 
 def test_junk_in_the_local_journal_is_skipped(git_repo: Path) -> None:
-    from gitrun.journal import running_records
-    from gitrun.local import LocalPaths
+    from gitrun.store.journal import running_records
+    from gitrun.store.local import LocalPaths
 
     write_run(git_repo, "r", [{"id": "t1", "outputs": ["a"]}])
     local = LocalPaths.of(git_repo, "r")
@@ -340,12 +340,12 @@ def test_junk_in_the_local_journal_is_skipped(git_repo: Path) -> None:
 def test_an_unexpected_error_is_one_line_and_a_crash_log_with_versions(
     git_repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import gitrun.check
+    import gitrun.proof.check
 
     def broken(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(gitrun.check, "check_run", broken)
+    monkeypatch.setattr(gitrun.proof.check, "check_run", broken)
     write_run(git_repo, "r", [{"id": "t1", "outputs": ["out/t1.json"]}])
     result = runner.invoke(app, ["check", "r"])
     assert result.exit_code == 70
@@ -361,12 +361,12 @@ def test_an_unexpected_error_is_one_line_and_a_crash_log_with_versions(
 
 
 def test_ctrl_c_exits_130(git_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import gitrun.check
+    import gitrun.proof.check
 
     def interrupted(*_args: object, **_kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(gitrun.check, "check_run", interrupted)
+    monkeypatch.setattr(gitrun.proof.check, "check_run", interrupted)
     write_run(git_repo, "r", [{"id": "t1", "outputs": ["out/t1.json"]}])
     result = runner.invoke(app, ["check", "r"])
     assert result.exit_code == 130 and "gitrun: interrupted" in result.output

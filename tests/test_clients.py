@@ -3,7 +3,7 @@
 A stand-in is a small script called ``codex``, ``gemini`` or ``aider`` that
 prints what the real client prints when its model cannot be reached or it
 cannot authenticate (the lines are copied from the clients, see
-gitrun/clients.py), run by a real ``gitrun start``.
+gitrun/workers/clients.py), run by a real ``gitrun start``.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from gitrun import governor
-from gitrun.clients import CLIENT_SIGNS, UnreachableWatch, client_signs
-from gitrun.session import start_run
+from gitrun.commands.session import start_run
+from gitrun.engine import governor
+from gitrun.workers.clients import CLIENT_SIGNS, UnreachableWatch, client_signs
 from tests.helpers import ledger_records, write_run
 
 quiet = lambda _line: None  # noqa: E731

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.clientusage import (
+from gitrun.store.usage import Usage
+from gitrun.workers.clientusage import (
     MAX_LINE,
     AiderReader,
     ClaudeReader,
@@ -20,7 +21,6 @@ from gitrun.clientusage import (
     read_usage_file,
     usage_reader,
 )
-from gitrun.usage import Usage
 
 # claude -p --output-format json (Claude Code 2.1.332), one line, after a line on stderr.
 CLAUDE = (

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.committer import Committer, Landing, landing_message
+from gitrun.definition.outputs import OutputCheck
+from gitrun.engine.committer import Committer, Landing, landing_message
 from gitrun.errors import GitrunError
-from gitrun.local import LocalPaths
-from gitrun.outputs import OutputCheck
+from gitrun.store.local import LocalPaths
 from tests.helpers import build_tree, git
 
 
@@ -61,7 +61,7 @@ def test_an_output_that_vanished_after_validation_is_committed_from_its_bytes(
         Landing("t1", 1, [OutputCheck("out/t1.json", "valid", data=b'{"a": 1}\n')]),
         Landing("t2", 1, [OutputCheck("out/t2.json", "valid", data=b'{"b": 2}\n')]),
     ]
-    import gitrun.git as gitmod
+    import gitrun.store.git as gitmod
 
     real = gitmod.hash_files
 
@@ -165,7 +165,7 @@ def test_a_flush_commits_the_last_landings_and_the_ledger_together(git_repo: Pat
     last records go into one commit, not one each."""
     import threading
 
-    from gitrun.committer import CommitQueue, Committed
+    from gitrun.engine.committer import CommitQueue, Committed
 
     committer = _committer(git_repo)
     grows = iter(range(1000))  # the ledger grows between any two reads
@@ -216,7 +216,7 @@ def test_only_regular_files_reached_without_a_link_are_hashed_where_they_lie(
     landings = [
         Landing(path, 1, [OutputCheck(path, "valid", data=data[path[-6]])]) for path in paths
     ]
-    import gitrun.git as gitmod
+    import gitrun.store.git as gitmod
 
     offered: list[str] = []
     real = gitmod.hash_files
@@ -238,7 +238,7 @@ def test_a_burst_of_landings_wakes_the_committing_thread_once(git_repo: Path) ->
     of them are still committed, in one commit."""
     import threading
 
-    from gitrun.committer import CommitQueue, Committed
+    from gitrun.engine.committer import CommitQueue, Committed
 
     committer = _committer(git_repo)
     made: list[Committed] = []
@@ -277,7 +277,7 @@ def test_a_big_batch_is_one_pack_of_the_validated_bytes(
     """A hundred landings or more: their blobs go into one pack written by
     fast-import from the validated bytes (what lies on disk plays no part),
     in the same five processes a small commit takes."""
-    from gitrun.committer import PACK_AT
+    from gitrun.engine.committer import PACK_AT
 
     committer = _committer(git_repo)
     n = PACK_AT + 20

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.settings import Limits, Packet, env_overrides, table_fields
+from gitrun.definition.schema import Limits, Packet, env_overrides, table_fields
 from tests.helpers import commit_all, run_gitrun, write_run
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gitrun"
-SCHEMA = PACKAGE / "settings.py"
+SCHEMA = PACKAGE / "definition/schema.py"
 
 
 def _modules() -> dict[Path, ast.Module]:

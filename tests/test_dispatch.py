@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.journal import read_journal
-from gitrun.local import LocalPaths
-from gitrun.session import start_run
+from gitrun.commands.session import start_run
+from gitrun.store.journal import read_journal
+from gitrun.store.local import LocalPaths
 from tests.helpers import fake_worker_run, git, ledger_records, write_run
 
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from gitrun.dispatches import description_of
-from gitrun.hookcontext import pointers_in
-from gitrun.install import install_claude
-from gitrun.pointer import render_pointer
-from gitrun.runs import load_run
+from gitrun.definition.load import load_run
+from gitrun.guard.context import pointers_in
+from gitrun.guard.install import install_claude
+from gitrun.store.dispatches import description_of
+from gitrun.workers.pointer import render_pointer
 from tests.helpers import commit_all, write_run
 from tests.subagent_helpers import (
     agent_call,

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.attempt import is_running
+from gitrun.commands.session import CheckFailed, resume_run, start_run
+from gitrun.engine.status import read_status
 from gitrun.errors import GitrunError
-from gitrun.local import LocalPaths
-from gitrun.session import CheckFailed, resume_run, start_run
-from gitrun.state import read_status
+from gitrun.store.local import LocalPaths
+from gitrun.workers.attempt import is_running
 from tests.helpers import (
     commit_all,
     committed_ledger,
@@ -254,7 +254,7 @@ def test_resume_commits_valid_outputs_on_disk_and_quarantines_invalid(
 
 
 def test_worker_log_is_bounded(git_repo: Path) -> None:
-    from gitrun.attempt import LOG_LIMIT, LOG_TAIL
+    from gitrun.workers.attempt import LOG_LIMIT, LOG_TAIL
     from tests.helpers import write_run
 
     script = "head -c 3000000 /dev/zero | tr '\\0' x; echo THE-END; echo '{}' > out/t1.json"
@@ -404,7 +404,7 @@ def test_a_start_on_linux_imports_no_psutil(git_repo: Path) -> None:
     import subprocess
     import sys
 
-    from gitrun.reaper import HAS_PROC
+    from gitrun.processes.reaper import HAS_PROC
 
     if not HAS_PROC:
         pytest.skip("no /proc here: identities come from psutil")
@@ -416,7 +416,7 @@ def test_a_start_on_linux_imports_no_psutil(git_repo: Path) -> None:
     )
     commit_all(git_repo, "define")
     probe = (
-        "import sys; from gitrun.entry import main; sys.argv = ['gitrun', 'start', 'r', '-q']; "
+        "import sys; from gitrun.cli.entry import main; sys.argv = ['gitrun', 'start', 'r', '-q']; "
         "code = main(); sys.exit(code + 10 * ('psutil' in sys.modules))"
     )
     proc = subprocess.run(

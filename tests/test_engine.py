@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gitrun import ledger
-from gitrun.committer import Committer, Landing
-from gitrun.engine import DONE, FAILED, PENDING, RUNNING, Ended, Engine, load_engine
-from gitrun.governor import CANARY, Halt
-from gitrun.leases import Lease, write_leases
-from gitrun.local import LocalPaths
-from gitrun.outputs import check_task
-from gitrun.runfiles import definition_files
-from gitrun.runs import RunDef, load_run
+from gitrun.definition.load import RunDef, load_run
+from gitrun.definition.outputs import check_task
+from gitrun.definition.runfiles import definition_files
+from gitrun.engine.committer import Committer, Landing
+from gitrun.engine.governor import CANARY, Halt
+from gitrun.engine.states import DONE, FAILED, PENDING, RUNNING, Ended, Engine, load_engine
+from gitrun.store import ledger
+from gitrun.store.leases import Lease, write_leases
+from gitrun.store.local import LocalPaths
 from tests.helpers import commit_all, git, ledger_records, write_run
 
 TASKS = [

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.check import check_run
-from gitrun.executor import command_template, input_paths, literal_models, render_command
-from gitrun.patterns import escape
-from gitrun.runs import load_run
-from gitrun.session import start_run
-from gitrun.settings import Executor
+from gitrun.commands.session import start_run
+from gitrun.definition.load import load_run
+from gitrun.definition.schema import Executor
+from gitrun.ownership.patterns import escape
+from gitrun.proof.check import check_run
+from gitrun.workers.executor import command_template, input_paths, literal_models, render_command
 from tests.helpers import build_tree, commit_all, write_run
 
 VALUES = {
@@ -220,9 +220,9 @@ def test_a_script_reading_the_model_from_the_environment_names_no_model() -> Non
 def test_a_task_with_a_bundle_gets_the_bundle_file_as_its_pointer_says(git_repo: Path) -> None:
     """A bundle is for more inputs than one argument list or environment
     variable can carry (Linux refuses a single one over 128 KiB)."""
-    from gitrun.executor import task_inputs
-    from gitrun.pointer import attempt_values
-    from gitrun.scaffold import new_run
+    from gitrun.commands.scaffold import new_run
+    from gitrun.workers.executor import task_inputs
+    from gitrun.workers.pointer import attempt_values
 
     build_tree(git_repo, {f"docs/{'x' * 60}{i:05d}.md": "x" for i in range(3000)})
     new_run(git_repo, "b", inputs="docs/*.md", output="out/{task}.json", per_task=3000)

@@ -192,7 +192,7 @@ def test_a_failed_canary_halts_external_mode_until_retry(git_repo: Path) -> None
 
 
 def test_governor_state_outlives_a_call_and_damage_to_it_is_a_warning(git_repo: Path) -> None:
-    from gitrun.local import LocalPaths
+    from gitrun.store.local import LocalPaths
 
     tasks = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(1, 5)]
     packet = {

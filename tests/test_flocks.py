@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 from filelock import FileLock, Timeout
 
-from gitrun.flocks import Held, hold
+from gitrun.store.flocks import Held, hold
 from tests.helpers import one_task_run
 
 HOLDER = """
 import sys, time
 from pathlib import Path
-from gitrun.flocks import hold
+from gitrun.store.flocks import hold
 with hold(Path(sys.argv[1])):
     print("held", flush=True)
     time.sleep(60)
@@ -95,7 +95,7 @@ def test_a_start_never_imports_filelock(git_repo: Path) -> None:
         "atexit.register(lambda: sys.stderr.write('MODULES ' + json.dumps("
         "[m for m in ('filelock', 'asyncio') if m in sys.modules]) + chr(10)))\n"
         "sys.argv = ['gitrun', 'start', 'r', '--quiet']\n"
-        "from gitrun.entry import main\n"
+        "from gitrun.cli.entry import main\n"
         "sys.exit(main())\n"
     )
     proc = subprocess.run(

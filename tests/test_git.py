@@ -12,8 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gitrun import git
 from gitrun.errors import CommandError, GitrunError
+from gitrun.store import git
 from tests.helpers import build_tree, commit_all
 from tests.helpers import git as run_git
 
@@ -225,7 +225,7 @@ def test_read_only_commands_do_not_import_gitpython(git_repo: Path, command: lis
 def test_writes_prepared_in_the_background_import_gitpython_once(tmp_path: Path) -> None:
     script = (
         "import sys\n"
-        "from gitrun import git\n"
+        "from gitrun.store import git\n"
         "git.prepare_writes()\n"
         "git.prepare_writes()  # one import, however often it is asked\n"
         "thread = git._importing\n"
@@ -243,7 +243,7 @@ def test_a_background_import_that_failed_is_reported_by_the_write(git_repo: Path
     script = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from gitrun import git\n"
+        "from gitrun.store import git\n"
         "from gitrun.errors import CommandError\n"
         "git.prepare_writes()\n"
         "git._importing.join(60)\n"

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from gitrun.hookrules import refresh, rules_of
-from gitrun.hooks import pre_write
-from gitrun.local import LocalPaths
-from gitrun.repo import Repo, find_repo
-from gitrun.sources import source_key
-from gitrun.subagents import dispatch_of, leased_attempt
+from gitrun.definition.sources import source_key
+from gitrun.guard.rules import refresh, rules_of
+from gitrun.guard.subagents import dispatch_of, leased_attempt
+from gitrun.guard.write import pre_write
+from gitrun.store.local import LocalPaths
+from gitrun.store.repo import Repo, find_repo
 from tests.helpers import commit_all, git, write_run
 
 WORKER = {"GITRUN_RUN": "r", "GITRUN_TASK": "t1"}
@@ -247,7 +247,7 @@ def test_a_fifo_as_definition_blocks_at_once_rather_than_hanging(run_repo: Path)
 
 
 def test_refresh_keeps_current_caches_and_keys_them_by_what_was_loaded(run_repo: Path) -> None:
-    from gitrun.runs import load_run
+    from gitrun.definition.load import load_run
 
     local = LocalPaths.of(run_repo, "r")
     run = load_run(run_repo, "r")
@@ -263,7 +263,7 @@ def test_refresh_keeps_current_caches_and_keys_them_by_what_was_loaded(run_repo:
     refresh(local, run)
     rules = rules_of(Repo(str(run_repo), str(run_repo / ".git")), "r", "t1")
     assert rules.owns_path("out/t1-new.json") and not rules.owns_path("out/t1.json")
-    from gitrun.state import read_status
+    from gitrun.engine.status import read_status
 
     assert read_status(run_repo, "r").tasks["t1"].missing == ["out/t1-new.json"]
 
@@ -283,13 +283,13 @@ _IMPORTS = """
 import io, json, sys
 sys.argv = ["gitrun", "hook", sys.argv[1]]
 sys.stdin = io.TextIOWrapper(io.BytesIO({payload!r}.encode()))
-from gitrun.entry import main
+from gitrun.cli.entry import main
 code = main()
 heavy = sorted(
     name for name in sys.modules
     if name.split(".")[0] in ("typer", "click", "rich", "pydantic", "subprocess", "pathlib",
                               "dataclasses", "typing", "tomllib")
-    or name in ("gitrun.runs", "gitrun.cli", "gitrun.git")
+    or name in ("gitrun.definition.load", "gitrun.cli.main", "gitrun.store.git")
 )
 sys.stderr.write(json.dumps({{"code": code, "heavy": heavy}}) + "\\n")
 """
@@ -335,8 +335,8 @@ def test_a_warm_hook_call_imports_neither_the_cli_nor_pydantic(run_repo: Path) -
 def test_the_records_a_subagents_hook_reads_import_nothing_heavy() -> None:
     code = (
         "import sys, json\n"
-        "import gitrun.subagents, gitrun.leases, gitrun.dispatches\n"
-        "heavy = [m for m in ('pathlib', 'dataclasses', 'typing', 'tempfile', 'gitrun.git')"
+        "import gitrun.guard.subagents, gitrun.store.leases, gitrun.store.dispatches\n"
+        "heavy = [m for m in ('pathlib', 'dataclasses', 'typing', 'tempfile', 'gitrun.store.git')"
         " if m in sys.modules]\n"
         "print(json.dumps(heavy))"
     )

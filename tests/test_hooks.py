@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.install import install_claude, install_git, uninstall_claude, uninstall_git
+from gitrun.guard.install import install_claude, install_git, uninstall_claude, uninstall_git
 from tests.helpers import build_tree, git, write_run
 
 WORKER = {"GITRUN_RUN": "r", "GITRUN_TASK": "t1"}
@@ -279,15 +279,15 @@ def test_any_unexpected_failure_of_a_hook_blocks_in_a_task_context(
     that raises, standing for any bug not found yet."""
     from typer.testing import CliRunner
 
-    import gitrun.hooks
-    from gitrun.cli import app
+    import gitrun.guard.write
+    from gitrun.cli.main import app
 
     def broken(*_args: object) -> object:
         raise RuntimeError("a bug\nover two lines")
 
     monkeypatch.chdir(hooked)
     for name in ("pre_write", "subagent_stop", "pre_commit"):
-        monkeypatch.setattr(gitrun.hooks, name, broken)
+        monkeypatch.setattr(gitrun.guard.write, name, broken)
     runner = CliRunner()
     in_task = {"GITRUN_RUN": "r", "GITRUN_TASK": "t1"}
     for command in ("pre-write", "subagent-stop", "pre-commit"):
@@ -393,7 +393,7 @@ def test_a_write_hook_that_cannot_start_blocks_with_exit_2(hooked: Path, tmp_pat
     """Claude Code blocks only on exit 2: the command gitrun installed before
     (no wrapper) exited 127 when gitrun was not on PATH, and every write went
     through. Now every failure to start, or to run at all, is exit 2."""
-    from gitrun.install import fail_closed
+    from gitrun.guard.install import fail_closed
 
     command = _settings_command(hooked)
     payload = _pre_tool_use(hooked, "out/t2.json")
@@ -493,7 +493,7 @@ def test_hooks_status_runs_the_installed_hooks_and_says_whether_they_block(git_r
     assert stale.returncode == 1
     assert "does not run, and Claude Code lets every write through (status 127" in stale.stdout
     # The fail-closed form of the same stale command blocks every write.
-    from gitrun.install import fail_closed
+    from gitrun.guard.install import fail_closed
 
     _set_write_hook(git_repo, fail_closed("/gone/venv/bin/python -m gitrun hook pre-write"))
     closed = _status(git_repo, "--claude")

@@ -25,15 +25,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from gitrun import ledger
-from gitrun.cli import app
-from gitrun.committed import read_committed
-from gitrun.htmlreport import COLOURS, render_page, render_report
-from gitrun.land import land_run
-from gitrun.reportcharts import kind_class
-from gitrun.session import start_run
-from gitrun.settings import Limits
-from gitrun.timeline import (
+from gitrun.cli.main import app
+from gitrun.commands.land import land_run
+from gitrun.commands.report.charts import kind_class
+from gitrun.commands.report.committed import read_committed
+from gitrun.commands.report.page import COLOURS, render_page, render_report
+from gitrun.commands.report.timeline import (
     KINDS,
     TIMED_OUT,
     Attempt,
@@ -41,6 +38,9 @@ from gitrun.timeline import (
     concurrency_over_time,
     needless_reruns,
 )
+from gitrun.commands.session import start_run
+from gitrun.definition.schema import Limits
+from gitrun.store import ledger
 from tests.helpers import build_tree, commit_all, git, git_env, write_run
 
 runner = CliRunner()
@@ -205,7 +205,7 @@ def make_finished_run(repo: Path) -> None:
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One finished run for the module's tests (they only read it)."""
-    from gitrun import governor
+    from gitrun.engine import governor
 
     root = tmp_path_factory.mktemp("finished")
     with pytest.MonkeyPatch.context() as mp:

@@ -1,7 +1,9 @@
-"""The package's imports form no cycle, lazy (function-level) imports included.
+"""The package's folders are floors: a module imports from its own folder or a
+floor below, never one above; lazy (function-level) and ``TYPE_CHECKING``
+imports count the same. Nor do modules or folders import each other in a cycle.
 
-A cycle is how two modules come to decide the same thing; the layers point
-one way: definition, then state, then the engine, then commands, then the CLI.
+A cycle is how two modules come to decide the same thing; the floors say which
+way the layers point, from what everything shares up to the command line.
 """
 
 from __future__ import annotations
@@ -11,28 +13,70 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gitrun"
 
+# Bottom to top. The root (`gitrun/*.py`: errors, problems, file and branch
+# names) is the floor everything stands on; the path-pattern language is pure
+# logic, one floor above it.
+FLOORS = [
+    "gitrun",
+    "gitrun.ownership",
+    "gitrun.processes",
+    "gitrun.store",
+    "gitrun.definition",
+    "gitrun.guard",
+    "gitrun.workers",
+    "gitrun.proof",
+    "gitrun.engine",
+    "gitrun.commands",
+    "gitrun.cli",
+]
+# `python -m gitrun` runs the command line: the one root module at the top.
+PLACED = {"gitrun.__main__": len(FLOORS) - 1}
+
 
 def _module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph() -> dict[str, dict[str, int]]:
+    """Each module: the package's modules it imports, each with its first line."""
     modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
-    graph: dict[str, set[str]] = {}
+    graph: dict[str, dict[str, int]] = {}
     for name, path in modules.items():
-        deps: set[str] = set()
+        deps: dict[str, int] = {}
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
-                deps.update(a.name for a in node.names if a.name in modules)
+                found = [a.name for a in node.names if a.name in modules]
             elif isinstance(node, ast.ImportFrom) and node.module in modules and not node.level:
-                for alias in node.names:
-                    # `from gitrun.cli import define` imports the submodule.
-                    sub = f"{node.module}.{alias.name}"
-                    deps.add(sub if sub in modules else node.module)
-        deps.discard(name)
+                # `from gitrun.store import git` imports the submodule
+                subs = (f"{node.module}.{a.name}" for a in node.names)
+                found = [sub if sub in modules else node.module for sub in subs]
+            else:
+                continue
+            for dep in found:
+                deps.setdefault(dep, node.lineno)
+        deps.pop(name, None)
         graph[name] = deps
     return graph
+
+
+def _folder(module: str) -> str:
+    """The folder on FLOORS a module sits in (a nested folder counts as its parent's)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if ".".join(parts[:2]) in FLOORS else "gitrun"
+
+
+def _floor(module: str) -> int:
+    return PLACED.get(module, FLOORS.index(_folder(module)))
+
+
+def _upward(graph: dict[str, dict[str, int]]) -> list[str]:
+    return [
+        f"{name} -> {dep} (line {line})"
+        for name, deps in sorted(graph.items())
+        for dep, line in sorted(deps.items())
+        if _floor(dep) > _floor(name)
+    ]
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -57,19 +101,73 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_the_package_has_no_import_cycle() -> None:
+def _package(module: str, graph: dict[str, dict[str, int]]) -> str:
+    """The folder a module is in (its own name for a package's ``__init__``)."""
+    is_package = any(other.startswith(module + ".") for other in graph)
+    return module if is_package else module.rpartition(".")[0]
+
+
+def _folder_graph(graph: dict[str, dict[str, int]]) -> dict[str, set[str]]:
+    """Which folders each folder's modules import (the placed ones left out)."""
+    folders: dict[str, set[str]] = {}
+    for name, deps in graph.items():
+        if name in PLACED:
+            continue
+        mine = _package(name, graph)
+        theirs = {_package(dep, graph) for dep in deps} - {mine}
+        folders.setdefault(mine, set()).update(theirs)
+    for deps in list(folders.values()):
+        for dep in deps:
+            folders.setdefault(dep, set())
+    return folders
+
+
+def test_every_folder_has_a_floor() -> None:
+    folders = {_module_name(p.parent) for p in PACKAGE.glob("*/__init__.py")}
+    assert folders <= set(FLOORS), folders - set(FLOORS)
+
+
+def test_no_module_imports_from_a_floor_above() -> None:
     graph = _graph()
     assert len(graph) > 40  # the walk found the package
-    assert _cycles(graph) == []
+    upward = _upward(graph)
+    assert not upward, "imports that go up a floor:\n" + "\n".join(upward)
+
+
+def test_the_floor_check_finds_an_upward_import() -> None:
+    graph = {
+        "gitrun.errors": {},
+        "gitrun.store.git": {"gitrun.errors": 3, "gitrun.store.local": 4},
+        "gitrun.store.local": {"gitrun.engine.driver": 9},  # lazy or not, it goes up
+        "gitrun.engine.driver": {"gitrun.store.git": 1},
+        "gitrun.__main__": {"gitrun.cli.entry": 1},
+    }
+    assert _upward(graph) == ["gitrun.store.local -> gitrun.engine.driver (line 9)"]
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    graph = _graph()
+    cycles = _cycles({name: set(deps) for name, deps in graph.items()})
+    assert not cycles, "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_no_two_folders_import_each_other() -> None:
+    cycles = _cycles(_folder_graph(_graph()))
+    assert not cycles, "\n".join(" -> ".join(cycle) for cycle in cycles)
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c", "a"]]
+    graph = {"gitrun.workers.attempt": {"gitrun.workers.ray.node": 1}}
+    graph["gitrun.workers.ray.node"] = {"gitrun.workers.pointer": 1}
+    assert _cycles(_folder_graph(graph)) == [
+        ["gitrun.workers", "gitrun.workers.ray", "gitrun.workers"]
+    ]
 
 
 def test_only_the_command_line_imports_typer() -> None:
     for path in PACKAGE.rglob("*.py"):
-        if "cli" in path.relative_to(PACKAGE).parts:
+        if path.relative_to(PACKAGE).parts[0] == "cli":
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
@@ -77,11 +175,18 @@ def test_only_the_command_line_imports_typer() -> None:
         assert not {m for m in imported if m.split(".")[0] == "typer"}, path
 
 
-def _reaches(graph: dict[str, set[str]], start: str) -> set[str]:
+def test_every_package_init_is_empty() -> None:
+    """Importing one module (the write hook's path) imports nothing else."""
+    for init in PACKAGE.rglob("__init__.py"):
+        if init.parent != PACKAGE:
+            assert init.read_text(encoding="utf-8") == "", init
+
+
+def _reaches(graph: dict[str, dict[str, int]], start: str) -> set[str]:
     seen: set[str] = set()
     todo = [start]
     while todo:
-        for dep in graph[todo.pop()] - seen:
+        for dep in graph[todo.pop()].keys() - seen:
             seen.add(dep)
             todo.append(dep)
     return seen
@@ -89,24 +194,29 @@ def _reaches(graph: dict[str, set[str]], start: str) -> set[str]:
 
 # What decides task state sits below everything that acts on it.
 ABOVE_THE_ENGINE = {
-    "gitrun.driver",
-    "gitrun.external",
-    "gitrun.recovery",
-    "gitrun.session",
-    "gitrun.state",
-    "gitrun.retry",
-    "gitrun.watchdog",
-    "gitrun.demo",
+    "gitrun.engine.driver",
+    "gitrun.engine.external",
+    "gitrun.engine.recovery",
+    "gitrun.engine.status",
+    "gitrun.commands.session",
+    "gitrun.commands.retry",
+    "gitrun.commands.watchdog",
+    "gitrun.commands.demo",
 }
 
 
 def test_the_engine_imports_nothing_that_acts_on_it() -> None:
     graph = _graph()
-    below = _reaches(graph, "gitrun.engine")
+    below = _reaches(graph, "gitrun.engine.states")
     assert not below & ABOVE_THE_ENGINE
-    assert not {m for m in below if m.startswith("gitrun.cli")}
+    assert not {m for m in below if m.startswith(("gitrun.commands", "gitrun.cli"))}
     # Both dispatch modes and status stand on it.
-    for user in ("gitrun.driver", "gitrun.external", "gitrun.state", "gitrun.recovery"):
-        assert "gitrun.engine" in graph[user], user
-    assert "gitrun.driver" not in _reaches(graph, "gitrun.external")
-    assert "gitrun.external" not in _reaches(graph, "gitrun.driver")
+    for user in (
+        "gitrun.engine.driver",
+        "gitrun.engine.external",
+        "gitrun.engine.status",
+        "gitrun.engine.recovery",
+    ):
+        assert "gitrun.engine.states" in graph[user], user
+    assert "gitrun.engine.driver" not in _reaches(graph, "gitrun.engine.external")
+    assert "gitrun.engine.external" not in _reaches(graph, "gitrun.engine.driver")

@@ -21,13 +21,18 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from gitrun.check import check_run
-from gitrun.executor import UnsafeCommand, command_template, render_command, template_problems
-from gitrun.interpreters import code_slots
-from gitrun.proc import clean_env
-from gitrun.runs import load_run
-from gitrun.session import start_run
-from gitrun.settings import Executor, adapter
+from gitrun.commands.session import start_run
+from gitrun.definition.load import load_run
+from gitrun.definition.schema import Executor, adapter
+from gitrun.processes.proc import clean_env
+from gitrun.proof.check import check_run
+from gitrun.workers.executor import (
+    UnsafeCommand,
+    command_template,
+    render_command,
+    template_problems,
+)
+from gitrun.workers.interpreters import code_slots
 from tests.helpers import build_tree, commit_all, git, run_gitrun, write_run
 
 MARK = "@MARK@"  # replaced by the absolute path of a marker file

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gitrun.journal import Journal, JournalEntry, read_journal, running_records
-from gitrun.local import LocalPaths
+from gitrun.store.journal import Journal, JournalEntry, read_journal, running_records
+from gitrun.store.local import LocalPaths
 
 AHEAD = JournalEntry("t1", 2, "r", "abc123", 100.5, {"out/a.json": None, "out/b": "f00"})
 SPAWNED = JournalEntry(

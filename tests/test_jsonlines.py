@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gitrun.jsonlines import line_of, parse_lines
+from gitrun.store.jsonlines import line_of, parse_lines
 
 
 def _one_by_one(text: str) -> list[dict[str, Any]]:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gitrun.cli import app
+from gitrun.cli.main import app
+from gitrun.commands.land import land_run
+from gitrun.commands.session import start_run
 from gitrun.errors import GitrunError
-from gitrun.land import land_run
-from gitrun.session import start_run
 from tests.helpers import build_tree, fake_worker_run, git
 
 quiet = lambda _line: None  # noqa: E731
@@ -134,7 +134,7 @@ def test_outputs_with_glob_characters_are_literal_paths(git_repo: Path) -> None:
 def test_a_land_killed_mid_way_loses_nothing_and_names_the_real_cause(finished: Path) -> None:
     """A killed land leaves git's index.lock and the copies it set aside: the
     next land puts the copies back, names the lock, and lands once it is gone."""
-    from gitrun.local import LocalPaths
+    from gitrun.store.local import LocalPaths
 
     aside = LocalPaths.of(finished, "r").root / "land-aside"
     (aside / "out").mkdir(parents=True)
@@ -153,7 +153,7 @@ def test_a_land_killed_mid_way_loses_nothing_and_names_the_real_cause(finished: 
 
 
 def test_a_copy_set_aside_is_kept_when_its_place_is_taken(finished: Path) -> None:
-    from gitrun.local import LocalPaths
+    from gitrun.store.local import LocalPaths
 
     aside = LocalPaths.of(finished, "r").root / "land-aside"
     (aside / "out").mkdir(parents=True)

@@ -1,6 +1,6 @@
 """Who a just-started worker is, without reading /proc where the launch knows it.
 
-:class:`gitrun.reaper.Launches` gives the identity :func:`gitrun.reaper.identity`
+:class:`gitrun.processes.reaper.Launches` gives the identity :func:`gitrun.processes.reaper.identity`
 would read (start time and command line, as psutil reads them), from the
 boot clock around the start and the argv it was given, once this machine
 proved both agree for that program. Each test compares what a launch
@@ -21,8 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gitrun.attempt import Attempt, AttemptEnd, Monitor
-from gitrun.reaper import HAS_PROC, Launches, boot_clock, identity
+from gitrun.processes.reaper import HAS_PROC, Launches, boot_clock, identity
+from gitrun.workers.attempt import Attempt, AttemptEnd, Monitor
 
 pytestmark = pytest.mark.skipif(not HAS_PROC, reason="the shortcut serves Linux's /proc only")
 

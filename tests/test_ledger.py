@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from gitrun import ledger
-from gitrun.committer import Committer
+from gitrun.commands.session import resume_run, start_run
+from gitrun.definition.load import load_run
+from gitrun.definition.runfiles import definition_files
+from gitrun.engine.committer import Committer
 from gitrun.errors import GitrunError
-from gitrun.ledger import LedgerWriter, chunk_name, chunk_names, read_ledger
-from gitrun.local import LocalPaths
-from gitrun.runfiles import definition_files
-from gitrun.runs import load_run
-from gitrun.session import resume_run, start_run
+from gitrun.store import ledger
+from gitrun.store.ledger import LedgerWriter, chunk_name, chunk_names, read_ledger
+from gitrun.store.local import LocalPaths
 from tests.helpers import committed_ledger, fake_worker_run, git, ledger_records, write_run
 
 quiet = lambda _line: None  # noqa: E731
@@ -142,7 +142,7 @@ def test_a_run_of_many_commits_stores_its_ledger_at_most_twice(
     """One task at a time, each landing in its own commit: git must keep at most
     twice the final ledger (the single ledger.jsonl kept one copy per commit,
     about commits/2 times the final size here)."""
-    from gitrun import committer
+    from gitrun.engine import committer
 
     monkeypatch.setattr(committer, "COALESCE", 0.0)
     fake_worker_run(git_repo, "r", 40, {}, {"limits": {"concurrency": 1, "canary": 1}})
@@ -245,7 +245,7 @@ def test_a_fresh_clone_gets_every_chunk_back_byte_for_byte(git_repo: Path, tmp_p
     git(tmp_path, "clone", "-q", str(git_repo), str(clone))
     git(clone, "branch", "gitrun/r", "origin/gitrun/r")
     assert not (clone / ".gitrun/runs/r").exists()
-    from gitrun.session import bring_definition
+    from gitrun.commands.session import bring_definition
 
     bring_definition(clone, "r", quiet)
     names = chunk_names(clone / ".gitrun/runs/r")

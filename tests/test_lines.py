@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gitrun.errors import GitrunError
-from gitrun.jsonlines import LineWriter, line_of, read_lines
+from gitrun.store.jsonlines import LineWriter, line_of, read_lines
 
 _scalar = st.one_of(
     st.none(),

@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gitrun.committer import Tip, read_tip
-from gitrun.leases import Lease, LeaseFile, read_leases
-from gitrun.local import HOME, LocalPaths, local_runs
-from gitrun.lock import LiveAttempt, LiveState, Owner, RunBusy, read_owner, run_locked
-from gitrun.records import Fields, RecordDamaged, load_record, write_record
+from gitrun.engine.committer import Tip, read_tip
+from gitrun.store.leases import Lease, LeaseFile, read_leases
+from gitrun.store.local import HOME, LocalPaths, local_runs
+from gitrun.store.lock import LiveAttempt, LiveState, Owner, RunBusy, read_owner, run_locked
+from gitrun.store.records import Fields, RecordDamaged, load_record, write_record
 from tests.helpers import commit_all, write_run
 from tests.helpers import run_gitrun as _gitrun
 
 if TYPE_CHECKING:
-    from gitrun.records import Record
+    from gitrun.store.records import Record
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gitrun"
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -435,14 +435,20 @@ def test_no_module_but_local_builds_a_local_state_path() -> None:
         for line, what in hand_built_paths(path.read_text(encoding="utf-8")):
             offenders.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {what}")
     assert not offenders, (
-        "name these paths with a property of gitrun.local.LocalPaths instead: "
+        "name these paths with a property of gitrun.store.local.LocalPaths instead: "
         + ", ".join(offenders)
     )
 
 
 def test_every_record_reader_goes_through_load_record() -> None:
     """No state module parses a local JSON file by hand any more."""
-    for name in ("lock.py", "leases.py", "dispatches.py", "committer.py", "external.py"):
+    for name in (
+        "store/lock.py",
+        "store/leases.py",
+        "store/dispatches.py",
+        "engine/committer.py",
+        "engine/external.py",
+    ):
         source = (PACKAGE / name).read_text(encoding="utf-8")
         assert "json.loads" not in source, name
         assert "load_record(" in source, name

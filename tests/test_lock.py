@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.local import LocalPaths
-from gitrun.lock import (
+from gitrun.store.local import LocalPaths
+from gitrun.store.lock import (
     LiveAttempt,
     LiveState,
     LocalStateUnwritable,
@@ -174,7 +174,7 @@ def test_is_locked_answers_as_filelock_does_without_importing_it(git_repo: Path)
 
     from filelock import FileLock
 
-    from gitrun.lock import is_locked
+    from gitrun.store.lock import is_locked
 
     local = LocalPaths.of(git_repo, "r")
     assert not is_locked(local)  # no lock file
@@ -209,7 +209,7 @@ def test_is_locked_answers_as_filelock_does_without_importing_it(git_repo: Path)
     local.lock.unlink()
     local.lock.symlink_to(git_repo / "nowhere")
     assert not is_locked(local)  # a dangling link, as before
-    probe = "import sys; from gitrun.lock import is_locked; from gitrun.local import LocalPaths; "
+    probe = "import sys; from gitrun.store.lock import is_locked; from gitrun.store.local import LocalPaths; "
     probe += "from pathlib import Path; is_locked(LocalPaths(Path(sys.argv[1]))); "
     probe += "sys.exit('filelock' in sys.modules)"
     local.lock.unlink()
@@ -225,9 +225,9 @@ def test_a_start_waits_out_a_probe_of_its_lock_but_not_a_holder(
     import threading
     import time
 
-    from gitrun import lock
-    from gitrun.flocks import hold
-    from gitrun.lock import RunBusy, run_locked
+    from gitrun.store import lock
+    from gitrun.store.flocks import hold
+    from gitrun.store.lock import RunBusy, run_locked
 
     local = LocalPaths.of(git_repo, "r")
     local.root.mkdir(parents=True)

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gitrun.nameindex import (
+from gitrun.ownership.claims import OWNS, READS, Claim, OwnerIndex, find_meetings
+from gitrun.ownership.nameindex import (
     ANY_NAME,
     NO_NAME,
     NameIndex,
@@ -22,8 +23,7 @@ from gitrun.nameindex import (
     key_of,
     name_rule,
 )
-from gitrun.ownership import OWNS, READS, Claim, OwnerIndex, find_meetings
-from gitrun.patterns import Segment, intersect, matches, parse, segment_intersection
+from gitrun.ownership.patterns import Segment, intersect, matches, parse, segment_intersection
 from tests.pattern_oracle import (
     LEVELS,
     TOKENS,
@@ -64,7 +64,7 @@ def test_candidate_pairs_holds_every_pair_that_shares_a_name(
     rules: list[Rule], small_group: int
 ) -> None:
     with pytest.MonkeyPatch.context() as patch:  # 0: every head group indexed by tail
-        patch.setattr("gitrun.nameindex.SMALL_GROUP", small_group)
+        patch.setattr("gitrun.ownership.nameindex.SMALL_GROUP", small_group)
         pairs = candidate_pairs([key_of(r) for r in rules])
     assert all(i < j for i, j in pairs)
     for i, a in enumerate(rules):
@@ -88,7 +88,7 @@ def test_name_index_finds_exactly_the_rules_a_name_passes(
     index = NameIndex([(i, key_of(r)) for i, r in enumerate(rules)])
     texts = {i: "".join(t if isinstance(t, str) else "" for t in r) for i, r in enumerate(rules)}
     with pytest.MonkeyPatch.context() as patch:  # 0: every head group indexed by tail
-        patch.setattr("gitrun.nameindex.SMALL_GROUP", small_group)
+        patch.setattr("gitrun.ownership.nameindex.SMALL_GROUP", small_group)
         for name in _NAMES:
             expected = []
             for i, rule in enumerate(rules):
@@ -146,7 +146,7 @@ _claim = st.tuples(
 )
 
 
-def _conflicts(a: Claim, b: Claim) -> bool:  # as gitrun.check has it
+def _conflicts(a: Claim, b: Claim) -> bool:  # as gitrun.proof.check has it
     return (a.kind == OWNS and b.kind == OWNS) or a.stage == b.stage
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.outputs import blob_id, check_task, prepare_outputs, quarantine
-from gitrun.runs import RunDef, load_run
+from gitrun.definition.load import RunDef, load_run
+from gitrun.definition.outputs import blob_id, check_task, prepare_outputs, quarantine
 from tests.helpers import build_tree, git, write_run
 
 

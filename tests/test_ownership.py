@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gitrun.check import check_run
-from gitrun.ownership import OWNS, READS, Claim, OwnerIndex, find_meetings
-from gitrun.patterns import intersect, matches, parse
+from gitrun.definition.load import load_run
+from gitrun.ownership.claims import OWNS, READS, Claim, OwnerIndex, find_meetings
+from gitrun.ownership.patterns import intersect, matches, parse
 from gitrun.problem import Problem
-from gitrun.runs import load_run
+from gitrun.proof.check import check_run
 from tests.helpers import write_run
 from tests.pattern_oracle import DSTAR, LEVELS, NAMES, TOKENS, OraclePattern, Universe
 
@@ -120,7 +120,7 @@ _claim = st.tuples(
 )
 
 
-def _conflicts(a: Claim, b: Claim) -> bool:  # as gitrun.check has it
+def _conflicts(a: Claim, b: Claim) -> bool:  # as gitrun.proof.check has it
     return (a.kind == OWNS and b.kind == OWNS) or a.stage == b.stage
 
 

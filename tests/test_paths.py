@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gitrun.paths import canonical_problem
+from gitrun.ownership.paths import canonical_problem
 
 _text = st.text(st.sampled_from(list("aZ09_.-/*?[]!^ ~:\\\t\u200b\u00e9gitG~1")), max_size=14)
 
@@ -18,7 +18,7 @@ _text = st.text(st.sampled_from(list("aZ09_.-/*?[]!^ ~:\\\t\u200b\u00e9gitG~1"))
 def test_the_fast_path_agrees_with_the_full_rules(text: str, is_file: bool) -> None:
     fast = canonical_problem(text, is_file=is_file)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("gitrun.paths._PLAIN", re.compile(r"(?!)"))  # never taken
+        patch.setattr("gitrun.ownership.paths._PLAIN", re.compile(r"(?!)"))  # never taken
         full = canonical_problem(text, is_file=is_file)
     assert fast == full, text
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gitrun.patterns import (
+from gitrun.ownership.patterns import (
     PatternError,
     intersect,
     literal_path,
@@ -181,8 +181,8 @@ def test_normalisation_of_spellings() -> None:
 #
 # The oracle (tests/pattern_oracle.py) matches each name with pathspec's
 # gitignore translation of one segment and decides `**`, subtree ownership and
-# the names `.`/`..` itself, from the rules in gitrun.patterns' docstring; it
-# shares no code with gitrun.patterns.
+# the names `.`/`..` itself, from the rules in gitrun.ownership.patterns' docstring; it
+# shares no code with gitrun.ownership.patterns.
 
 _token = st.sampled_from(TOKENS)
 _glob_segment = (

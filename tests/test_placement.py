@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.check import check_run
-from gitrun.committer import Committer, Landing, landing_message
+from gitrun.commands.land import land_run
+from gitrun.commands.session import CheckFailed, resume_run, start_run
+from gitrun.definition.load import load_run
+from gitrun.definition.outputs import OutputCheck, quarantine
+from gitrun.definition.runfiles import definition_files
+from gitrun.engine.committer import Committer, Landing, landing_message
 from gitrun.errors import GitrunError
-from gitrun.land import land_run
-from gitrun.local import LocalPaths
-from gitrun.outputs import OutputCheck, quarantine
-from gitrun.paths import canonical_problem
+from gitrun.ownership.paths import canonical_problem
 from gitrun.problem import Problem
-from gitrun.runfiles import definition_files
-from gitrun.runs import load_run
-from gitrun.session import CheckFailed, resume_run, start_run
+from gitrun.proof.check import check_run
+from gitrun.store.local import LocalPaths
 from tests.helpers import build_tree, commit_all, fake_worker_run, git, write_run
 
 quiet = lambda _line: None  # noqa: E731
@@ -145,8 +145,8 @@ def test_a_start_forks_from_the_commit_it_proved_while_head_moves_on(
     """A commit landing on HEAD while start proves the run (another terminal)
     does not become the fork point: the branch starts at the commit whose
     tree the proof read, never at one it did not see."""
-    from gitrun import check
-    from gitrun.history import find_base
+    from gitrun.proof import check
+    from gitrun.store.history import find_base
 
     fake_worker_run(git_repo, "r", 1, {"default": "ok"})
     commit_all(git_repo, "define")
@@ -553,7 +553,7 @@ def test_a_directory_swapped_for_a_link_after_the_look_is_never_followed(
     """The race of a worker that swaps out/ for a link to a secret between
     gitrun's look at the path and its read: the read itself walks the path
     without following links, so it refuses even when the look missed it."""
-    import gitrun.outputs as outputs
+    import gitrun.definition.outputs as outputs
 
     build_tree(git_repo, {"secret/a.json": '{"token": "sk-SECRET"}\n'})
     os.symlink("secret", git_repo / "out")

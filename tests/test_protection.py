@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from gitrun import governor
-from gitrun.governor import EndFacts, Governor
-from gitrun.session import resume_run, start_run
-from gitrun.settings import Limits
+from gitrun.commands.session import resume_run, start_run
+from gitrun.definition.schema import Limits
+from gitrun.engine import governor
+from gitrun.engine.governor import EndFacts, Governor
 from tests.helpers import fake_worker_run, git, ledger_records, spawn_events, write_run
 
 quiet = lambda _line: None  # noqa: E731
@@ -280,7 +280,7 @@ def test_a_canary_halt_holds_every_resume_until_retry_lifts_it(git_repo: Path) -
     again = resume_run(git_repo, "r", quiet)
     assert again.exit_code == 3 and again.halt is not None
     assert again.status.spawns == 1  # no second canary was burned behind the halt
-    from gitrun.retry import retry_tasks
+    from gitrun.commands.retry import retry_tasks
 
     spec = json.loads(spec_path.read_text())
     spec["tasks"] = {}

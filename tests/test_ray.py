@@ -2,7 +2,7 @@
 
 The cluster tests start real ``ray start`` nodes on loopback addresses
 (tests/raycluster.py) and are skipped, with the reason, where Ray is not
-installed. The node side (gitrun.raynode) is plain Python and is tested
+installed. The node side (gitrun.workers.ray.node) is plain Python and is tested
 without Ray: it is what each Ray task runs.
 """
 
@@ -23,15 +23,15 @@ from typing import Any
 import psutil
 import pytest
 
-from gitrun import ledger
-from gitrun.check import check_run
+from gitrun.commands.session import CheckFailed, resume_run, start_run
+from gitrun.definition.load import load_run
+from gitrun.definition.schema import Executor, Limits, adapter, parse_bytes
+from gitrun.engine.governor import ENVIRONMENT, EndFacts, Governor
 from gitrun.errors import GitrunError
-from gitrun.governor import ENVIRONMENT, EndFacts, Governor
-from gitrun.rayexec import INSTALL, is_ray_installed
-from gitrun.raynode import run_attempt
-from gitrun.runs import load_run
-from gitrun.session import CheckFailed, resume_run, start_run
-from gitrun.settings import Executor, Limits, adapter, parse_bytes
+from gitrun.proof.check import check_run
+from gitrun.store import ledger
+from gitrun.workers.ray.executor import INSTALL, is_ray_installed
+from gitrun.workers.ray.node import run_attempt
 from tests.helpers import (
     FAKE_WORKER,
     build_tree,
@@ -338,7 +338,7 @@ def test_the_guard_kills_the_attempt_when_the_ray_worker_dies(tmp_path: Path) ->
     stand_in = tmp_path / "worker.py"
     stand_in.write_text(
         "import json, sys\n"
-        "from gitrun.raynode import run_attempt\n"
+        "from gitrun.workers.ray.node import run_attempt\n"
         "run_attempt(json.loads(sys.argv[1]))\n"
     )
     del spec["files"]
@@ -565,7 +565,7 @@ def test_a_node_that_does_not_answer_is_force_cancelled_after_the_deadline(
     force=True once the grace and the node's slack are over."""
     import threading
 
-    from gitrun import rayexec
+    from gitrun.workers.ray import executor as rayexec
 
     monkeypatch.setattr(rayexec, "NODE_SLACK", 2.0)
     script = "import time; print('stuck', flush=True); time.sleep(120)"

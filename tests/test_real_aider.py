@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gitrun import governor
+from gitrun.engine import governor
 from tests.helpers import build_tree, commit_all, git, ledger_records, write_run
 from tests.realclient.clis import client_binary, gitrun, offline_env, private_bin
 from tests.realclient.openai_mock import OpenAIMock, whole_file
@@ -90,8 +90,8 @@ def test_the_owned_write_lands_and_nothing_else_is_touched(git_repo: Path, tmp_p
     assert "gitrun run r, task t1" in chat
     # aider's "Tokens: 100 sent, 20 received." for each answer is the
     # attempt's usage; the mock model has no price, so aider states no cost.
-    from gitrun.ledger import attempt_records
-    from gitrun.usage import Usage, usage_of
+    from gitrun.store.ledger import attempt_records
+    from gitrun.store.usage import Usage, usage_of
 
     [record] = attempt_records(ledger_records(git_repo))
     assert usage_of(record) == Usage(100 * answered, 20 * answered, 0, 0, None, "openai/gpt-mock")

@@ -189,7 +189,7 @@ def test_the_claude_preset_s_settings_enforce_ownership_without_installed_hooks(
     """The claude preset passes gitrun's hooks with `--settings` JSON, and
     claude -p silently ignores settings that fail its validation: the real
     client must run them (here with no hooks in .claude/settings.json)."""
-    from gitrun.executor import claude_settings
+    from gitrun.workers.executor import claude_settings
 
     sandbox_or_skip()
     (repo / ".claude/settings.json").unlink()
@@ -259,9 +259,9 @@ def test_gitrun_start_records_the_tokens_and_cost_the_real_client_reported(
     """The claude preset's closing JSON object reaches the ledger:
     the tokens are what the mock served (every message, side requests too),
     the cost is what the client stated, and the result is the attempt's tail."""
-    from gitrun.ledger import attempt_records, usage_totals
-    from gitrun.local import LocalPaths
-    from gitrun.usage import Usage as Reported
+    from gitrun.store.ledger import attempt_records, usage_totals
+    from gitrun.store.local import LocalPaths
+    from gitrun.store.usage import Usage as Reported
     from tests.helpers import committed_ledger
     from tests.realclient.mockmodel import Usage
 

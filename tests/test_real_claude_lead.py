@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.pointer import render_pointer
-from gitrun.runs import load_run
-from gitrun.session import prepare_external
+from gitrun.commands.session import prepare_external
+from gitrun.definition.load import load_run
+from gitrun.workers.pointer import render_pointer
 from tests.helpers import commit_all, git, write_run
 from tests.realclient.claude import (
     claude_binary,

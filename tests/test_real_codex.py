@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gitrun import governor
+from gitrun.engine import governor
 from tests.helpers import commit_all, git, ledger_records, write_run
 from tests.realclient.clis import client_binary, gitrun, offline_env, private_bin
 from tests.realclient.openai_mock import OpenAIMock, shell
@@ -119,8 +119,8 @@ def test_the_tokens_codex_reported_reach_the_ledger_with_the_cached_input_apart(
     `turn.completed`; the ledger keeps them as served (input counted without
     its cached part), with the model it was asked for and no cost (codex
     states none: unknown, not zero)."""
-    from gitrun.ledger import attempt_records, usage_totals
-    from gitrun.usage import Usage
+    from gitrun.store.ledger import attempt_records, usage_totals
+    from gitrun.store.usage import Usage
     from tests.helpers import committed_ledger
 
     client_binary("codex")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gitrun import governor
+from gitrun.engine import governor
 from tests.helpers import commit_all, git, ledger_records, write_run
 from tests.realclient.clis import client_binary, gitrun, offline_env, private_bin
 from tests.realclient.gemini_mock import GeminiMock, write_file
@@ -82,8 +82,8 @@ def test_the_owned_write_lands_in_an_untrusted_folder_and_is_committed(
     # Each attempt's tokens, from gemini's closing JSON object, are
     # what the mock served it (100 prompt and 20 candidate tokens an answer);
     # gemini states no cost: unknown, not zero.
-    from gitrun.ledger import attempt_records
-    from gitrun.usage import usage_of
+    from gitrun.store.ledger import attempt_records
+    from gitrun.store.usage import usage_of
 
     records = attempt_records(ledger_records(git_repo))
     reported = [usage_of(r) for r in records]

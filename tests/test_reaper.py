@@ -1,6 +1,6 @@
 """Who a process is: the start time and command line gitrun records and checks.
 
-:func:`gitrun.reaper.identity` reads ``/proc`` itself (two small reads where
+:func:`gitrun.processes.reaper.identity` reads ``/proc`` itself (two small reads where
 psutil makes five); records it made must keep matching what the checks read
 later, and what psutil reports, bit for bit. Real processes throughout, each
 killed in a finally.
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
-from gitrun.reaper import (
+from gitrun.processes.reaper import (
     CREATE_TIME_SLACK,
     identity,
     is_recorded_process,
@@ -151,7 +151,7 @@ def test_an_environment_block_reads_as_psutil_reads_it() -> None:
     }
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
     try:
-        from gitrun.reaper import _environ
+        from gitrun.processes.reaper import _environ
 
         deadline = time.monotonic() + 10  # just after an exec the block reads empty
         while not _environ(proc.pid):
@@ -170,7 +170,7 @@ def test_leftovers_are_the_processes_carrying_an_ended_attempt_s_id() -> None:
     """What a worker left running in a session of its own goes at the end of
     the run, and nothing else: not another attempt's, not another run's, not a
     process that merely mentions the id."""
-    from gitrun.reaper import kill_leftovers
+    from gitrun.processes.reaper import kill_leftovers
 
     ended, other = uuid.uuid4().hex, uuid.uuid4().hex
     envs = {
@@ -188,7 +188,7 @@ def test_leftovers_are_the_processes_carrying_an_ended_attempt_s_id() -> None:
         for name, env in envs.items()
     }
     try:
-        from gitrun.reaper import _environ
+        from gitrun.processes.reaper import _environ
 
         deadline = time.monotonic() + 10  # just after an exec the block reads empty
         while not all(_environ(proc.pid) for proc in procs.values()):

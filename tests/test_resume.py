@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.session import resume_run
+from gitrun.commands.session import resume_run
 from tests.helpers import (
     build_tree,
     committed_ledger,
@@ -111,9 +111,9 @@ def test_user_commits_on_their_branch_while_the_run_commits(git_repo: Path, tmp_
 def test_resume_on_a_fresh_clone_carries_attempt_counts(git_repo: Path, tmp_path: Path) -> None:
     """The run directory exists only on gitrun/r (never committed on main):
     `gitrun resume` on a fresh clone brings it back and carries the attempts."""
-    from gitrun.journal import running_records
-    from gitrun.local import LocalPaths
-    from gitrun.reaper import kill_recorded_group
+    from gitrun.processes.reaper import kill_recorded_group
+    from gitrun.store.journal import running_records
+    from gitrun.store.local import LocalPaths
 
     remote = tmp_path / "remote.git"
     git(tmp_path, "init", "-q", "--bare", str(remote))
@@ -176,8 +176,8 @@ def test_resume_on_a_fresh_clone_carries_attempt_counts(git_repo: Path, tmp_path
 
 
 def test_resume_survives_a_damaged_journal_record_and_signals_nothing(git_repo: Path) -> None:
-    from gitrun.local import LocalPaths
-    from gitrun.session import start_run
+    from gitrun.commands.session import start_run
+    from gitrun.store.local import LocalPaths
 
     fake_worker_run(git_repo, "r", 2, {})
     assert start_run(git_repo, "r", quiet).exit_code == 0
@@ -200,8 +200,8 @@ def test_resume_survives_a_damaged_journal_record_and_signals_nothing(git_repo: 
 def test_an_attempt_recorded_before_the_kill_is_not_recorded_again(git_repo: Path) -> None:
     """The kill point between an attempt's ledger record and closing it in the
     journal: the next resume must not record the attempt a second time."""
-    from gitrun.local import LocalPaths
-    from gitrun.session import start_run
+    from gitrun.commands.session import start_run
+    from gitrun.store.local import LocalPaths
 
     fake_worker_run(git_repo, "r", 2, {})
     assert start_run(git_repo, "r", quiet).exit_code == 0
@@ -230,8 +230,8 @@ def test_a_worker_started_without_a_recorded_pid_is_found_by_its_attempt_id(
     import os
     import signal
 
-    from gitrun.local import LocalPaths
-    from gitrun.reaper import is_running
+    from gitrun.processes.reaper import is_running
+    from gitrun.store.local import LocalPaths
 
     fake_worker_run(git_repo, "r", 2, {})
     assert start_run_quiet(git_repo) == 0
@@ -253,7 +253,7 @@ def test_a_worker_started_without_a_recorded_pid_is_found_by_its_attempt_id(
         record |= {"started": written, "before": {}}
         local = LocalPaths.of(git_repo, "r")
         local.running.write_text(json.dumps(record) + "\n")
-        from gitrun.session import start_run
+        from gitrun.commands.session import start_run
 
         said: list[str] = []
         outcome = start_run(git_repo, "r", said.append)
@@ -268,7 +268,7 @@ def test_a_worker_started_without_a_recorded_pid_is_found_by_its_attempt_id(
 
 
 def test_the_journal_is_written_ahead_of_every_spawn(git_repo: Path) -> None:
-    from gitrun.local import LocalPaths
+    from gitrun.store.local import LocalPaths
 
     fake_worker_run(git_repo, "r", 3, {})
     assert start_run_quiet(git_repo) == 0
@@ -281,7 +281,7 @@ def test_the_journal_is_written_ahead_of_every_spawn(git_repo: Path) -> None:
 
 
 def start_run_quiet(repo: Path) -> int:
-    from gitrun.session import start_run
+    from gitrun.commands.session import start_run
 
     return start_run(repo, "r", quiet).exit_code
 
@@ -295,14 +295,14 @@ def _drop_object(repo: Path, sha: str) -> None:
 
 
 def test_resume_repairs_a_branch_whose_tip_commit_was_pruned(git_repo: Path) -> None:
-    from gitrun.session import start_run
+    from gitrun.commands.session import start_run
 
     fake_worker_run(git_repo, "r", 3, {})
     assert start_run(git_repo, "r", quiet).exit_code == 0
     tip = git(git_repo, "rev-parse", "gitrun/r").strip()
     _drop_object(git_repo, tip)
-    from gitrun.report import format_status
-    from gitrun.state import read_status
+    from gitrun.commands.summary import format_status
+    from gitrun.engine.status import read_status
 
     assert "objects are missing" in format_status(read_status(git_repo, "r"))
     said: list[str] = []
@@ -316,7 +316,7 @@ def test_resume_repairs_a_branch_whose_tip_commit_was_pruned(git_repo: Path) -> 
 
 
 def test_resume_repairs_a_branch_whose_tip_tree_was_pruned(git_repo: Path) -> None:
-    from gitrun.session import start_run
+    from gitrun.commands.session import start_run
 
     fake_worker_run(git_repo, "r", 3, {})
     assert start_run(git_repo, "r", quiet).exit_code == 0

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from gitrun.definition.load import load_run
+from gitrun.definition.schema import parse_duration
 from gitrun.errors import DefinitionError, GitrunError
-from gitrun.runs import load_run
-from gitrun.settings import parse_duration
 from tests.helpers import build_tree, write_run
 
 TASKS = [{"id": "t1", "outputs": ["out/t1.json"]}]
@@ -174,9 +174,9 @@ def test_a_big_table_validated_task_by_task_loads_the_same_tasks(
     git_repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_run(git_repo, "r", _big_table(3000))
-    monkeypatch.setattr("gitrun.runs.VALIDATE_EACH_ABOVE", 10**9)
+    monkeypatch.setattr("gitrun.definition.load.VALIDATE_EACH_ABOVE", 10**9)
     whole = load_run(git_repo, "r", environ={}).tasks
-    monkeypatch.setattr("gitrun.runs.VALIDATE_EACH_ABOVE", 100)
+    monkeypatch.setattr("gitrun.definition.load.VALIDATE_EACH_ABOVE", 100)
     each = load_run(git_repo, "r", environ={}).tasks
     assert each == whole and len(each) == 3000
 
@@ -190,9 +190,9 @@ def test_errors_in_a_big_table_read_as_in_a_small_one(
     tasks[1700]["outputs"] = []
     tasks[2900]["id"] = "Not Valid"
     write_run(git_repo, "r", tasks)
-    monkeypatch.setattr("gitrun.runs.VALIDATE_EACH_ABOVE", 10**9)
+    monkeypatch.setattr("gitrun.definition.load.VALIDATE_EACH_ABOVE", 10**9)
     whole = _load_error(git_repo)
-    monkeypatch.setattr("gitrun.runs.VALIDATE_EACH_ABOVE", 100)
+    monkeypatch.setattr("gitrun.definition.load.VALIDATE_EACH_ABOVE", 100)
     assert _load_error(git_repo) == whole
     assert len(whole) == 2 and all(line.split(":")[1].isdigit() for line in whole)
 

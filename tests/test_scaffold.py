@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.check import check_run
+from gitrun.commands.scaffold import init_repo, new_run
+from gitrun.definition.load import load_run
 from gitrun.errors import GitrunError, UsageError
-from gitrun.runs import load_run
-from gitrun.scaffold import init_repo, new_run
+from gitrun.proof.check import check_run
 from tests.helpers import build_tree
 
 
@@ -99,9 +99,9 @@ def test_generator_errors(git_repo: Path) -> None:
 
 
 def test_generated_tasks_escape_file_names_that_look_like_patterns(git_repo: Path) -> None:
-    from gitrun.check import check_run
-    from gitrun.runs import load_run
-    from gitrun.scaffold import new_run
+    from gitrun.commands.scaffold import new_run
+    from gitrun.definition.load import load_run
+    from gitrun.proof.check import check_run
     from tests.helpers import build_tree
 
     build_tree(git_repo, {"docs/[x].md": "a\n", "docs/x.md": "b\n"})
@@ -113,8 +113,8 @@ def test_generated_tasks_escape_file_names_that_look_like_patterns(git_repo: Pat
 
 
 def test_an_input_named_with_a_wildcard_is_a_usage_error(git_repo: Path) -> None:
+    from gitrun.commands.scaffold import new_run
     from gitrun.errors import UsageError
-    from gitrun.scaffold import new_run
     from tests.helpers import build_tree
 
     build_tree(git_repo, {"docs/*.md": "a\n"})

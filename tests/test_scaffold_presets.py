@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.check import check_run
+from gitrun.commands.scaffold import new_run
+from gitrun.definition.load import load_run
 from gitrun.errors import UsageError
-from gitrun.runs import load_run
-from gitrun.scaffold import new_run
+from gitrun.proof.check import check_run
 
 FAMILIES = {
     "claude": "sonnet",

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gitrun.commands.scaffold import new_run
+from gitrun.definition.load import load_run
+from gitrun.definition.schema import Limits, parse_duration
 from gitrun.errors import DefinitionError
-from gitrun.runs import load_run
-from gitrun.scaffold import new_run
-from gitrun.settings import Limits, parse_duration
 from tests.helpers import write_run
 
 TASKS = [{"id": "t1", "outputs": ["out/t1.json"]}]

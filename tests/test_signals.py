@@ -30,10 +30,7 @@ from typing import Any
 import psutil
 import pytest
 
-from gitrun.attempt import Monitor
-from gitrun.local import LocalPaths
-from gitrun.lock import read_owner
-from gitrun.reaper import (
+from gitrun.processes.reaper import (
     identity,
     is_recorded_process,
     is_recorded_worker,
@@ -41,6 +38,9 @@ from gitrun.reaper import (
     may_signal,
     signal_recorded_process,
 )
+from gitrun.store.local import LocalPaths
+from gitrun.store.lock import read_owner
+from gitrun.workers.attempt import Monitor
 from tests.helpers import ATTEMPT_ENV, ATTEMPT_ID, commit_all, gitrun_process, write_run
 
 

@@ -19,10 +19,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gitrun import ledger
-from gitrun.check import check_run
-from gitrun.runs import load_run
-from gitrun.session import start_run
+from gitrun.commands.session import start_run
+from gitrun.definition.load import load_run
+from gitrun.proof.check import check_run
+from gitrun.store import ledger
 from tests.helpers import FAKE_WORKER, fake_worker_run, git, ledger_records, write_run
 
 FAKE_SRUN = Path(__file__).resolve().parent / "fake_srun.py"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.spawn import Child, Process, Spawner
+from gitrun.processes.spawn import Child, Process, Spawner
 
 # What a worker sees of how it was started: its directory, session and
 # group, stdin, open descriptors, ignored signals (from sh, which ignores

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from gitrun import driver
-from gitrun.session import start_run
-from gitrun.state import read_status
+from gitrun.commands.session import start_run
+from gitrun.engine import driver
+from gitrun.engine.status import read_status
 from tests.helpers import build_tree, commit_all, fake_worker_run, run_gitrun, write_run
 
 # What `start --json` says besides the status.

@@ -16,8 +16,8 @@ import tomli_w
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gitrun.runs import load_run
-from gitrun.tasktoml import loads_task_table
+from gitrun.definition.load import load_run
+from gitrun.definition.tasktoml import loads_task_table
 from tests.helpers import write_run
 
 # Text with every kind of character a key or a value may hold or must escape.

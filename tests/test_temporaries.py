@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.audit import Audit
-from gitrun.hooks import pre_write
-from gitrun.runs import load_run
-from gitrun.temporaries import target_of_temporary
+from gitrun.definition.load import load_run
+from gitrun.engine.audit import Audit
+from gitrun.guard.write import pre_write
+from gitrun.ownership.temporaries import target_of_temporary
 from tests.helpers import build_tree, commit_all, write_run
 
 TASKS = [

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gitrun import ledger
-from gitrun.ledger import AttemptRecord, LedgerWriter, read_ledger, usage_totals
-from gitrun.records import Fields, RecordInvalid
-from gitrun.usage import Usage, usage_of
+from gitrun.store import ledger
+from gitrun.store.ledger import AttemptRecord, LedgerWriter, read_ledger, usage_totals
+from gitrun.store.records import Fields, RecordInvalid
+from gitrun.store.usage import Usage, usage_of
 
 
 def _attempt(task: str, n: int, outcome: str, usage: Usage | None, stage: str = "work") -> dict:
@@ -142,7 +142,7 @@ esac
 def test_a_worker_s_usage_file_reaches_the_committed_ledger_and_a_bad_one_warns(
     git_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gitrun.session import start_run
+    from gitrun.commands.session import start_run
     from tests.helpers import commit_all, committed_ledger, write_run
 
     tasks = [{"id": t, "outputs": [f"out/{t}.json"]} for t in ("t1", "t2", "t3")]
@@ -185,7 +185,7 @@ def _one_attempt(tmp_path: Path, argv: list[str]):
     import os
     import time
 
-    from gitrun.attempt import Monitor
+    from gitrun.workers.attempt import Monitor
 
     monitor = Monitor()
     monitor.launch("t1", 1, argv, dict(os.environ), tmp_path, tmp_path / "t1.1.log", 60)
@@ -199,8 +199,8 @@ def _one_attempt(tmp_path: Path, argv: list[str]):
 
 
 def test_claude_s_result_is_the_tail_so_a_throttle_still_reads_as_one(tmp_path: Path) -> None:
-    from gitrun.governor import is_throttled
-    from gitrun.settings import Limits
+    from gitrun.definition.schema import Limits
+    from gitrun.engine.governor import is_throttled
 
     refused = json.dumps(
         {
@@ -229,16 +229,16 @@ def test_an_unknown_program_reports_nothing_and_its_output_is_the_tail(tmp_path:
 
 
 def test_the_simulated_agent_reports_usage_so_the_demo_has_spend(git_repo: Path) -> None:
-    """Attempts of gitrun.simagent that reached their model write $GITRUN_USAGE;
+    """Attempts of gitrun.workers.simagent that reached their model write $GITRUN_USAGE;
     the flaky first attempts (a dropped connection) report nothing."""
     import sys
 
-    from gitrun.session import start_run
-    from gitrun.simagent import temperament
+    from gitrun.commands.session import start_run
+    from gitrun.workers.simagent import temperament
     from tests.helpers import commit_all, write_run
 
     tasks = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(1, 7)]
-    argv = [sys.executable, "-m", "gitrun.simagent", "--seed", "3", "--think", "0", "0.05"]
+    argv = [sys.executable, "-m", "gitrun.workers.simagent", "--seed", "3", "--think", "0", "0.05"]
     packet = {
         "model": {"default": "sim-model"},
         "executor": {"kind": "command", "command": argv},

@@ -6,8 +6,8 @@ import io
 
 from rich.console import Console
 
-from gitrun.driver import Progress
-from gitrun.view import LiveView
+from gitrun.commands.live import LiveView
+from gitrun.engine.driver import Progress
 
 
 def _render(view: LiveView) -> str:

@@ -15,11 +15,18 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gitrun.cli import app
-from gitrun.local import LocalPaths
-from gitrun.lock import LiveAttempt, LiveState, is_locked, lock_holders, read_owner, run_locked
-from gitrun.reaper import group_members
-from gitrun.watchdog import RunHealth, inspect_runs, kill_stale
+from gitrun.cli.main import app
+from gitrun.commands.watchdog import RunHealth, inspect_runs, kill_stale
+from gitrun.processes.reaper import group_members
+from gitrun.store.local import LocalPaths
+from gitrun.store.lock import (
+    LiveAttempt,
+    LiveState,
+    is_locked,
+    lock_holders,
+    read_owner,
+    run_locked,
+)
 from tests.helpers import commit_all, gitrun_process, write_run
 
 runner = CliRunner()
@@ -140,7 +147,7 @@ def test_watchdog_kill_stops_a_real_stale_driver_and_only_with_proof(
     """A real driver holds the lock: the kernel's lock table proves its pid,
     so it is killed, and its worker with it. Where that table cannot be read,
     nothing is killed and the message says why."""
-    import gitrun.lock
+    import gitrun.store.lock
 
     hang = "import time\nwhile True: time.sleep(1)"
     write_run(
@@ -165,7 +172,7 @@ def test_watchdog_kill_stops_a_real_stale_driver_and_only_with_proof(
         [health] = inspect_runs(git_repo, stale_after=0.0)
         assert health.stale and health.pid == driver.pid
         with monkeypatch.context() as patched:
-            patched.setattr(gitrun.lock, "PROC_LOCKS", git_repo / "no-such-table")
+            patched.setattr(gitrun.store.lock, "PROC_LOCKS", git_repo / "no-such-table")
             said = kill_stale(git_repo, health)
         assert "not stopped: this system has no" in said and str(driver.pid) in said
         assert driver.poll() is None and _alive(worker)

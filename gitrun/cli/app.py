@@ -49,7 +49,7 @@ def report_failure(exc: BaseException) -> int:
             typer.echo(f"gitrun: error: {line}", err=True)
         return exc.exit_code
     if isinstance(exc, BrokenPipeError):  # `gitrun ... | head`: the reader has gone
-        from gitrun.drivecmd import silence
+        from gitrun.commands.drive import silence
 
         silence(sys.stdout)
         return 1
@@ -149,13 +149,13 @@ def _root(
 def _repo(ctx: typer.Context) -> Path:
     """The top of the work tree holding ``-C DIR`` (default: here); git's own
     error outside every work tree."""
-    from gitrun.repo import find_repo
+    from gitrun.store.repo import find_repo
 
     directory = ctx.find_root().obj
     found = find_repo(str(directory) if directory else None)
     if found is not None:
         return Path(found.root)
-    from gitrun.git import find_repo_root
+    from gitrun.store.git import find_repo_root
 
     return find_repo_root(Path(directory) if directory else None)
 

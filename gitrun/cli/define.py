@@ -13,7 +13,7 @@ from gitrun.cli.app import _orchestrator_guide, _repo, app, capped
 @app.command()
 def init(ctx: typer.Context) -> None:
     """Create .gitrun/config.toml with commented defaults in this repository."""
-    from gitrun.scaffold import init_repo
+    from gitrun.commands.scaffold import init_repo
 
     typer.echo(init_repo(_repo(ctx)).message)
 
@@ -52,7 +52,7 @@ def new(
     With --inputs and --output it writes one task per input file (or per
     group of --per-task files), each owning exactly its output.
     """
-    from gitrun.scaffold import new_run
+    from gitrun.commands.scaffold import new_run
 
     result = new_run(
         _repo(ctx),
@@ -70,7 +70,7 @@ def new(
     if len(result.paths) > 5:
         typer.echo(f"  ... and {len(result.paths) - 5} more")
     if executor == "external":
-        from gitrun.agents import install_worker_agent
+        from gitrun.guard.agents import install_worker_agent
 
         # Before the lead starts: agent files are read when a session starts.
         typer.echo(install_worker_agent(_repo(ctx)))
@@ -92,9 +92,9 @@ def check(
     that owned paths hold no uncommitted changes, that pointers fit, and that
     the model comes from configuration. Exit 0 when clean, 1 otherwise.
     """
-    from gitrun.check import check_run
+    from gitrun.definition.load import load_run
     from gitrun.errors import DefinitionError
-    from gitrun.runs import load_run
+    from gitrun.proof.check import check_run
 
     repo = _repo(ctx)
     try:

@@ -20,7 +20,7 @@ EXIT_CODES_HELP = (
 
 
 def _drive(ctx: typer.Context, run: str, as_json: bool, quiet: bool, resume: bool) -> None:
-    from gitrun.drivecmd import drive
+    from gitrun.commands.drive import drive
 
     raise typer.Exit(drive(_repo(ctx), run, as_json, quiet, resume))
 
@@ -82,7 +82,7 @@ def status(
     Derived from the run branch, the ledger and the files on disk; safe to
     run while the run is being driven.
     """
-    from gitrun.drivecmd import show_status
+    from gitrun.commands.drive import show_status
 
     show_status(_repo(ctx), run, as_json, show_all)
 
@@ -102,15 +102,15 @@ def log(
     ] = False,
 ) -> None:
     """Show a run's history from its branch: when, which tasks, which attempt."""
-    from gitrun.git import rev_parse
-    from gitrun.history import read_history
+    from gitrun.definition.load import RUNS_DIR, check_run_id
     from gitrun.layout import branch_ref
-    from gitrun.runs import RUNS_DIR, check_run_id
+    from gitrun.store.git import rev_parse
+    from gitrun.store.history import read_history
 
     repo = _repo(ctx)
     check_run_id(run)
     if attempts:
-        from gitrun.ledger import attempt_records, read_ledger
+        from gitrun.store.ledger import attempt_records, read_ledger
 
         records = attempt_records(read_ledger(repo / RUNS_DIR / run))
         if as_json:
@@ -151,8 +151,8 @@ def report(
     """Write a run's report: a timeline of every attempt, concurrency over time,
     summary numbers and a sortable table of tasks, from what the run's branch
     holds (so it works on a fresh clone and after `gitrun land`)."""
+    from gitrun.commands.report.page import write_report
     from gitrun.errors import UsageError
-    from gitrun.htmlreport import write_report
 
     if not html:
         raise UsageError(
@@ -174,8 +174,8 @@ def land(
     Untracked files identical to the run's committed artifacts do not block
     it; anything else that would be overwritten stops it with nothing changed.
     """
-    from gitrun.land import land_run
-    from gitrun.runs import check_run_id
+    from gitrun.commands.land import land_run
+    from gitrun.definition.load import check_run_id
 
     check_run_id(run)
     typer.echo(land_run(_repo(ctx), run, squash=squash))
@@ -207,11 +207,11 @@ def retry(
     (failed canary, environment fault, strict ownership violation, spend
     budget); with --budget or --tokens, raise the run's spend budget (kept in
     its ledger); then `gitrun resume RUN`."""
-    from gitrun.retry import retry_tasks
+    from gitrun.commands.retry import retry_tasks
 
     retried = retry_tasks(_repo(ctx), run, list(tasks or []), budget, tokens)
     if retried.budget is not None:
-        from gitrun.budget import money
+        from gitrun.engine.budget import money
 
         shown = []
         if retried.budget.cost_usd is not None:
@@ -246,9 +246,9 @@ def watchdog(
     past their deadline, did a dead driver leave workers running. Meant for
     cron, e.g. `*/10 * * * * cd /path/to/repo && gitrun watchdog --kill`.
     """
+    from gitrun.commands.watchdog import inspect_runs, kill_stale
+    from gitrun.definition.schema import parse_duration
     from gitrun.errors import UsageError
-    from gitrun.settings import parse_duration
-    from gitrun.watchdog import inspect_runs, kill_stale
 
     try:
         stale_after = parse_duration(stale)
@@ -286,7 +286,7 @@ def demo(
     write invalid JSON and get throttled; kills its own driver halfway as a
     lost session would, resumes, lands the run and shows what happened.
     """
-    from gitrun.demo import run_demo
+    from gitrun.commands.demo import run_demo
 
     result = run_demo(directory, tasks, seed, typer.echo)
     raise typer.Exit(result.exit_code)

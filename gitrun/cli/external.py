@@ -1,5 +1,5 @@
 """External dispatch for orchestrating sessions: next and collect (what they
-print is :mod:`gitrun.externalcmd`'s, shared with the quick path)."""
+print is :mod:`gitrun.commands.external`'s, shared with the quick path)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def next_batch(
     valid output, only the canary. Leases expire after the task timeout.
     Nothing to hand out: says why and exits 0 when every task is done, else 1.
     """
-    from gitrun.externalcmd import next_batch
+    from gitrun.commands.external import next_batch
 
     raise typer.Exit(next_batch(_repo(ctx), run, max_tasks, as_json))
 
@@ -49,6 +49,6 @@ def collect(
     Missing or invalid outputs use up an attempt (invalid files are
     quarantined); tasks named with --throttled back off without using one.
     """
-    from gitrun.externalcmd import collect
+    from gitrun.commands.external import collect
 
     raise typer.Exit(collect(_repo(ctx), run, list(throttled or []), as_json))

@@ -17,7 +17,7 @@ app.add_typer(hook_app, name="hook")
 
 
 def _run_hook(name: str) -> None:
-    from gitrun.hookmain import run
+    from gitrun.guard.main import run
 
     raise typer.Exit(run(name))
 
@@ -62,8 +62,8 @@ def _hooks_action(
     sandbox: bool = True,
 ) -> None:
     """Both kinds of hook unless one is named."""
-    from gitrun import install as installer
-    from gitrun.agents import install_worker_agent, uninstall_worker_agent
+    from gitrun.guard import install as installer
+    from gitrun.guard.agents import install_worker_agent, uninstall_worker_agent
 
     repo = _repo(ctx)
     if not install:
@@ -130,7 +130,7 @@ def hooks_status(
 
     Exit 0 when every hook checked runs and blocks what it must; 1 otherwise.
     """
-    from gitrun.hookcheck import hook_statuses
+    from gitrun.guard.probe import hook_statuses
 
     repo = _repo(ctx)
     statuses = hook_statuses(repo, claude=claude or not git_hook, git_hook=git_hook or not claude)

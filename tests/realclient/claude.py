@@ -57,7 +57,7 @@ def claude_binary() -> str:
 
 def sandbox_or_skip() -> None:
     """Skip unless Claude Code's Bash sandbox can start here (bwrap, socat)."""
-    from gitrun.sandbox import missing_sandbox_tools
+    from gitrun.guard.sandbox import missing_sandbox_tools
 
     missing = missing_sandbox_tools()
     if missing:

@@ -1,0 +1,123 @@
+"""What ``gitrun start``, ``resume`` and ``status`` print, and their exit codes.
+
+Results go to stdout; the driver's events go to stderr, one plain line each
+(a live view instead, on a terminal). A reader that goes away (``gitrun
+status | head``) loses the output, never the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def event(line: str) -> None:
+    """One plain line per driver event, on stderr (stdout stays for results).
+    A reader that went away (`gitrun start r 2>&1 | head -1`) loses the
+    lines, never the run: a write failing here would stop the driver
+    between launching attempts and recording them."""
+    try:
+        sys.stderr.write(f"gitrun: {line}\n")
+        sys.stderr.flush()
+    except BrokenPipeError:
+        silence(sys.stderr)
+
+
+def silence(stream: object) -> None:
+    """Point ``stream``'s descriptor at /dev/null, so what is still buffered,
+    and every later write, goes nowhere instead of failing again (at exit too)."""
+    fileno = getattr(stream, "fileno", None)
+    if fileno is None:
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fileno())
+    except (OSError, ValueError):
+        pass  # a stream without a descriptor: nothing to point elsewhere
+    finally:
+        os.close(devnull)
+
+
+def drive(repo: Path, run: str, as_json: bool, quiet: bool, resume: bool) -> int:
+    """``gitrun start`` or ``resume``: its exit code. A command-mode run is
+    driven to its end; an external run prints its first batch."""
+    from functools import partial
+
+    from gitrun.commands.session import bring_definition, resume_run, start_run
+    from gitrun.definition.load import load_run
+
+    if resume:
+        bring_definition(repo, run, event)
+    loaded = load_run(repo, run)
+    if loaded.executor_kind == "external":
+        from gitrun.commands.external import drive_external
+
+        return drive_external(repo, run, as_json, resume, event)
+    # resume loads the definition again under the lock, after restoring it
+    drive_run = resume_run if resume else partial(start_run, loaded=loaded)
+    if quiet or as_json:
+        outcome = drive_run(repo, run, lambda _line: None)
+    elif sys.stderr.isatty() and sys.stdout.isatty():
+        from gitrun.commands.live import LiveView
+
+        with LiveView(run) as view:
+            outcome = drive_run(repo, run, view.event, view.progress)
+    else:
+        outcome = drive_run(repo, run, event)
+    if as_json:
+        data = outcome.status.to_json()
+        data["exit_code"] = outcome.exit_code
+        data["stopped_by"] = outcome.stopped_by
+        data["halt"] = (
+            {"kind": outcome.halt.kind, "message": outcome.halt.message} if outcome.halt else None
+        )
+        data["violations"] = [v.to_record() for v in outcome.violations]
+        data["load_held_seconds"] = round(outcome.load_held, 1)
+        text = json.dumps(data, indent=2)
+    else:
+        from gitrun.commands.summary import format_summary
+
+        text = format_summary(
+            outcome.status, outcome.stopped_by, outcome.halt, outcome.violations, outcome.load_held
+        )
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `gitrun start r | head -c0`: the run ended all the same
+        silence(sys.stdout)
+    return outcome.exit_code
+
+
+def json_text(value: object) -> str:
+    """Indented for a person at a terminal; compact (and C-fast) for programs."""
+    return json.dumps(value, indent=2 if sys.stdout.isatty() else None)
+
+
+def show_status(repo: Path, run: str | None, as_json: bool, show_all: bool) -> None:
+    """``gitrun status``: one run in full, or a line for every run."""
+    out = sys.stdout
+    if run is not None:
+        from gitrun.engine.status import read_status
+
+        st = read_status(repo, run)
+        from gitrun.commands.summary import format_status
+
+        if as_json:
+            out.write(json_text(st.to_json()) + "\n")
+        else:
+            out.write(format_status(st, limit=None if show_all else 20) + "\n")
+        out.flush()
+        return
+    from gitrun.commands.summary import format_status_line
+    from gitrun.engine.status import read_status
+    from gitrun.layout import run_ids
+
+    statuses = [read_status(repo, r) for r in run_ids(str(repo))]
+    if as_json:
+        out.write(json.dumps([st.to_json() for st in statuses], indent=2) + "\n")
+    elif not statuses:
+        out.write("no runs here; create one with `gitrun new RUN`\n")
+    for st in statuses if not as_json else []:
+        out.write(format_status_line(st) + "\n")

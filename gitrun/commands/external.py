@@ -1,0 +1,119 @@
+"""What ``gitrun next``, ``collect``, and ``start``/``resume`` of an external
+run print, and their exit codes, without the command line's parser.
+
+An orchestrating session calls ``next`` and ``collect`` for every batch, so
+they are answered on the quick path (:mod:`gitrun.quickcmd`) as well as by
+the typer commands (:mod:`gitrun.cli.external`); both call these functions,
+so both ways print the same. Results go to stdout; a batch's ownership
+violations and the spend budget's notices go to stderr (a collection prints
+them with its result, on stdout).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from gitrun.errors import EXIT_DONE, EXIT_FAILED, EXIT_HALTED
+
+TYPE_CHECKING = False  # typing costs milliseconds; mypy reads this as True
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from gitrun.engine.external import Batch, Collected
+
+
+def drive_external(
+    repo: Path, run: str, as_json: bool, resume: bool, event: Callable[[str], None]
+) -> int:
+    """start/resume of an external run: the branch (start), a collect (resume),
+    a batch; ``event`` says what the start or resume did."""
+    from gitrun.commands.session import prepare_external
+    from gitrun.engine.external import external_run
+
+    prepare_external(repo, run, event, resume)
+    with external_run(repo, run, afresh=True) as ext:
+        if resume:
+            collected = ext.collect([])
+            if not as_json:
+                print_collected(collected)
+        batch = ext.next_batch(None)
+    return print_batch(run, batch, as_json)
+
+
+def next_batch(repo: Path, run: str, max_tasks: int | None, as_json: bool) -> int:
+    """``gitrun next``: lease a batch and print its pointers."""
+    from gitrun.engine.external import external_run
+
+    if max_tasks is not None and max_tasks < 1:
+        from gitrun.errors import UsageError
+
+        raise UsageError("--max must be 1 or more")
+    with external_run(repo, run) as ext:
+        batch = ext.next_batch(max_tasks)
+    return print_batch(run, batch, as_json)
+
+
+def collect(repo: Path, run: str, throttled: list[str], as_json: bool) -> int:
+    """``gitrun collect``: judge every leased task from the disk."""
+    from gitrun.engine.external import external_run
+    from gitrun.store import git
+
+    git.prepare_writes()  # it commits what validated: the import overlaps the reads before
+    with external_run(repo, run) as ext:
+        collected = ext.collect(throttled)
+    if as_json:
+        _out(json.dumps(collected.to_json(), indent=2))
+    else:
+        print_collected(collected)
+    return EXIT_HALTED if collected.halted else EXIT_DONE
+
+
+def print_batch(run: str, batch: Batch, as_json: bool) -> int:
+    """Print a batch; its exit code: 0 with tasks leased or every task done,
+    3 halted, 1 when nothing can be handed out yet."""
+    for violation in batch.violations:
+        _err(f"ownership violation: {violation}")
+    for notice in batch.notices:  # the spend budget's
+        _err(notice)
+    if as_json:
+        _out(json.dumps(batch.leased, indent=2))
+    for item in batch.leased if not as_json else []:
+        _out(item["pointer"] + "\n")
+    if batch.leased:
+        if not as_json:
+            _out(
+                f"leased {len(batch.leased)}: dispatch each pointer above as one subagent, wait for "
+                f"them, then `gitrun collect {run}`"
+            )
+        return 0
+    (_err if as_json else _out)(batch.reason)
+    return EXIT_DONE if batch.done else EXIT_HALTED if batch.halted else EXIT_FAILED
+
+
+def print_collected(collected: Collected) -> None:
+    for label in ("done", "missing", "invalid", "throttled", "failed"):
+        items = getattr(collected, label)
+        if not items:
+            continue
+        shown = [
+            f"{t} ({collected.reasons[t]})" if t in collected.reasons and label != "done" else t
+            for t in items
+        ]
+        _out(f"{label}: {', '.join(shown)}")
+    for violation in collected.violations:
+        _out(f"ownership violation: {violation}")
+    for notice in collected.notices:  # the spend budget's
+        _out(notice)
+    _out(f"next: {collected.next_step}")
+
+
+def _out(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def _err(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()

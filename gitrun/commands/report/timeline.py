@@ -1,0 +1,240 @@
+"""What a run's ledger says happened over time: its attempts as intervals, the
+canary, how many ran against how many were allowed, the throttles and back-offs.
+
+Plain computations over ledger records (no git, no disk), for the HTML report.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gitrun.definition.schema import Limits
+from gitrun.engine.governor import EndFacts, Governor
+from gitrun.store import ledger
+
+# How an attempt is drawn: its outcome, except that an attempt stopped by its
+# timeout reads "timed out" and one whose driver died reads "lost".
+TIMED_OUT = "timed out"
+LOST = "lost"
+KINDS = (
+    ledger.VALID,
+    ledger.INVALID,
+    ledger.MISSING,
+    ledger.THROTTLED,
+    TIMED_OUT,
+    LOST,
+    ledger.INTERRUPTED,
+)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    task: str
+    number: int
+    stage: str
+    start: float  # seconds since the epoch
+    end: float
+    outcome: str
+    kind: str  # one of KINDS (or the outcome itself when gitrun did not know it)
+    exit: int | None
+    signal: int | None
+    reason: str
+    concurrency: int | None  # after a throttle: what concurrency backed off to
+    recovered: bool  # recorded by the driver that took over from a dead one
+
+    @property
+    def lied(self) -> bool:
+        """It wrote valid output and still exited non-zero."""
+        return self.outcome == ledger.VALID and self.exit not in (0, None)
+
+
+def needless_reruns(records: list[dict[str, Any]]) -> list[str]:
+    """Tasks a runner trusting exit statuses would have re-run for nothing:
+    each wrote a valid output, then exited non-zero."""
+    return sorted(
+        {
+            str(r["task"])
+            for r in ledger.attempt_records(records)
+            if r.get("outcome") == ledger.VALID and r.get("exit") not in (0, None)
+        }
+    )
+
+
+def parse_time(value: object) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return None
+
+
+def read_attempts(records: list[dict[str, Any]]) -> list[Attempt]:
+    """The attempt records with readable times, ordered by start."""
+    attempts = []
+    for r in ledger.attempt_records(records):
+        start, end = parse_time(r.get("started")), parse_time(r.get("ended"))
+        number = r.get("attempt")
+        if start is None or end is None or type(number) is not int:
+            continue
+        outcome = str(r.get("outcome"))
+        kind = outcome
+        if outcome == ledger.ABANDONED:
+            kind = LOST
+        elif r.get("timed_out") is True and outcome != ledger.VALID:
+            kind = TIMED_OUT
+        exit_code, sig = r.get("exit"), r.get("signal")
+        attempts.append(
+            Attempt(
+                task=str(r.get("task")),
+                number=number,
+                stage=str(r.get("stage", "")),
+                start=start,
+                end=max(start, end),
+                outcome=outcome,
+                kind=kind,
+                exit=exit_code if type(exit_code) is int else None,
+                signal=sig if type(sig) is int else None,
+                reason=str(r.get("reason") or ""),
+                concurrency=r["concurrency"] if type(r.get("concurrency")) is int else None,
+                recovered=_recovered(r),
+            )
+        )
+    attempts.sort(key=lambda a: (a.start, a.end))
+    return attempts
+
+
+def _recovered(record: dict[str, Any]) -> bool:
+    """Recorded after the fact by a driver taking over from a dead one: no
+    process was seen end, yet gitrun launched it."""
+    if record.get("outcome") == ledger.ABANDONED:
+        return True
+    return (
+        record.get("dispatch", "command") == "command"
+        and record.get("exit") is None
+        and record.get("signal") is None
+    )
+
+
+def canary_attempts(attempts: list[Attempt], canary: int) -> set[tuple[str, int]]:
+    """The canary's attempts: while no task has produced valid output, only the
+    canary may start, so every attempt that started before the
+    first valid one ended was the canary's."""
+    if canary <= 0:
+        return set()
+    first_valid = min((a.end for a in attempts if a.outcome == ledger.VALID), default=None)
+    return {(a.task, a.number) for a in attempts if first_valid is None or a.start < first_valid}
+
+
+@dataclass
+class Concurrency:
+    """Steps of (time, value): attempts running, and attempts allowed to run."""
+
+    running: list[tuple[float, int]]
+    allowed: list[tuple[float, int]]
+    throttles: list[Attempt]
+    backoffs: list[tuple[float, float]]  # windows no attempt may start in, at most
+    takeovers: list[float]  # moments a new driver took the run over
+
+
+def concurrency_over_time(attempts: list[Attempt], limits: Limits, tasks: int) -> Concurrency:
+    """Running: the attempts that overlap each moment. Allowed: the governor's
+    own rules replayed over the attempts' ends (halved at each throttle, to
+    the value the ledger recorded; grown after ``grow_after`` valid ends; the
+    canary alone first), starting again from the packet's concurrency where a
+    new driver took over from a dead or stopped one. A back-off lasts a random
+    time up to a ceiling: its window is drawn to that ceiling, or to the next
+    start where that came sooner (no attempt starts during a back-off)."""
+    moves = sorted([(a.start, 1) for a in attempts] + [(a.end, -1) for a in attempts])
+    running: list[tuple[float, int]] = []
+    now = 0
+    for at, step in moves:  # ends sort before starts at the same moment
+        now += step
+        if running and running[-1][0] == at:
+            running[-1] = (at, now)
+        else:
+            running.append((at, now))
+    starts = sorted(a.start for a in attempts)
+    ends = sorted(attempts, key=lambda a: a.end)
+    # A driver took over: from an attempt recorded by recovery, or at the
+    # first start after one gitrun interrupted. One takeover records all the
+    # attempts it found before it starts any.
+    takeovers: list[float] = []
+    candidates = {a.end for a in attempts if a.recovered}
+    candidates |= {
+        s for a in attempts if a.outcome == ledger.INTERRUPTED for s in _next(starts, a.end)
+    }
+    for at in sorted(candidates):
+        if not takeovers or _started_between(starts, takeovers[-1], at):
+            takeovers.append(at)
+    governor = _replay_governor(limits, tasks, canary=True)
+    allowed: list[tuple[float, int]] = []
+    if attempts:
+        allowed.append((attempts[0].start, _cap(governor)))
+    backoffs: list[tuple[float, float]] = []
+    seen_valid = False
+    events = sorted([(t, 0, None) for t in takeovers] + [(a.end, 1, a) for a in ends], key=_first2)
+    for at, _order, attempt in events:
+        if attempt is None:
+            governor = _replay_governor(limits, tasks, canary=not seen_valid)
+        else:
+            facts = EndFacts(attempt.task, attempt.outcome, attempt.end - attempt.start,
+                             attempt.exit, attempt.signal, False, "")  # fmt: skip
+            governor.ended(facts, at)
+            if attempt.outcome == ledger.VALID:
+                seen_valid = True
+            elif attempt.outcome == ledger.THROTTLED:
+                if attempt.concurrency is not None:
+                    governor.concurrency = attempt.concurrency
+                until = min([governor.backoff_until, *_next(starts, at)])
+                backoffs.append((at, until))
+        value = _cap(governor)
+        if allowed and allowed[-1][0] == at:
+            allowed[-1] = (at, value)
+        elif not allowed or allowed[-1][1] != value:
+            allowed.append((at, value))
+    throttles = [a for a in ends if a.outcome == ledger.THROTTLED]
+    return Concurrency(running, allowed, throttles, backoffs, takeovers)
+
+
+class _Ceiling(random.Random):
+    """Jitter that always picks the largest back-off: the window's upper bound."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+def _replay_governor(limits: Limits, tasks: int, canary: bool) -> Governor:
+    return Governor(
+        limits,
+        tasks=tasks,
+        spawns=0,
+        canary=["canary"] * limits.canary if canary else [],
+        rng=_Ceiling(),
+    )
+
+
+def _cap(governor: Governor) -> int:
+    if governor.canary:
+        return min(governor.concurrency, len(governor.canary))
+    return governor.concurrency
+
+
+def _next(starts: list[float], after: float) -> list[float]:
+    """The first start after ``after``, as a list of at most one."""
+    from bisect import bisect_right
+
+    i = bisect_right(starts, after)
+    return starts[i : i + 1]
+
+
+def _started_between(starts: list[float], after: float, until: float) -> bool:
+    """Whether some attempt started after ``after`` and by ``until``."""
+    return any(after < s <= until for s in _next(starts, after))
+
+
+def _first2(event: tuple[float, int, Attempt | None]) -> tuple[float, int]:
+    return event[0], event[1]

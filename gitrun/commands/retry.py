@@ -1,0 +1,95 @@
+"""``gitrun retry``: new attempts for tasks that used theirs up, and a raised budget."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gitrun.definition.load import load_run
+from gitrun.engine.budget import BUDGET_EVENT, Budget, money
+from gitrun.engine.states import FAILED
+from gitrun.engine.status import RunStatus, read_status
+from gitrun.errors import GitrunError
+from gitrun.store import ledger
+from gitrun.store.local import LocalPaths
+from gitrun.store.lock import run_locked
+
+
+@dataclass(frozen=True)
+class Retried:
+    tasks: list[str]  # given fresh attempts
+    lifted: str | None = None  # the halt lifted, if the run was halted
+    budget: Budget | None = None  # the run's budget now, when this call raised it
+
+
+def retry_tasks(
+    repo: Path,
+    run_id: str,
+    task_ids: list[str],
+    budget_usd: float | None = None,
+    tokens: int | None = None,
+) -> Retried:
+    """Give ``task_ids`` (default: every failed task, unless the call raises
+    the budget) fresh attempts, set the run's spend budget to ``budget_usd``
+    dollars and/or ``tokens`` tokens, and lift a halt that holds the run (a
+    failed canary, an environment fault, a strict ownership violation, the
+    spend budget)."""
+    run = load_run(repo, run_id)
+    local = LocalPaths.of(repo, run_id)
+    with run_locked(local, run_id):
+        status = read_status(repo, run_id, run)
+        unknown = [t for t in task_ids if t not in status.tasks]
+        if unknown:
+            raise GitrunError(
+                f"run {run_id!r} has no task {', '.join(unknown)}; see `gitrun status {run_id}`"
+            )
+        _check_raise(status, budget_usd, tokens)
+        raising = budget_usd is not None or tokens is not None
+        failed = [t for t, s in status.tasks.items() if s.status == FAILED]
+        chosen = task_ids or ([] if raising else failed)
+        done = [t for t in chosen if status.tasks[t].status == "done"]
+        if done:
+            raise GitrunError(f"{', '.join(done)} already done; there is nothing to retry")
+        at = datetime.now(UTC).isoformat(timespec="milliseconds")
+        writer = ledger.LedgerWriter(run.repo / run.dir)
+        try:
+            if raising:
+                writer.write(
+                    {
+                        "event": BUDGET_EVENT,
+                        "max_cost_usd": budget_usd,
+                        "max_tokens": tokens,
+                        "at": at,
+                    }
+                )
+            for tid in chosen:
+                writer.write({"event": "retry", "task": tid, "at": at})
+            lifted = status.halt["message"] if status.halt else None
+            if lifted is not None:
+                writer.write({"event": ledger.LIFT, "at": at})
+        finally:
+            writer.close()
+        new = None
+        if raising:
+            old = status.budget
+            new = Budget(
+                old.cost_usd if budget_usd is None else budget_usd,
+                old.tokens if tokens is None else tokens,
+            )
+        return Retried(chosen, lifted, new)
+
+
+def _check_raise(status: RunStatus, budget_usd: float | None, tokens: int | None) -> None:
+    """A budget the run has spent already would halt it again at once: refused."""
+    spent = status.usage
+    if budget_usd is not None and budget_usd <= spent.spent_usd:
+        raise GitrunError(
+            f"--budget {budget_usd:g} is not above the {money(spent.spent_usd)} run "
+            f"{status.run!r} has spent already; give a larger amount in US dollars"
+        )
+    if tokens is not None and tokens <= spent.tokens:
+        raise GitrunError(
+            f"--tokens {tokens} is not above the {spent.tokens:,} tokens run {status.run!r} "
+            "has used already; give a larger number"
+        )

@@ -1,0 +1,235 @@
+"""Starting and resuming a run: the branch, the definition, then the driver.
+
+``start`` checks the run, creates ``gitrun/<run>`` at HEAD with a commit
+holding the run definition, and drives it. ``resume`` takes the branch from
+a remote when only that exists, restores run files missing on disk, stops
+the workers a dead driver left behind, reconciles with what is committed
+and on disk, and drives on.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gitrun.definition.load import (
+    LEDGER_NAME,
+    PACKET_NAME,
+    RUNS_DIR,
+    RunDef,
+    check_run_id,
+    load_run,
+)
+from gitrun.definition.runfiles import (
+    definition_files,
+    merge_committed_ledger,
+    refuse_rewritten_definition,
+)
+from gitrun.engine.committer import Committer, read_tip, trailers
+from gitrun.engine.driver import Driver, Progress, Reporter, RunOutcome
+from gitrun.errors import GitrunError
+from gitrun.guard import rules
+from gitrun.layout import BRANCH_PREFIX, branch_ref
+from gitrun.problem import Problem
+from gitrun.proof.check import check_run
+from gitrun.store import git, ledger
+from gitrun.store.ledger import CHUNK_DIR
+from gitrun.store.local import LocalPaths
+from gitrun.store.lock import run_locked
+from gitrun.store.tomlfile import write_atomic
+
+
+class CheckFailed(GitrunError):
+    def __init__(self, run_id: str, problems: list[Problem]) -> None:
+        self.problems = problems
+        lines = [f"run {run_id!r} did not pass `gitrun check` ({len(problems)} problems):"]
+        lines += [f"  [{p.code}] {p.message}" for p in problems]
+        super().__init__("\n".join(lines))
+
+
+def prepare_external(repo: Path, run_id: str, report: Reporter, resume: bool) -> None:
+    """The branch for an external run: created by start, taken over by resume."""
+    run = load_run(repo, run_id)
+    local = LocalPaths.of(repo, run_id)
+    with run_locked(local, run_id):
+        if resume:
+            tip = _ensure_branch(repo, run_id, report)
+            _restore_definition(repo, run_id, tip, report)
+            resumed = load_run(repo, run_id)
+            refuse_rewritten_definition(resumed, tip)
+            problems = check_run(resumed, check_dirty=False).problems
+            if problems:
+                raise CheckFailed(run_id, problems)
+        else:
+            resumed = run
+            _create_branch(repo, run, local, report)
+    rules.refresh(local, resumed)
+
+
+def _create_branch(repo: Path, run: RunDef, local: LocalPaths, report: Reporter) -> Committer:
+    """Check the run and give it its branch, at HEAD, with the definition."""
+    run_id = run.id
+    if git.rev_parse(repo, branch_ref(run_id)) or git.remote_refs(repo, BRANCH_PREFIX + run_id):
+        raise GitrunError(
+            f"run {run_id!r} has already started (branch gitrun/{run_id} exists); continue it "
+            f"with `gitrun resume {run_id}`"
+        )
+    # Read once: the proof is of the very commit the branch starts at, even
+    # when a commit lands on HEAD meanwhile.
+    head = git.rev_parse(repo, "HEAD")
+    problems = check_run(run, fork=head).problems
+    if problems:
+        raise CheckFailed(run_id, problems)
+    if head is None:
+        raise GitrunError(
+            "the repository has no commits yet; commit something first so the run has a "
+            "point to fork from"
+        )
+    _retire_stale_ledger(run, local)
+    committer = Committer(repo, run_id, local)
+    files = definition_files(run)
+    message = f"gitrun({run_id}): start run\n\n{trailers(run_id, [], {'Gitrun-Base': head})}\n"
+    committer.start_branch(head, files, message)
+    report(f"run {run_id}: started on branch gitrun/{run_id} from {head[:10]}")
+    return committer
+
+
+def start_run(
+    repo: Path,
+    run_id: str,
+    report: Reporter,
+    progress: Callable[[Progress], None] | None = None,
+    loaded: RunDef | None = None,
+) -> RunOutcome:
+    """Check the run, create its branch with the definition, and drive it
+    (``loaded``: the run as the caller just loaded it, not loaded again)."""
+    git.prepare_writes()
+    run = loaded if loaded is not None and loaded.id == run_id else load_run(repo, run_id)
+    local = LocalPaths.of(repo, run_id)
+    with run_locked(local, run_id) as lock:
+        committer = _create_branch(repo, run, local, report)
+        rules.refresh(local, run)
+        driver = Driver(run, local, lock, committer, report, progress)
+        driver.recover()  # workers of an earlier life of this run id
+        return driver.drive()
+
+
+def resume_run(
+    repo: Path, run_id: str, report: Reporter, progress: Callable[[Progress], None] | None = None
+) -> RunOutcome:
+    """Reconcile a run with what is committed and on disk, then drive it on."""
+    git.prepare_writes()
+    local = LocalPaths.of(repo, run_id)
+    with run_locked(local, run_id) as lock:
+        tip = _ensure_branch(repo, run_id, report)
+        _restore_definition(repo, run_id, tip, report)
+        run = load_run(repo, run_id)
+        refuse_rewritten_definition(run, tip)
+        problems = check_run(run, check_dirty=False).problems
+        if problems:
+            raise CheckFailed(run_id, problems)
+        rules.refresh(local, run)
+        committer = Committer(repo, run_id, local)
+        driver = Driver(run, local, lock, committer, report, progress)
+        driver.recover()
+        driver.reconcile()
+        return driver.drive()
+
+
+def bring_definition(repo: Path, run_id: str, report: Reporter) -> None:
+    """On a fresh clone the run directory may exist only on the run's branch
+    (here or on a remote): restore it before anything loads the run."""
+    check_run_id(run_id)
+    if (repo / RUNS_DIR / run_id / PACKET_NAME).is_file():
+        return
+    local = LocalPaths.of(repo, run_id)
+    with run_locked(local, run_id):
+        try:
+            tip = _ensure_branch(repo, run_id, report)
+        except GitrunError:
+            return  # started nowhere: loading the run says what is missing
+        _restore_definition(repo, run_id, tip, report)
+
+
+def _retire_stale_ledger(run: RunDef, local: LocalPaths) -> None:
+    """A ledger without a branch is left from a run whose branch was deleted:
+    its chunks (and an older run's single file) move aside, kept for inspection."""
+    stamp = int(time.time())
+    for name in (LEDGER_NAME, CHUNK_DIR):
+        stale = run.repo / run.dir / name
+        if os.path.lexists(stale):
+            local.root.mkdir(parents=True, exist_ok=True)
+            os.replace(stale, local.retired(name, stamp))
+
+
+def _ensure_branch(repo: Path, run_id: str, report: Reporter) -> str:
+    ref = branch_ref(run_id)
+    tip = git.rev_parse(repo, ref)
+    if tip and git.is_intact(repo, tip):
+        return tip
+    broken = tip or git.ref_target(repo, ref)
+    if broken:
+        return _repair_branch(repo, run_id, broken, report)
+    remotes = git.remote_refs(repo, BRANCH_PREFIX + run_id)
+    if not remotes:
+        raise GitrunError(
+            f"run {run_id!r} has not started (no branch gitrun/{run_id} here or on a remote); "
+            f"start it with `gitrun start {run_id}`"
+        )
+    tip = git.rev_parse(repo, remotes[0])
+    assert tip is not None
+    git.update_ref(repo, ref, tip, None)
+    report(
+        f"run {run_id}: branch gitrun/{run_id} created from {remotes[0].removeprefix('refs/remotes/')}"
+    )
+    return tip
+
+
+def _repair_branch(repo: Path, run_id: str, broken: str, report: Reporter) -> str:
+    """The run's branch points at objects that are gone (``git gc --prune=now``
+    during a run is documented as unsafe with concurrent writers). Move it back
+    to the newest commit it held that is whole; resume then commits again,
+    from the disk, the valid outputs the lost commits held."""
+    ref = branch_ref(run_id)
+    local = LocalPaths.of(repo, run_id)
+    candidates = git.reflog_targets(repo, ref)
+    candidates += filter(None, [read_tip(local)])
+    for commit in candidates:
+        if commit == broken or git.rev_parse(repo, commit) is None:
+            continue
+        if git.is_intact(repo, commit) and git.update_ref(repo, ref, commit, broken):
+            report(
+                f"run {run_id}: branch gitrun/{run_id} pointed at {broken[:10]}, whose objects "
+                f"are missing (a `git gc --prune` during the run?); moved it back to "
+                f"{commit[:10]}, the newest whole commit it held; outputs committed after it "
+                "are committed again from the disk"
+            )
+            return commit
+    raise GitrunError(
+        f"branch gitrun/{run_id} points at {broken[:10]}, whose objects are missing, and no "
+        f"earlier whole commit of the run is known (its reflog and {local.tip} name none); "
+        f"delete the branch (`git update-ref -d {ref}`) and start the run again"
+    )
+
+
+def _restore_definition(repo: Path, run_id: str, tip: str, report: Reporter) -> None:
+    """Bring back run files that exist on the branch but not on disk (a fresh
+    clone, say), and merge the committed ledger into the local one."""
+    run_dir = f".gitrun/runs/{run_id}"
+    tree = git.ls_tree(repo, tip, [run_dir])
+    restored = 0
+    ledger_blobs: dict[str, str] = {}
+    for path, (_mode, sha) in tree.items():
+        target = repo / path
+        if ledger.is_ledger_name(path[len(run_dir) + 1 :]):
+            ledger_blobs[path] = sha
+        elif not target.exists():
+            write_atomic(target, git.cat_blob(repo, sha))
+            restored += 1
+    # Chunks and an older run's single ledger.jsonl alike: that file stays the
+    # ledger's first part, read first and never written again.
+    merge_committed_ledger(repo, ledger_blobs)
+    if restored:
+        report(f"run {run_id}: restored {restored} run files from the branch")

@@ -1,0 +1,143 @@
+"""Plain-text renderings of a run's status for the terminal."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gitrun.engine.budget import spend_text, tokens_text
+from gitrun.engine.states import DONE
+from gitrun.engine.status import RunStatus
+from gitrun.store.lock import LiveState
+
+if TYPE_CHECKING:
+    from gitrun.engine.audit import Violation
+    from gitrun.engine.governor import Halt
+
+
+def _counts_text(counts: dict[str, int]) -> str:
+    return ", ".join(f"{counts[k]} {k}" for k in ("done", "running", "pending", "failed"))
+
+
+def _yield_text(status: RunStatus) -> str:
+    ratio = status.yield_ratio
+    shown = f"{ratio:.0%}" if ratio is not None else "n/a"
+    return f"{status.spawns} spawns for {status.usable} usable outputs (yield {shown})"
+
+
+def _spend_lines(status: RunStatus, indent: str) -> list[str]:
+    """The spend so far and the tokens by model, each line when there is one."""
+    lines = [
+        spend_text(status.usage, status.usable, status.budget),
+        tokens_text(status.usage),
+    ]
+    return [indent + line for line in lines if line]
+
+
+def format_status_line(status: RunStatus) -> str:
+    state = "driving" if status.driver else ("started" if status.started else "not started")
+    line = f"{status.run}: {state}; {_counts_text(status.counts())}; {_yield_text(status)}"
+    spend = spend_text(status.usage, status.usable, status.budget)
+    return f"{line}; {spend}" if spend else line
+
+
+def format_summary(
+    status: RunStatus,
+    stopped_by: str | None = None,
+    halt: Halt | None = None,
+    violations: list[Violation] | None = None,
+    load_held: float = 0.0,
+) -> str:
+    total = len(status.tasks)
+    lines = [
+        f"run {status.run!r}: {_counts_text(status.counts())} of {total} tasks; {_yield_text(status)}"
+    ]
+    lines += _spend_lines(status, "")
+    if load_held >= 1:
+        lines.append(
+            f"the load gate held starts back for {load_held:.0f} s (load average over max_load; "
+            "one attempt at a time meanwhile)"
+        )
+    if halt is not None:
+        lines.append(f"halted: {halt.message}")
+    for violation in (violations or [])[:10]:
+        lines.append(f"  ownership violation: {violation.describe()}")
+    failed = [t for t in status.tasks.values() if t.status == "failed"]
+    for task in failed[:20]:
+        lines.append(
+            f"  failed for good: {task.id} ({task.attempts} attempts: {task.reason or 'no output'})"
+        )
+    if len(failed) > 20:
+        lines.append(
+            f"  ... and {len(failed) - 20} more failed (`gitrun status {status.run} --all`)"
+        )
+    if stopped_by:
+        lines.append(f"stopped by {stopped_by}; continue with `gitrun resume {status.run}`")
+    elif halt is not None:
+        pass  # the halt message says what to do
+    elif failed:
+        lines.append(
+            f"give them new attempts with `gitrun retry {status.run}`, then `gitrun resume {status.run}`"
+        )
+    elif status.counts()[DONE] == total:
+        lines.append(f"all done; bring the results in with `gitrun land {status.run}`")
+    return "\n".join(lines)
+
+
+def format_status(status: RunStatus, limit: int | None = 20) -> str:
+    lines = []
+    if status.driver:
+        d = status.driver
+        lines.append(
+            f"run {status.run!r}: driven by pid {d.pid} on {d.host}, heartbeat {d.silence:.0f} s ago"
+        )
+        lines.append(f"  {_live_state(d.state)}")
+    elif status.damaged:
+        lines.append(
+            f"run {status.run!r}: its branch names a commit whose objects are missing; "
+            f"`gitrun resume {status.run}` moves it back to its newest whole commit"
+        )
+    else:
+        lines.append(
+            f"run {status.run!r}: {'no driver running' if status.started else 'not started'}"
+        )
+    for stage in status.stages:
+        lines.append(f"  stage {stage}: {_counts_text(status.counts(stage))}")
+    lines.append(f"  total: {_counts_text(status.counts())}; {_yield_text(status)}")
+    lines += _spend_lines(status, "  ")
+    if status.halt:
+        lines.append(
+            f"  halted: {status.halt['message']} (`gitrun retry {status.run}` lifts the halt)"
+        )
+    for violation in status.violations[:10]:
+        who = ", ".join(violation.get("tasks") or []) or "no task"
+        lines.append(f"  ownership violation: {violation.get('path')} (running: {who})")
+    open_tasks = [t for t in status.tasks.values() if t.status != DONE]
+    shown = open_tasks if limit is None else open_tasks[:limit]
+    for task in shown:
+        missing = ", ".join(task.missing)
+        last = f"; last: {task.reason}" if task.reason else ""
+        lines.append(
+            f"  {task.id:<12} {task.status:<8} attempts {task.attempts}  missing {missing}{last}"
+        )
+    if len(shown) < len(open_tasks):
+        lines.append(f"  ... and {len(open_tasks) - len(shown)} more (--all lists them)")
+    return "\n".join(lines)
+
+
+def _live_state(state: LiveState) -> str:
+    import time
+
+    def shown(value: int | None) -> str:
+        return "?" if value is None else str(value)
+
+    parts = [f"concurrency {shown(state.concurrency)}/{shown(state.max_concurrency)}"]
+    until = state.backoff_until
+    if until is not None and until > time.time():
+        parts.append(f"backing off for {until - time.time():.0f} s")
+    if state.waiting_for_load:
+        parts.append("waiting for load")
+    if state.canary:
+        parts.append(f"canary {', '.join(state.canary)} running alone")
+    if state.halt:
+        parts.append(f"halting: {state.halt}")
+    return "; ".join(parts)

@@ -1,0 +1,362 @@
+"""The run's own files: the only files gitrun commits besides validated outputs.
+
+They are the run definition in ``.gitrun/runs/<run>/``: ``packet.toml``,
+``tasks.toml``, the ledger (its chunks under ``ledger/``, and the single
+``ledger.jsonl`` of a run started before chunks), and the bundle and schema
+files the definition names inside that directory. Nothing else is committed: not the repository's
+``.gitrun/config.toml`` (it may hold secrets and stays where the user keeps
+it), not dot-files or dot-directories, not files the definition does not
+name, and never a path git ignores. Each is committed as a regular file: a
+symlink there is refused, so its target's content is never committed.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+
+from gitrun.definition.load import LEDGER_NAME, PACKET_NAME, TASKS_NAME, RunDef
+from gitrun.errors import GitrunError
+from gitrun.problem import Problem
+from gitrun.store import git, ledger
+from gitrun.store.jsonlines import file_error
+
+
+def own_paths(run: RunDef) -> list[str]:
+    """Repository-relative paths of the run's own files: the definition (whether
+    its files exist or not) and the ledger's files (those on disk, or the first
+    chunk's name when there are none yet)."""
+    chunks = ledger.chunk_names(run.repo / run.dir) or [ledger.chunk_name(1)]
+    return _definition_paths(run) + [f"{run.dir}/{name}" for name in [LEDGER_NAME, *chunks]]
+
+
+def is_ledger_path(run: RunDef, path: str) -> bool:
+    """Whether ``path`` (repository-relative) is one of the run's ledger files,
+    including chunks not written yet."""
+    prefix = run.dir + "/"
+    return path.startswith(prefix) and ledger.is_ledger_name(path[len(prefix) :])
+
+
+def _definition_paths(run: RunDef) -> list[str]:
+    paths = [f"{run.dir}/{PACKET_NAME}", f"{run.dir}/{TASKS_NAME}"]
+    named = [task.bundle for task in run.tasks if task.bundle]
+    named += [
+        getattr(validator, "schema", None) or "" for validator in run.packet.validators.values()
+    ]
+    inside = sorted({p for p in named if p.startswith(run.dir + "/") and _is_plain(p, run.dir)})
+    return paths + inside
+
+
+def _is_plain(path: str, run_dir: str) -> bool:
+    """Below the run directory, with no dot-names (``.private/creds``) and no ``..``."""
+    rest = path[len(run_dir) + 1 :].split("/")
+    return all(part and not part.startswith(".") for part in rest)
+
+
+def definition_snapshot(run: RunDef) -> dict[str, bytes]:
+    """The run definition's files as they are now (packet, task table, bundles,
+    schemas): a driver takes this when it starts and commits it, so a change a
+    worker makes to them mid-run is never committed (the audit reports it)."""
+    files: dict[str, bytes] = {}
+    _refuse_linked_dirs(run)
+    for path in _definition_paths(run):
+        _read_regular(run, path, files)
+    return files
+
+
+def definition_files(
+    run: RunDef,
+    writer: ledger.LedgerWriter | None = None,
+    snapshot: dict[str, bytes] | None = None,
+    at_tip: Mapping[str, str] | None = None,
+) -> dict[str, bytes]:
+    """The run's own files that exist, by path, read as regular files: the
+    definition (``snapshot`` when given, else read now) and the ledger.
+
+    ``writer``, the run's live ledger writer if there is one, holds its records
+    back while the ledger is read. ``at_tip``, blob ids by path of the files
+    on the run's branch when the caller knows them (its committer made that
+    commit), saves reading the branch. Raises GitrunError for a file that is a
+    symlink or not a regular file (``gitrun check`` reports the same before launch).
+    """
+    files = dict(snapshot) if snapshot is not None else definition_snapshot(run)
+    if writer is None:
+        for name in ledger.ledger_names(run.repo / run.dir):
+            _read_regular(run, f"{run.dir}/{name}", files)
+            _refuse_foreign_ledger(run, f"{run.dir}/{name}", files)
+        return files
+    if at_tip is None:
+        at_tip = _ledger_at_tip(run)
+    with writer.held_for_commit():
+        for name in ledger.ledger_names(run.repo / run.dir):
+            _read_unless_committed(run, name, writer, at_tip, files)
+    return files
+
+
+def _ledger_at_tip(run: RunDef) -> dict[str, str]:
+    """The ledger's files on the run's branch: path -> blob id."""
+    from gitrun.layout import branch_ref
+
+    tip = git.rev_parse(run.repo, branch_ref(run.id))
+    if tip is None:
+        return {}
+    where = [f"{run.dir}/{ledger.CHUNK_DIR}", f"{run.dir}/{LEDGER_NAME}"]
+    return {path: sha for path, (_mode, sha) in git.ls_tree(run.repo, tip, where).items()}
+
+
+def _read_unless_committed(
+    run: RunDef,
+    name: str,
+    writer: ledger.LedgerWriter,
+    at_tip: Mapping[str, str],
+    files: dict[str, bytes],
+) -> None:
+    """Read a ledger file for a commit, unless the branch holds it as it is:
+    the commit's tree starts from the branch's, so it keeps that file, and a
+    long run's commit reads and hashes only its newest chunks."""
+    from gitrun.definition.outputs import blob_id
+
+    path = f"{run.dir}/{name}"
+    full = run.repo / path
+    info = _regular(run, path)
+    if info is None:
+        return
+    seen = (info.st_size, info.st_mtime_ns)
+    known = writer.blob_ids.get(name)
+    if known is not None and known[0] == seen and at_tip.get(path) == known[1]:
+        return
+    data = full.read_bytes()
+    files[path] = data
+    _refuse_foreign_ledger(run, path, files)
+    if writer.object_format is None:
+        writer.object_format = git.object_format(run.repo)
+    writer.blob_ids[name] = (seen, blob_id(data, writer.object_format))
+
+
+def _refuse_foreign_ledger(run: RunDef, path: str, files: dict[str, bytes]) -> None:
+    """A ledger file is committed only when it is gitrun's: one name for its
+    bytes (not a hard link to, say, an ignored .env) and nothing but ledger
+    records. Anything else stops the commit with a sentence."""
+    data = files.get(path)
+    if data is None:
+        return
+    linked = os.lstat(run.repo / path).st_nlink > 1
+    foreign = linked or not _is_ledger_text(data)
+    if foreign:
+        del files[path]
+        why = (
+            "has another name (a hard link)"
+            if linked
+            else "holds lines that are not ledger records"
+        )
+        raise GitrunError(
+            f"{path} {why}, so it is not gitrun's; gitrun will not commit it — move it out of "
+            f"{run.dir}/ and resume"
+        )
+
+
+def _is_ledger_text(data: bytes) -> bool:
+    """Every line a ledger record (a JSON object naming a task or an event),
+    or the remains of one a crash cut short (it starts like one)."""
+    import json
+
+    for line in data.splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if line.lstrip().startswith(b"{"):
+                continue  # cut short by a crash: readers skip it
+            return False
+        if not isinstance(record, dict):
+            return False
+        if not isinstance(record.get("task"), str) and not isinstance(record.get("event"), str):
+            return False
+    return True
+
+
+def _regular(run: RunDef, path: str) -> os.stat_result | None:
+    """A run file's stat when it exists; GitrunError when it is not a regular file."""
+    try:
+        info = os.lstat(run.repo / path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        raise GitrunError(_not_regular(path, info.st_mode))
+    return info
+
+
+def _read_regular(run: RunDef, path: str, files: dict[str, bytes]) -> None:
+    if _regular(run, path) is not None:
+        files[path] = (run.repo / path).read_bytes()
+
+
+def _not_regular(path: str, mode: int) -> str:
+    kind = "a symlink" if stat.S_ISLNK(mode) else "not a regular file"
+    return (
+        f"{path} is {kind}; gitrun commits the run's own files only as regular files — "
+        "replace it with the file itself"
+    )
+
+
+def _refuse_linked_dirs(run: RunDef) -> None:
+    link = _linked_dir(run.repo, run.dir)
+    if link is not None:
+        raise GitrunError(
+            f"{link} is a symlink; the run directory {run.dir} must be a real directory in the "
+            "repository — replace the link with the directory"
+        )
+
+
+def _linked_dir(repo: Path, run_dir: str) -> str | None:
+    parts = run_dir.split("/")
+    for n in range(1, len(parts) + 1):
+        current = "/".join(parts[:n])
+        try:
+            if stat.S_ISLNK(os.lstat(repo / current).st_mode):
+                return current
+        except OSError:
+            return None
+    return None
+
+
+def run_file_problems(run: RunDef) -> list[Problem]:
+    """The run's own files must be committable: regular files, not ignored by git."""
+    out: list[Problem] = []
+    link = _linked_dir(run.repo, run.dir)
+    if link is not None:
+        out.append(
+            Problem(
+                "run-file",
+                f"{link} is a symlink; the run directory {run.dir} must be a real directory in "
+                "the repository — replace the link with the directory",
+                path=link,
+            )
+        )
+        return out
+    try:
+        paths = own_paths(run)
+    except GitrunError as exc:  # the ledger's directory is a link or a file
+        return [*out, Problem("run-file", str(exc), path=f"{run.dir}/{ledger.CHUNK_DIR}")]
+    for path in paths:
+        try:
+            info = os.lstat(run.repo / path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            out.append(Problem("run-file", _not_regular(path, info.st_mode), path=path))
+    for path, rule in sorted(git.ignored_by(run.repo, paths).items()):
+        out.append(
+            Problem(
+                "run-file",
+                f"{path} is ignored by git ({rule}); gitrun commits the run definition on the "
+                f"run's branch and never commits an ignored path — change that rule so git "
+                f"stops ignoring {run.dir}/",
+                path=path,
+            )
+        )
+    return out
+
+
+def merge_committed_ledger(repo: Path, blobs: dict[str, str]) -> None:
+    """Merge the ledger files a commit holds (path -> blob id) into those on disk.
+
+    A file on disk that matches its commit is left alone; one missing (a fresh
+    clone) is written; one that differs keeps its own lines in their order,
+    after the committed lines it lacks, so no record is lost or doubled.
+    """
+    from gitrun.definition.outputs import blob_id
+    from gitrun.store.tomlfile import write_atomic
+
+    fmt = git.object_format(repo) if blobs else "sha1"
+    local: dict[str, bytes] = {}
+    for path in blobs:
+        try:
+            local[path] = (repo / path).read_bytes()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise file_error(repo / path, exc, "read") from exc
+    wanted = {p: sha for p, sha in blobs.items() if p not in local or blob_id(local[p], fmt) != sha}
+    contents = read_blobs(repo, sorted(set(wanted.values())))
+    for path, sha in wanted.items():
+        if path not in local:
+            # Byte for byte, so the next commit finds the same blob; the branch
+            # keeps it, so a copy lost to a power cut is only restored again.
+            write_atomic(repo / path, contents[sha], durable=False)
+            continue
+        ours = local[path].decode("utf-8", errors="replace")
+        merged = ledger.merge_text(ours, contents[sha].decode("utf-8", errors="replace"))
+        if merged != ours:
+            write_atomic(repo / path, merged.encode())
+
+
+def read_blobs(repo: Path, shas: list[str]) -> dict[str, bytes]:
+    """Blobs by id, read by one ``git cat-file --batch`` (a fresh clone of a long
+    run has thousands of chunks)."""
+    if not shas:
+        return {}
+    out = git.git(repo, "cat-file", "--batch", input="".join(f"{s}\n" for s in shas).encode())
+    blobs: dict[str, bytes] = {}
+    at = 0
+    for sha in shas:
+        end = out.index(b"\n", at)
+        header = out[at:end].split()
+        if len(header) != 3:
+            raise GitrunError(f"the run's branch lacks the ledger blob {sha}; run `git fsck`")
+        size = int(header[2])
+        blobs[sha] = out[end + 1 : end + 1 + size]
+        at = end + 1 + size + 1
+    return blobs
+
+
+def refuse_rewritten_definition(run: RunDef, tip: str) -> None:
+    """Refuse to resume a run whose definition on disk differs from the one on
+    its branch when the audit saw it change while the run was driven: a worker
+    may have rewritten it (another executor command, another task), and resume
+    would run that. Once the file matches the committed one again, that is
+    recorded (a ``definition`` event) and later edits, made while no driver
+    runs, are the lead's own and are taken as they are.
+    """
+    from gitrun.definition.outputs import blob_on_disk
+
+    suspect: dict[str, str] = {}  # path -> when the audit saw it change
+    for record in ledger.read_ledger(run.repo / run.dir):
+        path = record.get("path")
+        if not isinstance(path, str):
+            continue
+        if record.get("event") == "violation":
+            suspect[path] = str(record.get("at", "?"))
+        elif record.get("event") == DEFINITION_EVENT and record.get("state") == "verified":
+            suspect.pop(path, None)
+    watched = [p for p in _definition_paths(run) if p in suspect]
+    if not watched:
+        return
+    committed = git.ls_tree(run.repo, tip, watched)
+    fmt = git.object_format(run.repo)
+    verified: list[str] = []
+    for path in watched:
+        now = blob_on_disk(run.repo / path, fmt)
+        if now is None or now == committed.get(path, ("", ""))[1]:
+            verified.append(path)
+            continue
+        raise GitrunError(
+            f"{path} changed while the run was driven (an ownership violation at "
+            f"{suspect[path]}) and differs from the one committed on gitrun/{run.id}; gitrun "
+            "will not run a definition a worker may have rewritten — compare them "
+            f"(`git diff gitrun/{run.id} -- {path}`), put the committed one back "
+            f"(`git show gitrun/{run.id}:{path} > {path}`), then resume; make your own change "
+            "again afterwards if it was yours"
+        )
+    writer = ledger.LedgerWriter(run.repo / run.dir)
+    try:
+        for path in verified:
+            writer.write({"event": DEFINITION_EVENT, "path": path, "state": "verified"})
+    finally:
+        writer.close()
+
+
+DEFINITION_EVENT = "definition"

@@ -1,0 +1,175 @@
+"""The stray-write audit: changes that appear outside every owned path during a run.
+
+The work tree's changes are snapshotted (``git status``, untracked files
+included) when driving starts, with each changed file's stat signature; later
+audits compare both. A path that changes (newly, or again: a worker
+overwriting a user's uncommitted edit, or reverting it) outside every owned
+path is an ownership violation, reported with the tasks that were running
+since the last audit. So is a change to the run's own definition (a worker
+rewriting packet.toml) and to what git runs or reads from ``.git/``
+(``config``, ``hooks/``, ``info/``). Only the ledger gitrun appends to is
+exempt, and so is a client's atomic-write temporary of an owned path
+(:mod:`gitrun.ownership.temporaries`). Such changes are never committed: the committer only takes
+validated outputs and the definition as it was when driving started.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gitrun.definition.load import RunDef
+from gitrun.definition.runfiles import is_ledger_path
+from gitrun.ownership.claims import OWNS, Claim, OwnerIndex
+from gitrun.ownership.patterns import PatternError, parse
+from gitrun.ownership.temporaries import target_of_temporary
+from gitrun.store import git
+from gitrun.store.records import VERSION, Fields, RecordInvalid
+
+
+@dataclass(frozen=True)
+class Violation:
+    path: str
+    tasks: list[str]  # tasks running while it appeared
+    at: str
+
+    def describe(self) -> str:
+        who = ", ".join(self.tasks) if self.tasks else "no task"
+        return f"{self.path} changed outside every owned path (running: {who})"
+
+    def to_record(self) -> dict[str, Any]:
+        return {"event": "violation", "path": self.path, "tasks": self.tasks, "at": self.at}
+
+
+Signature = tuple[int, int, int, int] | None
+
+
+@dataclass(frozen=True)
+class AuditState:
+    """The audit's last look, kept between the commands of an external run
+    (``.git/gitrun/<run>/audit.json``, a version-1 record): changed paths and
+    the files of ``.git/`` it watches, with their stat signatures, and the
+    tasks out since."""
+
+    known: dict[str, Signature]
+    git_files: dict[str, Signature]
+    active: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "v": VERSION,
+            "known": {p: list(s) if s else None for p, s in self.known.items()},
+            "git_files": {p: list(s) if s else None for p, s in self.git_files.items()},
+            "active": self.active,
+        }
+
+    @classmethod
+    def from_json(cls, data: Fields) -> AuditState:
+        return cls(
+            _signatures(data.mapping("known"), "known"),
+            _signatures(data.mapping("git_files"), "git_files"),
+            data.strings("active"),
+        )
+
+
+def _signatures(items: dict[str, Any], name: str) -> dict[str, Signature]:
+    out: dict[str, Signature] = {}
+    for path, value in items.items():
+        if value is None:
+            out[path] = None
+        elif isinstance(value, list) and len(value) == 4 and all(type(v) is int for v in value):
+            out[path] = (value[0], value[1], value[2], value[3])
+        else:
+            raise RecordInvalid(name, f"holds {path!r} without a stat signature")
+    return out
+
+
+class Audit:
+    def __init__(self, run: RunDef, state: AuditState | None = None) -> None:
+        self.run = run
+        claims = []
+        for task in run.tasks:
+            for text in run.owns_of(task):
+                try:
+                    claims.append(Claim(task.id, text, parse(text), OWNS))
+                except PatternError:
+                    continue  # check_run reported it before launch
+        self.index = OwnerIndex(claims)
+        self.git_dir = git.git_dir(run.repo)
+        if state is None:
+            self.known = {p: _signature(run.repo / p) for p in git.changed_paths(run.repo)}
+            self.git_files = self._git_files()
+            self.active: set[str] = set()
+        else:  # an external run's audit, picked up where the last command left it
+            self.known = dict(state.known)
+            self.git_files = dict(state.git_files)
+            self.active = set(state.active)
+
+    def state(self) -> AuditState:
+        return AuditState(self.known, self.git_files, sorted(self.active))
+
+    def running(self, task: str) -> None:
+        self.active.add(task)
+
+    def check(self, running: Iterable[str]) -> list[Violation]:
+        """New stray changes since the last check."""
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        found = []
+        changed = set(git.changed_paths(self.run.repo))
+        for path in sorted(changed | self.known.keys()):
+            signature = _signature(self.run.repo / path)
+            if path in self.known and self.known[path] == signature:
+                continue  # as it was at the last look
+            self.known[path] = signature
+            if is_ledger_path(self.run, path) or self._owned(path):
+                continue
+            found.append(Violation(path, sorted(self.active), now))
+        git_files = self._git_files()
+        for path in sorted(git_files.keys() | self.git_files.keys()):
+            if git_files.get(path) != self.git_files.get(path):
+                found.append(Violation(path, sorted(self.active), now))
+        self.git_files = git_files
+        self.active = set(running)
+        return found
+
+    def _owned(self, path: str) -> bool:
+        """Owned by a task, itself or as a client's atomic-write temporary
+        of an owned path (:mod:`gitrun.ownership.temporaries`)."""
+        if self.index.owners(path):
+            return True
+        target = target_of_temporary(path)
+        return target is not None and bool(self.index.owners(target))
+
+    def _git_files(self) -> dict[str, Signature]:
+        """Stat signatures of what git runs or reads from .git/ (a worker that
+        plants a hook or a core.fsmonitor command there runs code later)."""
+        found: dict[str, Signature] = {".git/config": None}
+        for sub in ("", "hooks", "info"):
+            folder = self.git_dir / sub
+            names = ["config"] if not sub else _listing(folder)
+            for name in names:
+                shown = f".git/{sub + '/' if sub else ''}{name}"
+                found[shown] = _signature(folder / name)
+        return found
+
+
+def _listing(folder: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []
+
+
+def _signature(path: Path) -> Signature:
+    """What tells a file's content changed without reading it (None: gone).
+    The change time is in it: a write can restore the size and mtime (utime),
+    not the ctime the kernel sets."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)

@@ -1,0 +1,621 @@
+"""The driver: launching attempts, judging them from disk, handing them to the committer.
+
+At most the governor's number of attempts run at once, stage by stage. Each
+attempt's outcome comes from the files on disk alone (throttled when it
+failed and its output says so); it is recorded in the ledger, valid tasks go
+to the background committer, and the governor decides when to back off and
+when to halt. :mod:`gitrun.commands.session` sets a driver up for start and resume.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gitrun.definition.load import RunDef, Task
+from gitrun.definition.outputs import check_task, prepare_outputs, prior_in_tree, quarantine
+from gitrun.definition.runfiles import definition_files, definition_snapshot
+from gitrun.engine.audit import Audit, Violation
+from gitrun.engine.budget import Budget
+from gitrun.engine.committer import CommitQueue, Committed, Committer, Landing
+from gitrun.engine.crashpoints import crash_point
+from gitrun.engine.governor import ENVIRONMENT, STRICT, Halt, is_throttled, last_line
+from gitrun.engine.recovery import reconcile, recover_orphans
+from gitrun.engine.states import (
+    DONE,
+    FAILED,
+    PENDING,
+    RUNNING,
+    STATUSES,
+    Ended,
+    Engine,
+    committed_tasks,
+)
+from gitrun.engine.status import RunStatus, read_status, status_of
+from gitrun.errors import EXIT_DONE, EXIT_FAILED, EXIT_HALTED
+from gitrun.processes import reaper
+from gitrun.processes.proc import clean_env
+from gitrun.processes.reaper import kill_leftovers
+from gitrun.store import git, ledger
+from gitrun.store.journal import Journal, JournalEntry
+from gitrun.store.local import LocalPaths
+from gitrun.store.lock import LiveAttempt, LiveState, RunLock
+from gitrun.store.usage import UsageTotals
+from gitrun.workers.attempt import AttemptEnd, Monitor, Runner, RunningAttempt
+from gitrun.workers.executor import command_template, render_command
+from gitrun.workers.pointer import attempt_values
+
+HEARTBEAT = 2.0  # seconds between owner-record heartbeats
+TICK = 0.5  # longest wait before the loop looks at deadlines and signals again
+AUDIT_EVERY = 2.0  # seconds between stray-write audits while attempts end
+
+
+Reporter = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A snapshot for live views."""
+
+    counts: dict[str, int]
+    running: list[tuple[str, int, float]]  # task, attempt, seconds running
+    concurrency: int
+    max_concurrency: int
+    backoff: float  # seconds until starts may resume
+    waiting_for_load: bool
+    canary: list[str]
+    spawns: int
+    usable: int
+    eta: float | None
+    usage: UsageTotals | None = None  # what the run's attempts cost so far
+    budget: Budget | None = None
+
+
+@dataclass
+class RunOutcome:
+    status: RunStatus
+    exit_code: int
+    stopped_by: str | None = None
+    halt: Halt | None = None
+    violations: list[Violation] = field(default_factory=list)
+    load_held: float = 0.0  # seconds the load gate held starts back
+
+
+class Driver:
+    def __init__(
+        self,
+        run: RunDef,
+        local: LocalPaths,
+        lock: RunLock,
+        committer: Committer,
+        report: Reporter,
+        progress: Callable[[Progress], None] | None = None,
+    ) -> None:
+        self.run = run
+        self.repo = run.repo
+        self.local = local
+        self.lock = lock
+        self.committer = committer
+        self.report = report
+        self.progress = progress
+        self.limits = run.limits
+        self.tasks = run.tasks_by_id
+        self.ledger = ledger.LedgerWriter(self.repo / run.dir)
+        self.journal: Journal | None = None  # started when driving starts
+        # Nothing runs yet: the attempts a dead driver's journal names are
+        # recovered (recover) before this driver starts its own.
+        tip = committer.last_tip or git.rev_parse(self.repo, committer.ref)
+        self.engine = Engine(run, local, tip, running=())
+        self.governor = self.engine.governor
+        self.running: dict[str, RunningAttempt] = {}
+        self.before: dict[str, dict[str, str | None]] = {}
+        self.monitor = self._runner()
+        self.base_env = _worker_env()
+        self.made_logs = False  # the logs directory was made
+        self.id_prefix = uuid.uuid4().hex[:24]
+        self.launched = 0
+        self.stop_signal: int | None = None
+        self.stopping = False
+        self.template = command_template(run.packet.executor)
+        self.started_at = time.time()
+        self.finished_here = 0
+        self.load_held = False  # the load gate held starts at the last look
+        self.proven_stage: str | None = None  # the stage whose symlink proof holds
+        self.attempt_ids: set[str] = set()  # of the attempts this session started
+        self.id_of: dict[str, str] = {}  # task -> the id of its latest attempt
+        # The definition as it is now, which is what this driver runs: what a
+        # worker writes into it later is reported by the audit, never committed.
+        self.definition = definition_snapshot(run)
+        self.load_held_since = 0.0
+        self.load_held_for = 0.0  # seconds held, in earlier spells
+        # Where identities come from psutil (no /proc), it takes ~25 ms to
+        # import; imported now, the first attempt's journal record follows its
+        # start at once (a driver killed in between leaves a worker the next
+        # resume cannot stop). With /proc, a start needs no psutil at all.
+        if not reaper.HAS_PROC:  # pragma: no cover - macOS and the BSDs
+            import psutil  # noqa: F401
+
+        self.audit: Audit | None = None
+        self.audit_due = False  # an attempt ended since the last audit
+        self.violations: list[Violation] = []
+
+    def _runner(self) -> Runner:
+        """Where attempts run: child processes here, or tasks on a Ray cluster
+        (imported only then: Ray is an optional extra, and heavy)."""
+        if self.run.packet.executor.kind == "ray":
+            from gitrun.workers.ray.executor import RayRunner
+
+            return RayRunner(self.run, self.engine.base, self.report)
+        return Monitor(kill_grace=self.limits.kill_grace)
+
+    # -- before driving -----------------------------------------------------------
+
+    def recover(self) -> None:
+        """Stop what a dead driver of this run left running and record its attempts."""
+        recover_orphans(
+            self.run, self.engine, self.ledger, self.committer.object_format, self.report
+        )
+
+    @functools.cached_property
+    def base_tree(self) -> dict[str, tuple[str, str]]:
+        """The files at the commit the run forked from (what "new content" means)."""
+        base = self.engine.base
+        return git.ls_tree(self.repo, base) if base else {}
+
+    def reconcile(self) -> None:
+        """Commit valid outputs already on disk; quarantine invalid ones."""
+        reconcile(
+            self.run, self.engine, self.committer, self.base_tree, self._own_files, self.report
+        )
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def drive(self) -> RunOutcome:
+        # Orphans are handled (recover_orphans) before a new journal begins.
+        self.journal = Journal(self.local)
+        self.audit = Audit(self.run)
+        self._choose_canary()
+        self.proven_stage = self.engine.current_stage()  # check_run proved it just now
+        commits = CommitQueue(self.committer, self._own_files, self._on_commit)
+        self.commits = commits
+        last_beat = last_audit = 0.0
+        halted_reported = False
+        with _signals_to(self._on_signal):
+            try:
+                while True:
+                    now = time.time()
+                    self._handle_stops(commits)
+                    halt = self.governor.halt
+                    if halt is not None and not halted_reported:
+                        halted_reported = True
+                        self.report(f"halted: {halt.message}")
+                        self.engine.record_halt(self.ledger)
+                    if not self.stopping and halt is None:
+                        self._launch_ready(now)
+                        self._say_load_gate()
+                    if not self.running and not self._waiting(now):
+                        break
+                    self._wait_and_finish(commits, now)
+                    for line in self.governor.take_notices():  # the spend budget's
+                        self.report(line)
+                    now = time.time()
+                    for attempt in self.running.values():
+                        if now >= attempt.deadline:
+                            attempt.expire()
+                        attempt.escalate(now)
+                    # Strict ownership audits after every attempt, so it halts on
+                    # the first violation; otherwise every few seconds.
+                    strict = self.run.packet.ownership.strict
+                    if (strict and self.audit_due) or now - last_audit >= AUDIT_EVERY:
+                        self._audit()
+                        last_audit = now
+                        self.audit_due = False
+                    if now - last_beat >= HEARTBEAT:
+                        self._beat()
+                        last_beat = now
+                self._audit()  # before the last commit, so violations reach the ledger
+                halt = self.governor.halt
+                if halt is not None and not halted_reported:
+                    self.report(f"halted: {halt.message}")
+                    self.engine.record_halt(self.ledger)
+            finally:
+                for attempt in self.running.values():
+                    attempt.stop()
+                self._kill_leftovers()
+                commits.flush()
+                commits.close()
+                self.monitor.close()
+                self.journal.close()
+                self.ledger.close()
+        if commits.error is not None:
+            raise commits.error
+        return self._outcome()
+
+    def _handle_stops(self, commits: CommitQueue) -> None:
+        if self.stopping:
+            return
+        reason = None
+        if self.stop_signal is not None:
+            reason = f"stopping ({signal.Signals(self.stop_signal).name})"
+        elif commits.error is not None:
+            reason = f"stopping: committing failed ({commits.error})"
+        if reason:
+            self.stopping = True
+            self.report(f"{reason}: terminating {len(self.running)} attempts")
+            for attempt in self.running.values():
+                attempt.stop()
+
+    def _waiting(self, now: float) -> bool:
+        """Nothing runs: is there still work that may start later (after a backoff
+        or once the load drops)?"""
+        if self.stopping or self.governor.halt is not None or self.engine.current_stage() is None:
+            return False
+        return self.governor.next_wake(now) is not None
+
+    def _outcome(self) -> RunOutcome:
+        status = self._summary()
+        halt = self.governor.halt
+        stopped = None
+        if self.stop_signal is not None:
+            code = 128 + self.stop_signal
+            stopped = signal.Signals(self.stop_signal).name
+        elif halt is not None:
+            code = EXIT_HALTED
+        else:
+            code = EXIT_DONE if status.counts()[DONE] == len(self.tasks) else EXIT_FAILED
+        held = self.load_held_for + (time.time() - self.load_held_since if self.load_held else 0)
+        return RunOutcome(status, code, stopped, halt, self.violations, held)
+
+    def _summary(self) -> RunStatus:
+        """The run's status at the end, as ``gitrun status`` reads it next
+        (no driver shown: this one is letting go of the run).
+
+        From this driver's own engine when that is provably the same answer:
+        every attempt it started ended and was recorded through the engine
+        (which keeps its records and summary as a read of the ledger finds
+        them), every landing was committed by this committer (the run's lock
+        keeps other writers off the branch, so its last commit is the tip),
+        and the tasks done in the engine are the tasks done at that tip (one
+        ``diff-tree``: a task judged valid against its launch may have put
+        back the content of the fork point, which is not done). Otherwise
+        (stopped by a signal, nothing committed here, the two disagree) the
+        engine is loaded again from the branch, the ledger and the journal."""
+        tip = self.committer.last_tip
+        if self.stop_signal is None and not self.running and tip is not None:
+            engine = self.engine
+            done = {tid for tid, status in engine.status.items() if status == DONE}
+            if committed_tasks(self.run, tip, engine.base) == done:
+                return status_of(self.run, engine, tip, self.repo, driver=None)
+        status = read_status(self.repo, self.run.id, self.run)
+        status.driver = None
+        return status
+
+    def _wait_and_finish(self, commits: CommitQueue, now: float) -> None:
+        wakes = [a.next_event for a in self.running.values()]
+        governor_wake = self.governor.next_wake(now)
+        if governor_wake is not None:
+            wakes.append(governor_wake)
+        timeout = max(0.0, min([TICK, *(w - now for w in wakes)]))
+        for end in self.monitor.poll(timeout):
+            self._finish(end, commits)
+        if self.progress is not None:
+            self.progress(self._progress(time.time()))
+
+    def _choose_canary(self) -> None:
+        if self.engine.choose_canary():
+            self.report(f"canary: {', '.join(self.governor.canary)} run alone first")
+
+    def _launch_ready(self, now: float) -> None:
+        stage = self.engine.current_stage()
+        slots = self.governor.slots(len(self.running), now, stage)
+        if slots <= 0:
+            return
+        if stage is None or not self._stage_still_proven(stage):
+            return
+        pending = self.engine.queues[stage]
+        skipped: list[str] = []
+        while pending and slots > 0:
+            tid = pending.popleft()
+            if self.engine.status[tid] != PENDING:
+                continue
+            if not self.governor.eligible(tid):
+                skipped.append(tid)
+                continue
+            if self._launch(self.tasks[tid]):
+                slots -= 1
+        pending.extendleft(reversed(skipped))
+
+    def _valid_on_disk(self, task: Task) -> bool:
+        """Outputs decide, not who wrote them, even at the moment of
+        dispatch: a task whose valid output is on disk already (written by a
+        worker of a driver that died before it recorded it, or by a person)
+        is committed, not dispatched again.
+        Asked only when every output is a regular file there."""
+        prior = prior_in_tree(self.run, task, self.base_tree)
+        check = check_task(self.run, task, prior, self.committer.object_format)
+        if check.outcome != "valid":
+            return False
+        self.engine.mark_done(task.id)
+        self.commits.put(Landing(task.id, self.engine.history[task.id].attempts, check.outputs))
+        self.report(f"{task.id}: a valid output is already on disk; committed, not dispatched")
+        return True
+
+    def _launch(self, task: Task) -> bool:
+        """Start an attempt of ``task``; False when its valid output was on
+        disk already (committed instead)."""
+        number = self.engine.history[task.id].attempts + 1
+        # Where a link standing at an output goes (left before this attempt).
+        aside = functools.partial(self.local.quarantine_of, task.id, number - 1)
+        before = prepare_outputs(self.run, task, self.committer.object_format, aside)
+        # Each output's state at launch answers whether it is on disk at all
+        # (a blob id: a regular file there), so the usual launch asks nothing more.
+        if None not in before.values() and self._valid_on_disk(task):
+            return False
+        self.before[task.id] = before
+        values = attempt_values(self.run, task, number)
+        assert self.template is not None  # check_run refuses a command executor without one
+        attempt_id = self._next_attempt_id()
+        self.attempt_ids.add(attempt_id)
+        self.id_of[task.id] = attempt_id
+        env = {**self.base_env, **{_env_name(k): v for k, v in values.items()}}
+        env.update(self.run.packet.executor.env)
+        env["GITRUN_ATTEMPT_ID"] = attempt_id
+        log = self.local.log_of(task.id, number)
+        if not self.made_logs:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            self.made_logs = True
+        argv = render_command(self.template, values)
+        assert self.journal is not None
+        # Write-ahead: a driver killed between the spawn and the full record
+        # leaves this, and the next resume finds the worker by its attempt id.
+        ahead = JournalEntry(task.id, number, self.run.id, attempt_id, time.time(), before)
+        self.journal.write(ahead)
+        crash_point("launch.ahead")
+        attempt = self.monitor.launch(
+            task.id, number, argv, env, self.repo, log, self.limits.timeout
+        )
+        crash_point("launch.spawned")
+        self.running[task.id] = attempt
+        self.engine.begin(task.id)
+        assert self.audit is not None
+        self.audit.running(task.id)
+        if attempt.pid:
+            # Who it is, as psutil saw it at once: a later driver signals it
+            # only if pid, create time and command line match.
+            spawned = JournalEntry(
+                task.id,
+                number,
+                self.run.id,
+                attempt_id,
+                attempt.started,
+                before,
+                attempt.pid,
+                attempt.create_time,
+                attempt.cmdline,
+                attempt.deadline,
+            )
+            self.journal.write(spawned)
+            crash_point("launch.journaled")
+        self.report(f"{task.id} attempt {number}: started")
+        return True
+
+    def _next_attempt_id(self) -> str:
+        """A new attempt's id, unique to it: 96 random bits drawn once per
+        driver, then its count (uuid4's 32 hex digits, without a read of the
+        random device per launch)."""
+        self.launched += 1
+        return f"{self.id_prefix}{self.launched:08x}"
+
+    def _finish(self, end: AttemptEnd, commits: CommitQueue) -> None:
+        self.running.pop(end.task, None)
+        task = self.tasks[end.task]
+        before = self.before.pop(end.task, None)
+        check = check_task(self.run, task, before, self.committer.object_format)
+        outcome, reason = check.outcome, check.reason
+        if outcome == "invalid":
+            quarantine(self.repo, self.local.quarantine_of(end.task, end.attempt), check.outputs)
+        if outcome != "valid":
+            if end.refused:  # an output too big to bring back from its node
+                outcome, reason = ledger.INVALID, end.refused
+            if end.lost:  # its node or worker died: the environment's failure
+                outcome, reason = ledger.LOST, end.lost
+            elif end.fault:  # the client showed an environment fault (gitrun.workers.clients)
+                self.governor.stop_for(Halt(ENVIRONMENT, end.fault))
+            elif is_throttled(end.exit_code, end.tail, self.limits.throttle_patterns):
+                outcome = ledger.THROTTLED
+            elif end.stopped and not end.timed_out:
+                outcome = ledger.INTERRUPTED
+        ended = Ended(
+            end.task,
+            end.attempt,
+            end.started,
+            end.ended,
+            outcome,
+            reason,
+            end.exit_code,
+            end.signal,
+            end.timed_out,
+            dispatch=end.dispatch,
+            wrote_nothing=all(o.reason == "does not exist" for o in check.outputs),
+            diagnostic=last_line(end.lost or end.tail),
+            usage=end.usage,
+        )
+        crash_point("end.judged")
+        status = self.engine.end(self.ledger, ended)
+        crash_point("end.recorded")
+        assert self.journal is not None
+        self.journal.write(JournalEntry(end.task, end.attempt, end=True))
+        crash_point("end.closed")
+        self.finished_here += 1
+        self.audit_due = True
+        how = f"signal {end.signal}" if end.signal else f"exit {end.exit_code}"
+        if end.lost:
+            how = "lost with its node"
+        if end.timed_out:
+            how += ", timed out"
+        if outcome == ledger.VALID:
+            commits.put(Landing(end.task, end.attempt, check.outputs))
+            self.report(f"{end.task} attempt {end.attempt}: valid ({how}, {end.duration:.1f} s)")
+            return
+        if status == FAILED:
+            verdict = f"failed for good after {self.engine.history[end.task].used} attempts"
+        else:
+            verdict = {
+                ledger.THROTTLED: f"throttled; concurrency now {self.governor.concurrency}",
+                ledger.INTERRUPTED: "pending",
+                ledger.LOST: "pending, no attempt used",
+            }.get(outcome, "will retry")
+        detail = f": {reason}" if reason else ""
+        self.report(f"{end.task} attempt {end.attempt}: {outcome} ({how}){detail} — {verdict}")
+
+    def _stage_still_proven(self, stage: str) -> bool:
+        """Before a later stage starts, make the symlink proof again for its
+        tasks; a link an earlier stage made halts the run instead."""
+        if stage == self.proven_stage:
+            return True
+        self.proven_stage = stage
+        from gitrun.proof.check import stage_symlink_problems
+
+        problems = stage_symlink_problems(self.run, stage)
+        if not problems:
+            return True
+        self.governor.stop_for(
+            Halt(
+                STRICT,
+                f"before stage {stage!r}: {problems[0].message}; remove the link, then "
+                f"`gitrun retry {self.run.id}` and `gitrun resume {self.run.id}`",
+            )
+        )
+        return False
+
+    def _kill_leftovers(self) -> None:
+        """What this session's workers left behind outside their process groups
+        (by their attempt ids) must not write on after the run."""
+        ended = self.attempt_ids - {self.id_of[task] for task in self.running}
+        for pid in kill_leftovers(self.run.id, ended):
+            self.report(f"stopped pid {pid}, left behind by a finished attempt")
+
+    def _say_load_gate(self) -> None:
+        """Say when the load gate starts and stops holding starts back (no silent stall)."""
+        held = self.governor.waiting_for_load
+        if held == self.load_held:
+            return
+        self.load_held = held
+        now = time.time()
+        if held:
+            self.load_held_since = now
+        else:
+            self.load_held_for += now - self.load_held_since
+        bound = self.limits.load_bound()
+        if held:
+            self.report(
+                f"starts held: the load average {self.governor.load:.1f} is over max_load "
+                f"{bound:g}; one attempt at a time until it drops"
+            )
+        else:
+            self.report(f"the load average is under max_load {bound:g} again; starts resume")
+
+    def _audit(self) -> None:
+        if self.audit is None:
+            return
+        for violation in self.audit.check(self.running):
+            self.violations.append(violation)
+            self.engine.write(self.ledger, violation.to_record())
+            self.report(f"ownership violation: {violation.describe()}")
+            if self.run.packet.ownership.strict:
+                self.governor.stop_for(Halt(STRICT, f"ownership violation: {violation.describe()}"))
+
+    def _beat(self) -> None:
+        governor = self.governor
+        state = LiveState(
+            concurrency=governor.concurrency,
+            max_concurrency=self.limits.concurrency,
+            kill_grace=self.limits.kill_grace,
+            backoff_until=governor.backoff_until or None,
+            waiting_for_load=governor.waiting_for_load,
+            canary=list(governor.canary),
+            halt=governor.halt.message if governor.halt else None,
+            running=[
+                LiveAttempt(a.task, a.number, a.started, a.deadline) for a in self.running.values()
+            ],
+        )
+        self.lock.beat(state)
+
+    def _progress(self, now: float) -> Progress:
+        counts = {status: self.engine.count(status) for status in STATUSES}
+        rate = self.finished_here / max(1e-6, now - self.started_at)
+        left = counts[PENDING] + counts[RUNNING]
+        return Progress(
+            counts=counts,
+            running=[(a.task, a.number, now - a.started) for a in self.running.values()],
+            concurrency=self.governor.concurrency,
+            max_concurrency=self.limits.concurrency,
+            backoff=max(0.0, self.governor.backoff_until - now),
+            waiting_for_load=self.governor.waiting_for_load,
+            canary=list(self.governor.canary),
+            spawns=self.governor.spawns,
+            usable=counts[DONE],
+            eta=left / rate if rate > 0 and self.finished_here >= 3 else None,
+            usage=self.engine.usage,
+            budget=self.engine.budget,
+        )
+
+    def _own_files(self) -> dict[str, bytes]:
+        # What the committer last published is what the branch holds (else
+        # its compare-and-swap fails and it builds again): no git process
+        # per commit to read the ledger's blobs back.
+        known = self.committer.own_blobs_at_tip()
+        return definition_files(self.run, self.ledger, self.definition, known)
+
+    def _on_commit(self, committed: Committed) -> None:
+        if committed.tasks:
+            self.report(f"committed {', '.join(committed.tasks)} as {committed.commit[:10]}")
+
+    def _on_signal(self, signum: int) -> None:
+        self.stop_signal = signum
+
+
+@functools.cache
+def _env_name(placeholder: str) -> str:
+    """The variable a placeholder's value reaches a worker in: ``GITRUN_TASK``..."""
+    return f"GITRUN_{placeholder.upper()}"
+
+
+def _worker_env() -> dict[str, str]:
+    """The environment every worker starts from. Its hooks call ``gitrun``
+    (installed hooks fail closed: a gitrun they cannot find blocks every
+    write), so when PATH has none, the directory of this installation's
+    ``gitrun`` script joins the end of PATH (a venv's bin/, run without
+    activating it); it never shadows the user's own programs."""
+    env = clean_env()
+    path = env.get("PATH", os.defpath)
+    here = Path(sys.executable).parent
+    if shutil.which("gitrun", path=path) is None and (here / "gitrun").is_file():
+        env["PATH"] = f"{path}{os.pathsep}{here}" if path else str(here)
+    return env
+
+
+@contextmanager
+def _signals_to(handler: Callable[[int], None]) -> Iterator[None]:
+    """Route SIGINT and SIGTERM to ``handler`` while driving (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, lambda signum, _frame: handler(signum))
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

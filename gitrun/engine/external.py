@@ -1,0 +1,433 @@
+"""External dispatch: an orchestrating agent session hands out the pointers itself.
+
+``next`` leases tasks (as many as the governor allows, canary first) and
+returns their pointers; the orchestrator dispatches each as a subagent and,
+once they have returned, calls ``collect``, which judges every leased task
+from the disk alone: valid outputs are committed, everything else is released
+with an attempt used (invalid files quarantined), and tasks the orchestrator
+names as throttled back off without using one. Leases and the governor's
+state are machine-local (``.git/gitrun/<run>/``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gitrun.definition.load import RunDef, load_run
+from gitrun.definition.outputs import check_task, prepare_outputs, prior_in_tree, quarantine
+from gitrun.definition.runfiles import definition_files
+from gitrun.engine.audit import Audit, AuditState
+from gitrun.engine.committer import Committer, Landing, landing_message
+from gitrun.engine.governor import STRICT, GovernorState, Halt
+from gitrun.engine.states import DONE, FAILED, Ended, Engine
+from gitrun.errors import GitrunError
+from gitrun.guard import rules
+from gitrun.guard.agents import WORKER_AGENT
+from gitrun.layout import branch_ref
+from gitrun.store import git, ledger
+from gitrun.store.leases import Lease, read_leases, write_leases
+from gitrun.store.local import LocalPaths
+from gitrun.store.lock import RunBusy, run_locked
+from gitrun.store.records import load_record, warn_stderr, write_record
+from gitrun.store.usage import Usage
+from gitrun.workers.pointer import render_pointer
+
+LOCK_PATIENCE = 30.0  # seconds next/collect wait for another next/collect
+
+
+@dataclass
+class Batch:
+    leased: list[dict[str, Any]] = field(default_factory=list)
+    reason: str = ""  # why nothing (more) was handed out
+    done: bool = False  # every task is done
+    halted: bool = False  # a halt holds the run until `gitrun retry` lifts it
+    violations: list[str] = field(default_factory=list)  # found by this call's audit
+    notices: list[str] = field(default_factory=list)  # the spend budget's (gitrun.engine.budget)
+
+
+@dataclass
+class Collected:
+    done: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
+    throttled: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # used up their attempts now
+    reasons: dict[str, str] = field(default_factory=dict)
+    next_step: str = ""
+    halted: bool = False
+    violations: list[str] = field(default_factory=list)  # found by this call's audit
+    notices: list[str] = field(default_factory=list)  # the spend budget's (gitrun.engine.budget)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "done": self.done,
+            "missing": self.missing,
+            "invalid": self.invalid,
+            "throttled": self.throttled,
+            "failed": self.failed,
+            "reasons": self.reasons,
+            "next": self.next_step,
+            "halted": self.halted,
+            "violations": self.violations,
+            "notices": self.notices,
+        }
+
+
+class External:
+    """One next/collect call's view of a run, under its lock."""
+
+    def __init__(self, run: RunDef, local: LocalPaths, afresh: bool = False) -> None:
+        self.run = run
+        self.repo = run.repo
+        self.local = local
+        self.committer = Committer(self.repo, run.id, local)
+        tip = git.rev_parse(self.repo, branch_ref(run.id))
+        if tip is None and git.ref_target(self.repo, branch_ref(run.id)):
+            raise GitrunError(
+                f"branch gitrun/{run.id} points at a commit whose objects are missing; "
+                f"`gitrun resume {run.id}` moves it back to its newest whole commit"
+            )
+        if tip is None:
+            raise GitrunError(
+                f"run {run.id!r} has not started; start it with `gitrun start {run.id}` "
+                "(in external mode that hands out the first batch)"
+            )
+        self.leases = read_leases(local)
+        self.engine = Engine(run, local, tip, running=self.leases)
+        self.governor = self.engine.governor
+        self.limits = run.limits
+        self._restore_governor()
+        self._said = self._restore_said(afresh)
+        self.engine.choose_canary()
+        state = load_record(
+            local.audit,
+            AuditState.from_json,
+            what="stray-write audit state",
+            fix="the audit looks afresh from now on (changes before this command go unreported)",
+            warn=warn_stderr,
+        )
+        self.audit = Audit(run, state)
+
+    def _audit(self) -> list[str]:
+        """Changes outside every owned path since the last command, while tasks
+        were leased: ownership violations, as in command mode (recorded in the
+        ledger; under strict ownership they halt the run). With nothing leased
+        since, a change is the orchestrator's own work, not a subagent's."""
+        out = self.audit.active | set(self.leases)
+        self.audit.active = out
+        found = self.audit.check(self.leases)
+        if not out or not found:
+            return []
+        writer = ledger.LedgerWriter(self.repo / self.run.dir)
+        try:
+            for violation in found:
+                writer.write(violation.to_record())
+                if self.run.packet.ownership.strict:
+                    halt = Halt(STRICT, f"ownership violation: {violation.describe()}")
+                    self.governor.stop_for(halt)
+            self.engine.record_halt(writer)
+        finally:
+            writer.close()
+        return [violation.describe() for violation in found]
+
+    # -- next ---------------------------------------------------------------------
+
+    def next_batch(self, limit: int | None) -> Batch:
+        batch = Batch(violations=self._audit())
+        try:
+            self._fill(batch, limit)
+            if self.governor.halt is not None and not self.engine.halt_recorded:
+                # This call halted the run (the spend budget): the halt holds
+                # every later call until `gitrun retry` lifts it.
+                writer = ledger.LedgerWriter(self.repo / self.run.dir)
+                try:
+                    self.engine.record_halt(writer)
+                finally:
+                    writer.close()
+                own = definition_files(self.run)
+                self.committer.commit([], own, landing_message(self.run.id, []))
+        finally:
+            self._save()
+        batch.notices = self.governor.take_notices()
+        return batch
+
+    def _fill(self, batch: Batch, limit: int | None) -> None:
+        now = time.time()
+        if self.governor.halt is not None:
+            batch.halted = True
+            batch.reason = f"halted: {self.governor.halt.message}"
+            return
+        pending = self.engine.pending()
+        if not pending and not self.leases:
+            failed = [tid for tid, status in self.engine.status.items() if status == FAILED]
+            batch.done = not failed
+            batch.reason = (
+                f"every task is done; bring the results in with `gitrun land {self.run.id}`"
+                if batch.done
+                else f"nothing left to hand out: {', '.join(failed)} used up their attempts "
+                f"(`gitrun retry {self.run.id}`)"
+            )
+            return
+        slots = self.governor.slots(len(self.leases), now, self.engine.current_stage())
+        if self.governor.halt is not None:  # the spend budget, now that nothing is out
+            batch.halted = True
+            batch.reason = f"halted: {self.governor.halt.message}"
+            return
+        if limit is not None:
+            slots = min(slots, limit)
+        for task_id in pending:
+            if slots <= 0:
+                break
+            if not self.governor.eligible(task_id):
+                continue
+            batch.leased.append(self._lease(task_id, now))
+            slots -= 1
+        if not batch.leased:
+            batch.reason = self._why_none(now, pending)
+
+    def _why_none(self, now: float, pending: list[str]) -> str:
+        halt = self.governor.halt
+        if halt is not None:
+            return f"halted: {halt.message}"
+        if now < self.governor.backoff_until:
+            return (
+                f"throttled: wait {self.governor.backoff_until - now:.0f} s before the next batch"
+            )
+        if self.leases and self.governor.spend is not None:
+            stage = self.engine.current_stage() or ""
+            if not self.governor.spend.room(stage, len(self.leases), 1):
+                return (
+                    f"the spend budget allows no more beside the {len(self.leases)} leased tasks "
+                    f"({', '.join(sorted(self.leases))}); wait for their subagents, then "
+                    f"`gitrun collect {self.run.id}`"
+                )
+        if self.leases:
+            return (
+                f"{len(self.leases)} tasks are leased ({', '.join(sorted(self.leases))}); wait for "
+                f"their subagents, then `gitrun collect {self.run.id}`"
+            )
+        if self.governor.waiting_for_load:
+            return "the machine is busy (load average over max_load); try again shortly"
+        return f"no task of the current stage is ready ({len(pending)} pending)"
+
+    def _lease(self, task_id: str, now: float) -> dict[str, Any]:
+        task = self.run.tasks_by_id[task_id]
+        number = self.engine.history[task_id].attempts + 1
+        outputs = [o.path for o in self.run.outputs_of(task)]
+        # Where a link standing at an output goes (left before this attempt).
+        aside = functools.partial(self.local.quarantine_of, task_id, number - 1)
+        before = prepare_outputs(self.run, task, self.committer.object_format, aside)
+        pointer = render_pointer(self.run, task)
+        stage = self.run.stage_of(task)
+        self.leases[task_id] = Lease(task_id, number, now, now + self.limits.timeout, before)
+        self.engine.begin(task_id)
+        usage = self._usage_file(task_id, number)
+        usage.parent.mkdir(parents=True, exist_ok=True)
+        usage.unlink(missing_ok=True)  # an earlier life's, of a run started over
+        item: dict[str, Any] = {
+            "task": task_id,
+            "attempt": number,
+            "stage": stage,
+            "pointer": pointer,
+            "outputs": outputs,
+            "model": self.run.packet.model_for(stage),
+            "expires": ledger.iso(now + self.limits.timeout),
+            "agent": WORKER_AGENT,  # the subagent type to dispatch it with
+            # Where the orchestrator may write what the subagent used (the JSON
+            # object of $GITRUN_USAGE); collect puts it in the attempt's record.
+            "usage": str(usage),
+        }
+        return item
+
+    def _usage_file(self, task_id: str, attempt: int) -> Path:
+        from gitrun.workers.attempt import usage_file
+
+        return usage_file(self.local.log_of(task_id, attempt))
+
+    def _read_usage(self, task_id: str, attempt: int) -> Usage | None:
+        """What the orchestrator wrote the subagent used; None: nothing (unknown)."""
+        from gitrun.workers.clientusage import read_usage_file
+
+        path = self._usage_file(task_id, attempt)
+        usage, problem = read_usage_file(path)
+        if problem:
+            warn_stderr(
+                f"{task_id} attempt {attempt}: the usage file {path} {problem}; its usage is "
+                "unknown (write one JSON object, as docs/ledger.md shows under 'Usage and cost')"
+            )
+        return usage
+
+    # -- collect ------------------------------------------------------------------------
+
+    def collect(self, throttled: list[str]) -> Collected:
+        unknown = [t for t in throttled if t not in self.leases]
+        if unknown:
+            raise GitrunError(
+                f"--throttled names {', '.join(unknown)}, which {'is' if len(unknown) == 1 else 'are'} "
+                f"not leased; see `gitrun status {self.run.id}`"
+            )
+        result = Collected(violations=self._audit())
+        landings: list[Landing] = []
+        now = time.time()
+        base = self.engine.base
+        at_base = git.ls_tree(self.repo, base) if base else {}
+        writer = ledger.LedgerWriter(self.repo / self.run.dir)
+        try:
+            for task_id, lease in list(self.leases.items()):
+                check = check_task(
+                    self.run,
+                    self.run.tasks_by_id[task_id],
+                    lease.before,
+                    self.committer.object_format,
+                )
+                outcome = check.outcome
+                if outcome == ledger.INVALID:
+                    where = self.local.quarantine_of(task_id, lease.attempt)
+                    quarantine(self.repo, where, check.outputs)
+                if outcome != ledger.VALID and task_id in throttled:
+                    outcome = ledger.THROTTLED
+                reason = check.reason if outcome != ledger.VALID else ""
+                if reason:
+                    result.reasons[task_id] = reason
+                ended = Ended(
+                    task_id,
+                    lease.attempt,
+                    lease.leased,
+                    now,
+                    outcome,
+                    reason,
+                    timed_out=now > lease.expires,
+                    dispatch="external",
+                    usage=self._read_usage(task_id, lease.attempt),
+                )
+                status = self.engine.end(writer, ended)
+                self.leases.pop(task_id)
+                if lease.agent:  # a per-task agent file an older gitrun wrote
+                    from gitrun.guard.agents import remove_agent
+
+                    remove_agent(self.repo, lease.agent)
+                if outcome == ledger.VALID:
+                    landings.append(Landing(task_id, lease.attempt, check.outputs))
+                    result.done.append(task_id)
+                elif outcome == ledger.THROTTLED:
+                    result.throttled.append(task_id)
+                else:
+                    (result.invalid if outcome == ledger.INVALID else result.missing).append(
+                        task_id
+                    )
+                    if status == FAILED:
+                        result.failed.append(task_id)
+            # Tasks not handed out whose valid outputs appeared anyway are
+            # committed (outputs decide, not who wrote them), without an attempt
+            # to record.
+            for task_id in self.engine.pending():
+                task = self.run.tasks_by_id[task_id]
+                prior = prior_in_tree(self.run, task, at_base)
+                check = check_task(self.run, task, prior, self.committer.object_format)
+                if check.outcome == ledger.VALID:
+                    self.engine.mark_done(task_id)
+                    landings.append(
+                        Landing(task_id, self.engine.history[task_id].attempts, check.outputs)
+                    )
+                    result.done.append(task_id)
+            self.engine.record_halt(writer)
+        finally:
+            writer.close()
+        self.audit.active = set(self.leases)  # what is still out after this collect
+        recorded = result.done + result.missing + result.invalid + result.throttled
+        if recorded:  # nothing judged, nothing to commit
+            own = definition_files(self.run)
+            self.committer.commit(landings, own, landing_message(self.run.id, landings))
+        self._save()
+        result.next_step = self._next_step()
+        result.halted = self.governor.halt is not None
+        result.notices = self.governor.take_notices()
+        return result
+
+    def _next_step(self) -> str:
+        run_id = self.run.id
+        if self.governor.halt is not None:
+            return f"halted: {self.governor.halt.message}"
+        left = [tid for tid, status in self.engine.status.items() if status != DONE]
+        if not left:
+            return f"every task is done; bring the results in with `gitrun land {run_id}`"
+        if not self.engine.pending() and not self.leases:
+            return (
+                f"{len(left)} tasks used up their attempts; `gitrun retry {run_id}` gives them more"
+            )
+        return f"`gitrun next {run_id}` hands out the next batch"
+
+    # -- state --------------------------------------------------------------------------
+
+    def _restore_governor(self) -> None:
+        state = load_record(
+            self.local.governor,
+            GovernorState.from_json,
+            what="governor state",
+            fix="concurrency and backoff start afresh from the packet's limits",
+            warn=warn_stderr,
+        )
+        if state is not None:
+            self.governor.restore(state)
+
+    def _restore_said(self, afresh: bool) -> set[str]:
+        """The spend budget's warnings said already in this run: each call is
+        a process of its own, and says one once (``afresh``: start and
+        resume, which say them again, as a driver does in command mode)."""
+        from gitrun.engine.budget import read_said
+
+        spend = self.governor.spend
+        if afresh:
+            with contextlib.suppress(OSError):  # what cannot go is only said once more
+                self.local.budget_warnings.unlink(missing_ok=True)
+            return set()
+        if spend is None:
+            return set()
+        said = read_said(self.local.budget_warnings)
+        spend.warned |= said
+        return said
+
+    def _save(self) -> None:
+        spend = self.governor.spend
+        if spend is not None and spend.warned != self._said:
+            from gitrun.engine.budget import write_said
+
+            write_said(self.local.budget_warnings, spend.warned)
+            self._said = set(spend.warned)
+        write_leases(self.local, self.leases)
+        self.audit.active |= set(self.leases)
+        write_record(self.local.audit, self.audit.state())
+        write_record(self.local.governor, self.governor.export())
+
+
+@contextmanager
+def external_run(repo: Path, run_id: str, afresh: bool = False) -> Iterator[External]:
+    """Load an external-mode run under its lock (waiting briefly for another call;
+    ``afresh``: a start or resume, which says the budget's warnings again)."""
+    run = load_run(repo, run_id)
+    if run.packet.executor.kind != "external":
+        raise GitrunError(
+            f"run {run_id!r} uses the command executor, which gitrun drives itself; use "
+            f"`gitrun start {run_id}` / `gitrun resume {run_id}` (or set [executor] kind = "
+            '"external")'
+        )
+    local = LocalPaths.of(repo, run_id)
+    deadline = time.time() + LOCK_PATIENCE
+    with ExitStack() as stack:
+        while True:
+            try:
+                stack.enter_context(run_locked(local, run_id))
+                break
+            except RunBusy:
+                if time.time() >= deadline:
+                    raise
+                time.sleep(0.1)
+        rules.refresh(local, run)
+        yield External(run, local, afresh)

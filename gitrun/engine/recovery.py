@@ -1,0 +1,83 @@
+"""Before a driver drives: what a dead driver left, and valid outputs already on disk.
+
+``recover_orphans`` stops the workers a dead driver's journal names (by pid,
+create time and command line, or by attempt id when it died before the
+spawn's record) and records their attempts once; ``reconcile`` commits valid
+outputs that are on disk but not on the branch and quarantines invalid ones.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from gitrun.definition.load import RunDef
+from gitrun.definition.outputs import check_task, prior_in_tree, quarantine
+from gitrun.engine.committer import Committer, Landing, landing_message
+from gitrun.engine.crashpoints import crash_point
+from gitrun.engine.states import DONE, Ended, Engine
+from gitrun.processes.reaper import kill_attempt_processes, kill_leftovers, kill_recorded_group
+from gitrun.store import ledger
+from gitrun.store.journal import read_journal, running_records
+
+Reporter = Callable[[str], None]
+
+
+def recover_orphans(
+    run: RunDef, engine: Engine, writer: ledger.LedgerWriter, object_format: str, report: Reporter
+) -> None:
+    """Stop workers a dead driver left running and record their attempts (each
+    once, whatever step the dead driver reached); stop what its ended attempts
+    left behind, too."""
+    local = engine.local
+    ids = {entry.attempt_id for entry in read_journal(local) if entry.attempt_id}
+    for tid, entry in running_records(local).items():
+        record = entry.to_json()
+        if entry.pid is not None:
+            stopped = kill_recorded_group(record)
+        else:  # killed between the write-ahead record and the spawn's record
+            stopped = kill_attempt_processes(record)
+        task = run.tasks_by_id.get(tid)
+        if task is None or (tid, entry.attempt) in engine.recorded:
+            continue  # not this run's task, or recorded already (its end not journaled)
+        check = check_task(run, task, entry.before, object_format)
+        outcome = ledger.VALID if check.outcome == ledger.VALID else ledger.ABANDONED
+        if check.outcome == ledger.INVALID:
+            quarantine(run.repo, local.quarantine_of(tid, entry.attempt), check.outputs)
+        now = time.time()
+        reason = check.reason if outcome != ledger.VALID else ""
+        ended = Ended(tid, entry.attempt, entry.started or now, now, outcome, reason)
+        engine.record(writer, ended)
+        crash_point("recover.recorded")
+        how = "stopped" if stopped else "nothing of it verifiably running, nothing signalled"
+        report(f"{tid} attempt {entry.attempt}: left by a dead driver; {how} ({outcome})")
+    for pid in kill_leftovers(run.id, ids):
+        report(f"stopped pid {pid}, left behind by an attempt of a dead driver")
+
+
+def reconcile(
+    run: RunDef,
+    engine: Engine,
+    committer: Committer,
+    at_base: dict[str, tuple[str, str]],
+    own_files: Callable[[], dict[str, bytes]],
+    report: Reporter,
+) -> None:
+    """Commit valid outputs already on disk; quarantine invalid ones."""
+    landings: list[Landing] = []
+    for tid, status in list(engine.status.items()):
+        if status == DONE:
+            continue
+        task = run.tasks_by_id[tid]
+        prior = prior_in_tree(run, task, at_base)
+        check = check_task(run, task, prior, committer.object_format)
+        attempts = engine.history[tid].attempts
+        if check.outcome == ledger.VALID:
+            landings.append(Landing(tid, attempts, check.outputs))
+            engine.mark_done(tid)
+        elif check.outcome == ledger.INVALID:
+            moved = quarantine(run.repo, engine.local.quarantine_of(tid, attempts), check.outputs)
+            report(f"{tid}: quarantined {', '.join(moved)} ({check.reason})")
+    if landings:
+        committer.commit(landings, own_files(), landing_message(run.id, landings))
+        report(f"reconciled: committed {len(landings)} tasks whose valid outputs were on disk")

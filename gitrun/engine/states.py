@@ -1,0 +1,337 @@
+"""The engine: what state each task of a run is in, and what an ended attempt changes.
+
+The one owner of that fact, which is derived, never stored: a stored copy could
+disagree with the run branch and the ledger. A task
+is *done* when every output is in the run branch's tree with content other
+than at the fork point; *failed* when it used up its attempts (the ledger);
+*running* while an attempt is out for it (the journal of a live driver, or a
+lease of an external run); otherwise *pending*. Work goes stage by stage: a
+stage starts when the one before it has nothing pending or running.
+
+Command mode's driver, external mode's next/collect, ``status``, ``retry``
+and ``watchdog`` all ask this module; it asks nothing above it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gitrun.engine.budget import SpendGate, budget_of
+from gitrun.engine.governor import PERSISTENT, EndFacts, Governor, Halt, choose_canary
+from gitrun.layout import branch_ref
+from gitrun.store import git, ledger
+from gitrun.store.history import find_base
+from gitrun.store.journal import running_records
+from gitrun.store.local import LocalPaths
+from gitrun.store.lock import is_locked
+from gitrun.store.usage import Usage
+
+if TYPE_CHECKING:
+    from gitrun.definition.load import RunDef, Task
+
+DONE = "done"
+PENDING = "pending"
+RUNNING = "running"
+FAILED = "failed"
+STATUSES = (DONE, PENDING, RUNNING, FAILED)
+OPEN = (PENDING, RUNNING)
+
+
+def committed_tasks(run: RunDef, tip: str, base: str | None) -> set[str]:
+    """Tasks whose every output is in ``tip``'s tree with content new since ``base``."""
+    paths_of = [run.output_paths(task) for task in run.tasks]
+    tops = sorted({path.partition("/")[0] for paths in paths_of for path in paths})
+    if len(tops) > 256:  # a command line has limits; list the whole tree then
+        tops = []
+    new = git.new_files(run.repo, base, tip, tops) if base else git.ls_tree(run.repo, tip, tops)
+    return {
+        task.id
+        for task, paths in zip(run.tasks, paths_of, strict=True)
+        if all(p in new for p in paths)
+    }
+
+
+def running_now(run: RunDef, local: LocalPaths) -> set[str]:
+    """Tasks with an attempt out, as the machine-local state says: the leases of
+    an external run, or the journal of a live driver (a dead driver's journal
+    names attempts nobody runs any more)."""
+    if run.executor_kind == "external":
+        from gitrun.store.leases import read_leases
+
+        return set(read_leases(local))
+    return set(running_records(local)) if is_locked(local) else set()
+
+
+@dataclass(frozen=True)
+class Ended:
+    """What a dispatch mode knows about an attempt that ended, its outcome
+    already decided from the disk (and throttle and interruption facts)."""
+
+    task: str
+    attempt: int
+    started: float
+    ended: float
+    outcome: str
+    reason: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    dispatch: str = "command"
+    wrote_nothing: bool = False  # for the breaker: no output file exists
+    diagnostic: str = ""  # the worker's last line, for the breaker's message
+    usage: Usage | None = None  # what its client reported it used; None: unknown
+
+
+class _Histories(dict[str, ledger.TaskHistory]):
+    """Each task's history: the ledger summary's, or a new one made (in the
+    summary too) when the task is first asked about (a big run's status
+    reads 100,000 tasks and writes none). The summary's own objects, so that
+    one record noted in it (:func:`gitrun.store.ledger.note`) moves both."""
+
+    def __init__(self, tasks: Collection[str], summary: ledger.LedgerSummary) -> None:
+        super().__init__((tid, h) for tid, h in summary.tasks.items() if tid in tasks)
+        self._tasks = tasks
+        self._summary = summary
+
+    def __missing__(self, tid: str) -> ledger.TaskHistory:
+        if tid not in self._tasks:
+            raise KeyError(tid)
+        history = self[tid] = self._summary.tasks.setdefault(tid, ledger.TaskHistory())
+        return history
+
+
+class Engine:
+    """A run's task states, from the branch, the ledger and what runs now.
+
+    ``tip`` is the run branch's tip (None before the first commit); ``running``
+    names the tasks with an attempt out (default: as the machine-local state
+    says; a driver about to recover a dead one's attempts passes none).
+    ``records`` is the ledger (default: the one on disk; the report passes the
+    one committed at ``tip``, which may be a remote's copy of the branch).
+    """
+
+    def __init__(
+        self,
+        run: RunDef,
+        local: LocalPaths,
+        tip: str | None,
+        running: Collection[str] | None = None,
+        records: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.run = run
+        self.local = local
+        self.limits = run.limits
+        self.tasks: Mapping[str, Task] = run.tasks_by_id
+        # What the branch holds first: its listing is dropped before the ledger
+        # is read, so a big run never holds both (100 MB at 100,000 tasks).
+        self.base = find_base(run.repo, run.id, tip) if tip else None
+        done = committed_tasks(run, tip, self.base) if tip else set()
+        self.records = ledger.read_ledger(run.repo / run.dir) if records is None else records
+        self.summary = ledger.summarize(self.records)
+        # Attempts the ledger holds already: one killed between writing a record
+        # and closing its journal entry (or lease) must not be recorded twice.
+        self.recorded = {
+            (r["task"], r["attempt"])
+            for r in self.records
+            if isinstance(r.get("task"), str) and type(r.get("attempt")) is int
+        }
+        self.history = _Histories(self.tasks, self.summary)
+        running = running_now(run, local) if running is None else running
+        self.status: dict[str, str] = {}
+        # Per stage, the tasks that may start, in table order; and how many are
+        # pending or running (a stage starts when the one before has none).
+        self.queues: dict[str, deque[str]] = {stage: deque() for stage in run.stage_names}
+        self.open: dict[str, int] = dict.fromkeys(run.stage_names, 0)
+        for task in run.tasks:
+            stage = run.stage_of(task)
+            if task.id in done:
+                self.status[task.id] = DONE
+            elif task.id in running:
+                self.status[task.id] = RUNNING
+                self.open[stage] += 1
+            elif task.id in self.history and self.history[task.id].used >= self.limits.max_attempts:
+                self.status[task.id] = FAILED
+            else:
+                self.status[task.id] = PENDING
+                self.open[stage] += 1
+                self.queues[stage].append(task.id)
+        self.governor = Governor(
+            self.limits,
+            tasks=len(run.tasks),
+            spawns=self.summary.spawns + sum(1 for s in self.status.values() if s == RUNNING),
+            canary=[],
+            failed=self.count(FAILED),
+            usable=len(done),
+            halt=Halt(**self.summary.halt) if self.summary.halt else None,
+        )
+        self.halt_recorded = self.summary.halt is not None
+        # What the run's attempts cost so far (kept current as attempts end),
+        # and its budget: the packet's, as `gitrun retry --budget` raised it.
+        self.usage = ledger.usage_totals(self.records)
+        self.budget = budget_of(self.limits, self.records)
+        if self.budget.is_set:
+            self.governor.spend = SpendGate(
+                run.id,
+                self.budget,
+                self.usage,
+                len(run.tasks),
+                self.limits.max_projection,
+                shape=run,
+            )
+
+    # -- what state is each task in -----------------------------------------------------
+
+    def count(self, status: str) -> int:
+        return sum(1 for s in self.status.values() if s == status)
+
+    def current_stage(self) -> str | None:
+        """The first stage with a task pending or running."""
+        return next((stage for stage in self.run.stage_names if self.open[stage]), None)
+
+    def pending(self) -> list[str]:
+        """Tasks of the current stage that may start, in table order."""
+        stage = self.current_stage()
+        if stage is None:
+            return []
+        # A task handed out stays queued until its end queues it again (the
+        # driver pops what it launches; external mode's engine lives one call).
+        return list(dict.fromkeys(t for t in self.queues[stage] if self.status[t] == PENDING))
+
+    def open_tasks(self) -> list[str]:
+        """Tasks of the current stage pending or running, in table order."""
+        stage = self.current_stage()
+        return [
+            tid
+            for tid, status in self.status.items()
+            if status in OPEN and self.run.stage_of(self.tasks[tid]) == stage
+        ]
+
+    def choose_canary(self) -> list[str]:
+        """The first ``canary`` open tasks of the current stage run alone until
+        one validates, unless some task already produced valid output (one rule
+        for both dispatch modes)."""
+        if self.current_stage() is None or self.governor.halt is not None:
+            self.governor.canary = []
+        else:
+            any_done = any(s == DONE for s in self.status.values())
+            self.governor.canary = choose_canary(self.open_tasks(), self.limits.canary, any_done)
+        return self.governor.canary
+
+    # -- transitions --------------------------------------------------------------------
+
+    def begin(self, tid: str) -> int:
+        """An attempt of ``tid`` starts: its number."""
+        history = self.history[tid]
+        history.attempts += 1
+        self._set(tid, RUNNING)
+        self.governor.started()
+        return history.attempts
+
+    def mark_done(self, tid: str) -> None:
+        """``tid``'s valid outputs are on disk without an attempt to record
+        (reconciled, or left by a worker nobody recorded): they go to a commit."""
+        if self.status[tid] != DONE:
+            self._set(tid, DONE)
+            self.governor.usable += 1
+
+    def end(self, writer: ledger.LedgerWriter, ended: Ended) -> str:
+        """Record an ended attempt: the governor hears of it, the ledger gets
+        its record (once), and the task moves on. Returns its new status."""
+        tid = ended.task
+        history = self.history[tid]
+        counted = ended.outcome in ledger.COUNTED
+        failed_for_good = counted and history.used + 1 >= self.limits.max_attempts
+        facts = EndFacts(
+            tid,
+            ended.outcome,
+            ended.ended - ended.started,
+            ended.exit_code,
+            ended.signal,
+            ended.wrote_nothing,
+            ended.diagnostic,
+        )
+        in_canary = bool(self.governor.canary)
+        self.governor.ended(facts, time.time(), failed_for_good)
+        backed_off = self.governor.concurrency if ended.outcome == ledger.THROTTLED else None
+        self.record(writer, ended, backed_off)
+        if ended.outcome == ledger.VALID:  # its cost is in self.usage now
+            stage = self.run.stage_of(self.tasks[tid])
+            self.governor.output_valid(stage, in_canary and not self.governor.canary)
+        if ended.outcome == ledger.VALID:
+            self._set(tid, DONE)
+        elif failed_for_good:
+            self._set(tid, FAILED)
+        else:
+            self._set(tid, PENDING)
+            self.queues[self.run.stage_of(self.tasks[tid])].append(tid)
+        return self.status[tid]
+
+    def record(
+        self, writer: ledger.LedgerWriter, ended: Ended, concurrency: int | None = None
+    ) -> bool:
+        """Write ``ended``'s ledger record unless the ledger has it already;
+        whether it was written."""
+        key = (ended.task, ended.attempt)
+        if key in self.recorded:
+            return False
+        record = ledger.AttemptRecord(
+            ended.task,
+            ended.attempt,
+            self.run.stage_of(self.tasks[ended.task]),
+            ended.started,
+            ended.ended,
+            ended.outcome,
+            ended.exit_code,
+            ended.signal,
+            ended.timed_out,
+            ended.reason,
+            dispatch=ended.dispatch,
+            concurrency=concurrency,
+            usage=ended.usage,
+        ).to_json()
+        self.write(writer, record)
+        self.recorded.add(key)
+        # The usage as the ledger keeps it (a cost in micro-dollars), as a
+        # later read of the ledger adds it up.
+        ledger.note_usage(self.usage, record)
+        return True
+
+    def write(self, writer: ledger.LedgerWriter, record: dict[str, Any]) -> None:
+        """Write ``record`` to the ledger, and keep what the engine read of
+        the ledger (records, summary) as a read of it now would find it."""
+        writer.write(record)
+        self.records.append(record)
+        ledger.note(self.summary, record)
+
+    def record_halt(self, writer: ledger.LedgerWriter) -> None:
+        """A halt only a person can lift holds every later resume, next and
+        collect (``retry`` lifts it): it goes to the ledger, once."""
+        halt = self.governor.halt
+        if halt is None or halt.kind not in PERSISTENT or self.halt_recorded:
+            return
+        self.halt_recorded = True
+        record = {"event": ledger.HALT, "kind": halt.kind, "message": halt.message}
+        self.write(writer, {**record, "at": ledger.iso(time.time())})
+
+    def _set(self, tid: str, status: str) -> None:
+        old = self.status[tid]
+        stage = self.run.stage_of(self.tasks[tid])
+        self.open[stage] += (status in OPEN) - (old in OPEN)
+        self.status[tid] = status
+
+    # -- for status ------------------------------------------------------------------------
+
+    def violations(self) -> list[dict[str, Any]]:
+        return [r for r in self.records if r.get("event") == "violation"]
+
+
+def load_engine(
+    run: RunDef, local: LocalPaths, running: Collection[str] | None = None
+) -> tuple[Engine, str | None]:
+    """The engine of ``run`` at its branch's tip, and that tip."""
+    tip = git.rev_parse(run.repo, branch_ref(run.id))
+    return Engine(run, local, tip, running), tip

@@ -1,0 +1,160 @@
+"""A run's status, as ``gitrun status`` shows it: the engine's task states
+(:mod:`gitrun.engine.states` derives them) with each task's attempts and reasons."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gitrun.collector import collector_paused
+from gitrun.definition.load import RunDef, load_run
+from gitrun.engine.budget import Budget, spend_json
+from gitrun.engine.states import DONE, STATUSES, Engine, load_engine
+from gitrun.layout import branch_ref
+from gitrun.store import git, ledger
+from gitrun.store.local import LocalPaths
+from gitrun.store.lock import Owner, is_locked, read_owner
+from gitrun.store.repo import Repo, find_repo
+from gitrun.store.usage import UsageTotals
+
+
+@dataclass(slots=True)  # a big run's status holds 100,000 of them
+class TaskStatus:
+    id: str
+    stage: str
+    status: str
+    attempts: int  # attempts used against max_attempts
+    last_attempt: int
+    missing: Sequence[str] = ()
+    reason: str | None = None
+    records: Sequence[dict[str, Any]] = ()  # its attempts, from the ledger
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "status": self.status,
+            "stage": self.stage,
+            "attempts": self.attempts,
+            "last_attempt": self.last_attempt,
+        }
+        if self.missing:
+            data["missing"] = self.missing
+        if self.reason:
+            data["reason"] = self.reason
+        data["records"] = self.records
+        return data
+
+
+@dataclass
+class RunStatus:
+    run: str
+    started: bool
+    stages: list[str]
+    tasks: dict[str, TaskStatus]
+    spawns: int
+    driver: Owner | None = None
+    violations: list[dict[str, Any]] = field(default_factory=list)
+    halt: dict[str, str] | None = None  # a halt that holds the run until `gitrun retry`
+    damaged: bool = False  # the branch names a commit whose objects are missing
+    usage: UsageTotals = field(default_factory=UsageTotals)  # what its attempts cost
+    budget: Budget = field(default_factory=Budget)  # its spend budget now
+
+    def counts(self, stage: str | None = None) -> dict[str, int]:
+        out = dict.fromkeys(STATUSES, 0)
+        for task in self.tasks.values():
+            if stage is None or task.stage == stage:
+                out[task.status] += 1
+        return out
+
+    @property
+    def usable(self) -> int:
+        return self.counts()[DONE]
+
+    @property
+    def yield_ratio(self) -> float | None:
+        return self.usable / self.spawns if self.spawns else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "started": self.started,
+            "counts": self.counts(),
+            "stages": {stage: self.counts(stage) for stage in self.stages},
+            "spawns": self.spawns,
+            "usable": self.usable,
+            "yield": self.yield_ratio,
+            "driver": self.driver.to_json() if self.driver else None,
+            "violations": self.violations,
+            "halt": self.halt,
+            "spend": spend_json(self.usage, self.usable, self.budget),
+            "tasks": {tid: task.to_json() for tid, task in self.tasks.items()},
+        }
+
+
+_NO_HISTORY = ledger.TaskHistory()  # of a task without attempts; only read
+
+
+def read_status(repo: Path, run_id: str, run: RunDef | None = None) -> RunStatus:
+    """``run_id``'s status in ``repo``: of ``run`` when given, else of its
+    definition as it is now."""
+    with collector_paused():  # a big run's states are 100,000s of objects
+        found = where(repo)
+        if run is None:
+            run = load_run(repo, run_id)
+        local = LocalPaths.under(Path(found.git_dir), run_id)
+        engine, tip = load_engine(run, local)
+        driver = read_owner(local) if is_locked(local) else None
+        return status_of(run, engine, tip, repo, driver)
+
+
+def status_of(
+    run: RunDef, engine: Engine, tip: str | None, repo: Path, driver: Owner | None
+) -> RunStatus:
+    """The status of ``run`` as ``engine`` holds it at the branch tip ``tip``
+    (``driver``: who drives it now): the one way a :class:`RunStatus` is made,
+    from an engine just loaded (:func:`read_status`) or from the one a driver
+    kept current as it ran (its summary at the end)."""
+    # The branch exists but its tip's objects are gone (a prune during the run).
+    damaged = tip is None and git.ref_target(repo, branch_ref(run.id)) is not None
+    records: dict[str, list[dict[str, Any]]] = {}
+    for record in ledger.attempt_records(engine.records):
+        records.setdefault(str(record.get("task")), []).append(record)
+    tasks: dict[str, TaskStatus] = {}
+    for task in run.tasks:
+        history = engine.history.get(task.id) or _NO_HISTORY
+        status = engine.status[task.id]
+        done = status == DONE
+        tasks[task.id] = TaskStatus(
+            task.id,
+            run.stage_of(task),
+            status,
+            history.used,
+            history.attempts,
+            () if done else run.output_paths(task),
+            None if done else history.last_reason,
+            records.get(task.id, ()),
+        )
+    return RunStatus(
+        run=run.id,
+        started=tip is not None or damaged,
+        damaged=damaged,
+        stages=run.stage_names,
+        tasks=tasks,
+        spawns=engine.summary.spawns,
+        driver=driver,
+        violations=engine.violations(),
+        halt=engine.summary.halt,
+        usage=engine.usage,
+        budget=engine.budget,
+    )
+
+
+def where(repo: Path) -> Repo:
+    """The repository at ``repo`` with its git directory, found without a git
+    process where :func:`gitrun.guard.rules.find_repo` can."""
+    found = find_repo(str(repo))
+    if found is not None and found.root == os.path.realpath(repo):
+        return found
+    return Repo(str(repo), str(git.git_dir(repo)))

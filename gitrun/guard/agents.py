@@ -1,0 +1,56 @@
+"""The one worker agent type of external runs: ``.claude/agents/gitrun-worker.md``.
+
+Claude Code loads the agent files of ``.claude/agents/`` when a turn starts:
+a file written during the lead's turn is not found in that turn, and in
+``-p`` mode never. So gitrun no longer writes an agent file per
+leased task (``next --agents`` is gone); one generic ``gitrun-worker`` is
+installed before the lead starts, by ``gitrun new --executor external`` and
+``gitrun hooks install``. Which task a subagent works on never comes from
+its agent type: the lead's hook records the Agent call that dispatched a
+pointer (:mod:`gitrun.store.dispatches`), whatever type the lead picked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gitrun.guard.subagents import PREFIX
+from gitrun.resources import template_text
+from gitrun.store.tomlfile import write_atomic
+
+AGENTS_DIR = ".claude/agents"
+WORKER_AGENT = "gitrun-worker"
+WORKER_TEMPLATE = "agent.md"
+
+
+def worker_agent_path(repo: Path) -> Path:
+    return repo / AGENTS_DIR / f"{WORKER_AGENT}.md"
+
+
+def install_worker_agent(repo: Path) -> str:
+    """Write (or bring up to date) the ``gitrun-worker`` agent; one line saying what it did."""
+    path = worker_agent_path(repo)
+    text = template_text(WORKER_TEMPLATE)
+    shown = f"{AGENTS_DIR}/{WORKER_AGENT}.md"
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return f"{shown}: the {WORKER_AGENT} agent is already there"
+    except (OSError, UnicodeDecodeError):
+        pass
+    write_atomic(path, text.encode())
+    return f"{shown}: installed the {WORKER_AGENT} agent (start the lead session after this)"
+
+
+def uninstall_worker_agent(repo: Path) -> str:
+    path = worker_agent_path(repo)
+    shown = f"{AGENTS_DIR}/{WORKER_AGENT}.md"
+    if not path.exists():
+        return f"{shown}: not there; nothing to remove"
+    path.unlink()
+    return f"{shown}: removed the {WORKER_AGENT} agent"
+
+
+def remove_agent(repo: Path, name: str) -> None:
+    """Remove a per-task agent file an older gitrun wrote for a lease."""
+    if name.startswith(PREFIX) and "/" not in name and name != WORKER_AGENT:
+        (repo / AGENTS_DIR / f"{name}.md").unlink(missing_ok=True)

@@ -1,0 +1,256 @@
+"""Write-time ownership: the hooks agents and git run while workers write.
+
+- ``pre_write``: the Claude Code PreToolUse hook (Write, Edit, MultiEdit,
+  NotebookEdit, Agent/Task, Bash). The task comes from ``GITRUN_RUN``/
+  ``GITRUN_TASK`` (a worker gitrun launched) or, for a subagent of a lead
+  session, from the Agent call that dispatched it (:mod:`gitrun.guard.subagents`).
+  A task's writes outside its owns are denied; any subagent is denied the
+  protected files of a started run; a subagent whose task cannot be told,
+  though it claims one, is denied. The lead's Agent calls carrying a pointer
+  and Bash calls go to :mod:`gitrun.guard.lead`. With no gitrun context at
+  all it allows everything, so unrelated sessions never break. In a task's
+  context (and for any subagent) its own failures block (fail closed, so
+  a broken hook never lets a stray write through): exit 2, the only code
+  Claude Code treats as "block".
+- ``subagent_stop``: blocks a subagent's stop while its task's outputs are
+  missing or invalid (once: ``stop_hook_active`` lets it go).
+- ``pre_commit``: a git pre-commit hook rejecting a worker's commit of paths
+  outside its owns or of protected files.
+
+Each returns (exit code, stdout, stderr) for the CLI to emit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from gitrun.guard.context import (
+    AGENT_TOOLS,
+    SHELL_TOOLS,
+    WRITE_TOOLS,
+    HookFailure,
+    HookResult,
+    claims_task,
+    deny,
+    repo_of,
+    task_context,
+)
+from gitrun.layout import GITRUN_DIR
+
+TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
+
+    from gitrun.store.repo import Repo
+
+__all__ = ["HookFailure", "HookResult", "blocked", "claims_task", "pre_commit", "pre_write"]
+
+
+def _relative(repo: Repo, target: str, cwd: str | None) -> str | None:
+    """The path relative to the repository root, or None when it lies outside."""
+    path = target if os.path.isabs(target) else os.path.join(cwd or os.getcwd(), target)
+    resolved = os.path.realpath(path)
+    root = repo.root  # a real path already
+    if resolved == root:
+        return "."
+    if not resolved.startswith(root.rstrip("/") + "/"):
+        return None
+    return resolved[len(root.rstrip("/")) + 1 :]
+
+
+def blocked(what: str, exc: BaseException) -> str:
+    """The one line a blocking hook prints: what it could not do, and why."""
+    reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+    return f"gitrun: cannot check this {what} ({reason}); {what} blocked"
+
+
+def pre_write(stdin: str, environ: dict[str, str]) -> HookResult:
+    try:
+        data = json.loads(stdin)
+        if not isinstance(data, dict):
+            raise ValueError("the hook input is not a JSON object")
+    except Exception as exc:  # also RecursionError from absurdly nested input
+        if claims_task(None, environ, stdin):
+            reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+            return HookResult(2, stderr=f"gitrun: malformed hook input ({reason}); write blocked")
+        return HookResult(0)  # not ours to judge
+    try:
+        return _pre_write(data, environ)
+    except Exception as exc:
+        if claims_task(data, environ):
+            return HookResult(2, stderr=blocked("write", exc))
+        return HookResult(0)
+
+
+def _pre_write(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
+    from gitrun.guard.subagents import Unresolved
+
+    tool = data.get("tool_name")
+    try:
+        if tool in AGENT_TOOLS or tool in SHELL_TOOLS:
+            from gitrun.guard.lead import pre_agent, pre_bash
+
+            return (pre_agent if tool in AGENT_TOOLS else pre_bash)(data, environ)
+        if tool not in WRITE_TOOLS:
+            return HookResult(0)
+        return _judge_write(data, environ)
+    except Unresolved as exc:
+        return deny(f"gitrun cannot tell this subagent's task: {exc}")
+
+
+def _judge_write(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
+    cwd = data.get("cwd") if isinstance(data.get("cwd"), str) else None
+    tool_input = data.get("tool_input")
+    target = None
+    if isinstance(tool_input, dict):
+        target = tool_input.get("file_path") or tool_input.get("notebook_path")
+    repo = repo_of(cwd)
+    context = task_context(repo, data, environ)
+    if context is None:
+        return _check_protected_for_subagents(repo, data, target, cwd)
+    rules = context
+    assert repo is not None
+    if not isinstance(target, str) or not target:
+        raise HookFailure(f"{data.get('tool_name')} input names no file_path")
+    owns = ", ".join(rules.owns)
+    task_id = rules.task_id
+    path = _relative(repo, target, cwd)
+    if path is None:
+        return deny(
+            f"gitrun task {task_id} may write only {owns}; {target} is outside the repository"
+        )
+    if path == ".git" or path.startswith((".git/", GITRUN_DIR + "/")) or path == GITRUN_DIR:
+        return deny(f"gitrun task {task_id} may write only {owns}; {path} belongs to git or gitrun")
+    if rules.protects(path):
+        return deny(
+            f"gitrun task {task_id} may not write the shared file {path}; write only {owns}"
+        )
+    if not rules.owns_path(path):
+        return deny(f"gitrun task {task_id} may write only {owns}; {path} is not among them")
+    return HookResult(0)
+
+
+def _check_protected_for_subagents(
+    repo: Repo | None, data: dict[str, Any], target: object, cwd: str | None
+) -> HookResult:
+    """No task context: only a subagent writing a started run's protected file is denied."""
+    if repo is None or not data.get("agent_type") or not isinstance(target, str):
+        return HookResult(0)
+    path = _relative(repo, target, cwd)
+    if path is None:
+        return HookResult(0)
+    from gitrun.guard.rules import protected_of, started_runs
+    from gitrun.layout import run_ids
+
+    runs = run_ids(repo.root)
+    started = started_runs(repo) if runs else set()
+    for run_id in runs:
+        if run_id not in started:
+            continue
+        if protected_of(repo, run_id)[1].fullmatch(path):
+            return deny(
+                f"{path} is a protected shared file of the gitrun run {run_id!r}; subagents may not "
+                "write it (the lead updates it)"
+            )
+    return HookResult(0)
+
+
+def subagent_stop(stdin: str, environ: dict[str, str]) -> HookResult:
+    try:
+        data = json.loads(stdin)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+    except ValueError:
+        return HookResult(0)
+    if data.get("stop_hook_active"):
+        return HookResult(0)  # it was held once already: never loop
+    cwd = data.get("cwd") if isinstance(data.get("cwd"), str) else None
+    repo = repo_of(cwd)
+    try:
+        context = task_context(repo, data, environ)
+    except Exception:  # an unknown subagent: outputs are judged on disk anyway
+        return HookResult(0)
+    if context is None:
+        return HookResult(0)
+    from pathlib import Path
+
+    from gitrun.definition.load import load_run
+    from gitrun.definition.outputs import check_task
+
+    assert repo is not None  # a task context has a repository
+    run = load_run(Path(repo.root), context.run_id)
+    task = next((t for t in run.tasks if t.id == context.task_id), None)
+    if task is None:
+        return HookResult(0)  # edited away since: outputs are judged on disk anyway
+    check = check_task(run, task)
+    if check.outcome == "valid":
+        return HookResult(0)
+    outputs = ", ".join(o.path for o in run.outputs_of(task))
+    reason = (
+        f"gitrun task {task.id} is not done: {check.reason}. Write {outputs} as "
+        f"{run.packet_path} asks, then stop."
+    )
+    return HookResult(0, json.dumps({"decision": "block", "reason": reason}))
+
+
+def pre_commit(environ: dict[str, str]) -> HookResult:
+    """Reject a worker's commit (GITRUN_RUN or GITRUN_TASK set) that touches
+    paths outside its owns, or any commit when its task cannot be identified."""
+    if not (environ.get("GITRUN_TASK") or environ.get("GITRUN_RUN")):
+        return HookResult(0)
+    repo = repo_of(None)
+    try:
+        context = task_context(repo, None, environ)
+    except Exception as exc:
+        return HookResult(1, stderr=f"gitrun: cannot check this commit ({exc}); commit rejected\n")
+    if context is None or repo is None:
+        return HookResult(
+            1, stderr="gitrun: GITRUN_RUN/GITRUN_TASK name no task here; commit rejected\n"
+        )
+    rules = context
+    # The index being committed: git exports GIT_INDEX_FILE to the hook (for
+    # `git commit <paths>` it is a temporary one), so keep the environment.
+    staged = _git_output(
+        ["git", "-C", repo.root, "diff", "--cached", "--name-only", "-z", "--no-renames"],
+        dict(os.environ),
+    )
+    outside = [p for p in staged.split("\0") if p and (rules.protects(p) or not rules.owns_path(p))]
+    if not outside:
+        return HookResult(0)
+    owns = ", ".join(rules.owns)
+    shown = "\n".join(f"  {p}" for p in outside)
+    return HookResult(
+        1,
+        stderr=f"gitrun: commit rejected: task {rules.task_id} may write only {owns}; these paths are "
+        f"outside its owns or protected:\n{shown}\n",
+    )
+
+
+def _git_output(argv: list[str], env: dict[str, str]) -> str:
+    """What git prints, started with posix_spawn rather than subprocess
+    (whose import alone is a quarter of a hook call's budget)."""
+    read, write = os.pipe()
+    try:
+        pid = os.posix_spawnp(
+            argv[0],
+            argv,
+            env,
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, write, 1),
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            ],
+        )
+    except OSError:
+        os.close(read)
+        raise
+    finally:
+        os.close(write)
+    chunks = []
+    with open(read, "rb") as out:
+        while chunk := out.read(65536):
+            chunks.append(chunk)
+    status = os.waitpid(pid, 0)[1]
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise HookFailure(f"{' '.join(argv[:1] + argv[3:])} failed")
+    return b"".join(chunks).decode(errors="surrogateescape")

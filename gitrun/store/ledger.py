@@ -1,0 +1,368 @@
+"""The run's ledger: one JSON line per attempt, append-only, committed with the run.
+
+Besides attempts it holds ``retry`` events
+(``gitrun retry`` gives a task new attempts), ``halt`` events (a halt that only
+a person can lift: a failed canary, an environment fault, a strict ownership
+violation) and ``lift`` events (``gitrun retry`` lifted it). Lines a crash cut short are skipped when reading.
+
+Where it lives: ``.gitrun/runs/<run>/ledger/``, in numbered chunks of JSON lines
+(``ledger/0000/000001.jsonl``, ``ledger/0000/000002.jsonl``, ... a hundred to a
+directory), read back in number order by ``read_ledger`` and written only by a
+``LedgerWriter``. The run's branch holds every commit's copy of the ledger; had
+it one file, each commit would store the whole file again and the branch would
+grow as commits x ledger. A chunk a commit has taken is not rewritten once its
+earlier copies outweigh it, so git stores each chunk at most twice over and the
+branch holds at most twice the final ledger, however many commits the run makes.
+(A hundred chunks to a directory keep small the trees a commit rewrites.)
+Runs started before chunks keep their single ``ledger.jsonl``: it is read first
+and never written again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from gitrun.errors import GitrunError
+from gitrun.layout import LEDGER_NAME
+from gitrun.store.jsonlines import LineWriter as LineWriter  # the local journal's too
+from gitrun.store.jsonlines import file_error, line_of, shown
+from gitrun.store.jsonlines import read_lines as read_lines
+from gitrun.store.usage import Usage, UsageTotals, usage_of
+
+# Outcomes decided from disk after an attempt.
+VALID = "valid"
+MISSING = "missing"
+INVALID = "invalid"
+# The attempt was stopped by gitrun (Ctrl-C, SIGTERM) or lost with a dead driver;
+# neither uses up one of the task's attempts.
+INTERRUPTED = "interrupted"
+ABANDONED = "abandoned"
+# The worker was throttled by its API (exit 75 or a throttle message) and its
+# outputs did not validate: it backs off and does not use up an attempt.
+THROTTLED = "throttled"
+# The machine running it was lost (a Ray node or worker died) before its
+# outputs came back: the environment's failure, not the task's.
+LOST = "lost"
+COUNTED = (MISSING, INVALID)
+# Run-level events.
+HALT = "halt"
+LIFT = "lift"
+
+
+@dataclass
+class TaskHistory:
+    attempts: int = 0  # the highest attempt number used so far
+    used: int = 0  # attempts that count against max_attempts (since the last retry)
+    spawns: int = 0
+    last_outcome: str | None = None
+    last_reason: str | None = None
+
+
+@dataclass
+class LedgerSummary:
+    tasks: dict[str, TaskHistory] = field(default_factory=dict)
+    # The last halt not lifted since: {"kind": ..., "message": ...}.
+    halt: dict[str, str] | None = None
+
+    @property
+    def spawns(self) -> int:
+        return sum(h.spawns for h in self.tasks.values())
+
+    def of(self, task: str) -> TaskHistory:
+        return self.tasks.get(task) or TaskHistory()
+
+
+def summarize(records: list[dict[str, Any]]) -> LedgerSummary:
+    summary = LedgerSummary()
+    for record in records:
+        note(summary, record)
+    return summary
+
+
+def note(summary: LedgerSummary, record: dict[str, Any]) -> None:
+    """What one more record of the ledger changes in ``summary`` (the one
+    reading of a record: a summary kept current as records are written is
+    the summary of the ledger read back)."""
+    event = record.get("event")
+    if event == HALT and isinstance(record.get("kind"), str):
+        message = record.get("message")
+        summary.halt = {"kind": record["kind"], "message": str(message or record["kind"])}
+        return
+    if event == LIFT:
+        summary.halt = None
+        return
+    if not isinstance(record.get("task"), str):
+        return  # run-level events, such as ownership violations
+    history = summary.tasks.setdefault(record["task"], TaskHistory())
+    if record.get("event") == "retry":
+        history.used = 0
+        return
+    number = record.get("attempt")
+    if isinstance(number, int):
+        history.attempts = max(history.attempts, number)
+    history.spawns += 1
+    outcome = record.get("outcome")
+    if outcome in COUNTED:
+        history.used += 1
+    history.last_outcome = outcome if isinstance(outcome, str) else None
+    reason = record.get("reason")
+    history.last_reason = reason if isinstance(reason, str) else None
+
+
+def iso(ts: float) -> str:
+    """A ledger timestamp: UTC, milliseconds."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+
+
+def merge_text(local: str, committed: str) -> str:
+    """The union of two copies of a ledger, keeping the local order.
+
+    The local copy normally extends the committed one; lines only the
+    committed copy has (say, the local file was deleted or is older) are kept.
+    """
+    local_lines = [ln for ln in local.splitlines() if ln.strip()]
+    seen = set(local_lines)
+    missing = [ln for ln in committed.splitlines() if ln.strip() and ln not in seen]
+    if not missing:
+        return local if local.endswith("\n") or not local else local + "\n"
+    return "".join(f"{ln}\n" for ln in missing + local_lines)
+
+
+# -- where the ledger lives ----------------------------------------------------------------
+
+CHUNK_DIR = "ledger"
+PER_DIR = 100
+_CHUNK_FILE = re.compile(r"([0-9]{6,})\.jsonl")
+
+
+def chunk_name(number: int) -> str:
+    """Chunk ``number``'s path relative to the run directory."""
+    return f"{CHUNK_DIR}/{number // PER_DIR:04d}/{number:06d}.jsonl"
+
+
+def is_ledger_name(name: str) -> bool:
+    """Whether ``name`` (relative to the run directory) is a file of the ledger."""
+    if name == LEDGER_NAME:
+        return True
+    match = _CHUNK_FILE.fullmatch(name.rsplit("/", 1)[-1])
+    return match is not None and chunk_name(int(match[1])) == name
+
+
+def chunk_names(run_dir: Path) -> list[str]:
+    """The chunks on disk in number order, relative to the run directory.
+
+    Only canonical names count; anything else in ``ledger/`` is not the ledger's.
+    """
+    root = run_dir / CHUNK_DIR
+    found: list[tuple[int, str]] = []
+    if root.is_symlink():
+        raise GitrunError(_linked(root))
+    for group in _entries(root):
+        if group.is_symlink():
+            raise GitrunError(_linked(Path(group.path)))
+        if not group.is_dir():
+            continue
+        for entry in _entries(Path(group.path)):
+            name = f"{CHUNK_DIR}/{group.name}/{entry.name}"
+            if is_ledger_name(name):
+                found.append((int(entry.name.split(".")[0]), name))
+    return [name for _, name in sorted(found)]
+
+
+def _linked(directory: Path) -> str:
+    return (
+        f"{shown(directory)} is a symlink, where gitrun keeps the ledger's chunks in a real "
+        "directory; replace the link with the directory it points to"
+    )
+
+
+def _entries(directory: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(directory) as entries:
+            return list(entries)
+    except FileNotFoundError:
+        return []
+    except NotADirectoryError as exc:
+        raise GitrunError(
+            f"{shown(directory)}: is a file, where gitrun keeps the ledger's chunks; move it "
+            "aside and run the command again"
+        ) from exc
+    except OSError as exc:
+        raise file_error(directory, exc, "read") from exc
+
+
+def ledger_names(run_dir: Path) -> list[str]:
+    """The ledger's files on disk in reading order: an older run's single file, then chunks."""
+    legacy = [LEDGER_NAME] if os.path.lexists(run_dir / LEDGER_NAME) else []
+    return legacy + chunk_names(run_dir)
+
+
+def read_ledger(run_dir: Path) -> list[dict[str, Any]]:
+    """Every record of the run's ledger, in the order they were written."""
+    records = read_lines(run_dir / LEDGER_NAME)
+    for name in chunk_names(run_dir):
+        records += read_lines(run_dir / name)
+    return records
+
+
+LEDGER_FORMAT = 1  # the "v" of every attempt record; docs/ledger.md documents the format
+
+
+def attempt_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The attempt records among a ledger's records (not run-level events), in order."""
+    return [r for r in records if "attempt" in r and "event" not in r]
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One attempt, as the ledger keeps it: the one definition both dispatch
+    modes write (docs/ledger.md, "The ledger"). Times are UTC ISO 8601 with
+    milliseconds; ``exit``/``signal`` are None where no process was seen
+    (external dispatch, or an attempt a dead driver left)."""
+
+    task: str
+    attempt: int
+    stage: str
+    started: float
+    ended: float
+    outcome: str  # valid, missing, invalid, throttled, interrupted, abandoned
+    exit: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    reason: str = ""
+    dispatch: str = "command"  # or "external"
+    concurrency: int | None = None  # after a throttle: the concurrency backed off to
+    # What its client reported it used (gitrun.store.usage); None: nothing was
+    # reported, so its cost is unknown (never zero).
+    usage: Usage | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "v": LEDGER_FORMAT,
+            "task": self.task,
+            "attempt": self.attempt,
+            "stage": self.stage,
+            "started": iso(self.started),
+            "ended": iso(self.ended),
+            "duration": round(self.ended - self.started, 3),
+            "exit": self.exit,
+            "signal": self.signal,
+            "timed_out": self.timed_out,
+            "outcome": self.outcome,
+        }
+        if self.reason:
+            record["reason"] = self.reason
+        if self.dispatch != "command":
+            record["dispatch"] = self.dispatch
+        if self.concurrency is not None:
+            record["concurrency"] = self.concurrency
+        if self.usage is not None:
+            record["usage"] = self.usage.to_json()
+        return record
+
+
+def usage_totals(records: list[dict[str, Any]]) -> UsageTotals:
+    """What a run's attempts cost together, from its ledger's records: the
+    spend, the tokens by model, the attempts whose cost is unknown, and what
+    the attempts that did not end valid spent. Records written before
+    attempts carried usage count as attempts of unknown cost."""
+    totals = UsageTotals()
+    for record in attempt_records(records):
+        note_usage(totals, record)
+    return totals
+
+
+def note_usage(totals: UsageTotals, record: dict[str, Any]) -> None:
+    """What one attempt record adds to ``totals`` (as read back from the ledger)."""
+    stage = record.get("stage")
+    totals.add(
+        usage_of(record),
+        valid=record.get("outcome") == VALID,
+        stage=stage if isinstance(stage, str) else "",
+    )
+
+
+class LedgerWriter:
+    """The one way records enter the ledger.
+
+    Each writer starts a chunk of its own (never appending to a chunk another
+    process made), creating it with its first record. It moves on to a new
+    chunk when the copies of the current one already handed to commits add up
+    to more than the chunk would hold with the next record: every copy git keeps
+    of a chunk is then paid for by the chunk's final size, so the branch stores
+    at most twice the ledger. Commits read the files inside ``held_for_commit``
+    so they never see half a record and the writer knows what they took.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self._run_dir = run_dir
+        self._lock = threading.Lock()
+        self._number = 0
+        self._handle: IO[bytes] | None = None
+        self._size = 0  # bytes in the current chunk
+        self._handed = 0  # bytes of the copies of it handed to commits
+        self._last_handed = 0  # the size of the newest of those copies
+        # Blob ids of the ledger's files by name, with the (size, mtime) they
+        # were read at: a commit leaves out the files the branch holds as they are.
+        self.blob_ids: dict[str, tuple[tuple[int, int], str]] = {}
+        self.object_format: str | None = None
+
+    def write(self, record: dict[str, Any]) -> None:
+        data = line_of(record).encode("utf-8")
+        with self._lock:
+            if self._handle is not None and self._handed > self._size + len(data):
+                self._handle.close()
+                self._handle = None
+            if self._handle is None:
+                self._handle = self._open_next()
+            try:
+                self._handle.write(data)
+                self._handle.flush()
+            except OSError as exc:
+                raise file_error(self._run_dir / chunk_name(self._number), exc, "write") from exc
+            self._size += len(data)
+
+    def _open_next(self) -> IO[bytes]:
+        names = chunk_names(self._run_dir)
+        last = int(names[-1].rsplit("/", 1)[-1].split(".")[0]) if names else 0
+        number = max(last, self._number) + 1
+        while True:
+            path = self._run_dir / chunk_name(number)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise file_error(path.parent, exc, "write") from exc
+            try:
+                handle = path.open("xb")
+            except FileExistsError:
+                number += 1  # another writer took it: chunks are never shared
+                continue
+            except OSError as exc:
+                raise file_error(path, exc, "write") from exc
+            self._number = number
+            self._size = self._handed = self._last_handed = 0
+            return handle
+
+    @contextmanager
+    def held_for_commit(self) -> Iterator[None]:
+        """No record is written while the ledger's files are read for a commit;
+        what was read of the current chunk counts as handed to that commit."""
+        with self._lock:
+            yield
+            if self._handle is not None and self._size > self._last_handed:
+                self._handed += self._size
+                self._last_handed = self._size
+
+    def close(self) -> None:
+        with self._lock:
+            if self._handle is not None:
+                self._handle.close()
+                self._handle = None

@@ -1,0 +1,169 @@
+"""Machine-local state of a run under ``.git/gitrun/<run>/``: the one home of its paths.
+
+Never committed and never needed for correctness after a crash: the run lock
+and its owner record, records of running attempts (so a new driver can stop
+the workers of a dead one), leases, the governor's state, caches, worker logs,
+quarantined outputs, files ``land`` set aside, retired ledgers. Every file and
+directory there is named by a property of :class:`LocalPaths` and nowhere
+else (a test greps the package for paths built by hand); the JSON files are
+typed, versioned records (:mod:`gitrun.store.records`).
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
+if TYPE_CHECKING:
+    from pathlib import Path
+
+HOME = "gitrun"  # under the repository's git directory
+# The files the write hooks read, named once for the properties below and for
+# the hooks, which find them with os.path alone (see run_home).
+LEASES = "leases.json"
+DISPATCHES = "dispatches.json"
+HOOK_RULES = "hook-rules.jsonl"
+
+
+class LocalPaths:
+    """The paths of one run's local state (a plain class: the write hooks
+    import it, and must not pay for dataclasses or the git door)."""
+
+    __slots__ = ("root",)
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LocalPaths) and other.root == self.root
+
+    def __hash__(self) -> int:
+        return hash(self.root)
+
+    def __repr__(self) -> str:
+        return f"LocalPaths(root={self.root!r})"
+
+    @classmethod
+    def of(cls, repo: Path, run_id: str) -> LocalPaths:
+        from gitrun.store import git
+
+        return cls.under(git.git_dir(repo), run_id)
+
+    @classmethod
+    def under(cls, git_dir: Path, run_id: str) -> LocalPaths:
+        """For a caller that knows the git directory (and spares a git process)."""
+        return cls(git_dir / HOME / run_id)
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "driver.lock"
+
+    @property
+    def owner(self) -> Path:
+        """Who holds the lock, and the driver's live state (:class:`gitrun.store.lock.Owner`)."""
+        return self.root / "driver.json"
+
+    @property
+    def commit_lock(self) -> Path:
+        return self.root / "commit.lock"
+
+    @property
+    def index(self) -> Path:
+        """The committer's private index file."""
+        return self.root / "index"
+
+    @property
+    def tip(self) -> Path:
+        """The last commit gitrun published on the run's branch: a deleted
+        branch takes its reflog with it, this record stays."""
+        return self.root / "tip"
+
+    @property
+    def running(self) -> Path:
+        """Journal of attempts started and ended, so a new driver can stop the
+        workers of a dead one."""
+        return self.root / "running.jsonl"
+
+    @property
+    def leases(self) -> Path:
+        """Tasks an external run handed out and has not collected (:mod:`gitrun.store.leases`)."""
+        return self.root / LEASES
+
+    @property
+    def dispatches(self) -> Path:
+        """Which Agent call of the lead dispatched which leased task, so a
+        subagent's hooks know its task (:mod:`gitrun.store.dispatches`)."""
+        return self.root / DISPATCHES
+
+    @property
+    def governor(self) -> Path:
+        """The concurrency governor's state between the commands of an external run."""
+        return self.root / "governor.json"
+
+    @property
+    def audit(self) -> Path:
+        """The stray-write audit's last look at the work tree, between the
+        commands of an external run (:class:`gitrun.engine.audit.AuditState`)."""
+        return self.root / "audit.json"
+
+    @property
+    def budget_warnings(self) -> Path:
+        """The spend budget's warnings an external run has said already, so
+        `next` and `collect` say each once (:class:`gitrun.engine.budget.SaidWarnings`)."""
+        return self.root / "budget-warnings.json"
+
+    @property
+    def hook_rules(self) -> Path:
+        """What the write hooks judge each task by (:mod:`gitrun.guard.rules`)."""
+        return self.root / HOOK_RULES
+
+    @property
+    def land_aside(self) -> Path:
+        """Untracked copies ``gitrun land`` moved out of the merge's way, until it is committed."""
+        return self.root / "land-aside"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def quarantine(self) -> Path:
+        return self.root / "quarantine"
+
+    def log_of(self, task: str, attempt: int) -> Path:
+        return self.logs / f"{task}.{attempt}.log"
+
+    def quarantine_of(self, task: str, attempt: int) -> Path:
+        return self.quarantine / task / str(attempt)
+
+    def retired(self, name: str, stamp: int) -> Path:
+        """Where a run file ``name`` (``ledger.jsonl``, the ``ledger`` directory)
+        left by an earlier run of the same id is kept: ``ledger.<stamp>.jsonl``."""
+        stem, dot, suffix = name.partition(".")
+        return self.root / f"{stem}.{stamp}{dot}{suffix}"
+
+
+def run_home(git_dir: str, run_id: str) -> str:
+    """``LocalPaths.under(git_dir, run_id).root`` as text, for the write hooks,
+    which must not pay for importing pathlib on every call."""
+    return os.path.join(git_dir, HOME, run_id)
+
+
+def local_runs(repo: Path) -> list[str]:
+    """The runs that have local state here (a directory under ``.git/gitrun/``).
+
+    None readable (or none yet) is an empty list: each run says what is wrong
+    with its own state when it is inspected."""
+    from gitrun.store import git
+
+    return local_runs_under(git.git_dir(repo))
+
+
+def local_runs_under(git_dir: Path) -> list[str]:
+    """:func:`local_runs` for a caller that knows the git directory."""
+    import contextlib
+
+    home = git_dir / HOME
+    with contextlib.suppress(OSError):
+        return sorted(p.name for p in home.iterdir() if p.is_dir())
+    return []

@@ -1,0 +1,405 @@
+"""How an attempt's command line is built from the packet's executor table.
+
+The model always comes from configuration through ``{model}``; a literal
+model name in a command is a problem ``gitrun check`` reports.
+
+Task data is never code: it reaches a worker only as whole argv elements or
+``GITRUN_*`` variables. A placeholder is substituted only
+where an argv element is exactly one placeholder, and only where no program
+reads that element as code (see :mod:`gitrun.workers.interpreters`); the ``shell``
+preset's script gets nothing substituted at all. Every value also reaches the
+worker as ``GITRUN_<NAME>`` in its environment, which is how a script reads
+it (``"$GITRUN_POINTER"``). A template that breaks the rule is a ``check``
+problem, and :func:`render_command` refuses it too.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from gitrun.definition.load import RunDef, Task
+from gitrun.definition.schema import Executor
+from gitrun.errors import GitrunError
+from gitrun.ownership.patterns import PatternError, literal_path, matches, parse
+from gitrun.workers.interpreters import code_slots
+
+PLACEHOLDERS = (
+    "pointer", "task", "run", "model", "packet", "attempt", "outputs", "inputs", "stage",
+    "claude_settings",
+)  # fmt: skip
+# Filled by gitrun itself, never from the environment: gitrun's hooks and
+# Bash sandbox for this repository, as Claude Code `--settings` JSON.
+CLAUDE_SETTINGS = "claude_settings"
+# Placeholders whose value is a list: one argument per item, or with a flag,
+# `{inputs:--read}`, the flag before each item (`--read a --read b`).
+LISTS = ("outputs", "inputs")
+_NAMES = "|".join(PLACEHOLDERS)
+_FLAG = r"-{1,2}[A-Za-z0-9][\w.-]*"
+_PLACEHOLDER = re.compile(
+    r"\{(?:(?P<list>" + "|".join(LISTS) + r"):(?P<flag>" + _FLAG + r")|(?P<name>" + _NAMES + r"))\}"
+)
+_OPTION_THEN_PLACEHOLDER = re.compile(r"(-[^=\s]+)=(" + _PLACEHOLDER.pattern + ")")
+# What a user meant as a placeholder: a whole argument in braces naming a word.
+_LOOKS_LIKE = re.compile(r"\{([A-Za-z_][\w-]*)(?::([^{}]*))?\}")
+
+# Each preset's exact argv; docs/definition.md documents them. The packet may replace
+# any of them with its own `command`. Each flag is one the real client needs to run
+# unattended; docs/agent-clients.md says why.
+# The JSON output formats carry each client's own usage report, which the
+# ledger keeps per attempt (gitrun.workers.clientusage).
+PRESETS: dict[str, list[str]] = {
+    "claude": [
+        "claude", "-p", "{pointer}", "--model", "{model}",
+        "--permission-mode", "acceptEdits", "--output-format", "json",
+    ],
+    # --ephemeral: no saved session per task.
+    "codex": [
+        "codex", "exec", "--model", "{model}", "--sandbox", "workspace-write", "--ephemeral",
+        "--json", "{pointer}",
+    ],
+    # --skip-trust: a fresh folder is untrusted, which downgrades yolo to
+    # default approvals (or exits 55).
+    "gemini": [
+        "gemini", "--model", "{model}", "--skip-trust", "--approval-mode", "yolo",
+        "--output-format", "json", "--prompt", "{pointer}",
+    ],
+    # --no-git: aider `git add`s what it creates even with --no-auto-commits,
+    # leaving outputs staged in the user's index. The history, gitignore and
+    # repo-map flags keep it from writing .aider* files and .gitignore; the
+    # update, URL, release-notes and model-warning flags keep it from
+    # installing things or waiting on a browser; --read hands it the packet
+    # and every input read-only (it has no tool to open files itself).
+    "aider": [
+        "aider", "--model", "{model}", "--no-git", "--no-gitignore", "--no-auto-commits",
+        "--yes-always", "--chat-history-file", "/dev/null", "--input-history-file", "/dev/null",
+        "--map-tokens", "0", "--no-check-update", "--no-detect-urls", "--no-show-release-notes",
+        "--no-show-model-warnings", "--no-analytics", "--no-pretty", "--no-stream",
+        "--no-fancy-input", "--no-suggest-shell-commands", "--read", "{packet}",
+        "{inputs:--read}", "--message", "{pointer}",
+    ],
+}  # fmt: skip
+SHELL_PRESET = "shell"
+
+# Versioned model names, found anywhere in an argument (also inside `sh -c` scripts).
+_MODEL_NAME = re.compile(
+    r"(?<![\w{./-])("
+    r"claude-[\w.-]*\d[\w.-]*|gpt-\d[\w.-]*|chatgpt-[\w.-]+|o[134]-(?:mini|pro)[\w.-]*"
+    r"|gemini-\d[\w.-]*|llama-?\d[\w.-]*|mistral-[\w.-]+|mixtral-[\w.-]+|deepseek-[\w.-]+"
+    r"|qwen\d?[\w.-]*-\d[\w.-]*|codestral-[\w.-]+|grok-\d[\w.-]*"
+    r")(?![\w}])",
+    re.IGNORECASE,
+)
+# Short aliases count only as a whole argument or a --model value.
+_MODEL_ALIASES = {"opus", "sonnet", "haiku", "o1", "o3", "o4-mini", "gpt-5"}
+# `--model X` anywhere; `-m` is ambiguous (`python -m`, `git commit -m`), so
+# its value counts only when it looks like a model name.
+_MODEL_FLAG = re.compile(r"(?:^|\s)--model(?:=|\s+)(\S+)")
+# What a command writes for the configured model: the placeholder, or in a
+# script the variable gitrun sets.
+_FROM_CONFIG = {"{model}", "$GITRUN_MODEL", "${GITRUN_MODEL}"}
+
+
+def command_template(executor: Executor) -> list[str] | None:
+    """The argv template for a command executor; None when there is none.
+
+    `command` replaces the preset entirely; `args` are appended either way.
+    The claude preset also gets gitrun's write-time hooks through
+    `--settings`, so ownership is enforced while the agent writes.
+    """
+    if executor.command is not None:
+        base = list(executor.command)
+    elif executor.preset == SHELL_PRESET:
+        if not executor.shell:
+            return None
+        base = ["sh", "-c", executor.shell]
+    elif executor.preset in PRESETS:
+        base = list(PRESETS[executor.preset]) + preset_extras(executor)
+    else:
+        return None
+    return base + list(executor.args)
+
+
+def preset_extras(executor: Executor) -> list[str]:
+    """What gitrun adds to a preset's argv: for claude, its hooks through
+    ``--settings`` and, by ``[executor] bash``, the Bash sandbox with the
+    repository read-only (filled in per attempt: it names the repository),
+    or no Bash at all."""
+    if executor.preset != "claude":
+        return []
+    if executor.bash == "sandbox":
+        return ["--settings", "{" + CLAUDE_SETTINGS + "}"]
+    extras = ["--settings", claude_settings()]
+    return extras + (["--disallowedTools", "Bash"] if executor.bash == "deny" else [])
+
+
+def claude_settings(repo: Path | None = None) -> str:
+    """gitrun's hooks as ``--settings`` JSON; with ``repo``, also the Bash
+    sandbox that keeps the shell from writing in it."""
+    import json
+
+    from gitrun.guard.install import claude_hooks
+    from gitrun.guard.sandbox import claude_sandbox
+
+    settings: dict[str, object] = {"hooks": claude_hooks()}
+    if repo is not None:
+        settings["sandbox"] = claude_sandbox(repo)
+    return json.dumps(settings, separators=(",", ":"))
+
+
+def executor_problems(executor: Executor) -> list[str]:
+    """Sentences about an executor table that cannot produce a safe command
+    (a Ray executor runs the same command on its nodes)."""
+    if executor.kind == "external":
+        return []
+    if executor.command is None and executor.preset is None:
+        return [
+            '[executor] has neither `preset` nor `command`; set preset = "claude" (or codex, '
+            'gemini, aider, shell) or command = ["program", "{pointer}", ...]'
+        ]
+    if executor.command is None and executor.preset not in (*PRESETS, SHELL_PRESET):
+        return [
+            f"[executor] preset {executor.preset!r} is unknown; use one of "
+            f"{', '.join([*PRESETS, SHELL_PRESET])}"
+        ]
+    if executor.command is None and executor.preset == SHELL_PRESET and not executor.shell:
+        return ['[executor] preset "shell" needs `shell = "the command line to run"`']
+    template = command_template(executor)
+    assert template is not None
+    return template_problems(template, _field_namer(executor))
+
+
+def _field_namer(executor: Executor) -> Callable[[int], str]:
+    """``command[2]``, ``args[0]``, ``shell``: where an argument of the template comes from."""
+    own = len(executor.command) if executor.command is not None else -1
+
+    def name(index: int) -> str:
+        if executor.command is not None and index < own:
+            return f"command[{index}]"
+        if executor.command is None and executor.preset == SHELL_PRESET:
+            if index == 2:
+                return "shell"
+            return f"args[{index - 3}]" if index > 2 else f"argument {index} of the preset"
+        base = len(PRESETS.get(executor.preset or "", [])) + len(preset_extras(executor))
+        if executor.command is not None:
+            base = own
+        if index >= base:
+            return f"args[{index - base}]"
+        return f"argument {index} of the {executor.preset} preset"
+
+    return name
+
+
+def template_problems(
+    template: list[str], field: Callable[[int], str] = lambda i: f"command[{i}]"
+) -> list[str]:
+    """Why a command template could hand task data to a program as code, or
+    names a placeholder gitrun does not know.
+
+    Each problem is one sentence naming the ``[executor]`` field and the fix.
+    """
+    slots = code_slots(template)
+    problems = []
+    for index, arg in enumerate(template):
+        found = [m[0] for m in _PLACEHOLDER.finditer(arg)]
+        if not found:
+            if field(index) != "shell":
+                problems += _syntax_problems(field(index), arg)
+            continue
+        where = field(index)
+        names = list(dict.fromkeys(_name(m) for m in _PLACEHOLDER.finditer(arg)))
+        env = ", ".join(f'"$GITRUN_{n.upper()}"' for n in names)
+        marks = " and ".join(dict.fromkeys(found))
+        if where == "shell":
+            problems.append(
+                f"[executor] shell contains {marks}, but the shell preset substitutes nothing "
+                f"into its script (task data must never be parsed as code); write {env} there "
+                "instead: every value is in the worker's environment as GITRUN_<NAME>"
+            )
+        elif _PLACEHOLDER.fullmatch(arg) is None:
+            split = _OPTION_THEN_PLACEHOLDER.fullmatch(arg)
+            own = (
+                f'"{split[1]}", "{split[2]}"'
+                if split
+                else ", ".join(f'"{m}"' for m in dict.fromkeys(found))
+            )
+            problems.append(
+                f"[executor] {where} ({arg!r}) embeds {marks} in a longer string, where a "
+                f"program could parse task data as code; make each placeholder an argument of "
+                f"its own ({own}), or read {env} inside a script"
+            )
+        elif index in slots:
+            why = slots[index]
+            if why == "the program to run":
+                fix = "name the program literally"
+            elif why.startswith("an argument of"):
+                fix = f"write that argument literally, or move {arg} after the program"
+            elif why.startswith("part of the command line"):
+                fix = (
+                    "keep that command line literal and have the program it runs read "
+                    f"{env} from its environment, or run the program directly with {arg} "
+                    "as an argument of its own"
+                )
+            else:
+                fix = (
+                    f"keep that argument literal and pass {arg} as an argument of its own "
+                    f"after the script (or read {env} inside it)"
+                )
+            problems.append(
+                f"[executor] {where} is {arg}, which is {why}, so task data would be parsed as "
+                f"code; {fix}"
+            )
+    return problems
+
+
+def _name(found: re.Match[str]) -> str:
+    return found["list"] or found["name"]
+
+
+def _syntax_problems(where: str, arg: str) -> list[str]:
+    """A whole argument written like a placeholder that is none: a misspelt
+    name (``{input}``), a flag on a single value (``{task:--id}``), or a
+    flag that is not one (``{inputs:read}``)."""
+    shape = _LOOKS_LIKE.fullmatch(arg)
+    if shape is None:
+        return []
+    name, flag = shape[1], shape[2]
+    known = ", ".join("{" + n + "}" for n in PLACEHOLDERS)
+    if name not in PLACEHOLDERS:
+        if flag is not None:
+            return []  # `{x:>10}` and the like: literal text for the program
+        return [
+            f"[executor] {where} is {arg!r}, which is not a placeholder gitrun knows; use one "
+            f"of {known} (or {{inputs:--flag}} to put a flag before each input)"
+        ]
+    if name not in LISTS:
+        return [
+            f"[executor] {where} is {arg!r}, but only {{inputs}} and {{outputs}} take a flag to "
+            f'repeat; write the flag as an argument of its own before "{{{name}}}"'
+        ]
+    return [
+        f"[executor] {where} is {arg!r}, whose flag {flag!r} is not an option; write it with "
+        f"its dashes: {{{name}:--read}} gives --read before each item"
+    ]
+
+
+def literal_models(argv: list[str]) -> list[str]:
+    """Model names written into a command instead of ``{model}``."""
+    found: list[str] = []
+    for i, arg in enumerate(argv):
+        value = argv[i + 1] if i + 1 < len(argv) else "{model}"
+        if arg == "--model" and value != "{model}":
+            found.append(value)
+        if arg == "-m" and (value.lower() in _MODEL_ALIASES or _MODEL_NAME.fullmatch(value)):
+            found.append(value)
+        for value in _MODEL_FLAG.findall(arg):
+            if value.strip("'\"") not in _FROM_CONFIG:
+                found.append(value.strip("'\""))
+        if arg.lower() in _MODEL_ALIASES:
+            found.append(arg)
+        found += _MODEL_NAME.findall(arg)
+    return list(dict.fromkeys(found))
+
+
+class UnsafeCommand(GitrunError):
+    """A command template that would hand task data to a program as code."""
+
+
+def render_command(template: list[str], values: Mapping[str, str]) -> list[str]:
+    """Fill whole-element placeholders; refuse a template that would run task data as code.
+
+    ``gitrun check`` reports the same problems; refusing here too means a run
+    whose check was skipped still never executes task data. An element that is
+    exactly ``{outputs}`` or ``{inputs}`` becomes one argument per path (in
+    ``values`` one per line), and ``{inputs:--read}`` puts ``--read`` before
+    each; elements without a placeholder (JSON, scripts) are passed as they are.
+    """
+    plan = _plan(tuple(template))
+    if isinstance(plan, str):
+        raise UnsafeCommand(f"refusing to start the worker: {plan}")
+    out: list[str] = []
+    for kind, text, flag in plan:
+        if kind == _LITERAL:
+            out.append(text)
+        elif kind == _SETTINGS:
+            if not values.get("repo"):  # the sandbox names it: never launch without one
+                raise UnsafeCommand(f"refusing to start the worker: {text} needs the repository")
+            out.append(claude_settings(Path(values["repo"])))
+        elif kind == _LIST:
+            for path in values.get(text, "").split("\n"):
+                if path:
+                    # A path is never read as an option: `-rf` goes as `./-rf`.
+                    item = f"./{path}" if path.startswith("-") else path
+                    out += [flag, item] if flag else [item]
+        else:
+            out.append(values.get(text, ""))
+    return out
+
+
+_LITERAL, _SETTINGS, _LIST, _VALUE = "literal", "settings", "list", "value"
+_Step = tuple[str, str, str | None]  # kind, the text or placeholder name, a list's flag
+
+
+@functools.lru_cache(maxsize=32)
+def _plan(template: tuple[str, ...]) -> tuple[_Step, ...] | str:
+    """How :func:`render_command` fills ``template``, or the first reason it
+    must refuse it: worked out once per template, not once per attempt (a
+    fan-out renders the same template for every task; the answer depends on
+    the template alone)."""
+    problems = template_problems(list(template))
+    if problems:
+        return problems[0]
+    steps: list[_Step] = []
+    for arg in template:
+        found = _PLACEHOLDER.fullmatch(arg)
+        if found is None:
+            steps.append((_LITERAL, arg, None))
+        elif _name(found) == CLAUDE_SETTINGS:
+            steps.append((_SETTINGS, arg, None))
+        elif _name(found) in LISTS:
+            steps.append((_LIST, _name(found), found["flag"]))
+        else:
+            steps.append((_VALUE, _name(found), None))
+    return tuple(steps)
+
+
+def task_inputs(run: RunDef, task: Task) -> list[str]:
+    """What ``{inputs}`` gives for one task: its input files, or for a task
+    with a bundle the bundle file, as its pointer says (a bundle is for more
+    inputs than one argv, or one environment variable, can carry)."""
+    if task.bundle:
+        return [task.bundle]
+    return input_paths(run.repo, task.inputs)
+
+
+def input_paths(repo: Path, inputs: list[str]) -> list[str]:
+    """The files a task's inputs name, for ``{inputs}`` and ``GITRUN_INPUTS``:
+    a plain path as written (escapes removed), a glob as the regular files it
+    matches in the work tree now, sorted, without following a symlink."""
+    paths: list[str] = []
+    for text in inputs:
+        try:
+            pattern = parse(text)
+        except PatternError:
+            continue  # `gitrun check` reports it
+        literal = literal_path(pattern)
+        if literal is not None:
+            paths.append(literal)
+            continue
+        base = repo.joinpath(*pattern.literal_prefix)
+        if base.is_symlink():
+            continue
+        found = []
+        for folder, dirs, files in os.walk(base):
+            rel = Path(folder).relative_to(repo).as_posix()
+            dirs[:] = sorted(d for d in dirs if not (rel == "." and d == ".git"))
+            for name in files:
+                path = name if rel == "." else f"{rel}/{name}"
+                full = Path(folder) / name
+                if matches(pattern, path) and full.is_file() and not full.is_symlink():
+                    found.append(path)
+        paths += sorted(found)
+    return list(dict.fromkeys(paths))
