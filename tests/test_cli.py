@@ -68,6 +68,16 @@ def test_every_command_has_help(command: list[str]) -> None:
     assert not summary.lstrip().startswith(("Options", "Arguments", "╭")), result.output
 
 
+@pytest.mark.parametrize("group", [[], ["hook"], ["hooks"]], ids=["gitrun", "hook", "hooks"])
+def test_a_groups_help_lists_each_summary_whole(group: list[str]) -> None:
+    """At 80 columns click cut every summary with "..."; each is a whole sentence."""
+    result = runner.invoke(app, [*group, "--help"], terminal_width=80)
+    listed = result.output.split("Commands:", 1)[1]
+    assert "..." not in listed, listed
+    entries = re.split(r"\n  (?=\S)", listed.strip())
+    assert len(entries) >= 3 and all(entry.rstrip().endswith((".", ")")) for entry in entries)
+
+
 def test_version() -> None:
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output.startswith("gitrun ")

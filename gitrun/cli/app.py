@@ -35,6 +35,18 @@ class _Group(TyperGroup):
         except (GitrunError, KeyboardInterrupt, Exception) as exc:
             ctx.exit(report_failure(exc))
 
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """Each command's first sentence whole, wrapped to the width (click
+        cuts it at the width with "...")."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
 
 def report_failure(exc: BaseException) -> int:
     """Say what went wrong, in gitrun's words, and return the exit code:
