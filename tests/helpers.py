@@ -30,6 +30,16 @@ def git_env(home: Path) -> dict[str, str]:
     return env
 
 
+def user_env() -> dict[str, str]:
+    """This process's environment as a user's shell has it: no gitrun
+    variable (a worker's would make a child gitrun act as that worker),
+    except the load bound the suite gives every child (``_quiet_machine`` in
+    conftest), so a child gitrun is never held back by the machine's load."""
+    return {
+        k: v for k, v in os.environ.items() if not k.startswith("GITRUN_") or k == "GITRUN_MAX_LOAD"
+    }
+
+
 def git(repo: Path, *args: str) -> str:
     out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
     if out.returncode != 0:

@@ -15,7 +15,7 @@ from gitrun.engine.budget import Budget, SpendGate, budget_of, money, spend_text
 from gitrun.store import ledger
 from gitrun.store.ledger import AttemptRecord, usage_totals
 from gitrun.store.usage import Usage, UsageTotals, usage_of
-from tests.helpers import commit_all, committed_ledger, ledger_records, write_run
+from tests.helpers import commit_all, committed_ledger, ledger_records, user_env, write_run
 
 # Every attempt writes its output and reports what it cost: $COST dollars
 # (default 0.25) and 1000 tokens, through $GITRUN_USAGE as any worker may.
@@ -28,11 +28,10 @@ printf '{"input": 800, "output": 200, "cost_usd": %s, "model": "m"}' "${COST:-0.
 
 
 def _gitrun(repo: Path, *args: str) -> Any:
-    import os
 
     from tests.realclient.clis import gitrun
 
-    return gitrun(repo, {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}, *args)
+    return gitrun(repo, user_env(), *args)
 
 
 def _command_run(repo: Path, tasks: int, limits: dict[str, Any], cost: str = "0.25") -> None:

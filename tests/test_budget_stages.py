@@ -5,7 +5,6 @@ projected, never priced at another stage's rate."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 from gitrun.engine.budget import Budget, SpendGate
 from gitrun.store import ledger
 from gitrun.store.usage import Usage, UsageTotals
-from tests.helpers import commit_all, committed_ledger, write_run
+from tests.helpers import commit_all, committed_ledger, user_env, write_run
 
 # Work tasks (w*) and review tasks (r*) write their output and report what they
 # cost through $GITRUN_USAGE: $WORK and $REVIEW dollars, 1000 and 100 tokens.
@@ -28,7 +27,7 @@ printf '{"output": %s, "cost_usd": %s, "model": "m"}' "$tokens" "$cost" > "$GITR
 def _gitrun(repo: Path, *args: str) -> Any:
     from tests.realclient.clis import gitrun
 
-    return gitrun(repo, {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}, *args)
+    return gitrun(repo, user_env(), *args)
 
 
 def _staged_run(

@@ -5,12 +5,11 @@ own, so what was said is remembered in the run's machine-local state."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from gitrun.store.local import LocalPaths
-from tests.helpers import commit_all, git, write_run
+from tests.helpers import commit_all, git, user_env, write_run
 
 COST = "limits.max_cost_usd cannot be enforced"
 TOKENS = "limits.max_tokens cannot be enforced"
@@ -19,7 +18,7 @@ TOKENS = "limits.max_tokens cannot be enforced"
 def _gitrun(repo: Path, *args: str) -> Any:
     from tests.realclient.clis import gitrun
 
-    return gitrun(repo, {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}, *args)
+    return gitrun(repo, user_env(), *args)
 
 
 def _external_run(repo: Path, tasks: int = 8) -> None:

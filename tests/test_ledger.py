@@ -144,7 +144,16 @@ def test_a_run_of_many_commits_stores_its_ledger_at_most_twice(
     about commits/2 times the final size here)."""
     from gitrun.engine import committer
 
-    monkeypatch.setattr(committer, "COALESCE", 0.0)
+    # Each landing is committed before the driver goes on, so the tasks share
+    # no commit however slow a loaded machine makes git (batched by timing,
+    # they shared so many that too few commits were left to measure).
+    put = committer.CommitQueue.put
+
+    def put_then_commit(queue: committer.CommitQueue, landing: committer.Landing) -> None:
+        put(queue, landing)
+        queue.flush()
+
+    monkeypatch.setattr(committer.CommitQueue, "put", put_then_commit)
     fake_worker_run(git_repo, "r", 40, {}, {"limits": {"concurrency": 1, "canary": 1}})
     assert start_run(git_repo, "r", quiet).exit_code == 0
     commits = int(git(git_repo, "rev-list", "--count", "HEAD..gitrun/r"))

@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -391,22 +393,27 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def cluster() -> Iterator[Any]:
     """A head and two worker nodes on 127.0.0.11-13; only the second has "w2"."""
     if not HAVE_RAY:
         pytest.skip(f"Ray is not installed; `{INSTALL}` runs these tests")
     from tests.raycluster import start_cluster
 
-    root = tmp_path_factory.mktemp("ray")
-    started = start_cluster(
-        root, [("w1", "127.0.0.12", 3, {}), ("w2", "127.0.0.13", 3, {"w2": 100})]
-    )
+    # Not under pytest's tmp_path_factory: Ray's socket paths under a pytest-xdist
+    # worker's base directory pass the 107 bytes an AF_UNIX path may have.
+    root = Path(tempfile.mkdtemp(prefix="ray-"))
     try:
-        yield started
+        started = start_cluster(
+            root, [("w1", "127.0.0.12", 3, {}), ("w2", "127.0.0.13", 3, {"w2": 100})]
+        )
+        try:
+            yield started
+        finally:
+            left = started.stop()
+            started.clean_up()
+            assert left == [], f"left behind after the cluster stopped: {left}"
     finally:
-        left = started.stop()
-        started.clean_up()
-        assert left == [], f"left behind after the cluster stopped: {left}"
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _cluster_run(
