@@ -1,0 +1,58 @@
+"""The project's text says its reasons itself: no comment, doc or test points
+at an issue or a design-rule number, which a reader of the repository cannot
+open (a link to an upstream project's bug is fine: it can be opened)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# Spelled in parts, so this file does not match itself.
+POINTER = re.compile(
+    r"\b(?:"
+    + "iss"
+    + r"ues?\s+#?[0-9]+|"
+    + "(?-i:DES"
+    + r"IGN)(?:\.md)?\b|(?<![-\w])"
+    + "ru"
+    + r"le\s+[0-9]+)",
+    re.IGNORECASE,
+)
+TEXT = (".py", ".md", ".toml", ".txt", ".sh", ".css", ".js", "")
+
+
+def _tracked() -> list[Path]:
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout (an unpacked sdist): nothing to list")
+    out = listed.stdout.decode()
+    return [ROOT / name for name in out.split("\0") if name and Path(name).suffix in TEXT]
+
+
+def test_no_text_points_at_an_issue_or_rule_number() -> None:
+    found = []
+    for path in _tracked():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if "://" not in line and POINTER.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, "say the reason instead:\n" + "\n".join(found)
+
+
+def test_the_pattern_finds_a_pointer() -> None:
+    for line in (
+        "(is" + "sue 11)",
+        "Is" + "sue 15: the budget",
+        "DES" + "IGN.md",
+        "ru" + "le 5",
+    ):
+        assert POINTER.search(line), line
+    for line in ("a hook rule", "the rules of 3 tasks", "issued 3 leases", "by design"):
+        assert not POINTER.search(line), line
