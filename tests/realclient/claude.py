@@ -7,10 +7,13 @@ skip with the reason.
 
 from __future__ import annotations
 
+import atexit
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from functools import cache
 from pathlib import Path
 
@@ -73,6 +76,20 @@ def gitrun_bin_dir() -> str:
     return str(Path(sys.executable).parent)
 
 
+def short_tmpdir(home: Path) -> str:
+    """A scratch folder for one session whose path is short: the client's
+    sandbox makes its bridge sockets there, and an AF_UNIX path has at most
+    107 bytes, which a pytest-xdist worker's base directory leaves too
+    little room for. Removed when the test process ends."""
+    if len(str(home)) <= 40:
+        return str(home)
+    digest = hashlib.sha1(str(home).encode()).hexdigest()[:12]
+    short = Path(tempfile.gettempdir()) / f"gitrun-cc-{digest}"
+    short.mkdir(exist_ok=True)
+    atexit.register(shutil.rmtree, short, True)
+    return str(short)
+
+
 def claude_env(
     home: Path, base_url: str, *, path: str | None = None, **extra: str
 ) -> dict[str, str]:
@@ -87,7 +104,7 @@ def claude_env(
     env.update(
         {
             "HOME": str(home),
-            "TMPDIR": str(home),  # the client's scratch files stay with the test
+            "TMPDIR": short_tmpdir(home),  # the client's scratch files stay with the test
             "PATH": path
             if path is not None
             else os.pathsep.join([gitrun_bin_dir(), os.environ.get("PATH", "/usr/bin:/bin")]),
