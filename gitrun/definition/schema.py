@@ -620,7 +620,8 @@ def resolve_packet(
     environ: Mapping[str, str] | None = None,
 ) -> Packet:
     """Check each layer, then merge them in order of precedence."""
-    validate_layer(RepoConfig, config_raw, config_name, config_text)
+    if config_raw:  # an empty table (no file, or only comments) has nothing to check
+        validate_layer(RepoConfig, config_raw, config_name, config_text)
     validate_layer(Packet, packet_raw, packet_name, packet_text)
     env_raw = _env_layer(os.environ if environ is None else environ)
     merged = _merge(_merge(config_raw, packet_raw), env_raw)
