@@ -252,28 +252,14 @@ def _check_real_files(repo: Path, run_id: str) -> None:
             )
 
 
-BIG_TABLE = 64 * 1024  # bytes of TOML above which the fast reader is tried first
-
-
 def _read_tasks(path: Path, shown: str, errors: _Errors) -> tuple[str, dict[str, Any]]:
     """Like _read, for task tables: tomllib is pure Python (~15 us a task), so
-    a big table is read by :mod:`gitrun.definition.tasktoml` when it is in the plain
-    subset that generated tables use."""
+    a table in the plain subset that generated tables use is read by
+    :mod:`gitrun.definition.tasktoml`; any other text by tomllib, errors and all."""
     try:
         data = read_regular(path)
-    except OSError:
-        return _read(path, shown, errors)
-    if len(data) < BIG_TABLE:
-        return _read(path, shown, errors)
-    return _read_big(path, data, shown, errors)
-
-
-def _read_big(path: Path, data: bytes, shown: str, errors: _Errors) -> tuple[str, dict[str, Any]]:
-    """A big task table: read fast when it is in the plain subset that generated
-    tables use (:mod:`gitrun.definition.tasktoml`), else by tomllib, errors and all."""
-    try:
         text = data.decode("utf-8")
-    except UnicodeDecodeError:
+    except (OSError, UnicodeDecodeError):
         return _read(path, shown, errors)
     raw = None if text.startswith("\ufeff") else loads_task_table(text)
     if raw is None:
