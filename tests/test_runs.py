@@ -254,15 +254,3 @@ def test_broken_packet_bytes(git_repo: Path, data: bytes, expected: str) -> None
     assert any(ln.startswith(".gitrun/runs/r/packet.toml") and expected in ln for ln in lines), (
         lines
     )
-
-
-def test_a_broken_cache_of_the_task_table_is_ignored(git_repo: Path) -> None:
-    tasks = [{"id": f"t{i:05d}", "outputs": [f"out/t{i:05d}.json"]} for i in range(1500)]
-    write_run(git_repo, "r", tasks)
-    cache = git_repo / ".git/gitrun/r/tasks.cache.json"
-    cache.parent.mkdir(parents=True)
-    cache.write_text("[1, 2]")
-    assert len(load_run(git_repo, "r", environ={}).tasks) == 1500
-    cache.unlink()
-    cache.mkdir()  # cannot be written: only a cache
-    assert len(load_run(git_repo, "r", environ={}).tasks) == 1500

@@ -1,5 +1,5 @@
 """External dispatch for orchestrating sessions: next and collect (what they
-print is :mod:`gitrun.commands.external`'s, shared with the quick path)."""
+print is :mod:`gitrun.commands.external`'s)."""
 
 from __future__ import annotations
 

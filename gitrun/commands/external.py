@@ -1,10 +1,9 @@
 """What ``gitrun next``, ``collect``, and ``start``/``resume`` of an external
-run print, and their exit codes, without the command line's parser.
+run print, and their exit codes.
 
-An orchestrating session calls ``next`` and ``collect`` for every batch, so
-they are answered on the quick path (:mod:`gitrun.quickcmd`) as well as by
-the typer commands (:mod:`gitrun.cli.external`); both call these functions,
-so both ways print the same. Results go to stdout; a batch's ownership
+An orchestrating session calls ``next`` and ``collect`` for every batch;
+the typer commands (:mod:`gitrun.cli.external`) call these functions.
+Results go to stdout; a batch's ownership
 violations and the spend budget's notices go to stderr (a collection prints
 them with its result, on stdout).
 """
