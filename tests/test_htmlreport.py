@@ -313,7 +313,7 @@ def test_a_fresh_clone_and_a_landed_run_give_the_same_page(finished: Path, tmp_p
     cloned = render_report(clone, "r")
     assert cloned == original.replace("<code>gitrun/r</code>", "<code>origin/gitrun/r</code>")
     git(clone, "branch", "gitrun/r", "origin/gitrun/r")
-    land_run(clone, "r")
+    land_run(clone, "r", partial=True)  # one task of eight failed
     assert (clone / "out/t01.json").is_file()
     assert render_report(clone, "r") == original
 

@@ -194,3 +194,36 @@ def test_attempt_records_in_log_json_and_status_json(finished: Path) -> None:
     tasks = json.loads(status.output)["tasks"]
     # status names each task's attempts: the very records of the ledger.
     assert [r for tid in sorted(tasks) for r in tasks[tid]["records"]] == records
+
+
+@pytest.fixture
+def unfinished(git_repo: Path) -> Path:
+    """A run whose t02 failed for good: 2 of 3 tasks done."""
+    fake_worker_run(
+        git_repo, "r", 3, {"tasks": {"t02": "nowrite"}}, {"limits": {"max_attempts": 1}}
+    )
+    assert start_run(git_repo, "r", quiet).exit_code == 1
+    return git_repo
+
+
+def test_land_refuses_an_unfinished_run_and_changes_nothing(unfinished: Path) -> None:
+    head = git(unfinished, "rev-parse", "HEAD")
+    result = runner.invoke(app, ["-C", str(unfinished), "land", "r"])
+    assert result.exit_code == 1, result.output
+    [line] = result.output.strip().splitlines()
+    assert "run 'r' is not finished: 2 of 3 tasks done, 0 pending and 1 failed" in line
+    assert "`gitrun land r --partial`" in line and "`gitrun status r`" in line
+    assert git(unfinished, "rev-parse", "HEAD") == head
+
+
+def test_land_partial_lands_what_is_done_and_says_what_it_leaves_out(unfinished: Path) -> None:
+    said = land_run(unfinished, "r", partial=True)
+    assert "merged" in said and "left out: 0 pending and 1 failed of 3 tasks" in said, said
+    landed = git(unfinished, "ls-tree", "-r", "--name-only", "HEAD", "out").split()
+    assert landed == ["out/t01.json", "out/t03.json"]
+
+
+def test_land_partial_of_a_finished_run_is_refused_with_the_reason(finished: Path) -> None:
+    with pytest.raises(GitrunError, match="every task of run 'r' is done, so --partial means"):
+        land_run(finished, "r", partial=True)
+    assert "merged" in land_run(finished, "r")

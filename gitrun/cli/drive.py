@@ -168,17 +168,22 @@ def land(
     squash: Annotated[
         bool, typer.Option("--squash", help="One squashed commit instead of a merge.")
     ] = False,
+    partial: Annotated[
+        bool,
+        typer.Option("--partial", help="Land a run that is not finished: the tasks done so far."),
+    ] = False,
 ) -> None:
     """Bring a run's results into the current branch as one merge (or squash).
 
-    Untracked files identical to the run's committed artifacts do not block
-    it; anything else that would be overwritten stops it with nothing changed.
+    A run with tasks not done is refused unless --partial. Untracked files
+    identical to the run's committed artifacts do not block it; anything
+    else that would be overwritten stops it with nothing changed.
     """
     from gitrun.commands.land import land_run
     from gitrun.definition.load import check_run_id
 
     check_run_id(run)
-    typer.echo(land_run(_repo(ctx), run, squash=squash))
+    typer.echo(land_run(_repo(ctx), run, squash=squash, partial=partial))
 
 
 @app.command()

@@ -20,8 +20,12 @@ from gitrun.store import git
 from gitrun.store.local import LocalPaths
 
 
-def land_run(repo: Path, run_id: str, squash: bool = False) -> str:
-    """Merge (or squash) ``gitrun/<run>`` into the current branch; returns a summary."""
+def land_run(repo: Path, run_id: str, squash: bool = False, partial: bool = False) -> str:
+    """Merge (or squash) ``gitrun/<run>`` into the current branch; returns a summary.
+
+    A run with tasks not done is refused, with its counts, unless ``partial``
+    (then the summary says what it leaves out): landing half a run must be
+    asked for, never happen by a word not said."""
     ref = branch_ref(run_id)
     tip = git.rev_parse(repo, ref)
     if tip is None:
@@ -31,6 +35,7 @@ def land_run(repo: Path, run_id: str, squash: bool = False) -> str:
         raise GitrunError("the current branch has no commits; check out the branch to land into")
     if _is_ancestor(repo, tip, head):
         return f"run {run_id!r} is already landed in the current branch"
+    left_out = _not_done(repo, run_id, partial)
     if (
         squash
         and run_cmd(
@@ -86,7 +91,34 @@ def land_run(repo: Path, run_id: str, squash: bool = False) -> str:
     # the same bytes are in the work tree again, tracked.
     shutil.rmtree(aside_dir, ignore_errors=True)
     how = "squashed into one commit" if squash else "merged"
-    return f"run {run_id!r} {how} into the current branch ({len(incoming)} files)"
+    return f"run {run_id!r} {how} into the current branch ({len(incoming)} files){left_out}"
+
+
+def _not_done(repo: Path, run_id: str, partial: bool) -> str:
+    """What a landing leaves out, as the end of its summary ("" when every task
+    is done, as the run's branch holds it); refuses a run not finished unless
+    ``partial``, and ``partial`` where every task is done."""
+    from gitrun.commands.report.committed import read_committed
+    from gitrun.engine.states import DONE, FAILED, PENDING
+
+    counts = read_committed(repo, run_id).counts()
+    total, done = sum(counts.values()), counts[DONE]
+    if done == total:
+        if partial:
+            raise GitrunError(
+                f"every task of run {run_id!r} is done, so --partial means nothing here; "
+                f"land it with `gitrun land {run_id}`"
+            )
+        return ""
+    missing = f"{counts[PENDING]} pending and {counts[FAILED]} failed"
+    if not partial:
+        raise GitrunError(
+            f"run {run_id!r} is not finished: {done} of {total} tasks done, {missing}; see "
+            f"them with `gitrun status {run_id}`, finish with `gitrun resume {run_id}` (or "
+            f"`gitrun retry {run_id}` for failed ones), or land what is done with "
+            f"`gitrun land {run_id} --partial`"
+        )
+    return f"; left out: {missing} of {total} tasks (`gitrun status {run_id}` lists them)"
 
 
 def _is_ancestor(repo: Path, commit: str, of: str) -> bool:
