@@ -562,7 +562,7 @@ def env_overrides() -> dict[str, tuple[str, str, Callable[[str], object]]]:
             if not is_table(section):
                 continue
             for key, field_type in table_fields(section).items():
-                marks = _metadata(field_type)
+                marks = _peel(field_type)[1]
                 for mark in marks:
                     if isinstance(mark, Env):
                         _ENV_OVERRIDES[mark.name] = (table, key, _env_reader(field_type, marks))
@@ -570,21 +570,6 @@ def env_overrides() -> dict[str, tuple[str, str, Callable[[str], object]]]:
 
 
 _ENV_OVERRIDES: dict[str, tuple[str, str, Callable[[str], object]]] = {}
-
-
-def _metadata(annotation: Any) -> list[Any]:
-    """Every marker on ``annotation``, through ``Annotated`` and ``| None``."""
-    found: list[Any] = []
-    while True:
-        if typing.get_origin(annotation) is Annotated:
-            found += annotation.__metadata__
-            annotation = typing.get_args(annotation)[0]
-            continue
-        members = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(members) == 1:
-            annotation = members[0]
-            continue
-        return found
 
 
 def _env_reader(annotation: Any, marks: list[Any]) -> Callable[[str], object]:
@@ -883,9 +868,17 @@ def _known_fields(model: type[Any], loc: tuple[Any, ...]) -> list[str]:
 
 def unwrap(annotation: Any) -> Any:
     """Strip ``Annotated`` and ``| None``."""
+    return _peel(annotation)[0]
+
+
+def _peel(annotation: Any) -> tuple[Any, list[Any]]:
+    """``annotation`` without ``Annotated`` and ``| None``, and every marker
+    that was on it on the way."""
+    marks: list[Any] = []
     while True:
         origin = typing.get_origin(annotation)
         if origin is Annotated:
+            marks += annotation.__metadata__
             annotation = typing.get_args(annotation)[0]
             continue
         if origin in (typing.Union, types.UnionType):
@@ -893,7 +886,7 @@ def unwrap(annotation: Any) -> Any:
             if len(members) == 1:
                 annotation = members[0]
                 continue
-        return annotation
+        return annotation, marks
 
 
 def union_members(annotation: Any) -> list[Any]:
