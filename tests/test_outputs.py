@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from gitrun.definition.load import RunDef, load_run
-from gitrun.definition.outputs import blob_id, check_task, prepare_outputs, quarantine
+from gitrun.definition.outputs import (
+    blob_id,
+    check_task,
+    prepare_outputs,
+    quarantine,
+    stat_mark,
+)
 from tests.helpers import build_tree, git, write_run
 
 
@@ -61,6 +67,60 @@ def test_missing_and_unchanged(git_repo: Path) -> None:
         git_repo, ["out/a.json"], {"out/a.json": data}, before={"out/a.json": blob_id(data)}
     )
     assert (outcome, why) == ("missing", "out/a.json: is unchanged since launch")
+
+
+def _launch_and_write(
+    repo: Path, outputs: list[object], write: str, task: dict[str, object] | None = None
+) -> tuple[str, str]:
+    """An output there at launch, then what an attempt does to it (``write``):
+    the outcome and reason of the check after."""
+    packet: dict[str, object] = {}
+    write_run(repo, "r", [{"id": "t1", "outputs": outputs, **(task or {})}], packet)
+    run = load_run(repo, "r", environ={})
+    path = repo / "out/a.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(b'{"same": true}')
+    before = prepare_outputs(run, run.tasks[0])
+    if write == "rewrite":  # the same bytes, written again in place
+        path.write_bytes(b'{"same": true}')
+    elif write == "replace":  # the same bytes in a new file renamed over it
+        (repo / "out/tmp").write_bytes(b'{"same": true}')
+        os.replace(repo / "out/tmp", path)
+    elif write == "change":
+        path.write_bytes(b'{"other": true}')
+    elif write == "touch":  # its times alone
+        os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1))
+    check = check_task(run, run.tasks[0], before)
+    return check.outcome, check.reason
+
+
+@pytest.mark.parametrize("write", ["rewrite", "replace", "change", "touch"])
+def test_a_rewrite_counts_as_written_whatever_its_bytes(git_repo: Path, write: str) -> None:
+    assert _launch_and_write(git_repo, ["out/a.json"], write)[0] == "valid"
+
+
+def test_an_output_left_untouched_is_not_written(git_repo: Path) -> None:
+    outcome, why = _launch_and_write(git_repo, ["out/a.json"], "nothing")
+    assert outcome == "missing"
+    assert why == "out/a.json: was not written: it is the file that was there at launch, untouched"
+
+
+@pytest.mark.parametrize(
+    ("outputs", "task"),
+    [
+        ([{"path": "out/a.json", "edits": True}], None),
+        (["out/a.json"], {"edits": True}),
+    ],
+)
+def test_an_in_place_edit_needs_changed_content(
+    git_repo: Path, outputs: list[object], task: dict[str, object] | None
+) -> None:
+    for write in ("nothing", "rewrite", "replace", "touch"):
+        assert _launch_and_write(git_repo, outputs, write, task) == (
+            "missing",
+            "out/a.json: is unchanged since launch",
+        ), write
+    assert _launch_and_write(git_repo, outputs, "change", task)[0] == "valid"
 
 
 def test_symlinks_and_directories_are_not_outputs(git_repo: Path, tmp_path: Path) -> None:
@@ -196,7 +256,7 @@ def test_prepare_outputs_makes_directories_and_notes_what_was_there(
     before = prepare_outputs(run, run.tasks[0], aside=lambda: tmp_path / "aside")
     assert before == {
         "new/dir/a.json": None,
-        "out/old.json": blob_id(b'{"old": 1}'),
+        "out/old.json": stat_mark(os.lstat(git_repo / "out/old.json")),
         "out/link.json": None,
         "linked/b.json": None,
     }

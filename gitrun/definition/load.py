@@ -86,6 +86,11 @@ class RunDef:
     def outputs_of(self, task: Task) -> list[OutputSpec]:
         return [OutputSpec(path=o) if isinstance(o, str) else o for o in task.outputs]
 
+    def edits_in_place(self, task: Task, output: OutputSpec) -> bool:
+        """Whether ``task`` edits ``output`` in place, so that only changed
+        content proves it written (otherwise a rewrite does)."""
+        return task.edits or output.edits
+
     def owns_of(self, task: Task) -> list[str]:
         """The task's owned patterns; by default exactly its outputs (escaped:
         an output is a file name, not a pattern)."""

@@ -1,9 +1,16 @@
 """Deciding from disk whether a task is done, and quarantining what is not.
 
 An output counts only when it is a regular file inside the repository (not
-a symlink, not a directory), non-empty, different from what was there at
-launch, and accepted by every validator. A worker's exit status plays no
-part: workers lie about it, and the files are the facts.
+a symlink, not a directory), non-empty, written by the attempt, and accepted
+by every validator. A worker's exit status plays no part: workers lie about
+it, and the files are the facts.
+
+*Written by the attempt* is read from the file's mark at launch
+(:func:`prepare_outputs`): for an output that did not exist, any file there
+now; for one that did, a file replaced or rewritten since (a new inode, or
+another size, mtime or ctime), whatever its bytes, so that a deterministic
+worker regenerating the same file is done; and for an output its task edits
+in place (``edits = true``), content other than at launch.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ class OutputCheck:
     reason: str = ""
     data: bytes | None = None  # the exact bytes validated (valid outputs)
     mode: str = "100644"
+    blob: str = ""  # git's id of ``data`` (valid outputs)
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,13 @@ class TaskCheck:
     @property
     def reason(self) -> str:
         return "; ".join(f"{o.path}: {o.reason}" for o in self.outputs if o.state != "valid")
+
+    @property
+    def made(self) -> dict[str, str] | None:
+        """Each output's blob id when every output is valid, else None."""
+        if self.outcome != "valid":
+            return None
+        return {o.path: o.blob for o in self.outputs}
 
 
 def blob_id(data: bytes, object_format: str = "sha1") -> str:
@@ -145,10 +160,20 @@ def regular_files_beneath(repo: Path, paths: list[str]) -> list[str]:
     return found
 
 
+_STAT_MARK = "stat:"
+
+
+def stat_mark(info: os.stat_result) -> str:
+    """A file's identity and last change, as a launch mark: the same string
+    after an attempt means nobody replaced or wrote the file meanwhile."""
+    return f"{_STAT_MARK}{info.st_ino}:{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}"
+
+
 def prior_in_tree(
     run: RunDef, task: Task, tree: Mapping[str, tuple[str, str]]
 ) -> dict[str, str | None]:
-    """Each output's blob id in ``tree`` (a ``git.ls_tree`` listing), None where absent."""
+    """Each output's blob id in ``tree`` (a ``git.ls_tree`` listing), None where
+    absent: as launch marks, content other than the tree's counts as written."""
     return {o.path: tree[o.path][1] if o.path in tree else None for o in run.outputs_of(task)}
 
 
@@ -159,7 +184,9 @@ def prepare_outputs(
     aside: Callable[[], Path] | None = None,
 ) -> dict[str, str | None]:
     """Before an attempt: create the outputs' directories (workers should not
-    have to) and return each output's blob id now, to tell new content later.
+    have to) and return each output's mark at launch, to tell later whether
+    the attempt wrote it: None where no regular file is there; the blob id of
+    an output its task edits in place; else the file's :func:`stat_mark`.
 
     A symlink standing at an output path (another task, or a worker of an
     earlier attempt, put it there) is moved to the path ``aside`` gives
@@ -184,8 +211,23 @@ def prepare_outputs(
         if mode is not None and stat.S_ISLNK(mode) and aside is not None:
             quarantine(run.repo, aside(), [OutputCheck(output.path, "invalid", "a symlink")])
         # One stat answers the usual case, an output not there yet.
-        before[output.path] = blob_on_disk(path, object_format) if mode is not None else None
+        before[output.path] = (
+            _mark_of(path, run.edits_in_place(task, output), object_format)
+            if mode is not None
+            else None
+        )
     return before
+
+
+def _mark_of(path: str, edits: bool, object_format: str) -> str | None:
+    """The launch mark of the file at ``path`` (None: no regular file there)."""
+    if edits:
+        return blob_on_disk(path, object_format)
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return stat_mark(info) if stat.S_ISREG(info.st_mode) else None
 
 
 def check_task(
@@ -194,8 +236,8 @@ def check_task(
     before: Mapping[str, str | None] | None = None,
     object_format: str = "sha1",
 ) -> TaskCheck:
-    """Check every output of ``task``. ``before`` maps each output to the blob
-    id of its content at launch (None when it did not exist)."""
+    """Check every output of ``task``. ``before`` maps each output to its mark
+    at launch (:func:`prepare_outputs`; None when it did not exist)."""
     checks = []
     for output in run.outputs_of(task):
         prior = (before or {}).get(output.path)
@@ -270,14 +312,19 @@ def _check_in(
         return OutputCheck(path, "invalid", f"is over limits.max_output_bytes = {cap:,}")
     if not data:
         return OutputCheck(path, "invalid", "is empty")
-    if prior is not None and blob_id(data, object_format) == prior:
+    if prior is not None and prior.startswith(_STAT_MARK) and stat_mark(info) == prior:
+        return OutputCheck(
+            path, "missing", "was not written: it is the file that was there at launch, untouched"
+        )
+    blob = blob_id(data, object_format)
+    if blob == prior:
         return OutputCheck(path, "missing", "is unchanged since launch")
     for validator in run.validators_of(output):
         problem = run_validator(run, validator, path, data)
         if problem:
             return OutputCheck(path, "invalid", problem)
     mode = "100755" if info.st_mode & stat.S_IXUSR else "100644"
-    return OutputCheck(path, "valid", data=data, mode=mode)
+    return OutputCheck(path, "valid", data=data, mode=mode, blob=blob)
 
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)

@@ -503,6 +503,9 @@ class Packet(Strict):
 class OutputSpec(Strict):
     path: str
     validators: list[str] | None = None
+    # The task changes this file in place (it exists before and is edited):
+    # done only when its content changed, not when it was merely rewritten.
+    edits: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -516,6 +519,7 @@ class Task(Strict):
     owns: list[str] | None = None  # None: the task owns exactly its outputs
     note: ArgText | None = None  # reaches workers in their prompt: never a NUL
     bundle: str | None = None  # a file listing the inputs, for tasks with many
+    edits: bool = False  # every output is edited in place: see OutputSpec.edits
 
 
 @dataclass(frozen=True, slots=True)
