@@ -77,7 +77,7 @@ def test_commits_carry_trailers_and_the_ledger(git_repo: Path) -> None:
     assert sorted(tasks) == ["t01", "t02", "t03", "t04", "t05"]
     assert all("Gitrun-Run: r" in b for b in bodies)
     assert all("Gitrun-Attempt: " in b for b in bodies)
-    assert len(committed_ledger(git_repo)) == 5
+    assert len(committed_ledger(git_repo)) == 1 + 5  # the round's start, the attempts
     subjects = git(git_repo, "log", "--reverse", "--format=%s", "HEAD..gitrun/r").splitlines()
     assert subjects[0] == "gitrun(r): start run"
     assert len(subjects) == len(bodies) + 1  # linear: the start, then the landings

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from gitrun.commands.session import start_run
+from gitrun.definition.inputs import input_paths
 from gitrun.definition.load import load_run
 from gitrun.definition.schema import Executor
 from gitrun.ownership.patterns import escape
 from gitrun.proof.check import check_run
-from gitrun.workers.executor import command_template, input_paths, literal_models, render_command
+from gitrun.workers.executor import command_template, literal_models, render_command
 from tests.helpers import build_tree, commit_all, write_run
 
 VALUES = {
@@ -221,7 +222,7 @@ def test_a_task_with_a_bundle_gets_the_bundle_file_as_its_pointer_says(git_repo:
     """A bundle is for more inputs than one argument list or environment
     variable can carry (Linux refuses a single one over 128 KiB)."""
     from gitrun.commands.scaffold import new_run
-    from gitrun.workers.executor import task_inputs
+    from gitrun.definition.inputs import task_inputs
     from gitrun.workers.pointer import attempt_values
 
     build_tree(git_repo, {f"docs/{'x' * 60}{i:05d}.md": "x" for i in range(3000)})

@@ -76,7 +76,13 @@ def test_status_json_and_log_json(finished: Path) -> None:
     assert result.exit_code == 0
     data = json.loads(result.output)
     assert data["run"] == "r"
-    assert data["counts"] == {"done": 3, "pending": 0, "running": 0, "failed": 0}
+    assert data["counts"] == {
+        "done": 3,
+        "up-to-date": 0,
+        "pending": 0,
+        "running": 0,
+        "failed": 0,
+    }
     assert data["spawns"] == 3 and data["usable"] == 3 and data["yield"] == 1.0
     assert data["tasks"]["t01"]["status"] == "done" and data["tasks"]["t01"]["attempts"] == 0
     result = runner.invoke(app, ["log", "r", "--json"])

@@ -42,10 +42,10 @@ def _started_and_status(repo: Path, run: str = "r") -> tuple[dict[str, Any], dic
 
 
 def _rewrites_the_fork_point(repo: Path) -> None:
-    """t1 edits a file the fork point holds: attempt 1 breaks it (quarantined),
-    attempt 2 puts back exactly what the fork point holds. Valid against its
-    launch (the file was set aside), yet not done: a task is done when its
-    output is new since the fork point."""
+    """t1 rewrites a file the fork point holds: attempt 1 breaks it
+    (quarantined), attempt 2 puts back exactly what the fork point holds.
+    Valid, and done: the branch holds what the valid attempt made, though
+    that is no new content since the fork point."""
     build_tree(repo, {"out/t1.json": '{"kept": 1}\n', "out/t2.json": '{"kept": 2}\n'})
     commit_all(repo, "the files the tasks edit")
     script = (
@@ -73,7 +73,7 @@ CASES = {
     "halted": lambda repo: fake_worker_run(
         repo, "r", 3, {"default": "nowrite"}, {"limits": {"max_attempts": 1}}
     ),
-    "valid, yet the fork point's content": _rewrites_the_fork_point,
+    "valid, with the fork point's content": _rewrites_the_fork_point,
 }
 
 
@@ -88,7 +88,7 @@ def test_start_says_what_status_reads_next(git_repo: Path, case: str) -> None:
         "failed": {"done", "failed"},
         "quarantined and retried": {"done"},
         "halted": {"failed", "pending"},
-        "valid, yet the fork point's content": {"done", "pending"},
+        "valid, with the fork point's content": {"done"},
     }[case]
     assert statuses == expected
     if case == "halted":
@@ -118,7 +118,7 @@ def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         ("failed", False),
         ("quarantined and retried", False),
         ("halted", False),
-        ("valid, yet the fork point's content", True),
+        ("valid, with the fork point's content", False),
     ],
 )
 def test_the_summary_is_read_again_only_when_the_engine_may_differ(

@@ -19,10 +19,12 @@ EXIT_CODES_HELP = (
 )
 
 
-def _drive(ctx: typer.Context, run: str, as_json: bool, quiet: bool, resume: bool) -> None:
+def _drive(
+    ctx: typer.Context, run: str, as_json: bool, quiet: bool, resume: bool, rerun_all: bool = False
+) -> None:
     from gitrun.commands.drive import drive
 
-    raise typer.Exit(drive(_repo(ctx), run, as_json, quiet, resume))
+    raise typer.Exit(drive(_repo(ctx), run, as_json, quiet, resume, rerun_all))
 
 
 _QUIET = typer.Option("--quiet", "-q", help="Print only the summary at the end.")
@@ -36,6 +38,13 @@ def start(
         bool, typer.Option("--json", help="Print the final status as JSON.")
     ] = False,
     quiet: Annotated[bool, _QUIET] = False,
+    rerun_all: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Run every task, also those up to date (made before from the same inputs).",
+        ),
+    ] = False,
 ) -> None:
     """Check a run, create its branch gitrun/RUN, and drive it to the end.
 
@@ -44,9 +53,12 @@ def start(
     outputs are committed on gitrun/RUN as they land. Throttled attempts back
     off; an environment fault, the spawn budget or the halt policy halt the
     run. On a terminal a live view shows progress; otherwise one line per
-    event. Refuses when the branch exists.
+    event. Tasks up to date are not run: their outputs at HEAD were made by
+    an earlier attempt from the same inputs and definition. A run landed in
+    HEAD starts again as a new round; any other started run is refused
+    (resume it).
     """
-    _drive(ctx, run, as_json, quiet, resume=False)
+    _drive(ctx, run, as_json, quiet, resume=False, rerun_all=rerun_all)
 
 
 @app.command(epilog=EXIT_CODES_HELP)

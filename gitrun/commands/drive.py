@@ -40,9 +40,12 @@ def silence(stream: object) -> None:
         os.close(devnull)
 
 
-def drive(repo: Path, run: str, as_json: bool, quiet: bool, resume: bool) -> int:
+def drive(
+    repo: Path, run: str, as_json: bool, quiet: bool, resume: bool, rerun_all: bool = False
+) -> int:
     """``gitrun start`` or ``resume``: its exit code. A command-mode run is
-    driven to its end; an external run prints its first batch."""
+    driven to its end; an external run prints its first batch. ``rerun_all``
+    (start only): run every task, up to date or not."""
     from functools import partial
 
     from gitrun.commands.session import bring_definition, resume_run, start_run
@@ -54,9 +57,9 @@ def drive(repo: Path, run: str, as_json: bool, quiet: bool, resume: bool) -> int
     if loaded.executor_kind == "external":
         from gitrun.commands.external import drive_external
 
-        return drive_external(repo, run, as_json, resume, event)
+        return drive_external(repo, run, as_json, resume, event, rerun_all)
     # resume loads the definition again under the lock, after restoring it
-    drive_run = resume_run if resume else partial(start_run, loaded=loaded)
+    drive_run = resume_run if resume else partial(start_run, loaded=loaded, rerun_all=rerun_all)
     if quiet or as_json:
         outcome = drive_run(repo, run, lambda _line: None)
     elif sys.stderr.isatty() and sys.stdout.isatty():

@@ -24,14 +24,19 @@ if TYPE_CHECKING:
 
 
 def drive_external(
-    repo: Path, run: str, as_json: bool, resume: bool, event: Callable[[str], None]
+    repo: Path,
+    run: str,
+    as_json: bool,
+    resume: bool,
+    event: Callable[[str], None],
+    rerun_all: bool = False,
 ) -> int:
     """start/resume of an external run: the branch (start), a collect (resume),
     a batch; ``event`` says what the start or resume did."""
     from gitrun.commands.session import prepare_external
     from gitrun.engine.external import external_run
 
-    prepare_external(repo, run, event, resume)
+    prepare_external(repo, run, event, resume, rerun_all)
     with external_run(repo, run, afresh=True) as ext:
         if resume:
             collected = ext.collect([])

@@ -64,7 +64,7 @@ def retry_tasks(
                     }
                 )
             for tid in chosen:
-                writer.write({"event": "retry", "task": tid, "at": at})
+                writer.write({"event": ledger.RETRY, "task": tid, "at": at})
             lifted = status.halt["message"] if status.halt else None
             if lifted is not None:
                 writer.write({"event": ledger.LIFT, "at": at})

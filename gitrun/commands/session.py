@@ -1,7 +1,10 @@
 """Starting and resuming a run: the branch, the definition, then the driver.
 
 ``start`` checks the run, creates ``gitrun/<run>`` at HEAD with a commit
-holding the run definition, and drives it. ``resume`` takes the branch from
+holding the run definition and the round's ``start`` record (which tasks are
+up to date, so not dispatched), and drives it. A run landed in HEAD starts
+again as a new round: its branch moves to a new first commit on HEAD (HEAD
+holds every commit it had), and its ledger goes on. ``resume`` takes the branch from
 a remote when only that exists, restores run files missing on disk, stops
 the workers a dead driver left behind, reconciles with what is committed
 and on disk, and drives on.
@@ -22,6 +25,7 @@ from gitrun.definition.load import (
     check_run_id,
     load_run,
 )
+from gitrun.definition.outputs import blob_on_disk
 from gitrun.definition.runfiles import (
     definition_files,
     merge_committed_ledger,
@@ -49,7 +53,9 @@ class CheckFailed(GitrunError):
         super().__init__("\n".join(lines))
 
 
-def prepare_external(repo: Path, run_id: str, report: Reporter, resume: bool) -> None:
+def prepare_external(
+    repo: Path, run_id: str, report: Reporter, resume: bool, rerun_all: bool = False
+) -> None:
     """The branch for an external run: created by start, taken over by resume."""
     run = load_run(repo, run_id)
     local = LocalPaths.of(repo, run_id)
@@ -64,36 +70,84 @@ def prepare_external(repo: Path, run_id: str, report: Reporter, resume: bool) ->
                 raise CheckFailed(run_id, problems)
         else:
             resumed = run
-            _create_branch(repo, run, local, report)
+            _create_branch(repo, run, local, report, rerun_all)
     rules.refresh(local, resumed)
 
 
-def _create_branch(repo: Path, run: RunDef, local: LocalPaths, report: Reporter) -> Committer:
-    """Check the run and give it its branch, at HEAD, with the definition."""
+def _create_branch(
+    repo: Path, run: RunDef, local: LocalPaths, report: Reporter, rerun_all: bool = False
+) -> Committer:
+    """Check the run and give it its branch, at HEAD, with the definition and
+    the round's ``start`` record (``rerun_all``: no task is up to date)."""
     run_id = run.id
-    if git.rev_parse(repo, branch_ref(run_id)) or git.remote_refs(repo, BRANCH_PREFIX + run_id):
-        raise GitrunError(
-            f"run {run_id!r} has already started (branch gitrun/{run_id} exists); continue it "
-            f"with `gitrun resume {run_id}`"
-        )
     # Read once: the proof is of the very commit the branch starts at, even
     # when a commit lands on HEAD meanwhile.
     head = git.rev_parse(repo, "HEAD")
-    problems = check_run(run, fork=head).problems
-    if problems:
-        raise CheckFailed(run_id, problems)
+    landed = _landed_tip(repo, run_id, head)
+    checked = check_run(run, fork=head)
+    if checked.problems:
+        raise CheckFailed(run_id, checked.problems)
     if head is None:
         raise GitrunError(
             "the repository has no commits yet; commit something first so the run has a "
             "point to fork from"
         )
-    _retire_stale_ledger(run, local)
+    if rerun_all and not checked.up_to_date:
+        raise GitrunError(
+            f"no task of run {run_id!r} is up to date, so --all means nothing here; every task "
+            f"runs with `gitrun start {run_id}`"
+        )
+    fresh = [] if rerun_all else checked.up_to_date
+    if landed is None:
+        _retire_stale_ledger(run, local, head)
+    else:
+        _forget_round(local)
+    writer = ledger.LedgerWriter(run.repo / run.dir)
+    try:
+        writer.write(
+            {
+                "event": ledger.START,
+                "base": head,
+                "up_to_date": fresh,
+                "at": ledger.iso(time.time()),
+            }
+        )
+    finally:
+        writer.close()
     committer = Committer(repo, run_id, local)
     files = definition_files(run)
     message = f"gitrun({run_id}): start run\n\n{trailers(run_id, [], {'Gitrun-Base': head})}\n"
-    committer.start_branch(head, files, message)
-    report(f"run {run_id}: started on branch gitrun/{run_id} from {head[:10]}")
+    committer.start_branch(head, files, message, replacing=landed)
+    again = " again (it was landed)" if landed else ""
+    said = f"run {run_id}: started{again} on branch gitrun/{run_id} from {head[:10]}"
+    if fresh:
+        said += f"; {len(fresh):,} of {len(run.tasks):,} tasks are up to date, not run"
+    report(said)
     return committer
+
+
+def _landed_tip(repo: Path, run_id: str, head: str | None) -> str | None:
+    """The tip of the run's branch when HEAD holds it (the run was landed and
+    may start again), None when it has no branch; refuses a run whose branch
+    holds work HEAD does not."""
+    tip = git.rev_parse(repo, branch_ref(run_id))
+    if tip is None and not git.remote_refs(repo, BRANCH_PREFIX + run_id):
+        return None
+    if tip is not None and head is not None and git.is_ancestor(repo, tip, head):
+        return tip
+    raise GitrunError(
+        f"run {run_id!r} has already started (branch gitrun/{run_id} exists); continue it "
+        f"with `gitrun resume {run_id}`, or land it (`gitrun land {run_id}`) to start it again"
+    )
+
+
+def _forget_round(local: LocalPaths) -> None:
+    """A new round owes nothing to the last one's machine-local state: its
+    leases, dispatches, governor and budget warnings go (logs and quarantine
+    stay, under attempt numbers the new round does not reuse)."""
+    for path in (local.leases, local.dispatches, local.governor, local.budget_warnings):
+        if path.is_file() or path.is_symlink():
+            path.unlink()
 
 
 def start_run(
@@ -102,14 +156,16 @@ def start_run(
     report: Reporter,
     progress: Callable[[Progress], None] | None = None,
     loaded: RunDef | None = None,
+    rerun_all: bool = False,
 ) -> RunOutcome:
     """Check the run, create its branch with the definition, and drive it
-    (``loaded``: the run as the caller just loaded it, not loaded again)."""
+    (``loaded``: the run as the caller just loaded it, not loaded again;
+    ``rerun_all``: run every task, up to date or not)."""
     git.prepare_writes()
     run = loaded if loaded is not None and loaded.id == run_id else load_run(repo, run_id)
     local = LocalPaths.of(repo, run_id)
     with run_locked(local, run_id) as lock:
-        committer = _create_branch(repo, run, local, report)
+        committer = _create_branch(repo, run, local, report, rerun_all)
         rules.refresh(local, run)
         driver = Driver(run, local, lock, committer, report, progress)
         driver.recover()  # workers of an earlier life of this run id
@@ -153,9 +209,21 @@ def bring_definition(repo: Path, run_id: str, report: Reporter) -> None:
         _restore_definition(repo, run_id, tip, report)
 
 
-def _retire_stale_ledger(run: RunDef, local: LocalPaths) -> None:
+def _retire_stale_ledger(run: RunDef, local: LocalPaths, head: str) -> None:
     """A ledger without a branch is left from a run whose branch was deleted:
-    its chunks (and an older run's single file) move aside, kept for inspection."""
+    its chunks (and an older run's single file) move aside, kept for
+    inspection. A ledger HEAD holds as it is (the run landed, and its branch
+    went since) stays: the new round goes on with it."""
+    where = [f"{run.dir}/{LEDGER_NAME}", f"{run.dir}/{CHUNK_DIR}"]
+    held = git.ls_tree(run.repo, head, where)
+    names = ledger.ledger_names(run.repo / run.dir)
+    fmt = git.object_format(run.repo)
+    if names and all(
+        f"{run.dir}/{n}" in held
+        and held[f"{run.dir}/{n}"][1] == blob_on_disk(run.repo / run.dir / n, fmt)
+        for n in names
+    ):
+        return
     stamp = int(time.time())
     for name in (LEDGER_NAME, CHUNK_DIR):
         stale = run.repo / run.dir / name

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gitrun.engine.budget import spend_text, tokens_text
-from gitrun.engine.states import DONE
+from gitrun.engine.states import COMPLETE, DONE, FAILED, PENDING, RUNNING, UP_TO_DATE
 from gitrun.engine.status import RunStatus
 from gitrun.store.lock import LiveState
 
@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 
 def _counts_text(counts: dict[str, int]) -> str:
-    return ", ".join(f"{counts[k]} {k}" for k in ("done", "running", "pending", "failed"))
+    shown = [DONE, *([UP_TO_DATE] if counts.get(UP_TO_DATE) else []), RUNNING, PENDING, FAILED]
+    return ", ".join(f"{counts[k]} {k}" for k in shown)
 
 
 def _yield_text(status: RunStatus) -> str:
@@ -78,7 +79,7 @@ def format_summary(
         lines.append(
             f"give them new attempts with `gitrun retry {status.run}`, then `gitrun resume {status.run}`"
         )
-    elif status.counts()[DONE] == total:
+    elif sum(status.counts()[s] for s in COMPLETE) == total:
         lines.append(f"all done; bring the results in with `gitrun land {status.run}`")
     return "\n".join(lines)
 
@@ -111,7 +112,7 @@ def format_status(status: RunStatus, limit: int | None = 20) -> str:
     for violation in status.violations[:10]:
         who = ", ".join(violation.get("tasks") or []) or "no task"
         lines.append(f"  ownership violation: {violation.get('path')} (running: {who})")
-    open_tasks = [t for t in status.tasks.values() if t.status != DONE]
+    open_tasks = [t for t in status.tasks.values() if t.status not in COMPLETE]
     shown = open_tasks if limit is None else open_tasks[:limit]
     for task in shown:
         missing = ", ".join(task.missing)

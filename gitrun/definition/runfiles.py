@@ -296,20 +296,11 @@ def merge_committed_ledger(repo: Path, blobs: dict[str, str]) -> None:
 
 def read_blobs(repo: Path, shas: list[str]) -> dict[str, bytes]:
     """Blobs by id, read by one ``git cat-file --batch`` (a fresh clone of a long
-    run has thousands of chunks)."""
-    if not shas:
-        return {}
-    out = git.git(repo, "cat-file", "--batch", input="".join(f"{s}\n" for s in shas).encode())
-    blobs: dict[str, bytes] = {}
-    at = 0
+    run has thousands of chunks); a blob the repository lacks is an error."""
+    blobs = git.read_blobs(repo, shas)
     for sha in shas:
-        end = out.index(b"\n", at)
-        header = out[at:end].split()
-        if len(header) != 3:
+        if sha not in blobs:
             raise GitrunError(f"the run's branch lacks the ledger blob {sha}; run `git fsck`")
-        size = int(header[2])
-        blobs[sha] = out[end + 1 : end + 1 + size]
-        at = end + 1 + size + 1
     return blobs
 
 

@@ -197,8 +197,11 @@ class Committer:
             f"({MAX_RACES} tries); is another program rewriting it?"
         )
 
-    def start_branch(self, base: str, own_files: dict[str, bytes], message: str) -> str:
-        """The run's first commit: ``base`` plus the run definition."""
+    def start_branch(
+        self, base: str, own_files: dict[str, bytes], message: str, replacing: str | None = None
+    ) -> str:
+        """The run's first commit: ``base`` plus the run definition (``replacing``:
+        the branch's tip now, for a run started again; else it has none)."""
         entries = self._blobs([], own_files)
         self.local.root.mkdir(parents=True, exist_ok=True)
         with hold(self.local.commit_lock):
@@ -207,7 +210,7 @@ class Committer:
             git.read_tree(self.repo, base, self.local.index)
             tree = git.write_tree(self.repo, entries, self.local.index)
             new = git.commit_tree(self.repo, tree, [base], message)
-            if git.update_ref(self.repo, self.ref, new, None):
+            if git.update_ref(self.repo, self.ref, new, replacing):
                 self._published(None, new, entries, own_files)
                 note_tip(self.local, new)
             else:
@@ -313,7 +316,8 @@ class Committer:
         for landing in landings:
             for check in landing.files:
                 assert check.data is not None
-                outputs.append((check.mode, check.path, check.data, blob_id(check.data, fmt)))
+                sha = check.blob or blob_id(check.data, fmt)
+                outputs.append((check.mode, check.path, check.data, sha))
         known = self._own_blobs if self._tip is not None else {}
         fresh: list[tuple[str, bytes, str]] = []  # path, bytes, id
         for path, data in own_files.items():

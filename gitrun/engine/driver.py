@@ -24,6 +24,7 @@ from pathlib import Path
 
 from gitrun.definition.load import RunDef, Task
 from gitrun.definition.outputs import check_task, prepare_outputs, prior_in_tree, quarantine
+from gitrun.definition.provenance import Provenance
 from gitrun.definition.runfiles import definition_files, definition_snapshot
 from gitrun.engine.audit import Audit, Violation
 from gitrun.engine.budget import Budget
@@ -32,6 +33,7 @@ from gitrun.engine.crashpoints import crash_point
 from gitrun.engine.governor import ENVIRONMENT, STRICT, Halt, is_throttled, last_line
 from gitrun.engine.recovery import reconcile, recover_orphans
 from gitrun.engine.states import (
+    COMPLETE,
     DONE,
     FAILED,
     PENDING,
@@ -119,6 +121,9 @@ class Driver:
         self.governor = self.engine.governor
         self.running: dict[str, RunningAttempt] = {}
         self.before: dict[str, dict[str, str | None]] = {}
+        # What each running attempt makes its outputs from, as its launch found it.
+        self.made_from: dict[str, dict[str, str]] = {}
+        self.provenance = Provenance(run, committer.object_format)
         self.monitor = self._runner()
         self.base_env = _worker_env()
         self.made_logs = False  # the logs directory was made
@@ -272,7 +277,8 @@ class Driver:
         elif halt is not None:
             code = EXIT_HALTED
         else:
-            code = EXIT_DONE if status.counts()[DONE] == len(self.tasks) else EXIT_FAILED
+            complete = sum(status.counts()[s] for s in COMPLETE)
+            code = EXIT_DONE if complete == len(self.tasks) else EXIT_FAILED
         held = self.load_held_for + (time.time() - self.load_held_since if self.load_held else 0)
         return RunOutcome(status, code, stopped, halt, self.violations, held)
 
@@ -294,7 +300,8 @@ class Driver:
         if self.stop_signal is None and not self.running and tip is not None:
             engine = self.engine
             done = {tid for tid, status in engine.status.items() if status == DONE}
-            if committed_tasks(self.run, tip, engine.base) == done:
+            made = {t: h.made for t, h in engine.summary.tasks.items() if h.made}
+            if committed_tasks(self.run, tip, engine.base, made) == done:
                 return status_of(self.run, engine, tip, self.repo, driver=None)
         status = read_status(self.repo, self.run.id, self.run)
         status.driver = None
@@ -358,10 +365,11 @@ class Driver:
         aside = functools.partial(self.local.quarantine_of, task.id, number - 1)
         before = prepare_outputs(self.run, task, self.committer.object_format, aside)
         # Each output's state at launch answers whether it is on disk at all
-        # (a blob id: a regular file there), so the usual launch asks nothing more.
+        # (a mark: a regular file there), so the usual launch asks nothing more.
         if None not in before.values() and self._valid_on_disk(task):
             return False
         self.before[task.id] = before
+        made_from = self.made_from[task.id] = self.provenance.of(task).to_json()
         values = attempt_values(self.run, task, number)
         assert self.template is not None  # check_run refuses a command executor without one
         attempt_id = self._next_attempt_id()
@@ -378,7 +386,9 @@ class Driver:
         assert self.journal is not None
         # Write-ahead: a driver killed between the spawn and the full record
         # leaves this, and the next resume finds the worker by its attempt id.
-        ahead = JournalEntry(task.id, number, self.run.id, attempt_id, time.time(), before)
+        ahead = JournalEntry(
+            task.id, number, self.run.id, attempt_id, time.time(), before, made_from=made_from
+        )
         self.journal.write(ahead)
         crash_point("launch.ahead")
         attempt = self.monitor.launch(
@@ -403,6 +413,7 @@ class Driver:
                 attempt.create_time,
                 attempt.cmdline,
                 attempt.deadline,
+                made_from=made_from,
             )
             self.journal.write(spawned)
             crash_point("launch.journaled")
@@ -420,6 +431,7 @@ class Driver:
         self.running.pop(end.task, None)
         task = self.tasks[end.task]
         before = self.before.pop(end.task, None)
+        made_from = self.made_from.pop(end.task, None)
         check = check_task(self.run, task, before, self.committer.object_format)
         outcome, reason = check.outcome, check.reason
         if outcome == "invalid":
@@ -449,6 +461,8 @@ class Driver:
             wrote_nothing=all(o.reason == "does not exist" for o in check.outputs),
             diagnostic=last_line(end.lost or end.tail),
             usage=end.usage,
+            made_from=made_from,
+            made=check.made if outcome == ledger.VALID else None,
         )
         crash_point("end.judged")
         status = self.engine.end(self.ledger, ended)

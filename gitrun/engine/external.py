@@ -22,11 +22,12 @@ from typing import Any
 
 from gitrun.definition.load import RunDef, load_run
 from gitrun.definition.outputs import check_task, prepare_outputs, prior_in_tree, quarantine
+from gitrun.definition.provenance import Provenance
 from gitrun.definition.runfiles import definition_files
 from gitrun.engine.audit import Audit, AuditState
 from gitrun.engine.committer import Committer, Landing, landing_message
 from gitrun.engine.governor import STRICT, GovernorState, Halt
-from gitrun.engine.states import DONE, FAILED, Ended, Engine
+from gitrun.engine.states import COMPLETE, FAILED, Ended, Engine
 from gitrun.errors import GitrunError
 from gitrun.guard import rules
 from gitrun.guard.agents import WORKER_AGENT
@@ -88,6 +89,7 @@ class External:
         self.repo = run.repo
         self.local = local
         self.committer = Committer(self.repo, run.id, local)
+        self.provenance = Provenance(run, self.committer.object_format)
         tip = git.rev_parse(self.repo, branch_ref(run.id))
         if tip is None and git.ref_target(self.repo, branch_ref(run.id)):
             raise GitrunError(
@@ -169,7 +171,8 @@ class External:
             failed = [tid for tid, status in self.engine.status.items() if status == FAILED]
             batch.done = not failed
             batch.reason = (
-                f"every task is done; bring the results in with `gitrun land {self.run.id}`"
+                f"every task is done or up to date; bring the results in with "
+                f"`gitrun land {self.run.id}`"
                 if batch.done
                 else f"nothing left to hand out: {', '.join(failed)} used up their attempts "
                 f"(`gitrun retry {self.run.id}`)"
@@ -226,7 +229,9 @@ class External:
         before = prepare_outputs(self.run, task, self.committer.object_format, aside)
         pointer = render_pointer(self.run, task)
         stage = self.run.stage_of(task)
-        self.leases[task_id] = Lease(task_id, number, now, now + self.limits.timeout, before)
+        made_from = self.provenance.of(task).to_json()
+        expires = now + self.limits.timeout
+        self.leases[task_id] = Lease(task_id, number, now, expires, before, made_from=made_from)
         self.engine.begin(task_id)
         usage = self._usage_file(task_id, number)
         usage.parent.mkdir(parents=True, exist_ok=True)
@@ -306,6 +311,8 @@ class External:
                     timed_out=now > lease.expires,
                     dispatch="external",
                     usage=self._read_usage(task_id, lease.attempt),
+                    made_from=lease.made_from,
+                    made=check.made if outcome == ledger.VALID else None,
                 )
                 status = self.engine.end(writer, ended)
                 self.leases.pop(task_id)
@@ -355,9 +362,12 @@ class External:
         run_id = self.run.id
         if self.governor.halt is not None:
             return f"halted: {self.governor.halt.message}"
-        left = [tid for tid, status in self.engine.status.items() if status != DONE]
+        left = [tid for tid, status in self.engine.status.items() if status not in COMPLETE]
         if not left:
-            return f"every task is done; bring the results in with `gitrun land {run_id}`"
+            return (
+                f"every task is done or up to date; bring the results in with "
+                f"`gitrun land {run_id}`"
+            )
         if not self.engine.pending() and not self.leases:
             return (
                 f"{len(left)} tasks used up their attempts; `gitrun retry {run_id}` gives them more"

@@ -15,7 +15,7 @@ from gitrun.definition.load import RunDef
 from gitrun.definition.outputs import check_task, prior_in_tree, quarantine
 from gitrun.engine.committer import Committer, Landing, landing_message
 from gitrun.engine.crashpoints import crash_point
-from gitrun.engine.states import DONE, Ended, Engine
+from gitrun.engine.states import COMPLETE, Ended, Engine
 from gitrun.processes.reaper import kill_attempt_processes, kill_leftovers, kill_recorded_group
 from gitrun.store import ledger
 from gitrun.store.journal import read_journal, running_records
@@ -46,7 +46,17 @@ def recover_orphans(
             quarantine(run.repo, local.quarantine_of(tid, entry.attempt), check.outputs)
         now = time.time()
         reason = check.reason if outcome != ledger.VALID else ""
-        ended = Ended(tid, entry.attempt, entry.started or now, now, outcome, reason)
+        made = check.made if outcome == ledger.VALID else None
+        ended = Ended(
+            tid,
+            entry.attempt,
+            entry.started or now,
+            now,
+            outcome,
+            reason,
+            made_from=entry.made_from,
+            made=made,
+        )
         engine.record(writer, ended)
         crash_point("recover.recorded")
         how = "stopped" if stopped else "nothing of it verifiably running, nothing signalled"
@@ -66,7 +76,7 @@ def reconcile(
     """Commit valid outputs already on disk; quarantine invalid ones."""
     landings: list[Landing] = []
     for tid, status in list(engine.status.items()):
-        if status == DONE:
+        if status in COMPLETE:
             continue
         task = run.tasks_by_id[tid]
         prior = prior_in_tree(run, task, at_base)

@@ -1,9 +1,12 @@
 """The engine: what state each task of a run is in, and what an ended attempt changes.
 
 The one owner of that fact, which is derived, never stored: a stored copy could
-disagree with the run branch and the ledger. A task
-is *done* when every output is in the run branch's tree with content other
-than at the fork point; *failed* when it used up its attempts (the ledger);
+disagree with the run branch and the ledger. A task is *done* when every
+output is in the run branch's tree with content other than at the fork point,
+or with the content a valid attempt of this round recorded it made (a
+deterministic worker may make the same bytes again); *up to date* when the
+round's start found its outputs current (:mod:`gitrun.definition.provenance`)
+and nothing ran it since; *failed* when it used up its attempts (the ledger);
 *running* while an attempt is out for it (the journal of a live driver, or a
 lease of an external run); otherwise *pending*. Work goes stage by stage: a
 stage starts when the one before it has nothing pending or running.
@@ -34,25 +37,47 @@ if TYPE_CHECKING:
     from gitrun.definition.load import RunDef, Task
 
 DONE = "done"
+UP_TO_DATE = "up-to-date"
 PENDING = "pending"
 RUNNING = "running"
 FAILED = "failed"
-STATUSES = (DONE, PENDING, RUNNING, FAILED)
+STATUSES = (DONE, UP_TO_DATE, PENDING, RUNNING, FAILED)
 OPEN = (PENDING, RUNNING)
+COMPLETE = (DONE, UP_TO_DATE)  # nothing left to do for the task
 
 
-def committed_tasks(run: RunDef, tip: str, base: str | None) -> set[str]:
-    """Tasks whose every output is in ``tip``'s tree with content new since ``base``."""
+def committed_tasks(
+    run: RunDef, tip: str, base: str | None, made: Mapping[str, Mapping[str, str]] | None = None
+) -> set[str]:
+    """Tasks whose every output is in ``tip``'s tree with content new since
+    ``base``, or as ``made`` (task -> path -> blob id: what a valid attempt
+    made) says its attempt made it."""
     paths_of = [run.output_paths(task) for task in run.tasks]
     tops = sorted({path.partition("/")[0] for paths in paths_of for path in paths})
     if len(tops) > 256:  # a command line has limits; list the whole tree then
         tops = []
     new = git.new_files(run.repo, base, tip, tops) if base else git.ls_tree(run.repo, tip, tops)
-    return {
+    done = {
         task.id
         for task, paths in zip(run.tasks, paths_of, strict=True)
         if all(p in new for p in paths)
     }
+    # The rest: a valid attempt that made what the fork point held already.
+    same = {
+        task.id: paths
+        for task, paths in zip(run.tasks, paths_of, strict=True)
+        if task.id not in done and (made or {}).get(task.id)
+    }
+    if same and made is not None:
+        wanted = sorted({p for paths in same.values() for p in paths})
+        at_tip = git.ls_tree(run.repo, tip, wanted if len(wanted) <= 256 else tops)
+        for tid, paths in same.items():
+            said = made[tid]
+            if len(said) == len(paths) and all(
+                p in at_tip and at_tip[p][1] == said.get(p) for p in paths
+            ):
+                done.add(tid)
+    return done
 
 
 def running_now(run: RunDef, local: LocalPaths) -> set[str]:
@@ -84,6 +109,10 @@ class Ended:
     wrote_nothing: bool = False  # for the breaker: no output file exists
     diagnostic: str = ""  # the worker's last line, for the breaker's message
     usage: Usage | None = None  # what its client reported it used; None: unknown
+    # A valid attempt's provenance: what it made its outputs from (the
+    # digests of gitrun.definition.provenance), and each output's blob id.
+    made_from: Mapping[str, str] | None = None
+    made: Mapping[str, str] | None = None
 
 
 class _Histories(dict[str, ledger.TaskHistory]):
@@ -126,12 +155,17 @@ class Engine:
         self.local = local
         self.limits = run.limits
         self.tasks: Mapping[str, Task] = run.tasks_by_id
-        # What the branch holds first: its listing is dropped before the ledger
-        # is read, so a big run never holds both (100 MB at 100,000 tasks).
+        # The round's ledger first (what its valid attempts made decides some
+        # tasks done), then the branch's listing, kept only as the done set.
         self.base = find_base(run.repo, run.id, tip) if tip else None
-        done = committed_tasks(run, tip, self.base) if tip else set()
-        self.records = ledger.read_ledger(run.repo / run.dir) if records is None else records
+        if records is None:
+            records = ledger.read_ledger(run.repo / run.dir)
+        self.records = ledger.current_round(records)
         self.summary = ledger.summarize(self.records)
+        if len(self.records) < len(records):  # attempt numbers go on across rounds
+            ledger.note_numbers(self.summary, records[: len(records) - len(self.records)])
+        made = {t: h.made for t, h in self.summary.tasks.items() if h.made}
+        done = committed_tasks(run, tip, self.base, made) if tip else set()
         # Attempts the ledger holds already: one killed between writing a record
         # and closing its journal entry (or lease) must not be recorded twice.
         self.recorded = {
@@ -150,6 +184,8 @@ class Engine:
             stage = run.stage_of(task)
             if task.id in done:
                 self.status[task.id] = DONE
+            elif task.id in self.history and self.history[task.id].up_to_date:
+                self.status[task.id] = UP_TO_DATE
             elif task.id in running:
                 self.status[task.id] = RUNNING
                 self.open[stage] += 1
@@ -292,6 +328,8 @@ class Engine:
             dispatch=ended.dispatch,
             concurrency=concurrency,
             usage=ended.usage,
+            made_from=dict(ended.made_from) if ended.made_from else None,
+            made=dict(ended.made) if ended.made else None,
         ).to_json()
         self.write(writer, record)
         self.recorded.add(key)

@@ -12,7 +12,7 @@ from typing import Any
 from gitrun.collector import collector_paused
 from gitrun.definition.load import RunDef, load_run
 from gitrun.engine.budget import Budget, spend_json
-from gitrun.engine.states import DONE, STATUSES, Engine, load_engine
+from gitrun.engine.states import COMPLETE, DONE, STATUSES, Engine, load_engine
 from gitrun.layout import branch_ref
 from gitrun.store import git, ledger
 from gitrun.store.local import LocalPaths
@@ -125,7 +125,7 @@ def status_of(
     for task in run.tasks:
         history = engine.history.get(task.id) or _NO_HISTORY
         status = engine.status[task.id]
-        done = status == DONE
+        done = status in COMPLETE
         tasks[task.id] = TaskStatus(
             task.id,
             run.stage_of(task),

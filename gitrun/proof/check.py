@@ -10,10 +10,11 @@ import heapq
 import itertools
 from collections import Counter
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from gitrun.collector import collector_paused
 from gitrun.definition.load import GITRUN_DIR, RunDef, Task
+from gitrun.definition.provenance import up_to_date
 from gitrun.definition.runfiles import run_file_problems
 from gitrun.definition.schema import BUILTIN_VALIDATORS
 from gitrun.ownership.claims import OWNS, READS, Claim, OwnerIndex, find_meetings
@@ -61,14 +62,24 @@ class CheckReport:
     claims: int
     pointer_bytes: int
     payload_budget: int
+    # Tasks whose outputs at the base are current (gitrun.definition.provenance):
+    # a start does not dispatch them.
+    up_to_date: list[str] = field(default_factory=list)
 
     @property
     def summary(self) -> str:
-        return (
+        text = (
             f"{_count(self.tasks, 'task')} in {_count(self.stages, 'stage')}, "
             f"{_count(self.claims, 'owned pattern')}, no overlaps; the largest dispatch takes "
             f"{self.pointer_bytes:,} of {self.payload_budget:,} bytes"
         )
+        if self.up_to_date:
+            fresh = len(self.up_to_date)
+            text += (
+                f"; {fresh:,} of {_count(self.tasks, 'task')} "
+                f"{'is' if fresh == 1 else 'are'} up to date, {self.tasks - fresh:,} will run"
+            )
+        return text
 
 
 def _count(n: int, noun: str) -> str:
@@ -94,7 +105,8 @@ def _check_run(run: RunDef, check_dirty: bool, fork: str | None) -> CheckReport:
     outputs, output_problems = _outputs(run, owned)
     problems += output_problems
     changed = git.changed_paths(run.repo)
-    base = BaseTree.of(run.repo, fork or base_commit(run))
+    fork = fork or base_commit(run)
+    base = BaseTree.of(run.repo, fork)
     output_paths = {path for _, path in outputs}
     problems += symlink_problems(run, owned, protected, base, changed, output_paths)
     problems += output_place_problems(run, outputs, base)
@@ -116,6 +128,7 @@ def _check_run(run: RunDef, check_dirty: bool, fork: str | None) -> CheckReport:
         claims=len(owned),
         pointer_bytes=pointer_bytes,
         payload_budget=run.packet.limits.payload_budget,
+        up_to_date=[] if problems else up_to_date(run, fork, git.object_format(run.repo)),
     )
 
 

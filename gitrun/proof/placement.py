@@ -57,15 +57,18 @@ class BaseTree:
 
 
 def base_commit(run: RunDef) -> str | None:
-    """The run's fork point once it started, else HEAD (where start will fork)."""
+    """The run's fork point once it started, else HEAD (where start will fork,
+    as it will for a run landed in HEAD, which starts again)."""
     from gitrun.layout import branch_ref
     from gitrun.store.history import find_base
 
-    if git.rev_parse(run.repo, branch_ref(run.id)):
+    head = git.rev_parse(run.repo, "HEAD")
+    tip = git.rev_parse(run.repo, branch_ref(run.id))
+    if tip and not (head and git.is_ancestor(run.repo, tip, head)):
         found = find_base(run.repo, run.id)
         if found:
             return found
-    return git.rev_parse(run.repo, "HEAD")
+    return head
 
 
 def symlink_problems(

@@ -391,6 +391,33 @@ def blob_sizes(repo: Path, shas: list[str]) -> dict[str, int]:
     return sizes
 
 
+def read_blobs(repo: Path, shas: list[str]) -> dict[str, bytes]:
+    """The blobs of ``shas`` the repository has, by id, in one ``cat-file
+    --batch`` call (one it lacks is left out)."""
+    if not shas:
+        return {}
+    out = git(repo, "cat-file", "--batch", input="".join(f"{s}\n" for s in shas).encode())
+    blobs: dict[str, bytes] = {}
+    at = 0
+    for sha in shas:
+        end = out.index(b"\n", at)
+        header = out[at:end].split()
+        at = end + 1
+        if len(header) != 3 or not header[2].isdigit():
+            continue  # "<sha> missing" (or ambiguous): nothing follows it
+        size = int(header[2])
+        if header[1] == b"blob":
+            blobs[sha] = out[at : at + size]
+        at += size + 1
+    return blobs
+
+
+def is_ancestor(repo: Path, commit: str, of: str) -> bool:
+    """Whether ``of``'s history holds ``commit``."""
+    argv = [*GIT, "-C", str(repo), "merge-base", "--is-ancestor", commit, of]
+    return run_cmd(argv, check=False).returncode == 0
+
+
 def cat_blob(repo: Path, sha: str) -> bytes:
     return git(repo, "cat-file", "blob", sha)
 

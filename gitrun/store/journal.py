@@ -41,6 +41,9 @@ class JournalEntry:
     cmdline: list[str] | None = None
     deadline: float | None = None
     end: bool = False
+    # What the attempt makes its outputs from (gitrun.definition.provenance),
+    # as the launch found it; None when unknown.
+    made_from: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"v": JOURNAL_FORMAT, "task": self.task, "attempt": self.attempt}
@@ -54,6 +57,7 @@ class JournalEntry:
             "create_time": self.create_time,
             "cmdline": self.cmdline,
             "deadline": self.deadline,
+            "made_from": self.made_from,
         }
         data.update({k: v for k, v in optional.items() if v is not None})
         return data
@@ -96,6 +100,7 @@ class JournalEntry:
             _time(item.get("create_time")),
             cmdline,
             _time(item.get("deadline")),
+            made_from=_strings(item.get("made_from")),
         )
 
 
@@ -136,3 +141,12 @@ class Journal:
 
     def close(self) -> None:
         self._writer.close()
+
+
+def _strings(value: object) -> dict[str, str] | None:
+    """A JSON object of strings, or None for anything else."""
+    if isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        return value
+    return None

@@ -32,10 +32,10 @@ SKIPPED = "its tasks count as not handed out"
 
 
 class Lease:
-    """One task handed out: its attempt, when, until when, and its owned
-    files' blob ids at that moment (``before``)."""
+    """One task handed out: its attempt, when, until when, and its outputs'
+    marks at that moment (``before``: see :func:`gitrun.definition.outputs.prepare_outputs`)."""
 
-    __slots__ = ("agent", "attempt", "before", "expires", "leased", "task")
+    __slots__ = ("agent", "attempt", "before", "expires", "leased", "made_from", "task")
 
     def __init__(
         self,
@@ -45,6 +45,7 @@ class Lease:
         expires: float,
         before: dict[str, str | None],
         agent: str | None = None,
+        made_from: dict[str, str] | None = None,
     ) -> None:
         self.task = task
         self.attempt = attempt
@@ -52,6 +53,8 @@ class Lease:
         self.expires = expires
         self.before = before
         self.agent = agent
+        # What the attempt makes its outputs from (gitrun.definition.provenance).
+        self.made_from = made_from
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Lease) and other.to_json() == self.to_json()
@@ -65,14 +68,20 @@ class Lease:
         leased, expires = data.number("leased"), data.number("expires")
         before = data.mapping("before")
         if not all(v is None or isinstance(v, str) for v in before.values()):
-            raise RecordInvalid("before", "maps a path to something that is not a blob id")
-        return cls(task, attempt, leased, expires, before, data.optional_string("agent"))
+            raise RecordInvalid("before", "maps a path to something that is not a launch mark")
+        made_from = data.data.get("made_from")
+        if made_from is not None and not (
+            isinstance(made_from, dict) and all(isinstance(v, str) for v in made_from.values())
+        ):
+            made_from = None  # damaged: the attempt's provenance is unknown, nothing worse
+        agent = data.optional_string("agent")
+        return cls(task, attempt, leased, expires, before, agent, made_from)
 
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in _FIELDS}
 
 
-_FIELDS = ("task", "attempt", "leased", "expires", "before", "agent")
+_FIELDS = ("task", "attempt", "leased", "expires", "before", "agent", "made_from")
 
 
 class LeaseFile:

@@ -1,6 +1,8 @@
 """The run's ledger: one JSON line per attempt, append-only, committed with the run.
 
-Besides attempts it holds ``retry`` events
+Besides attempts it holds ``start`` events (a run started, from which base
+commit, with which tasks up to date: the ledger's records from the last one
+on are the run's current round), ``retry`` events
 (``gitrun retry`` gives a task new attempts), ``halt`` events (a halt that only
 a person can lift: a failed canary, an environment fault, a strict ownership
 violation) and ``lift`` events (``gitrun retry`` lifted it). Lines a crash cut short are skipped when reading.
@@ -55,6 +57,8 @@ COUNTED = (MISSING, INVALID)
 # Run-level events.
 HALT = "halt"
 LIFT = "lift"
+START = "start"
+RETRY = "retry"
 
 
 @dataclass
@@ -64,6 +68,9 @@ class TaskHistory:
     spawns: int = 0
     last_outcome: str | None = None
     last_reason: str | None = None
+    # The outputs its latest valid attempt made (path -> blob id), if it said.
+    made: dict[str, str] | None = None
+    up_to_date: bool = False  # not dispatched this round: its outputs at the base are current
 
 
 @dataclass
@@ -99,11 +106,18 @@ def note(summary: LedgerSummary, record: dict[str, Any]) -> None:
     if event == LIFT:
         summary.halt = None
         return
+    if event == START:
+        fresh = record.get("up_to_date")
+        for tid in fresh if isinstance(fresh, list) else ():
+            if isinstance(tid, str):
+                summary.tasks.setdefault(tid, TaskHistory()).up_to_date = True
+        return
     if not isinstance(record.get("task"), str):
         return  # run-level events, such as ownership violations
     history = summary.tasks.setdefault(record["task"], TaskHistory())
-    if record.get("event") == "retry":
+    if record.get("event") == RETRY:
         history.used = 0
+        history.up_to_date = False  # `gitrun retry RUN TASK` runs it again
         return
     number = record.get("attempt")
     if isinstance(number, int):
@@ -115,6 +129,28 @@ def note(summary: LedgerSummary, record: dict[str, Any]) -> None:
     history.last_outcome = outcome if isinstance(outcome, str) else None
     reason = record.get("reason")
     history.last_reason = reason if isinstance(reason, str) else None
+    if outcome == VALID:
+        made = record.get("made")
+        history.made = made if isinstance(made, dict) else None
+
+
+def note_numbers(summary: LedgerSummary, earlier: list[dict[str, Any]]) -> None:
+    """The attempt numbers earlier rounds used, so that the current round's
+    attempts go on from them (their logs and quarantine are kept by number)."""
+    for record in earlier:
+        tid, number = record.get("task"), record.get("attempt")
+        if isinstance(tid, str) and type(number) is int:
+            history = summary.tasks.setdefault(tid, TaskHistory())
+            history.attempts = max(history.attempts, number)
+
+
+def current_round(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of the run's current round: from its last ``start`` event
+    on (all of them for a run started before rounds)."""
+    for at in range(len(records) - 1, -1, -1):
+        if records[at].get("event") == START:
+            return records[at:] if at else records
+    return records
 
 
 def iso(ts: float) -> str:
@@ -243,6 +279,10 @@ class AttemptRecord:
     # What its client reported it used (gitrun.store.usage); None: nothing was
     # reported, so its cost is unknown (never zero).
     usage: Usage | None = None
+    # A valid attempt's provenance (gitrun.definition.provenance): what its
+    # outputs were made from, and the blob id of each output it made.
+    made_from: dict[str, str] | None = None
+    made: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -266,6 +306,10 @@ class AttemptRecord:
             record["concurrency"] = self.concurrency
         if self.usage is not None:
             record["usage"] = self.usage.to_json()
+        if self.made_from is not None:
+            record["made_from"] = self.made_from
+        if self.made is not None:
+            record["made"] = self.made
         return record
 
 

@@ -16,15 +16,12 @@ problem, and :func:`render_command` refuses it too.
 from __future__ import annotations
 
 import functools
-import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from gitrun.definition.load import RunDef, Task
 from gitrun.definition.schema import Executor
 from gitrun.errors import GitrunError
-from gitrun.ownership.patterns import PatternError, literal_path, matches, parse
 from gitrun.workers.interpreters import code_slots
 
 PLACEHOLDERS = (
@@ -364,42 +361,3 @@ def _plan(template: tuple[str, ...]) -> tuple[_Step, ...] | str:
         else:
             steps.append((_VALUE, _name(found), None))
     return tuple(steps)
-
-
-def task_inputs(run: RunDef, task: Task) -> list[str]:
-    """What ``{inputs}`` gives for one task: its input files, or for a task
-    with a bundle the bundle file, as its pointer says (a bundle is for more
-    inputs than one argv, or one environment variable, can carry)."""
-    if task.bundle:
-        return [task.bundle]
-    return input_paths(run.repo, task.inputs)
-
-
-def input_paths(repo: Path, inputs: list[str]) -> list[str]:
-    """The files a task's inputs name, for ``{inputs}`` and ``GITRUN_INPUTS``:
-    a plain path as written (escapes removed), a glob as the regular files it
-    matches in the work tree now, sorted, without following a symlink."""
-    paths: list[str] = []
-    for text in inputs:
-        try:
-            pattern = parse(text)
-        except PatternError:
-            continue  # `gitrun check` reports it
-        literal = literal_path(pattern)
-        if literal is not None:
-            paths.append(literal)
-            continue
-        base = repo.joinpath(*pattern.literal_prefix)
-        if base.is_symlink():
-            continue
-        found = []
-        for folder, dirs, files in os.walk(base):
-            rel = Path(folder).relative_to(repo).as_posix()
-            dirs[:] = sorted(d for d in dirs if not (rel == "." and d == ".git"))
-            for name in files:
-                path = name if rel == "." else f"{rel}/{name}"
-                full = Path(folder) / name
-                if matches(pattern, path) and full.is_file() and not full.is_symlink():
-                    found.append(path)
-        paths += sorted(found)
-    return list(dict.fromkeys(paths))

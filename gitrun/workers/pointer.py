@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from functools import cache
 
+from gitrun.definition.inputs import task_inputs
 from gitrun.definition.load import RunDef, Task
 from gitrun.resources import template_text
-from gitrun.workers.executor import task_inputs
 
 POINTER_TEMPLATE = "pointer.txt"
 

@@ -24,7 +24,7 @@ from gitrun.definition.load import (
     check_run_id,
 )
 from gitrun.definition.runfiles import read_blobs
-from gitrun.engine.states import DONE, FAILED, PENDING, Engine
+from gitrun.engine.states import DONE, FAILED, PENDING, UP_TO_DATE, Engine
 from gitrun.errors import GitrunError
 from gitrun.layout import branch_ref
 from gitrun.store import git, ledger
@@ -38,13 +38,13 @@ class CommittedRun:
     run: RunDef
     ref: str  # the branch read: gitrun/<run>, or a remote's copy of it
     tip: str
-    records: list[dict[str, Any]]  # the committed ledger, in order
-    status: dict[str, str]  # task id -> done, failed or pending (table order)
+    records: list[dict[str, Any]]  # the committed ledger's current round, in order
+    status: dict[str, str]  # task id -> done, up-to-date, failed or pending (table order)
     commits: dict[str, str]  # task id -> the newest commit landing its outputs
     summary: ledger.LedgerSummary  # the committed ledger, summed up
 
     def counts(self) -> dict[str, int]:
-        out = dict.fromkeys((DONE, PENDING, FAILED), 0)
+        out = dict.fromkeys((DONE, UP_TO_DATE, PENDING, FAILED), 0)
         for status in self.status.values():
             out[status] += 1
         return out
@@ -79,6 +79,7 @@ def read_committed(repo: Path, run_id: str) -> CommittedRun:
     engine = Engine(run, LocalPaths.of(repo, run_id), tip, running=(), records=records)
     status = dict(engine.status)
     summary = engine.summary
+    records = engine.records  # the current round's
     commits: dict[str, str] = {}
     for entry in read_history(repo, run_id, tip):  # newest first
         for tid in entry.tasks:

@@ -37,7 +37,7 @@ from gitrun.commands.report.timeline import (
     parse_time,
     read_attempts,
 )
-from gitrun.engine.states import DONE, FAILED, PENDING
+from gitrun.engine.states import DONE, FAILED, PENDING, UP_TO_DATE
 from gitrun.errors import GitrunError
 from gitrun.resources import template_text
 from gitrun.store import ledger
@@ -53,7 +53,12 @@ COLOURS = {
     ledger.INTERRUPTED: "#b9bec5",
 }
 OTHER_COLOUR = "#222222"  # an outcome this version does not know
-STATUS_COLOURS = {DONE: COLOURS[ledger.VALID], FAILED: COLOURS[ledger.INVALID], PENDING: "#8a8f98"}
+STATUS_COLOURS = {
+    DONE: COLOURS[ledger.VALID],
+    UP_TO_DATE: COLOURS[ledger.VALID],
+    FAILED: COLOURS[ledger.INVALID],
+    PENDING: "#8a8f98",
+}
 LISTED = 20  # tasks or violations named in the summary before "and N more"
 
 
@@ -184,6 +189,12 @@ def _summary(c: CommittedRun, attempts: list[Attempt], throttles: int) -> str:
     numbers = [
         _number("tasks", f"{len(c.status):,}", "tasks"),
         _number(DONE, f"{counts[DONE]:,}", "done"),
+        _number(
+            UP_TO_DATE,
+            f"{counts[UP_TO_DATE]:,}",
+            "up to date",
+            "not run: their outputs were made from the same inputs and definition before",
+        ),
         _number(FAILED, f"{counts[FAILED]:,}", "failed", "used up their attempts"),
         _number(PENDING, f"{counts[PENDING]:,}", "not done", "pending, or running now"),
         _number("spawns", f"{spawns:,}", "spawns", "attempts the ledger records"),

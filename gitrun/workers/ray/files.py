@@ -17,11 +17,11 @@ import os
 import stat
 from pathlib import Path
 
+from gitrun.definition.inputs import task_inputs
 from gitrun.definition.load import RunDef, Task
 from gitrun.definition.outputs import open_parent
 from gitrun.definition.runfiles import definition_snapshot, read_blobs
 from gitrun.store import git
-from gitrun.workers.executor import task_inputs
 
 
 class AttemptFiles:

@@ -1,0 +1,220 @@
+"""Running a job again: deterministic re-runs finish, and only what changed runs.
+
+Real repositories, real ``gitrun`` processes and a real shell worker whose
+output depends only on its input (``tr`` of the input file), so a re-run makes
+the very bytes the branch holds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import (
+    build_tree,
+    commit_all,
+    git,
+    ledger_records,
+    run_gitrun,
+    write_run,
+)
+
+# Deterministic: the output is the input upper-cased, as a JSON string. It
+# also logs each task it ran, so a test knows what was dispatched.
+WORKER = (
+    'printf "%s\\n" "$GITRUN_TASK" >> "$RAN_LOG"; '
+    'printf \'{"text": "%s"}\\n\' "$(tr a-z A-Z < "$GITRUN_INPUTS")" > "$GITRUN_OUTPUTS"'
+)
+
+
+def _run(repo: Path, run_id: str, count: int, rules: str = "upper-case it") -> Path:
+    build_tree(repo, {f"docs/d{i}.txt": f"doc {i}\n" for i in range(1, count + 1)})
+    tasks: list[dict[str, object]] = [
+        {"id": f"t{i}", "inputs": [f"docs/d{i}.txt"], "outputs": [f"out/d{i}.json"]}
+        for i in range(1, count + 1)
+    ]
+    log = repo.parent / "ran.log"
+    write_run(
+        repo,
+        run_id,
+        tasks,
+        {
+            "rules": {"text": rules},
+            "executor": {
+                "command": ["sh", "-c", WORKER],
+                "env": {"RAN_LOG": str(log)},
+            },
+        },
+    )
+    commit_all(repo, f"define {run_id}")
+    return log
+
+
+def _ran(log: Path) -> list[str]:
+    """The tasks the worker ran since the last call."""
+    if not log.exists():
+        return []
+    ran = sorted(log.read_text().split())
+    log.unlink()
+    return ran
+
+
+def _ok(repo: Path, *args: str) -> str:
+    proc = run_gitrun(repo, *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout + proc.stderr
+
+
+def _status(repo: Path, run_id: str) -> dict[str, object]:
+    proc = run_gitrun(repo, "status", run_id, "--json")
+    assert proc.returncode == 0, proc.stderr
+    status: dict[str, object] = json.loads(proc.stdout)
+    return status
+
+
+def test_a_deterministic_rerun_of_a_landed_run_finishes_with_every_task_done(
+    git_repo: Path,
+) -> None:
+    """A second run with the same tasks (under another id), told to run them
+    all, regenerates the very bytes the first landed: every attempt counts as
+    written, each task is done, and the run ends with exit 0 (it halted with
+    "unchanged since launch" before)."""
+    log = _run(git_repo, "one", 3)
+    _ok(git_repo, "start", "one", "-q")
+    _ok(git_repo, "land", "one")
+    assert _ran(log) == ["t1", "t2", "t3"]
+    # The same tasks in run two.
+    (git_repo / ".gitrun/runs/two").mkdir()
+    for name in ("packet.toml", "tasks.toml"):
+        text = (git_repo / ".gitrun/runs/one" / name).read_text()
+        (git_repo / ".gitrun/runs/two" / name).write_text(text.replace('"one"', '"two"'))
+    commit_all(git_repo, "define two")
+    out = _ok(git_repo, "start", "two", "--all")
+    assert _ran(log) == ["t1", "t2", "t3"]
+    assert "unchanged since launch" not in out
+    status = _status(git_repo, "two")
+    assert status["counts"] == {
+        "done": 3,
+        "up-to-date": 0,
+        "pending": 0,
+        "running": 0,
+        "failed": 0,
+    }
+    _ok(git_repo, "land", "two")
+
+
+def test_all_runs_every_task_again_and_they_end_done(git_repo: Path) -> None:
+    log = _run(git_repo, "r", 3)
+    _ok(git_repo, "start", "r", "-q")
+    _ok(git_repo, "land", "r")
+    _ran(log)
+    out = _ok(git_repo, "start", "r", "--all")
+    assert _ran(log) == ["t1", "t2", "t3"]
+    assert "started again" in out
+    assert _status(git_repo, "r")["counts"]["done"] == 3  # type: ignore[index]
+
+
+@pytest.mark.xfail(
+    strict=True, reason="land refuses a tracked output rewritten with the run's bytes"
+)
+def test_a_second_run_with_one_input_changed_runs_one_task(git_repo: Path) -> None:
+    log = _run(git_repo, "r", 5)
+    _ok(git_repo, "start", "r", "-q")
+    _ok(git_repo, "land", "r")
+    assert _ran(log) == [f"t{i}" for i in range(1, 6)]
+    # Nothing changed: check says so, and start runs nothing.
+    assert "5 of 5 tasks are up to date, 0 will run" in _ok(git_repo, "check", "r")
+    out = _ok(git_repo, "start", "r")
+    assert _ran(log) == []
+    assert "5 of 5 tasks are up to date" in out
+    status = _status(git_repo, "r")
+    assert status["counts"]["up-to-date"] == 5  # type: ignore[index]
+    _ok(git_repo, "land", "r")
+    # One input edited (not even committed): that task alone runs.
+    (git_repo / "docs/d3.txt").write_text("doc three\n")
+    assert "4 of 5 tasks are up to date, 1 will run" in _ok(git_repo, "check", "r")
+    _ok(git_repo, "start", "r", "-q")
+    assert _ran(log) == ["t3"]
+    status = _status(git_repo, "r")
+    assert status["counts"]["done"] == 1  # type: ignore[index]
+    assert status["counts"]["up-to-date"] == 4  # type: ignore[index]
+    assert json.loads((git_repo / "out/d3.json").read_text()) == {"text": "DOC THREE"}
+    _ok(git_repo, "land", "r")
+    # The rules edited: every task runs.
+    packet = git_repo / ".gitrun/runs/r/packet.toml"
+    packet.write_text(packet.read_text().replace("upper-case it", "upper-case it all"))
+    commit_all(git_repo, "new rules")
+    _ok(git_repo, "start", "r", "-q")
+    assert _ran(log) == [f"t{i}" for i in range(1, 6)]
+
+
+def test_retry_forces_an_up_to_date_task(git_repo: Path) -> None:
+    log = _run(git_repo, "r", 2)
+    _ok(git_repo, "start", "r", "-q")
+    _ok(git_repo, "land", "r")
+    _ok(git_repo, "start", "r", "-q")
+    _ran(log)
+    _ok(git_repo, "retry", "r", "t2")
+    _ok(git_repo, "resume", "r", "-q")
+    assert _ran(log) == ["t2"]
+    counts = _status(git_repo, "r")["counts"]
+    assert counts["done"] == 1 and counts["up-to-date"] == 1  # type: ignore[index]
+
+
+def test_all_is_refused_where_no_task_is_up_to_date(git_repo: Path) -> None:
+    _run(git_repo, "r", 2)
+    proc = run_gitrun(git_repo, "start", "r", "--all")
+    assert proc.returncode == 1
+    assert "no task of run 'r' is up to date, so --all means nothing here" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_started_run_not_landed_is_refused_with_the_way_on(git_repo: Path) -> None:
+    _run(git_repo, "r", 1)
+    _ok(git_repo, "start", "r", "-q")
+    proc = run_gitrun(git_repo, "start", "r")
+    assert proc.returncode == 1
+    assert "`gitrun resume r`" in proc.stderr and "`gitrun land r`" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda r: {**r, "made_from": "not a digest"},
+        lambda r: {**r, "made_from": {"definition": "0" * 64, "inputs": 7}},
+        lambda r: {**r, "made": ["out/d1.json"]},
+        lambda r: {**r, "made": {"out/d1.json": "f" * 40}},  # a blob that is not there
+        lambda r: {**r, "v": 99},  # a newer format
+    ],
+)
+def test_a_damaged_provenance_record_makes_the_task_run(git_repo: Path, damage: object) -> None:
+    log = _run(git_repo, "r", 2)
+    _ok(git_repo, "start", "r", "-q")
+    _ok(git_repo, "land", "r")
+    _ran(log)
+    git(git_repo, "branch", "-D", "-q", "gitrun/r")  # its copy of the ledger is whole
+    chunks = sorted((git_repo / ".gitrun/runs/r/ledger").rglob("*.jsonl"))
+    for chunk in chunks:
+        lines = []
+        for line in chunk.read_text().splitlines():
+            record = json.loads(line)
+            if record.get("task") == "t1" and record.get("outcome") == "valid":
+                record = damage(record)  # type: ignore[operator]
+            lines.append(json.dumps(record))
+        chunk.write_text("\n".join(lines) + "\n")
+    commit_all(git_repo, "a damaged ledger")
+    _ok(git_repo, "start", "r", "-q")
+    assert _ran(log) == ["t1"]
+
+
+def test_attempt_records_keep_what_outputs_were_made_from(git_repo: Path) -> None:
+    _run(git_repo, "r", 1)
+    _ok(git_repo, "start", "r", "-q")
+    valid = [r for r in ledger_records(git_repo) if r.get("outcome") == "valid"]
+    assert len(valid) == 1
+    made_from = valid[0]["made_from"]
+    assert isinstance(made_from, dict) and set(made_from) == {"definition", "inputs"}
+    blob = git(git_repo, "rev-parse", "gitrun/r:out/d1.json").strip()
+    assert valid[0]["made"] == {"out/d1.json": blob}
