@@ -284,7 +284,8 @@ def test_dot_directories_and_links_in_the_run_directory_are_not_committed(
     assert files == {
         ".gitrun/runs/r/packet.toml",
         ".gitrun/runs/r/tasks.toml",
-        ".gitrun/runs/r/ledger/0000/000001.jsonl",
+        ".gitrun/runs/r/ledger/0000/000001.jsonl",  # the round's start
+        ".gitrun/runs/r/ledger/0000/000002.jsonl",  # the driver's records
     }
 
 

@@ -143,7 +143,7 @@ def test_unknown_key_of_an_output_table_lists_its_fields(git_repo: Path) -> None
     [line] = info.value.lines
     assert line.endswith(
         "task[0] (id 't1').outputs[0].bogus: unknown field; remove it or fix "
-        "the spelling (known fields: path, validators)"
+        "the spelling (known fields: path, validators, edits)"
     ), line
 
 

@@ -315,7 +315,7 @@ def refuse_rewritten_definition(run: RunDef, tip: str) -> None:
     from gitrun.definition.outputs import blob_on_disk
 
     suspect: dict[str, str] = {}  # path -> when the audit saw it change
-    for record in ledger.read_ledger(run.repo / run.dir):
+    for record in ledger.current_round(ledger.read_ledger(run.repo / run.dir)):
         path = record.get("path")
         if not isinstance(path, str):
             continue
