@@ -8,6 +8,7 @@ the very bytes the branch holds.
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,79 @@ def test_attempt_records_keep_what_outputs_were_made_from(git_repo: Path) -> Non
     assert isinstance(made_from, dict) and set(made_from) == {"definition", "inputs"}
     blob = git(git_repo, "rev-parse", "gitrun/r:out/d1.json").strip()
     assert valid[0]["made"] == {"out/d1.json": blob}
+
+
+REVIEW = (
+    'printf "%s\\n" "$GITRUN_TASK" >> "$RAN_LOG"; '
+    'printf \'{"review": %s}\\n\' "$(wc -c < "$GITRUN_INPUTS")" > "$GITRUN_OUTPUTS"'
+)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_exactly_the_tasks_an_edit_affects_run_again(git_repo: Path, seed: int) -> None:
+    """Random edits between rounds (inputs, committed or not; task entries;
+    the packet's rules) and a second stage reading the first's outputs:
+    each round runs exactly the tasks whose provenance changed, and the
+    review tasks of the work tasks that ran."""
+    from gitrun.commands.land import land_run
+    from gitrun.commands.session import start_run
+
+    rng = random.Random(seed)
+    count = 5
+    log = _run(git_repo, "r", count)
+    tasks: list[dict[str, object]] = [
+        {"id": f"t{i}", "inputs": [f"docs/d{i}.txt"], "outputs": [f"out/d{i}.json"]}
+        for i in range(1, count + 1)
+    ]
+    reviews: list[dict[str, object]] = [
+        {
+            "id": f"r{i}",
+            "stage": "review",
+            "inputs": [f"out/d{i}.json"],
+            "outputs": [f"rev/{i}.json"],
+        }
+        for i in (1, 2)
+    ]
+    rules = "upper-case it"
+
+    def define() -> None:
+        write_run(
+            git_repo,
+            "r",
+            tasks + reviews,
+            {
+                "rules": {"text": rules},
+                "stages": [{"name": "work"}, {"name": "review"}],
+                "executor": {
+                    "preset": "shell",
+                    "shell": f'case "$GITRUN_TASK" in r*) {REVIEW};; *) {WORKER};; esac',
+                    "env": {"RAN_LOG": str(log)},
+                },
+            },
+        )
+
+    def round_runs() -> list[str]:
+        outcome = start_run(git_repo, "r", lambda _line: None)
+        assert outcome.exit_code == 0, outcome.status.to_json()
+        land_run(git_repo, "r")
+        return _ran(log)
+
+    define()
+    commit_all(git_repo, "two stages")
+    assert round_runs() == sorted(t["id"] for t in tasks + reviews)  # type: ignore[misc]
+    for number in range(4):
+        expected: set[str] = set()
+        for i in rng.sample(range(1, count + 1), rng.randint(0, 2)):  # inputs
+            (git_repo / f"docs/d{i}.txt").write_text(f"doc {i}, round {number}\n")
+            expected.add(f"t{i}")
+        for i in rng.sample(range(1, count + 1), rng.randint(0, 1)):  # entries
+            tasks[i - 1]["note"] = f"note of round {number}"
+            expected.add(f"t{i}")
+        if rng.random() < 0.2:  # the rules: everything
+            rules += "!"
+            expected = {str(t["id"]) for t in tasks + reviews}
+        expected |= {f"r{i}" for i in (1, 2) if f"t{i}" in expected}
+        define()
+        if rng.random() < 0.5 and git(git_repo, "status", "--porcelain"):
+            commit_all(git_repo, f"round {number}")  # else the edits stay uncommitted
+        assert round_runs() == sorted(expected), f"round {number}"
