@@ -57,9 +57,10 @@ def _git(repo: Path, *args: str) -> None:
 
 
 def _gitrun(repo: Path, *args: str) -> None:
-    subprocess.run(
-        [*gitrun_argv(), *args], cwd=repo, env=git_env(), check=True, capture_output=True
-    )
+    argv = [*gitrun_argv(), *args]
+    proc = subprocess.run(argv, cwd=repo, env=git_env(), capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"gitrun {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
 
 
 def main() -> int:

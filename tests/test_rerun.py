@@ -117,9 +117,6 @@ def test_all_runs_every_task_again_and_they_end_done(git_repo: Path) -> None:
     assert _status(git_repo, "r")["counts"]["done"] == 3  # type: ignore[index]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="land refuses a tracked output rewritten with the run's bytes"
-)
 def test_a_second_run_with_one_input_changed_runs_one_task(git_repo: Path) -> None:
     log = _run(git_repo, "r", 5)
     _ok(git_repo, "start", "r", "-q")

@@ -73,6 +73,7 @@ def land_run(repo: Path, run_id: str, squash: bool = False, partial: bool = Fals
             "them away or delete them, then land again"
         )
     _refuse_a_held_index(repo)
+    _reset_run_copies(repo, head, incoming, fmt)
     _move_aside(repo, identical, aside_dir)
     message = f"gitrun: land run {run_id}\n\nGitrun-Run: {run_id}\n"
     try:
@@ -144,6 +145,36 @@ def _untracked(repo: Path, paths: list[str]) -> list[str]:
         tracked = git.git(repo, "ls-files", "-z", "--", *chunk).decode(errors="surrogateescape")
         known.update(filter(None, tracked.split("\0")))
     return [p for p in found if p not in known]
+
+
+def _reset_run_copies(repo: Path, head: str, incoming: dict[str, str], fmt: str) -> None:
+    """Tracked files changed in the work tree to exactly the run's version (a
+    worker of a run started again rewrote its output; the run committed the
+    definition as edited) would make git refuse the merge: they go back to
+    HEAD's version, which the merge then replaces by the very same bytes.
+    A change staged to anything else is the user's, and stays (git names it)."""
+    paths = sorted(incoming)
+    changed: list[str] = []
+    staged: dict[str, str] = {}
+    for start in range(0, len(paths), 500):  # command lines have limits
+        chunk = paths[start : start + 500]
+        out = git.git(repo, "diff", "--name-only", "-z", "--no-renames", head, "--", *chunk)
+        changed += [p for p in out.decode(errors="surrogateescape").split("\0") if p]
+        listed = git.git(repo, "ls-files", "-s", "-z", "--", *chunk)
+        for entry in listed.decode(errors="surrogateescape").split("\0"):
+            if entry:
+                meta, path = entry.split("\t", 1)
+                staged[path] = meta.split(" ")[1]
+    at_head = git.ls_tree(repo, head, changed) if changed else {}
+    copies = [
+        path
+        for path in changed
+        if path in at_head
+        and staged.get(path) in (at_head[path][1], incoming[path])
+        and blob_on_disk(repo / path, fmt) == incoming[path]
+    ]
+    for start in range(0, len(copies), 500):
+        git.git(repo, "checkout", "-q", head, "--", *copies[start : start + 500])
 
 
 def _move_aside(repo: Path, paths: list[str], aside_dir: Path) -> None:
