@@ -4,8 +4,11 @@ A run of N tasks (default 10,000) is run once and landed. Then, round by
 round, a few inputs (default 10) are edited and the run is started again:
 `gitrun check` is timed, then `gitrun start` to its end (it runs the changed
 tasks only), then the round is landed (not timed). Target: check + start
-<= 2 x check alone, i.e. running the few changed tasks costs no more than
-the proof: the up-to-date tasks cost nothing beyond being recognized.
+<= 2 x check alone. start proves the run as check does (the same proof,
+up-to-date tasks included) before it runs anything, so that ratio is at
+least 2 by construction; the second row shows start alone against check:
+what running the changed tasks and recognizing the rest cost beyond the
+proof.
 
     python bench/rerun.py [--tasks 10000] [--changed 10] [--rounds 5]
 """
@@ -104,6 +107,14 @@ def main() -> int:
             ok=ratio <= 2,
         ),
         starts,
+    )
+    alone = start_s / check_s
+    table.add(
+        Row(
+            f"start to the end alone ({args.changed} run)",
+            f"{start_s:.3f} s",
+            ratio=f"{alone:.2f}x check",
+        )
     )
     table.notes.append(f"check rounds: {walls(checks)} s; start rounds: {walls(starts)} s")
     table.print()
