@@ -77,10 +77,12 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
     show_all: Annotated[bool, typer.Option("--all", help="List every task not done.")] = False,
 ) -> None:
-    """Show a run's progress: counts per stage, attempts, spawns and yield.
+    """Show a run's progress: its state, counts per stage, attempts, spawns and yield.
 
-    Derived from the run branch, the ledger and the files on disk; safe to
-    run while the run is being driven.
+    The state is not started, started, driving, landed (its branch is in the
+    current branch, by a merge or a squash: the landing commit is named), or
+    branch gone. Derived from the run branch, the ledger and the files on
+    disk; safe to run while the run is being driven.
     """
     from gitrun.commands.drive import show_status
 

@@ -101,7 +101,7 @@ def show_status(repo: Path, run: str | None, as_json: bool, show_all: bool) -> N
     if run is not None:
         from gitrun.engine.status import read_status
 
-        st = read_status(repo, run)
+        st = read_status(repo, run, landing=True)
         from gitrun.commands.summary import format_status
 
         if as_json:
@@ -114,7 +114,7 @@ def show_status(repo: Path, run: str | None, as_json: bool, show_all: bool) -> N
     from gitrun.engine.status import read_status
     from gitrun.layout import run_ids
 
-    statuses = [read_status(repo, r) for r in run_ids(str(repo))]
+    statuses = [read_status(repo, r, landing=True) for r in run_ids(str(repo))]
     if as_json:
         out.write(json.dumps([st.to_json() for st in statuses], indent=2) + "\n")
     elif not statuses:
