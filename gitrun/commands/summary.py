@@ -105,11 +105,13 @@ def format_status(status: RunStatus, limit: int | None = 20) -> str:
             f"`gitrun resume {status.run}` moves it back to its newest whole commit"
         )
     elif status.landed:
-        lines.append(f"run {status.run!r}: {status.landed.describe()}")
+        done = status.counts()[DONE] == len(status.tasks)
+        end = f"; `gitrun rm {status.run}` removes its branch and local state" if done else ""
+        lines.append(f"run {status.run!r}: {status.landed.describe()}{end}")
     elif status.branch_gone:
         lines.append(
             f"run {status.run!r}: its branch gitrun/{status.run} is gone; `gitrun start "
-            f"{status.run}` starts it over"
+            f"{status.run}` starts it over, `gitrun rm {status.run}` removes what is left"
         )
     else:
         lines.append(

@@ -1,5 +1,5 @@
-"""The runs' branches as the current branch sees them: which landed, and by
-which commit."""
+"""The runs' branches as the current branch sees them: which exist, which
+landed and by which commit, and what deleting one would lose."""
 
 from __future__ import annotations
 
@@ -7,13 +7,32 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gitrun.layout import LEDGER_NAME, RUNS_DIR
+from gitrun.layout import BRANCH_PREFIX, LEDGER_NAME, RUNS_DIR, branch_ref, is_run_id
 from gitrun.processes.proc import run_cmd
 from gitrun.store import git
 from gitrun.store.ledger import CHUNK_DIR
 
 _FIELD = "\x1f"
 _LIST = "\x1d"
+
+
+@dataclass(frozen=True)
+class RunBranch:
+    tip: str  # the object the branch names (whole or not)
+    worktree: str | None  # where it is checked out, if anywhere
+
+
+def run_branches(repo: Path) -> dict[str, RunBranch]:
+    """Every branch ``gitrun/<run>`` (one ``for-each-ref`` call), by run id."""
+    fmt = _FIELD.join(["%(refname)", "%(objectname)", "%(worktreepath)"])
+    out = git.git(repo, "for-each-ref", f"--format={fmt}", f"refs/heads/{BRANCH_PREFIX}")
+    found: dict[str, RunBranch] = {}
+    for line in out.decode(errors="surrogateescape").splitlines():
+        ref, tip, worktree = line.split(_FIELD)
+        run_id = ref.removeprefix(f"refs/heads/{BRANCH_PREFIX}")
+        if is_run_id(run_id):  # a branch gitrun/a/b of the user's is no run's
+            found[run_id] = RunBranch(tip, worktree or None)
+    return found
 
 
 @dataclass(frozen=True)
@@ -103,3 +122,13 @@ def current_branch(git_dir: Path) -> str | None:
         return None
     name = head.removeprefix("ref: refs/heads/")
     return name if name != head else None
+
+
+def lost_commits(repo: Path, run_id: str, tip: str) -> int:
+    """How many commits deleting the run's branch would leave without a ref:
+    those of ``tip`` that no other ref reaches (HEAD, branches, tags,
+    remote-tracking branches)."""
+    out = git.git(
+        repo, "rev-list", "--count", tip, "--not", f"--exclude={branch_ref(run_id)}", "--all"
+    )
+    return int(out.decode().strip() or 0)
