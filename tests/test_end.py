@@ -106,6 +106,44 @@ def test_a_run_that_went_on_after_its_landing_is_started_again(git_repo: Path) -
     assert gitrun("status").output.startswith("r: started; 2 done")
 
 
+def test_status_all_lists_the_leftovers_of_runs(git_repo: Path) -> None:
+    _started(git_repo, "gone")  # its run directory removed by hand
+    _started(git_repo, "kept")
+    _started(git_repo, "orphan")  # its branch deleted by hand
+    _started(git_repo, "stray")  # only its local state is left
+    for run_id in ("gone", "stray"):
+        for path in sorted((git_repo / ".gitrun/runs" / run_id).rglob("*"), reverse=True):
+            path.rmdir() if path.is_dir() else path.unlink()
+        (git_repo / ".gitrun/runs" / run_id).rmdir()
+    git(git_repo, "branch", "-D", "gitrun/orphan", "gitrun/stray")
+    plain = gitrun("status").output.splitlines()
+    assert [line.split(";")[0] for line in plain] == [
+        "kept: started",
+        "orphan: branch gitrun/orphan gone",
+        "and 2 leftovers of runs without a packet (`gitrun status --all` lists them)",
+    ]
+    every = gitrun("status", "--all").output.splitlines()
+    assert every[:2] == plain[:2]
+    assert every[2] == (
+        "gone: started; left: branch gitrun/gone, local state .git/gitrun/gone/; `gitrun rm gone` "
+        "removes them (`gitrun resume gone` restores the run directory from the branch)"
+    )
+    assert (
+        every[3]
+        == "stray: branch gone; left: local state .git/gitrun/stray/; `gitrun rm stray` removes it"
+    )
+    data = {d["run"]: d for d in json.loads(gitrun("status", "--all", "--json").output)}
+    assert {run: d["state"] for run, d in data.items()} == {
+        "gone": "started",
+        "kept": "started",
+        "orphan": "branch gone",
+        "stray": "branch gone",
+    }
+    assert data["gone"]["run_dir"] is False and data["gone"]["branch"] is not None
+    # With a run, --all keeps its meaning: every task not done.
+    assert "t01" not in gitrun("status", "kept", "--all").output
+
+
 # -- rm -------------------------------------------------------------------------------------
 
 

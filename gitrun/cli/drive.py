@@ -75,7 +75,14 @@ def status(
         str | None, typer.Argument(metavar="RUN", help="The run; all runs when omitted.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
-    show_all: Annotated[bool, typer.Option("--all", help="List every task not done.")] = False,
+    show_all: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="With RUN, list every task not done; without, list also the leftovers of runs "
+            "(a branch gitrun/RUN or local state without a run directory) for `gitrun rm`.",
+        ),
+    ] = False,
 ) -> None:
     """Show a run's progress: its state, counts per stage, attempts, spawns and yield.
 
