@@ -17,8 +17,12 @@ ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 BRANCH_PREFIX = "gitrun/"
 
 
+def is_run_id(name: str) -> bool:
+    return re.fullmatch(ID_PATTERN, name) is not None  # match() would let "r\n" through
+
+
 def check_run_id(run_id: str) -> None:
-    if not re.fullmatch(ID_PATTERN, run_id):  # match() would let "r\n" through
+    if not is_run_id(run_id):
         raise GitrunError(
             f"{run_id!r} is not a valid run id; use 1-64 lowercase letters, digits, '.', '_' "
             "or '-', starting with a letter or digit"

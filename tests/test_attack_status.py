@@ -60,7 +60,8 @@ def driven(git_repo: Path) -> Path:
 
 def _full(repo: Path) -> object:
     """The status of the loaded definition, as ``status --json`` prints it."""
-    return json.loads(json.dumps(read_status(repo, "r", load_run(repo, "r")).to_json()))
+    status = read_status(repo, "r", load_run(repo, "r"), landing=True)
+    return json.loads(json.dumps(status.to_json()))
 
 
 # -- what the key must cover ---------------------------------------------------------
@@ -133,7 +134,7 @@ def test_status_is_the_definitions_everywhere(driven: Path) -> None:
     git(driven, "worktree", "add", "-q", "--detach", str(tree), "main")
     proc = run_gitrun(tree, "status", "r", "--json")
     assert proc.returncode == 0 and json.loads(proc.stdout) == json.loads(
-        json.dumps(read_status(tree, "r", load_run(tree, "r")).to_json())
+        json.dumps(read_status(tree, "r", load_run(tree, "r"), landing=True).to_json())
     )
     git(driven, "branch", "-D", "gitrun/r")  # the branch deleted: pending again
     same(driven)

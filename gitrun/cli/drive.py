@@ -1,4 +1,4 @@
-"""Driving and reading runs: start, resume, status, log, land, retry, watchdog, demo."""
+"""Driving and reading runs: start, resume, status, log, land, rm, retry, watchdog, demo."""
 
 from __future__ import annotations
 
@@ -87,12 +87,21 @@ def status(
         str | None, typer.Argument(metavar="RUN", help="The run; all runs when omitted.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
-    show_all: Annotated[bool, typer.Option("--all", help="List every task not done.")] = False,
+    show_all: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="With RUN, list every task not done; without, list also the leftovers of runs "
+            "(a branch gitrun/RUN or local state without a run directory) for `gitrun rm`.",
+        ),
+    ] = False,
 ) -> None:
-    """Show a run's progress: counts per stage, attempts, spawns and yield.
+    """Show a run's progress: its state, counts per stage, attempts, spawns and yield.
 
-    Derived from the run branch, the ledger and the files on disk; safe to
-    run while the run is being driven.
+    The state is not started, started, driving, landed (its branch is in the
+    current branch, by a merge or a squash: the landing commit is named), or
+    branch gone. Derived from the run branch, the ledger and the files on
+    disk; safe to run while the run is being driven.
     """
     from gitrun.commands.drive import show_status
 
@@ -196,6 +205,35 @@ def land(
 
     check_run_id(run)
     typer.echo(land_run(_repo(ctx), run, squash=squash, partial=partial))
+
+
+@app.command()
+def rm(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(metavar="RUN", help="The run to remove.")],
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Remove it even when that loses commits no other ref holds, run files "
+            "committed nowhere, or tasks handed out and not collected.",
+        ),
+    ] = False,
+) -> None:
+    """End a run: remove its branch gitrun/RUN, its local state under
+    .git/gitrun/RUN/ and its run directory from the work tree.
+
+    Says what it removes first. Commits nothing: run files the current branch
+    tracks then show as deleted in `git status`, for you to commit. Refuses,
+    unless --force, when that would lose work: commits of the branch that no
+    other branch, tag or remote-tracking branch holds (land the run first),
+    run files edited or added and committed nowhere, tasks `gitrun next`
+    handed out and `gitrun collect` did not judge. Refuses a run being
+    driven, or whose dead driver left workers running, even with --force.
+    """
+    from gitrun.commands.remove import remove_run
+
+    remove_run(_repo(ctx), run, force, typer.echo)
 
 
 @app.command()

@@ -99,12 +99,13 @@ def json_text(value: object) -> str:
 
 
 def show_status(repo: Path, run: str | None, as_json: bool, show_all: bool) -> None:
-    """``gitrun status``: one run in full, or a line for every run."""
+    """``gitrun status``: one run in full, or a line for every run (with
+    ``show_all``, also the leftovers: a branch or local state without a run)."""
     out = sys.stdout
     if run is not None:
         from gitrun.engine.status import read_status
 
-        st = read_status(repo, run)
+        st = read_status(repo, run, landing=True)
         from gitrun.commands.summary import format_status
 
         if as_json:
@@ -113,14 +114,29 @@ def show_status(repo: Path, run: str | None, as_json: bool, show_all: bool) -> N
             out.write(format_status(st, limit=None if show_all else 20) + "\n")
         out.flush()
         return
+    from gitrun.commands.leftovers import leftovers, run_pieces, shown_path
     from gitrun.commands.summary import format_status_line
-    from gitrun.engine.status import read_status
-    from gitrun.layout import run_ids
+    from gitrun.engine.status import read_status, where
+    from gitrun.store.local import LocalPaths
 
-    statuses = [read_status(repo, r) for r in run_ids(str(repo))]
+    git_dir = Path(where(repo).git_dir)
+    pieces = run_pieces(repo, git_dir)
+    statuses = [read_status(repo, r, landing=True) for r, p in pieces.items() if p.defined]
+    rest = leftovers(repo, git_dir, pieces) if show_all else []
     if as_json:
-        out.write(json.dumps([st.to_json() for st in statuses], indent=2) + "\n")
-    elif not statuses:
+        data = [st.to_json() for st in statuses] + [left.to_json() for left in rest]
+        out.write(json.dumps(data, indent=2) + "\n")
+        return
+    if not statuses and not rest:
         out.write("no runs here; create one with `gitrun new RUN`\n")
-    for st in statuses if not as_json else []:
+    for st in statuses:
         out.write(format_status_line(st) + "\n")
+    for left in rest:
+        local_root = shown_path(repo, LocalPaths.under(git_dir, left.pieces.run).root)
+        out.write(left.describe(local_root) + "\n")
+    hidden = 0 if show_all else sum(not p.defined for p in pieces.values())
+    if hidden:
+        out.write(
+            f"and {hidden} leftover{'s' if hidden > 1 else ''} of runs without a packet "
+            "(`gitrun status --all` lists them)\n"
+        )

@@ -33,7 +33,7 @@ def land_run(repo: Path, run_id: str, squash: bool = False, partial: bool = Fals
     head = git.rev_parse(repo, "HEAD")
     if head is None:
         raise GitrunError("the current branch has no commits; check out the branch to land into")
-    if _is_ancestor(repo, tip, head):
+    if git.is_ancestor(repo, tip, head):
         return f"run {run_id!r} is already landed in the current branch"
     left_out = _not_done(repo, run_id, partial)
     if (
@@ -50,7 +50,7 @@ def land_run(repo: Path, run_id: str, squash: bool = False, partial: bool = Fals
     incoming = _incoming_files(repo, base, tip)
     fmt = git.object_format(repo)
     aside_dir = LocalPaths.of(repo, run_id).land_aside
-    _restore(repo, aside_dir)  # what an earlier land, killed mid-way, had set aside
+    restore_aside(repo, aside_dir)  # what an earlier land, killed mid-way, had set aside
     identical: list[str] = []
     blocking: list[str] = []
     untracked = _untracked(repo, sorted(incoming))
@@ -84,7 +84,7 @@ def land_run(repo: Path, run_id: str, squash: bool = False, partial: bool = Fals
             git.git(repo, "merge", "--no-ff", "--no-edit", "-m", message, ref)
     except CommandError as exc:
         _undo_merge(repo, squash)
-        _restore(repo, aside_dir)
+        restore_aside(repo, aside_dir)
         raise GitrunError(
             f"landing run {run_id!r} stopped and changed nothing: {_git_says(exc)}"
         ) from exc
@@ -120,13 +120,6 @@ def _not_done(repo: Path, run_id: str, partial: bool) -> str:
             f"`gitrun land {run_id} --partial`"
         )
     return f"; left out: {missing} of {total} tasks (`gitrun status {run_id}` lists them)"
-
-
-def _is_ancestor(repo: Path, commit: str, of: str) -> bool:
-    proc = run_cmd(
-        [*git.GIT, "-C", str(repo), "merge-base", "--is-ancestor", commit, of], check=False
-    )
-    return proc.returncode == 0
 
 
 def _incoming_files(repo: Path, base: str, tip: str) -> dict[str, str]:
@@ -184,10 +177,11 @@ def _move_aside(repo: Path, paths: list[str], aside_dir: Path) -> None:
         os.replace(repo / path, target)
 
 
-def _restore(repo: Path, aside_dir: Path) -> None:
+def restore_aside(repo: Path, aside_dir: Path, then: str = "land again") -> None:
     """Put every file set aside back where it was; drop a copy only when the
     same bytes are in its place already. A copy that cannot go back (its place
-    holds something else now) stays set aside, and the user is told."""
+    holds something else now) stays set aside, and the user is told (``then``:
+    what to do once they moved it back)."""
     if not aside_dir.is_dir():
         return
     kept: list[str] = []
@@ -205,8 +199,7 @@ def _restore(repo: Path, aside_dir: Path) -> None:
         raise GitrunError(
             f"an earlier `gitrun land` set aside {', '.join(kept[:5])}"
             f"{f' and {len(kept) - 5} more' if len(kept) > 5 else ''} and something else is in "
-            f"their place now; they are kept in {aside_dir}: move them back by hand, then land "
-            "again"
+            f"their place now; they are kept in {aside_dir}: move them back by hand, then {then}"
         )
     shutil.rmtree(aside_dir, ignore_errors=True)
 

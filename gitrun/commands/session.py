@@ -39,6 +39,7 @@ from gitrun.layout import BRANCH_PREFIX, branch_ref
 from gitrun.problem import Problem
 from gitrun.proof.check import check_run
 from gitrun.store import git, ledger
+from gitrun.store.branches import landed
 from gitrun.store.ledger import CHUNK_DIR
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import run_locked
@@ -133,8 +134,8 @@ def _landed_tip(repo: Path, run_id: str, head: str | None) -> str | None:
     tip = git.rev_parse(repo, branch_ref(run_id))
     if tip is None and not git.remote_refs(repo, BRANCH_PREFIX + run_id):
         return None
-    if tip is not None and head is not None and git.is_ancestor(repo, tip, head):
-        return tip
+    if tip is not None and head is not None and landed(repo, run_id, tip, git.git_dir(repo)):
+        return tip  # HEAD holds it: merged, or squashed into one commit
     raise GitrunError(
         f"run {run_id!r} has already started (branch gitrun/{run_id} exists); continue it "
         f"with `gitrun resume {run_id}`, or land it (`gitrun land {run_id}`) to start it again"

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from gitrun.engine.budget import spend_text, tokens_text
 from gitrun.engine.states import COMPLETE, DONE, FAILED, PENDING, RUNNING, UP_TO_DATE
-from gitrun.engine.status import RunStatus
+from gitrun.engine.status import BRANCH_GONE, RunStatus
 from gitrun.store.lock import LiveState
 
 if TYPE_CHECKING:
@@ -34,9 +34,17 @@ def _spend_lines(status: RunStatus, indent: str) -> list[str]:
     return [indent + line for line in lines if line]
 
 
+def state_text(status: RunStatus) -> str:
+    """Where the run is in its life: ``started``, ``landed in main as 1a2b3c4d5e``, ..."""
+    if status.landed and not status.driver:
+        return status.landed.describe()
+    if status.state == BRANCH_GONE:
+        return f"branch gitrun/{status.run} gone"
+    return status.state
+
+
 def format_status_line(status: RunStatus) -> str:
-    state = "driving" if status.driver else ("started" if status.started else "not started")
-    line = f"{status.run}: {state}; {_counts_text(status.counts())}; {_yield_text(status)}"
+    line = f"{status.run}: {state_text(status)}; {_counts_text(status.counts())}; {_yield_text(status)}"
     spend = spend_text(status.usage, status.usable, status.budget)
     return f"{line}; {spend}" if spend else line
 
@@ -96,6 +104,20 @@ def format_status(status: RunStatus, limit: int | None = 20) -> str:
         lines.append(
             f"run {status.run!r}: its branch names a commit whose objects are missing; "
             f"`gitrun resume {status.run}` moves it back to its newest whole commit"
+        )
+    elif status.landed:
+        done = sum(status.counts()[s] for s in COMPLETE) == len(status.tasks)
+        end = (
+            f"; `gitrun start {status.run}` runs it again (what changed only), "
+            f"`gitrun rm {status.run}` removes its branch and local state"
+            if done
+            else ""
+        )
+        lines.append(f"run {status.run!r}: {status.landed.describe()}{end}")
+    elif status.branch_gone:
+        lines.append(
+            f"run {status.run!r}: its branch gitrun/{status.run} is gone; `gitrun start "
+            f"{status.run}` starts it over, `gitrun rm {status.run}` removes what is left"
         )
     else:
         lines.append(

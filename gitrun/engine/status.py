@@ -15,6 +15,7 @@ from gitrun.engine.budget import Budget, spend_json
 from gitrun.engine.states import COMPLETE, DONE, STATUSES, Engine, load_engine
 from gitrun.layout import branch_ref
 from gitrun.store import git, ledger
+from gitrun.store.branches import Landed, landed
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import Owner, is_locked, read_owner
 from gitrun.store.repo import Repo, find_repo
@@ -47,6 +48,14 @@ class TaskStatus:
         return data
 
 
+# Where a run is in its life, as ``gitrun status`` names it.
+NOT_STARTED = "not started"
+STARTED = "started"
+DRIVING = "driving"
+LANDED = "landed"
+BRANCH_GONE = "branch gone"  # started here, and its branch was deleted since
+
+
 @dataclass
 class RunStatus:
     run: str
@@ -60,6 +69,18 @@ class RunStatus:
     damaged: bool = False  # the branch names a commit whose objects are missing
     usage: UsageTotals = field(default_factory=UsageTotals)  # what its attempts cost
     budget: Budget = field(default_factory=Budget)  # its spend budget now
+    landed: Landed | None = None  # looked up only when asked (read_status's landing)
+    branch_gone: bool = False
+
+    @property
+    def state(self) -> str:
+        if self.driver:
+            return DRIVING
+        if self.landed:
+            return LANDED
+        if self.started:
+            return STARTED
+        return BRANCH_GONE if self.branch_gone else NOT_STARTED
 
     def counts(self, stage: str | None = None) -> dict[str, int]:
         out = dict.fromkeys(STATUSES, 0)
@@ -80,6 +101,9 @@ class RunStatus:
         return {
             "run": self.run,
             "started": self.started,
+            "state": self.state,
+            "landed_in": self.landed.commit if self.landed else None,
+            "landed_branch": self.landed.branch if self.landed else None,
             "counts": self.counts(),
             "stages": {stage: self.counts(stage) for stage in self.stages},
             "spawns": self.spawns,
@@ -96,9 +120,12 @@ class RunStatus:
 _NO_HISTORY = ledger.TaskHistory()  # of a task without attempts; only read
 
 
-def read_status(repo: Path, run_id: str, run: RunDef | None = None) -> RunStatus:
+def read_status(
+    repo: Path, run_id: str, run: RunDef | None = None, landing: bool = False
+) -> RunStatus:
     """``run_id``'s status in ``repo``: of ``run`` when given, else of its
-    definition as it is now."""
+    definition as it is now; with ``landing``, also whether its branch landed
+    in the current branch (one git process more) or is gone."""
     with collector_paused():  # a big run's states are 100,000s of objects
         found = where(repo)
         if run is None:
@@ -106,7 +133,12 @@ def read_status(repo: Path, run_id: str, run: RunDef | None = None) -> RunStatus
         local = LocalPaths.under(Path(found.git_dir), run_id)
         engine, tip = load_engine(run, local)
         driver = read_owner(local) if is_locked(local) else None
-        return status_of(run, engine, tip, repo, driver)
+        status = status_of(run, engine, tip, repo, driver)
+        if landing and tip is not None:
+            status.landed = landed(repo, run_id, tip, Path(found.git_dir))
+        if landing and not status.started:
+            status.branch_gone = os.path.lexists(local.tip)
+        return status
 
 
 def status_of(

@@ -60,11 +60,12 @@ def base_commit(run: RunDef) -> str | None:
     """The run's fork point once it started, else HEAD (where start will fork,
     as it will for a run landed in HEAD, which starts again)."""
     from gitrun.layout import branch_ref
+    from gitrun.store.branches import landed
     from gitrun.store.history import find_base
 
     head = git.rev_parse(run.repo, "HEAD")
     tip = git.rev_parse(run.repo, branch_ref(run.id))
-    if tip and not (head and git.is_ancestor(run.repo, tip, head)):
+    if tip and not (head and landed(run.repo, run.id, tip, git.git_dir(run.repo))):
         found = find_base(run.repo, run.id)
         if found:
             return found

@@ -1,0 +1,134 @@
+"""The runs' branches as the current branch sees them: which exist, which
+landed and by which commit, and what deleting one would lose."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from gitrun.layout import BRANCH_PREFIX, LEDGER_NAME, RUNS_DIR, branch_ref, is_run_id
+from gitrun.processes.proc import run_cmd
+from gitrun.store import git
+from gitrun.store.ledger import CHUNK_DIR
+
+_FIELD = "\x1f"
+_LIST = "\x1d"
+
+
+@dataclass(frozen=True)
+class RunBranch:
+    tip: str  # the object the branch names (whole or not)
+    worktree: str | None  # where it is checked out, if anywhere
+
+
+def run_branches(repo: Path) -> dict[str, RunBranch]:
+    """Every branch ``gitrun/<run>`` (one ``for-each-ref`` call), by run id."""
+    fmt = _FIELD.join(["%(refname)", "%(objectname)", "%(worktreepath)"])
+    out = git.git(repo, "for-each-ref", f"--format={fmt}", f"refs/heads/{BRANCH_PREFIX}")
+    found: dict[str, RunBranch] = {}
+    for line in out.decode(errors="surrogateescape").splitlines():
+        ref, tip, worktree = line.split(_FIELD)
+        run_id = ref.removeprefix(f"refs/heads/{BRANCH_PREFIX}")
+        if is_run_id(run_id):  # a branch gitrun/a/b of the user's is no run's
+            found[run_id] = RunBranch(tip, worktree or None)
+    return found
+
+
+@dataclass(frozen=True)
+class Landed:
+    """A run whose branch is in the current branch."""
+
+    commit: str | None  # the merge that brought it in, or a squash; None for a fast-forward
+    branch: str | None  # the current branch's name; None on a detached HEAD
+    squashed: bool = False
+
+    def describe(self) -> str:
+        """``landed in main as 1a2b3c4d5e``, for a status line."""
+        where = self.branch or "HEAD"
+        if self.commit is None:
+            return f"landed in {where}"
+        return f"landed in {where} as {self.commit[:10]}{' (squashed)' if self.squashed else ''}"
+
+
+def landed(repo: Path, run_id: str, tip: str, git_dir: Path) -> Landed | None:
+    """Whether the run's branch, at ``tip``, is in the current branch: ``tip``
+    is an ancestor of HEAD, or a squashed ``gitrun land`` of it is in HEAD's
+    history; None when it is not (or HEAD has no commits).
+
+    One ``git log`` call over HEAD's commits that the tip's parents do not
+    reach: those made since the run forked, however long HEAD's history is
+    before it. The tip itself is among them exactly when it is an ancestor of
+    HEAD, and the commit that brought it in is the merge naming it as a
+    parent (none for a fast-forward). A squashed landing is a commit of one
+    parent, other than the tip, with the run's trailer (``Gitrun-Run:
+    <run>``): the run's other commits are all below the tip's parents. It is
+    no ancestor, so one more call tells whether it landed the tip: it holds
+    the tip's ledger (every commit of the run adds to it).
+    """
+    proc = run_cmd(
+        [
+            *git.GIT,
+            "-C",
+            str(repo),
+            "log",
+            f"--format=%H{_FIELD}%P{_FIELD}%(trailers:key=Gitrun-Run,valueonly,separator=%x1d)",
+            "HEAD",
+            f"^{tip}^@",
+            "--",
+        ],
+        check=False,
+    )
+    if proc.returncode != 0:
+        return None  # HEAD has no commits, or the tip's objects are gone
+    ancestor = False
+    merge = squash = None
+    for line in proc.stdout.decode(errors="replace").splitlines():
+        fields = line.split(_FIELD)
+        if len(fields) != 3:
+            continue
+        commit, parents, runs = fields[0], fields[1].split(), fields[2].split(_LIST)
+        if commit == tip:
+            ancestor = True
+        elif tip in parents[1:]:
+            merge = commit  # the oldest such merge is the one that brought it in
+        elif squash is None and len(parents) == 1 and run_id in runs:
+            squash = commit
+    branch = current_branch(git_dir)
+    if ancestor:
+        return Landed(merge, branch)
+    if squash is not None and _same_ledger(repo, run_id, squash, tip):
+        return Landed(squash, branch, squashed=True)
+    return None
+
+
+def _same_ledger(repo: Path, run_id: str, commit: str, tip: str) -> bool:
+    run_dir = f"{RUNS_DIR}/{run_id}"
+    paths = [f"{run_dir}/{CHUNK_DIR}", f"{run_dir}/{LEDGER_NAME}"]
+    proc = run_cmd(
+        [*git.GIT, "-C", str(repo), "diff-tree", "--quiet", "-r", commit, tip, "--", *paths],
+        check=False,
+    )
+    return proc.returncode == 0
+
+
+def current_branch(git_dir: Path) -> str | None:
+    """The name of the branch HEAD is on, read from the HEAD file (no git
+    process); None on a detached HEAD or when it cannot be read."""
+    try:
+        with open(os.path.join(git_dir, "HEAD"), encoding="utf-8", errors="replace") as handle:
+            head = handle.read(4096).strip()
+    except OSError:
+        return None
+    name = head.removeprefix("ref: refs/heads/")
+    return name if name != head else None
+
+
+def lost_commits(repo: Path, run_id: str, tip: str) -> int:
+    """How many commits deleting the run's branch would leave without a ref:
+    those of ``tip`` that no other ref reaches (HEAD, branches, tags,
+    remote-tracking branches)."""
+    out = git.git(
+        repo, "rev-list", "--count", tip, "--not", f"--exclude={branch_ref(run_id)}", "--all"
+    )
+    return int(out.decode().strip() or 0)
