@@ -181,15 +181,32 @@ def test_copies_an_earlier_land_set_aside_go_back_and_a_lock_it_did_not_make_is_
     assert json.loads((finished / "out/t01.json").read_text()) is not None
 
 
-def test_a_copy_set_aside_is_kept_when_its_place_is_taken(finished: Path) -> None:
+def test_a_copy_set_aside_whose_bytes_git_holds_is_dropped_not_a_reason_to_stop(
+    finished: Path,
+) -> None:
+    """The copy is the run's own output, so git has its bytes: it goes, and
+    the landing judges what stands in its place now like any untracked file."""
     aside = LocalPaths.of(finished, "r").land_aside
     (aside / "out").mkdir(parents=True)
     (finished / "out/t01.json").rename(aside / "out/t01.json")
     (finished / "out/t01.json").write_text('{"someone": "else"}\n')
-    with pytest.raises(GitrunError, match="kept in"):
+    with pytest.raises(GitrunError, match=r"^untracked out/t01\.json would be overwritten"):
         land_run(finished, "r")
-    assert (aside / "out/t01.json").exists()  # never deleted
+    assert not aside.exists()
     assert (finished / "out/t01.json").read_text() == '{"someone": "else"}\n'
+    (finished / "out/t01.json").unlink()
+    assert "merged" in land_run(finished, "r")
+
+
+def test_a_copy_set_aside_that_exists_nowhere_else_is_kept_and_said(finished: Path) -> None:
+    aside = LocalPaths.of(finished, "r").land_aside
+    (aside / "out").mkdir(parents=True)
+    (aside / "out/t01.json").write_text('{"only": "here"}\n')  # in no commit, not in its place
+    said = land_run(finished, "r")
+    assert "merged" in said
+    [note] = said.splitlines()[1:]
+    assert note.startswith(f"kept out/t01.json in {aside}: an earlier `gitrun land` set it aside")
+    assert (aside / "out/t01.json").read_text() == '{"only": "here"}\n'
 
 
 def test_a_huge_untracked_file_in_the_way_is_refused_not_read(finished: Path) -> None:

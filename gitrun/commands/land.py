@@ -56,7 +56,9 @@ The work tree gets the bytes the run committed, as committed (the bytes
 its validators passed); no checkout filter runs. Git's merge hooks
 (``pre-merge-commit``, ``post-merge``) do not run either: no ``git merge``
 runs. Copies of outputs that an earlier gitrun moved aside to make room for
-``git merge`` (``land-aside/``) are put back.
+``git merge`` (``land-aside/``) are put back, or dropped when git holds
+their bytes; only a copy that differs from its place and from every commit
+is kept, and said so.
 """
 
 from __future__ import annotations
@@ -207,7 +209,7 @@ def land_run(repo: Path, run_id: str, squash: bool = False, partial: bool = Fals
     with _landing_lock(local, run_id):
         notes = _finish_other_runs(where, run_id)
         finished = _resume(where, local)
-        _restore(repo, local.land_aside)  # what an earlier gitrun's land set aside
+        notes += _settle_aside(where, local.land_aside, tip)
         if finished is not None:
             return _said(finished, notes)
         return _said(_land(where, local, run_id, tip, squash, partial), notes)
@@ -1096,40 +1098,53 @@ def _git_says(exc: CommandError) -> str:
 # -- copies an earlier gitrun set aside ---------------------------------------
 
 
-def _restore(repo: Path, aside_dir: Path) -> None:
-    """Put every file an earlier gitrun's ``land`` set aside back where it
-    was; drop a copy only when the same bytes are in its place already. A
-    copy that cannot go back (its place holds something else now) stays set
-    aside, and the user is told."""
+def _settle_aside(where: Where, aside_dir: Path, tip: str) -> list[str]:
+    """Copies an earlier gitrun's ``land`` moved out of ``git merge``'s way
+    (untracked files identical to the run's outputs): each goes back to its
+    place when that is empty, and is dropped when its place holds the same
+    bytes or git holds them (the run's branch or the current one has them
+    at that path). Only a copy whose bytes exist nowhere else and whose
+    place holds something different is kept; the note says which."""
     if not aside_dir.is_dir():
-        return
+        return []
+    repo = where.repo
+    copies = sorted(p for p in aside_dir.rglob("*") if p.is_file() or p.is_symlink())
+    rels = [c.relative_to(aside_dir).as_posix() for c in copies]
+    in_git: dict[str, set[str]] = {rel: set() for rel in rels}
+    for commit in (tip, "HEAD"):
+        for start in range(0, len(rels), 500):  # command lines have limits
+            for rel, (_mode, sha) in git.ls_tree(repo, commit, rels[start : start + 500]).items():
+                in_git.setdefault(rel, set()).add(sha)
     kept: list[str] = []
-    for source in sorted(p for p in aside_dir.rglob("*") if p.is_file() or p.is_symlink()):
-        rel = source.relative_to(aside_dir).as_posix()
+    for source, rel in zip(copies, rels, strict=True):
         target = repo / rel
-        if not os.path.lexists(target):
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(source, target)
-        elif _same_file_content(target, source):
-            source.unlink()
-        else:
-            kept.append(rel)
-    if kept:
-        raise GitrunError(
-            f"an earlier `gitrun land` set aside {', '.join(kept[:5])}"
-            f"{f' and {len(kept) - 5} more' if len(kept) > 5 else ''} and something else is in "
-            f"their place now; they are kept in {aside_dir}: move them back by hand, then land "
-            "again"
-        )
-    shutil.rmtree(aside_dir, ignore_errors=True)
+        if linked_parent(repo, rel) is None and not os.path.lexists(target):
+            with contextlib.suppress(OSError):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(source, target)
+                continue
+        copy = _blob_of(source, where.fmt)
+        if copy is not None and (copy == _blob_of(target, where.fmt) or copy in in_git[rel]):
+            with contextlib.suppress(OSError):
+                source.unlink()
+                continue
+        kept.append(rel)
+    if not kept:
+        shutil.rmtree(aside_dir, ignore_errors=True)
+        return []
+    one = len(kept) == 1
+    return [
+        f"kept {_shown(kept)} in {aside_dir}: an earlier `gitrun land` set "
+        f"{'it' if one else 'them'} aside, and {'it differs' if one else 'they differ'} from "
+        f"what stands in {'its' if one else 'their'} place now and from every commit of the run "
+        "and of this branch; compare and keep what you want"
+    ]
 
 
-def _same_file_content(a: Path, b: Path) -> bool:
-    """Two regular files with the same bytes (sizes first: a huge one is not read)."""
+def _blob_of(path: Path, fmt: str) -> str | None:
     try:
-        if os.lstat(a).st_size != os.lstat(b).st_size:
-            return False
+        if path.is_symlink():
+            return blob_id(os.fsencode(os.readlink(path)), fmt)
     except OSError:
-        return False
-    found = blob_on_disk(a)
-    return found is not None and found == blob_on_disk(b)
+        return None
+    return blob_on_disk(path, fmt)

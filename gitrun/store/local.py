@@ -121,7 +121,8 @@ class LocalPaths:
 
     @property
     def land_aside(self) -> Path:
-        """Untracked copies ``gitrun land`` moved out of the merge's way, until it is committed."""
+        """Untracked copies an earlier gitrun's ``land`` moved out of ``git
+        merge``'s way; the next ``land`` puts them back or drops them."""
         return self.root / "land-aside"
 
     @property
