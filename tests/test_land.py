@@ -78,16 +78,21 @@ def test_land_stops_on_a_conflicting_tracked_change(finished: Path) -> None:
     assert (finished / "out/t01.json").exists()
 
 
-def test_land_squash_is_one_commit_and_refuses_staged_changes(finished: Path) -> None:
-    build_tree(finished, {"notes.txt": "staged\n"})
-    git(finished, "add", "notes.txt")
-    with pytest.raises(GitrunError, match="staged changes"):
-        land_run(finished, "r", squash=True)
-    git(finished, "reset", "-q", "notes.txt")
-    land_run(finished, "r", squash=True)
-    assert len(git(finished, "log", "-1", "--format=%P").split()) == 1
-    files = git(finished, "show", "--name-only", "--format=", "HEAD").split()
+@pytest.mark.parametrize("squash", [False, True], ids=["merge", "squash"])
+def test_land_keeps_staged_changes_staged_and_out_of_its_commit(
+    finished: Path, squash: bool
+) -> None:
+    build_tree(finished, {"notes.txt": "staged\n", "README.md": "# sample\n\nstaged too\n"})
+    git(finished, "add", "notes.txt", "README.md")
+    build_tree(finished, {"README.md": "# sample\n\nstaged too\n\nand edited after\n"})
+    land_run(finished, "r", squash=squash)
+    assert len(git(finished, "log", "-1", "--format=%P").split()) == (1 if squash else 2)
+    files = git(finished, "show", "--name-only", "--format=", "--first-parent", "HEAD").split()
     assert {"out/t01.json", "out/t02.json", "out/t03.json"} <= set(files)
+    assert "notes.txt" not in files and "README.md" not in files
+    status = git(finished, "status", "--porcelain", "--untracked-files=all").splitlines()
+    assert sorted(status) == ["A  notes.txt", "MM README.md"]
+    assert git(finished, "show", ":README.md") == "# sample\n\nstaged too\n"
 
 
 def test_land_refuses_a_staged_change_to_a_path_it_brings(finished: Path) -> None:

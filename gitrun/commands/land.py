@@ -229,16 +229,6 @@ def _land(
     if _is_ancestor(repo, tip, head):
         return f"run {run_id!r} is already landed in the current branch"
     left_out = _not_done(repo, run_id, partial)
-    if (
-        squash
-        and run_cmd(
-            [*git.GIT, "-C", str(repo), "diff", "--cached", "--quiet"], check=False
-        ).returncode
-    ):
-        raise GitrunError(
-            "you have staged changes; commit or unstage them first (a squashed landing would "
-            "take them into its commit)"
-        )
     _refuse_an_operation_in_progress(where)
     tree = _merged_tree(repo, run_id, head, tip)
     changes = _changes(repo, head, tree)
