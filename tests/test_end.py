@@ -72,9 +72,9 @@ def test_status_of_a_landed_run_says_landed_in_which_branch_by_which_commit(
     assert data["state"] == "landed"
     assert data["landed_in"] == merge and data["landed_branch"] == "main"
     shown = gitrun("status", "r").output
-    assert shown.startswith(f"run 'r': landed in main as {merge[:10]}; `gitrun start r` runs it again"), (
-        shown
-    )
+    assert shown.startswith(
+        f"run 'r': landed in main as {merge[:10]}; `gitrun start r` runs it again"
+    ), shown
     assert gitrun("status").output.startswith(f"r: landed in main as {merge[:10]}; 2 done")
     listed = json.loads(gitrun("status", "--json").output)
     assert [(d["run"], d["state"], d["landed_in"]) for d in listed] == [("r", "landed", merge)]

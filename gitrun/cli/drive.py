@@ -198,7 +198,8 @@ def land(
 
     A run with tasks not done is refused unless --partial. Untracked files
     identical to the run's committed artifacts do not block it; anything
-    else that would be overwritten stops it with nothing changed.
+    else that would be overwritten stops it with nothing changed. A land
+    that was killed half way is finished by the next one.
     """
     from gitrun.commands.land import land_run
     from gitrun.definition.load import check_run_id

@@ -121,7 +121,7 @@ def _remove_locked(
     problems += _leases(run_id, local)
     if problems and not force:
         raise RemoveRefused(problems)
-    restore_aside(repo, local.land_aside, then=f"`gitrun rm {run_id}`")
+    restore_aside(repo, run_id, then=f"`gitrun rm {run_id}`")
 
     say(f"removing run {run_id!r}:")
     if branch is not None:

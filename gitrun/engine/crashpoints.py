@@ -1,9 +1,10 @@
-"""Deterministic crash points, for the chaos suite's "kill at every journal step" mode.
+"""Deterministic crash points, for the "kill at every journal step" tests.
 
-``GITRUN_CRASH_AT=<point>:<n>`` in a driver's environment makes its ``n``-th
+``GITRUN_CRASH_AT=<point>:<n>`` in a gitrun process's environment makes its ``n``-th
 arrival at ``point`` end the process with SIGKILL, exactly as ``kill -9`` or
 a power cut would: no handler, no flush, no cleanup. The points are the steps
-between which a crash leaves different state on disk (see :data:`POINTS`).
+between which a crash leaves different state on disk (see :data:`POINTS`
+for the driver's, :data:`LAND_POINTS` for a landing's).
 Unset (always, outside tests), :func:`crash_point` is one comparison.
 """
 
@@ -25,11 +26,23 @@ POINTS = (
     "commit.published",  # the branch names it; the local tip record is older
     "recover.recorded",  # a dead driver's attempt is recorded by its successor
 )
+# Where `gitrun land` may die, in the order a landing passes them.
+LAND_POINTS = (
+    "land.journaled",  # the journal names the landing; nothing else changed
+    "land.built",  # the merge commit exists and is journaled; no ref names it
+    "land.moving",  # the journal says the branch is about to move; it has not
+    "land.moved",  # the branch names the merge; work tree and index are the old ones
+    "land.staged",  # the files to write are staged under .git; none is in place
+    "land.file",  # one more of them is in place (the n-th arrival: the n-th file)
+    "land.indexing",  # the work tree is the merge's; the journal names the index lock to be
+    "land.holding",  # the landing holds index.lock; the index is the old one
+    "land.indexed",  # the index is the merge's; the journal is not removed yet
+)
 
 
 def _plan() -> tuple[str, int] | None:
     point, _, count = os.environ.get("GITRUN_CRASH_AT", "").partition(":")
-    if point not in POINTS:
+    if point not in POINTS and point not in LAND_POINTS:
         return None
     return point, int(count) if count.isdigit() and int(count) > 0 else 1
 

@@ -31,7 +31,10 @@ import signal
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 CREATE_TIME_SLACK = 0.05  # seconds; psutil derives create times from clock ticks
 GONE_PATIENCE = 5.0  # seconds to wait for a killed group to go
@@ -287,6 +290,42 @@ def _identity_psutil(pid: int) -> dict[str, Any]:  # pragma: no cover - macOS an
         return {"create_time": proc.create_time(), "cmdline": cmdline}
     except psutil.Error:
         return {}
+
+
+def openers(path: Path | str) -> set[int] | None:
+    """The pids of the processes that hold ``path`` open now (this one left
+    out), as far as ``/proc`` lets this user see; None where there is no
+    ``/proc``. Git holds its lock files (``index.lock``) open for as long
+    as it writes them, so this names a live git at work, where the file's
+    existence alone cannot tell a live one from a dead one."""
+    if not HAS_PROC:  # pragma: no cover - macOS and the BSDs
+        return None
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return set()
+    want, name = (st.st_dev, st.st_ino), os.path.basename(path)
+    found: set[int] = set()
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        fds = f"/proc/{entry}/fd"
+        try:
+            listed = os.listdir(fds)
+        except OSError:
+            continue  # gone, or another user's
+        for fd in listed:
+            try:
+                if not os.readlink(f"{fds}/{fd}").endswith(name):
+                    continue
+                held = os.stat(f"{fds}/{fd}")
+            except OSError:
+                continue
+            if (held.st_dev, held.st_ino) == want:
+                found.add(int(entry))
+                break
+    return found
 
 
 def may_signal(pid: object) -> bool:

@@ -480,6 +480,17 @@ def write_tree(repo: Path, entries: list[tuple[str, str, str]], index: Path) -> 
     return tree
 
 
+def set_index_entries(repo: Path, entries: list[tuple[str, str, str]], index: Path) -> None:
+    """Set ``(mode, object id, path)`` entries in the index file ``index``
+    (mode ``0`` removes the path; every other entry stays as it is), then
+    refresh its stat data from the work tree, as ``git checkout`` leaves it."""
+    env = {"GIT_INDEX_FILE": str(index)}
+    info = "".join(f"{mode} {sha}\t{_stdin_path(path)}\n" for mode, sha, path in entries)
+    data = info.encode(errors="surrogateescape")
+    write_git(repo, "update-index", "--add", "--replace", "--index-info", input=data, env=env)
+    write_git(repo, "update-index", "-q", "--refresh", env=env)
+
+
 def _verify_tree(repo: Path, tree: str, entries: list[tuple[str, str, str]]) -> None:
     """Every entry is in ``tree`` as asked: ``update-index`` skips a path it
     refuses ("Ignoring path ...") and still exits 0, which once made a commit

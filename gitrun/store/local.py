@@ -1,12 +1,14 @@
 """Machine-local state of a run under ``.git/gitrun/<run>/``: the one home of its paths.
 
-Never committed and never needed for correctness after a crash: the run lock
-and its owner record, records of running attempts (so a new driver can stop
-the workers of a dead one), leases, the governor's state, caches, worker logs,
-quarantined outputs, files ``land`` set aside, retired ledgers. Every file and
-directory there is named by a property of :class:`LocalPaths` and nowhere
-else (a test greps the package for paths built by hand); the JSON files are
-typed, versioned records (:mod:`gitrun.store.records`).
+Never committed and never needed for a run's correctness after a crash: the
+run lock and its owner record, records of running attempts (so a new driver
+can stop the workers of a dead one), leases, the governor's state, caches,
+worker logs, quarantined outputs, retired ledgers; and the journal of a
+``land`` with the files it stages, from which the next ``land`` finishes one
+that was stopped half way. Every file and directory there is named by a
+property of :class:`LocalPaths` and nowhere else (a test greps the package
+for paths built by hand); the JSON files are typed, versioned records
+(:mod:`gitrun.store.records`).
 """
 
 from __future__ import annotations
@@ -119,8 +121,41 @@ class LocalPaths:
 
     @property
     def land_aside(self) -> Path:
-        """Untracked copies ``gitrun land`` moved out of the merge's way, until it is committed."""
+        """Untracked copies an earlier gitrun's ``land`` moved out of ``git
+        merge``'s way; the next ``land`` puts them back or drops them."""
         return self.root / "land-aside"
+
+    @property
+    def land_journal(self) -> Path:
+        """How far a ``gitrun land`` got, and who runs it: JSON lines, one
+        per step (:class:`gitrun.commands.land.Landing`)."""
+        return self.root / "land.jsonl"
+
+    @property
+    def land_lock(self) -> Path:
+        """Held by a ``gitrun land`` for the whole landing."""
+        return self.root / "land.lock"
+
+    @property
+    def land_index(self) -> Path:
+        """The copy of the user's index a ``gitrun land`` updates, then renames over it."""
+        return self.root / "land-index"
+
+    @property
+    def land_index_lock(self) -> Path:
+        """git's lock of :attr:`land_index` while a git command writes it."""
+        return self.root / "land-index.lock"
+
+    @property
+    def land_claim(self) -> Path:
+        """The file a ``gitrun land`` hard-links as git's ``index.lock``, so
+        the lock's inode, journaled, proves whose it is."""
+        return self.root / "land-claim"
+
+    @property
+    def land_staging(self) -> Path:
+        """The files a ``gitrun land`` writes before it renames them into the work tree."""
+        return self.root / "land-new"
 
     @property
     def logs(self) -> Path:
