@@ -450,10 +450,10 @@ def _not_done(repo: Path, run_id: str, partial: bool) -> str:
     is done, as the run's branch holds it); refuses a run not finished unless
     ``partial``, and ``partial`` where every task is done."""
     from gitrun.commands.report.committed import read_committed
-    from gitrun.engine.states import DONE, FAILED, PENDING
+    from gitrun.engine.states import COMPLETE, FAILED, PENDING
 
     counts = read_committed(repo, run_id).counts()
-    total, done = sum(counts.values()), counts[DONE]
+    total, done = sum(counts.values()), sum(counts[s] for s in COMPLETE)
     if done == total:
         if partial:
             raise GitrunError(
