@@ -115,6 +115,9 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., Victim]]:
         victim = Victim(proc)
         started.append(victim)
         assert _wait_for(lambda: os.getpgid(proc.pid) == proc.pid)
+        # setsid has made the group; wait until it has exec'd what it runs, or
+        # a record taken now names a command line the process is about to drop.
+        assert _wait_for(lambda: (identity(proc.pid).get("cmdline") or ["setsid"])[0] != "setsid")
         SACRIFICIAL.add(proc.pid)
         if "@PIDS@" in script:
             assert _wait_for(lambda: pidfile.exists() and pidfile.read_text().endswith("\n"))
