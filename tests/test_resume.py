@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -271,13 +273,25 @@ def test_the_journal_is_written_ahead_of_every_spawn(git_repo: Path) -> None:
     from gitrun.store.local import LocalPaths
 
     fake_worker_run(git_repo, "r", 3, {})
-    assert start_run_quiet(git_repo) == 0
-    lines = LocalPaths.of(git_repo, "r").running.read_text().splitlines()
-    records = [json.loads(line) for line in lines]
+    # Killed once the last attempt's end is journaled: the journal as it was.
+    env = {**os.environ, "GITRUN_CRASH_AT": "end.closed:3"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "gitrun", "start", "r", "-q"],
+        cwd=git_repo,
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    journal = LocalPaths.of(git_repo, "r").running
+    records = [json.loads(line) for line in journal.read_text().splitlines()]
     for task in ("t01", "t02", "t03"):
         mine = [r for r in records if r["task"] == task and not r.get("end")]
         assert "pid" not in mine[0] and mine[0]["attempt_id"]  # ahead of the spawn
         assert mine[1]["pid"] > 1 and mine[1]["attempt_id"] == mine[0]["attempt_id"]
+    # A driver that ends with every attempt recorded leaves no journal to read.
+    assert resume_run(git_repo, "r", quiet).exit_code == 0
+    assert not journal.exists()
 
 
 def start_run_quiet(repo: Path) -> int:

@@ -240,7 +240,9 @@ class Driver:
                 commits.flush()
                 commits.close()
                 self.monitor.close()
-                self.journal.close()
+                # Every attempt ended and recorded: the journal has nothing left
+                # to tell a later driver, which would read it all to find so.
+                self.journal.close(discard=not self.running)
                 self.ledger.close()
         if commits.error is not None:
             raise commits.error

@@ -134,13 +134,18 @@ class Journal:
 
     def __init__(self, local: LocalPaths) -> None:
         local.running.unlink(missing_ok=True)
+        self._path = local.running
         self._writer = LineWriter(local.running)
 
     def write(self, entry: JournalEntry) -> None:
         self._writer.write(entry.to_json())
 
-    def close(self) -> None:
+    def close(self, discard: bool = False) -> None:
+        """Close the journal; ``discard``: every attempt in it ended and is
+        recorded, so it goes (a later driver would read it all for nothing)."""
         self._writer.close()
+        if discard:
+            self._path.unlink(missing_ok=True)
 
 
 def _strings(value: object) -> dict[str, str] | None:
