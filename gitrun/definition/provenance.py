@@ -84,9 +84,19 @@ class Provenance:
         part = self._stage_parts.get(stage)
         if part is None:
             part = self._stage_parts[stage] = _canonical(self._packet_part(stage))
-        entry = {**dataclasses.asdict(task), "stage": stage}
         outputs = self.run.outputs_of(task)
-        entry["validators"] = sorted({v for o in outputs for v in self.run.validators_of(o)})
+        entry = [
+            task.id,
+            stage,
+            [
+                [o.path, self.run.validators_of(o), self.run.edits_in_place(task, o)]
+                for o in outputs
+            ],
+            task.inputs,
+            task.owns,
+            task.note,
+            task.bundle,
+        ]
         return hashlib.sha256(part + b"\n" + _canonical(entry)).hexdigest()
 
     def _packet_part(self, stage: str) -> dict[str, Any]:
