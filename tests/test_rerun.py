@@ -305,3 +305,43 @@ def test_every_field_of_a_task_is_in_its_definition_digest() -> None:
     assert {f.name for f in dataclasses.fields(Task)} == digested, (
         "a new field of Task belongs in Provenance.definition (gitrun/definition/provenance.py)"
     )
+
+
+@pytest.mark.parametrize(
+    ("edits", "script", "reason"),
+    [
+        (False, "true", "was not written: it is the file that was there at launch, untouched"),
+        (
+            True,
+            'cp "$GITRUN_OUTPUTS" "$GITRUN_OUTPUTS.new" && mv "$GITRUN_OUTPUTS.new" '
+            '"$GITRUN_OUTPUTS"',
+            "is unchanged since launch",
+        ),
+    ],
+)
+def test_a_worker_that_leaves_a_landed_output_as_it_was_is_not_done(
+    git_repo: Path, edits: bool, script: str, reason: str
+) -> None:
+    """Run again (its executor changed, so nothing is up to date), a worker
+    that does nothing to the output it finds is not done; one that rewrites
+    it unchanged is not done either when the task declares it edits the
+    file in place."""
+    log = _run(git_repo, "r", 1)
+    _ok(git_repo, "start", "r", "-q")
+    _ok(git_repo, "land", "r")
+    _ran(log)
+    tasks: list[dict[str, object]] = [
+        {"id": "t1", "inputs": ["docs/d1.txt"], "outputs": ["out/d1.json"], "edits": edits}
+    ]
+    write_run(
+        git_repo,
+        "r",
+        tasks,
+        {"executor": {"preset": "shell", "shell": script}, "limits": {"max_attempts": 1}},
+    )
+    commit_all(git_repo, "a worker that changes nothing")
+    proc = run_gitrun(git_repo, "start", "r")
+    assert proc.returncode == 3, proc.stderr  # the canary used its one attempt
+    status = _status(git_repo, "r")
+    assert status["tasks"]["t1"]["status"] == "failed"  # type: ignore[index]
+    assert status["tasks"]["t1"]["reason"] == f"out/d1.json: {reason}"  # type: ignore[index]
