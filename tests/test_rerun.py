@@ -216,6 +216,9 @@ def test_attempt_records_keep_what_outputs_were_made_from(git_repo: Path) -> Non
     assert isinstance(made_from, dict) and set(made_from) == {"definition", "inputs"}
     blob = git(git_repo, "rev-parse", "gitrun/r:out/d1.json").strip()
     assert valid[0]["made"] == {"out/d1.json": blob}
+    body = git(git_repo, "log", "-1", "--format=%B", "gitrun/r")
+    said = f"Gitrun-Made-From: t1 definition={made_from['definition'][:16]} "
+    assert said + f"inputs={made_from['inputs'][:16]}" in body
 
 
 REVIEW = (

@@ -65,6 +65,9 @@ class Landing:
     task: str
     attempt: int
     files: list[OutputCheck]
+    # What the attempt made its outputs from (gitrun.definition.provenance),
+    # when it is known: the commit's trailers say it beside the ledger.
+    made_from: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,12 @@ def trailers(run_id: str, landings: list[Landing], extra: dict[str, str] | None 
     lines += [f"{key}: {value}" for key, value in (extra or {}).items()]
     lines += [f"Gitrun-Task: {landing.task}" for landing in landings]
     lines += [f"Gitrun-Attempt: {landing.task}={landing.attempt}" for landing in landings]
+    lines += [
+        f"Gitrun-Made-From: {landing.task} definition={made['definition'][:16]} "
+        f"inputs={made['inputs'][:16]}"
+        for landing in landings
+        if (made := landing.made_from) and {"definition", "inputs"} <= made.keys()
+    ]
     return "\n".join(lines)
 
 

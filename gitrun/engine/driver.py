@@ -480,7 +480,7 @@ class Driver:
         if end.timed_out:
             how += ", timed out"
         if outcome == ledger.VALID:
-            commits.put(Landing(end.task, end.attempt, check.outputs))
+            commits.put(Landing(end.task, end.attempt, check.outputs, made_from))
             self.report(f"{end.task} attempt {end.attempt}: valid ({how}, {end.duration:.1f} s)")
             return
         if status == FAILED:

@@ -321,7 +321,7 @@ class External:
 
                     remove_agent(self.repo, lease.agent)
                 if outcome == ledger.VALID:
-                    landings.append(Landing(task_id, lease.attempt, check.outputs))
+                    landings.append(Landing(task_id, lease.attempt, check.outputs, lease.made_from))
                     result.done.append(task_id)
                 elif outcome == ledger.THROTTLED:
                     result.throttled.append(task_id)
