@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from gitrun.cli.main import app
-from gitrun.commands.land import land_run
+from gitrun.commands.land.landing import land_run
 from gitrun.commands.session import resume_run, start_run
 from gitrun.store.journal import running_records
 from gitrun.store.local import LocalPaths

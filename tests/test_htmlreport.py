@@ -26,7 +26,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gitrun.cli.main import app
-from gitrun.commands.land import land_run
+from gitrun.commands.land.landing import land_run
 from gitrun.commands.report.charts import kind_class
 from gitrun.commands.report.committed import read_committed
 from gitrun.commands.report.page import COLOURS, render_page, render_report

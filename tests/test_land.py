@@ -16,8 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from gitrun.cli.main import app
-from gitrun.commands import land
-from gitrun.commands.land import land_run
+from gitrun.commands.land import locks
+from gitrun.commands.land.landing import land_run
 from gitrun.commands.session import start_run
 from gitrun.definition.outputs import blob_on_disk
 from gitrun.engine.crashpoints import LAND_POINTS
@@ -174,7 +174,7 @@ def test_copies_an_earlier_land_set_aside_go_back_and_a_lock_it_did_not_make_is_
 ) -> None:
     """Copies an earlier gitrun's land moved out of git merge's way go back
     to their places; an index.lock no landing made is named and left alone."""
-    monkeypatch.setattr(land, "LOCK_PATIENCE", 0.1)
+    monkeypatch.setattr(locks, "LOCK_PATIENCE", 0.1)
     aside = LocalPaths.of(finished, "r").land_aside
     (aside / "out").mkdir(parents=True)
     for name in ("t01.json", "t02.json"):
@@ -455,7 +455,7 @@ def test_an_index_lock_is_a_dead_landings_own_only_while_its_claim_file_is_there
 ) -> None:
     """The journal names the lock's inode; once the claim file that keeps
     that inode taken is gone, a file with that inode could be anyone's."""
-    monkeypatch.setattr(land, "LOCK_PATIENCE", 0.1)
+    monkeypatch.setattr(locks, "LOCK_PATIENCE", 0.1)
     proc = _land_process(finished, crash_at="land.holding:1")
     assert proc.wait(timeout=60) == -signal.SIGKILL
     local, lock = LocalPaths.of(finished, "r"), finished / ".git/index.lock"
@@ -483,7 +483,7 @@ def test_an_index_lock_a_live_process_holds_is_named_and_never_removed(
     """A live process made .git/index.lock and holds it: land names its pid
     and leaves the lock, even when a land killed at its index step says
     it was about to take that very lock."""
-    monkeypatch.setattr(land, "LOCK_PATIENCE", 0.3)
+    monkeypatch.setattr(locks, "LOCK_PATIENCE", 0.3)
     if after_a_dead_land:
         proc = _land_process(finished, crash_at="land.indexing:1")
         assert proc.wait(timeout=60) == -signal.SIGKILL

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.commands.land import land_run
+from gitrun.commands.land.landing import land_run
 from gitrun.commands.session import CheckFailed, resume_run, start_run
 from gitrun.definition.load import load_run
 from gitrun.definition.outputs import OutputCheck, quarantine

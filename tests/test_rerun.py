@@ -233,7 +233,7 @@ def test_exactly_the_tasks_an_edit_affects_run_again(git_repo: Path, seed: int) 
     the packet's rules) and a second stage reading the first's outputs:
     each round runs exactly the tasks whose provenance changed, and the
     review tasks of the work tasks that ran."""
-    from gitrun.commands.land import land_run
+    from gitrun.commands.land.landing import land_run
     from gitrun.commands.session import start_run
 
     rng = random.Random(seed)

@@ -201,7 +201,7 @@ def land(
     else that would be overwritten stops it with nothing changed. A land
     that was killed half way is finished by the next one.
     """
-    from gitrun.commands.land import land_run
+    from gitrun.commands.land.landing import land_run
     from gitrun.definition.load import check_run_id
 
     check_run_id(run)

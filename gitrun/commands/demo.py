@@ -20,7 +20,7 @@ from pathlib import Path
 
 import tomli_w
 
-from gitrun.commands.land import land_run
+from gitrun.commands.land.landing import land_run
 from gitrun.commands.report.page import default_path, write_report
 from gitrun.commands.report.timeline import needless_reruns
 from gitrun.commands.scaffold import new_run

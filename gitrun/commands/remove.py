@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gitrun.commands.land import restore_aside
+from gitrun.commands.land.aside import restore_aside
 from gitrun.commands.leftovers import Pieces, run_pieces, shown_path
 from gitrun.definition.outputs import blob_on_disk
 from gitrun.errors import CommandError, GitrunError

@@ -128,7 +128,7 @@ class LocalPaths:
     @property
     def land_journal(self) -> Path:
         """How far a ``gitrun land`` got, and who runs it: JSON lines, one
-        per step (:class:`gitrun.commands.land.Landing`)."""
+        per step (:class:`gitrun.commands.land.journal.Landing`)."""
         return self.root / "land.jsonl"
 
     @property
