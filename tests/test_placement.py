@@ -298,6 +298,17 @@ def test_an_ignored_output_is_a_problem(git_repo: Path) -> None:
     assert any(".gitignore:1: out/" in p.message for p in problems)
 
 
+def test_a_tracked_output_under_an_ignore_rule_is_not_ignored(git_repo: Path) -> None:
+    """git ignores no tracked path: an output added with `git add -f` (a run
+    landed it, say) is no problem, one beside it not tracked is."""
+    build_tree(git_repo, {".gitignore": "out/\n", "out/a.json": "{}"})
+    git(git_repo, "add", "-f", "out/a.json")
+    commit_all(git_repo)
+    tasks = [{"id": "ta", "outputs": ["out/a.json"]}, {"id": "tb", "outputs": ["out/b.json"]}]
+    problems = [p for p in _problems(git_repo, tasks) if p.code == "ignored-output"]
+    assert [tuple(p.tasks) for p in problems] == [("tb",)]
+
+
 def test_an_ignored_run_directory_is_a_problem(git_repo: Path) -> None:
     build_tree(git_repo, {".gitignore": ".gitrun/\n"})
     commit_all(git_repo)

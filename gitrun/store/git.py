@@ -214,9 +214,13 @@ def changed_paths(repo: Path) -> list[str]:
 def ignored_by(repo: Path, paths: list[str]) -> dict[str, str]:
     """Which of ``paths`` git ignores: path -> the rule (``.gitignore:3: out/``).
 
-    Tracked paths are never ignored (git's rule). One ``check-ignore`` call;
-    a path git refuses to look at (beyond a symlink) is asked alone and
-    skipped when git still refuses it (the symlink is a check problem).
+    Tracked paths are never ignored (git's rule). One ``check-ignore
+    --no-index`` call, then one ``ls-files`` for the paths it names, if
+    any, to leave out those the index tracks: ``check-ignore`` looking in
+    the index itself takes time quadratic in the tracked paths asked about
+    (3 s for 10,000 outputs a landed run tracks). A path git refuses to look
+    at (beyond a symlink) is asked alone and skipped when git still refuses
+    it (the symlink is a check problem).
     """
     if not paths:
         return {}
@@ -227,15 +231,27 @@ def ignored_by(repo: Path, paths: list[str]) -> dict[str, str]:
             alone = _check_ignore(repo, [path])
             if alone.returncode == 0:
                 found.update(_ignore_rules(alone.stdout))
-        return found
-    return _ignore_rules(proc.stdout)
+    else:
+        found = _ignore_rules(proc.stdout)
+    for tracked in _tracked(repo, sorted(found)):
+        del found[tracked]
+    return found
 
 
 def _check_ignore(repo: Path, paths: list[str]) -> subprocess.CompletedProcess[bytes]:
     data = b"".join(p.encode(errors="surrogateescape") + b"\0" for p in paths)
-    return run_cmd(
-        [*GIT, "-C", str(repo), "check-ignore", "-v", "-z", "--stdin"], input=data, check=False
-    )
+    argv = [*GIT, "-C", str(repo), "check-ignore", "--no-index", "-v", "-z", "--stdin"]
+    return run_cmd(argv, input=data, check=False)
+
+
+def _tracked(repo: Path, paths: list[str]) -> set[str]:
+    """Those of ``paths`` the index holds."""
+    found: set[str] = set()
+    for start in range(0, len(paths), 500):  # command lines have limits
+        chunk = paths[start : start + 500]
+        out = git(repo, "ls-files", "-z", "--", *chunk)
+        found.update(p for p in out.decode(errors="surrogateescape").split("\0") if p)
+    return found & set(paths)
 
 
 def _ignore_rules(out: bytes) -> dict[str, str]:
