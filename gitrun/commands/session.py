@@ -66,7 +66,7 @@ def prepare_external(
             _restore_definition(repo, run_id, tip, report)
             resumed = load_run(repo, run_id)
             refuse_rewritten_definition(resumed, tip)
-            problems = check_run(resumed, check_dirty=False).problems
+            problems = check_run(resumed, check_dirty=False, freshness=False).problems
             if problems:
                 raise CheckFailed(run_id, problems)
         else:
@@ -184,7 +184,7 @@ def resume_run(
         _restore_definition(repo, run_id, tip, report)
         run = load_run(repo, run_id)
         refuse_rewritten_definition(run, tip)
-        problems = check_run(run, check_dirty=False).problems
+        problems = check_run(run, check_dirty=False, freshness=False).problems
         if problems:
             raise CheckFailed(run_id, problems)
         rules.refresh(local, run)

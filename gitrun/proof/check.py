@@ -86,15 +86,21 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'s' if n != 1 else ''}"
 
 
-def check_run(run: RunDef, *, check_dirty: bool = True, fork: str | None = None) -> CheckReport:
+def check_run(
+    run: RunDef, *, check_dirty: bool = True, fork: str | None = None, freshness: bool = True
+) -> CheckReport:
     """Every problem of ``run``; ``fork``: the commit a start forks it from,
     read once by the caller, so that the proof is of the commit the branch
-    starts at (else the run's recorded fork point, or HEAD)."""
+    starts at (else the run's recorded fork point, or HEAD); ``freshness``:
+    find the tasks up to date there too (a resume, whose round has its
+    start record already, does not ask)."""
     with collector_paused():  # a big run's claims and tries are 100,000s of objects
-        return _check_run(run, check_dirty, fork)
+        return _check_run(run, check_dirty, fork, freshness)
 
 
-def _check_run(run: RunDef, check_dirty: bool, fork: str | None) -> CheckReport:
+def _check_run(
+    run: RunDef, check_dirty: bool, fork: str | None, freshness: bool = True
+) -> CheckReport:
     problems: list[Problem] = []
     problems += _definition_problems(run)
     owned, read = _claims(run, problems)
@@ -128,7 +134,9 @@ def _check_run(run: RunDef, check_dirty: bool, fork: str | None) -> CheckReport:
         claims=len(owned),
         pointer_bytes=pointer_bytes,
         payload_budget=run.packet.limits.payload_budget,
-        up_to_date=[] if problems else up_to_date(run, fork, git.object_format(run.repo)),
+        up_to_date=(
+            up_to_date(run, fork, git.object_format(run.repo)) if freshness and not problems else []
+        ),
     )
 
 
