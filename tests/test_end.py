@@ -154,6 +154,8 @@ def test_rm_of_a_landed_run_removes_its_branch_local_state_and_run_directory(
     land_run(git_repo, "r")
     head = git(git_repo, "rev-parse", "HEAD")
     tip = git(git_repo, "rev-parse", "gitrun/r").strip()
+    # The definition and the ledger's chunks (how many: as the commits went).
+    files = len(git(git_repo, "ls-files", ".gitrun/runs/r").splitlines())
     result = gitrun("rm", "r")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
@@ -161,8 +163,8 @@ def test_rm_of_a_landed_run_removes_its_branch_local_state_and_run_directory(
         "removing run 'r':",
         f"  branch gitrun/r at {tip[:10]} (landed in main as {head[:10]})",
         "  local state .git/gitrun/r/",
-        "  run directory .gitrun/runs/r/ from the work tree (4 files, 4 of them tracked in the "
-        "current branch)",
+        f"  run directory .gitrun/runs/r/ from the work tree ({files} files, {files} of them "
+        "tracked in the current branch)",
     ]
     assert lines[4] == "removed run 'r'"
     assert "`git commit` records the removal" in lines[5]
@@ -170,7 +172,7 @@ def test_rm_of_a_landed_run_removes_its_branch_local_state_and_run_directory(
     # Nothing committed: the run's files show as deleted, for the user to commit.
     assert git(git_repo, "rev-parse", "HEAD") == head
     deleted = git(git_repo, "status", "--porcelain", "--", ".gitrun").splitlines()
-    assert len(deleted) == 4 and all(line.startswith(" D ") for line in deleted)
+    assert len(deleted) == files and all(line.startswith(" D ") for line in deleted)
     assert (git_repo / "r/t01.json").exists()  # the landed results stay
     assert gitrun("status").output == "no runs here; create one with `gitrun new RUN`\n"
 
@@ -178,9 +180,10 @@ def test_rm_of_a_landed_run_removes_its_branch_local_state_and_run_directory(
 def test_rm_of_a_squashed_run_drops_only_its_history(git_repo: Path) -> None:
     _started(git_repo)
     land_run(git_repo, "r", squash=True)
+    commits = int(git(git_repo, "rev-list", "--count", "HEAD..gitrun/r"))
     result = gitrun("rm", "r")
     assert result.exit_code == 0, result.output
-    assert "(squashed); its 3 commits of history go with it)" in result.output
+    assert f"(squashed); its {commits} commits of history go with it)" in result.output
     assert _pieces(git_repo) == (False, False, False)
 
 
@@ -190,12 +193,13 @@ def test_rm_of_an_abandoned_run_is_refused_without_force_and_done_with_it(
     _started(git_repo)
     tip = git(git_repo, "rev-parse", "gitrun/r").strip()
     line = _one_error(gitrun("rm", "r"))
-    assert "run 'r' is not landed: 3 commits of branch gitrun/r would be lost" in line
+    commits = int(git(git_repo, "rev-list", "--count", "HEAD..gitrun/r"))  # landings may share one
+    assert f"run 'r' is not landed: {commits} commits of branch gitrun/r would be lost" in line
     assert "`gitrun land r`" in line and "`gitrun rm r --force`" in line
     assert _pieces(git_repo) == (True, True, True)
     result = gitrun("rm", "r", "--force")
     assert result.exit_code == 0, result.output
-    assert "(with 3 commits no other ref holds: --force)" in result.output
+    assert f"(with {commits} commits no other ref holds: --force)" in result.output
     assert f"`git branch gitrun/r {tip[:10]}` brings the branch back" in result.output
     assert _pieces(git_repo) == (False, False, False)
 
