@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -348,3 +349,98 @@ def test_a_worker_that_leaves_a_landed_output_as_it_was_is_not_done(
     status = _status(git_repo, "r")
     assert status["tasks"]["t1"]["status"] == "failed"  # type: ignore[index]
     assert status["tasks"]["t1"]["reason"] == f"out/d1.json: {reason}"  # type: ignore[index]
+
+
+def _round(repo: Path, log: Path) -> list[str]:
+    """Start the run, land it; the tasks that ran."""
+    from gitrun.commands.land.landing import land_run
+    from gitrun.commands.session import start_run
+
+    outcome = start_run(repo, "r", lambda _line: None)
+    assert outcome.exit_code == 0, outcome.status.to_json()
+    land_run(repo, "r")
+    return _ran(log)
+
+
+def test_a_symlinked_input_reruns_its_task_when_what_it_names_changes(git_repo: Path) -> None:
+    log = _run(git_repo, "r", 1)
+    tasks: list[dict[str, object]] = [
+        {"id": "t1", "inputs": ["docs/link.txt"], "outputs": ["out/d1.json"]}
+    ]
+    packet = (git_repo / ".gitrun/runs/r/packet.toml").read_text()
+    write_run(git_repo, "r", tasks)
+    (git_repo / ".gitrun/runs/r/packet.toml").write_text(packet)
+    build_tree(git_repo, {"real/a.txt": "one\n", "real/b.txt": "two\n"})
+    (git_repo / "docs/link.txt").symlink_to("../real/a.txt")
+    commit_all(git_repo, "a linked input")
+    assert _round(git_repo, log) == ["t1"]
+    (git_repo / "real/a.txt").write_text("one more\n")  # what it names changes
+    assert _round(git_repo, log) == ["t1"]
+    (git_repo / "docs/link.txt").unlink()
+    (git_repo / "docs/link.txt").symlink_to("../real/b.txt")  # it names another file
+    assert _round(git_repo, log) == ["t1"]
+    assert json.loads((git_repo / "out/d1.json").read_text()) == {"text": "TWO"}
+    assert _round(git_repo, log) == []
+
+
+def test_an_edit_in_place_of_a_file_it_reads_is_up_to_date_next_round(git_repo: Path) -> None:
+    """A task that edits the file it reads (edits = true) changed its own
+    input: its own outputs are not part of what it was made from."""
+    log = git_repo.parent / "ran.log"
+    build_tree(git_repo, {"docs/a.md": "teh cat\n"})
+    write_run(
+        git_repo,
+        "r",
+        [{"id": "fix", "inputs": ["docs/a.md"], "outputs": [{"path": "docs/a.md", "edits": True}]}],
+        {
+            "executor": {
+                "preset": "shell",
+                "shell": 'echo "$GITRUN_TASK" >> "$RAN_LOG"; sed -i s/teh/the/g "$GITRUN_OUTPUTS"',
+                "env": {"RAN_LOG": str(log)},
+            }
+        },
+    )
+    commit_all(git_repo, "a typo to fix")
+    assert _round(git_repo, log) == ["fix"]
+    assert (git_repo / "docs/a.md").read_text() == "the cat\n"
+    assert _round(git_repo, log) == []
+
+
+def test_readers_of_a_rerun_output_rerun_however_they_name_it(git_repo: Path) -> None:
+    """A second stage reads the first's outputs as a directory, a glob and a
+    path: one first-stage task rerun (its input changed, a new task, or a
+    retry) reruns each reader, not only the one naming the file."""
+    log = _run(git_repo, "r", 2)
+    packet = tomllib.loads((git_repo / ".gitrun/runs/r/packet.toml").read_text())
+    work: list[dict[str, object]] = [
+        {"id": f"t{i}", "inputs": [f"docs/d{i}.txt"], "outputs": [f"out/d{i}.json"]} for i in (1, 2)
+    ]
+    readers: list[dict[str, object]] = [
+        {"id": "dir", "stage": "sum", "inputs": ["out"], "outputs": ["sum/dir.json"]},
+        {"id": "glob", "stage": "sum", "inputs": ["out/*.json"], "outputs": ["sum/glob.json"]},
+        {"id": "one", "stage": "sum", "inputs": ["out/d1.json"], "outputs": ["sum/one.json"]},
+    ]
+    shell = packet["executor"]["command"][2].replace(
+        '"$(tr a-z A-Z < "$GITRUN_INPUTS")"', '"$(printf %s "$GITRUN_INPUTS" | wc -l)"'
+    )
+    packet["executor"] = {"preset": "shell", "shell": shell, "env": packet["executor"]["env"]}
+    packet["stages"] = [{"name": "work"}, {"name": "sum"}]
+
+    def define(tasks: list[dict[str, object]]) -> None:
+        write_run(git_repo, "r", tasks + readers, packet)
+        commit_all(git_repo, "define")
+
+    define(work)
+    assert _round(git_repo, log) == ["dir", "glob", "one", "t1", "t2"]
+    (git_repo / "docs/d1.txt").write_text("doc one, again\n")
+    commit_all(git_repo, "t1's input")
+    assert _round(git_repo, log) == ["dir", "glob", "one", "t1"]
+    build_tree(git_repo, {"docs/d3.txt": "doc 3\n"})
+    define([*work, {"id": "t3", "inputs": ["docs/d3.txt"], "outputs": ["out/d3.json"]}])
+    assert _round(git_repo, log) == ["dir", "glob", "t3"]
+    _ok(git_repo, "start", "r", "-q")  # everything up to date
+    assert _ran(log) == []
+    said = _ok(git_repo, "retry", "r", "t2")
+    assert "dir" in said and "glob" in said and "one" not in said
+    _ok(git_repo, "resume", "r", "-q")
+    assert _ran(log) == ["dir", "glob", "t2"]

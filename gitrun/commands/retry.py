@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gitrun.definition.load import load_run
+from gitrun.definition.load import RunDef, load_run
+from gitrun.definition.provenance import reads_any
 from gitrun.engine.budget import BUDGET_EVENT, Budget, money
-from gitrun.engine.states import FAILED
+from gitrun.engine.states import FAILED, UP_TO_DATE
 from gitrun.engine.status import RunStatus, read_status
 from gitrun.errors import GitrunError
 from gitrun.store import ledger
@@ -63,6 +64,7 @@ def retry_tasks(
                         "at": at,
                     }
                 )
+            chosen += _readers_of(run, status, chosen)
             for tid in chosen:
                 writer.write({"event": ledger.RETRY, "task": tid, "at": at})
             lifted = status.halt["message"] if status.halt else None
@@ -78,6 +80,29 @@ def retry_tasks(
                 old.tokens if tokens is None else tokens,
             )
         return Retried(chosen, lifted, new)
+
+
+def _readers_of(run: RunDef, status: RunStatus, chosen: list[str]) -> list[str]:
+    """The up-to-date tasks of later stages that read an output of a task
+    given new attempts (or of such a reader, and so on): what they read will
+    be made again, so they run too."""
+    stages = run.stage_names
+    by_id = run.tasks_by_id
+    queue = list(chosen)
+    later: list[str] = []
+    for tid in queue:
+        stage = stages.index(run.stage_of(by_id[tid]))
+        outputs = run.output_paths(by_id[tid])
+        for task in run.tasks:
+            if (
+                status.tasks[task.id].status == UP_TO_DATE
+                and stages.index(run.stage_of(task)) > stage
+                and task.id not in queue
+                and reads_any(run, task, outputs)
+            ):
+                later.append(task.id)
+                queue.append(task.id)
+    return later
 
 
 def _check_raise(status: RunStatus, budget_usd: float | None, tokens: int | None) -> None:

@@ -76,11 +76,12 @@ def blob_id(data: bytes, object_format: str = "sha1") -> str:
     return hashlib.new(object_format, header + data).hexdigest()
 
 
-def blob_on_disk(path: str | Path, object_format: str = "sha1") -> str | None:
+def blob_on_disk(path: str | Path, object_format: str = "sha1", follow: bool = False) -> str | None:
     """The blob id of a regular file's content now, or None when there is none
-    (read in chunks: the file may be of any size)."""
+    (read in chunks: the file may be of any size); through a symlink only
+    when ``follow``."""
     try:
-        with open(path, "rb", opener=_no_follow) as handle:
+        with open(path, "rb", opener=None if follow else _no_follow) as handle:
             info = os.fstat(handle.fileno())
             if not stat.S_ISREG(info.st_mode):
                 return None

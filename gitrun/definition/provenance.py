@@ -22,7 +22,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from gitrun.definition.inputs import bundle_paths, input_paths
 from gitrun.definition.load import RUNS_DIR, RunDef, Task
 from gitrun.definition.outputs import blob_on_disk
 from gitrun.layout import BRANCH_PREFIX
+from gitrun.ownership.patterns import PatternError, matches, parse
 from gitrun.store import git, ledger
 from gitrun.store.jsonlines import parse_lines
 
@@ -122,12 +122,17 @@ class Provenance:
         }
 
     def inputs(self, task: Task) -> str:
+        """The digest of what the task reads: each input file's path and blob
+        id, but not its own outputs (a task that edits a file it also reads
+        would otherwise never be up to date: its own edit changed its input)."""
         digest = hashlib.sha256()
         paths = input_paths(self.run.repo, task.inputs)
         if task.bundle:
             paths += [task.bundle, *bundle_paths(self.run, task)]
+        own = set(self.run.output_paths(task))
         for path, blob in _files_at(self.run.repo, paths, self.object_format):
-            digest.update(f"{path}\0{blob or '-'}\n".encode(errors="surrogateescape"))
+            if path not in own:
+                digest.update(f"{path}\0{blob}\n".encode(errors="surrogateescape"))
         return digest.hexdigest()
 
 
@@ -137,26 +142,41 @@ def _canonical(value: object) -> bytes:
     )
 
 
-def _files_at(repo: Path, paths: Iterable[str], fmt: str) -> Iterable[tuple[str, str | None]]:
-    """Each input's blob id now: a file's; a directory's files', sorted; None
-    where nothing readable is (a symlink is never followed)."""
+def _files_at(repo: Path, paths: Iterable[str], fmt: str) -> Iterable[tuple[str, str]]:
+    """Each input's identity now, as the worker will read it: a file's blob
+    id; a directory's files', sorted; ``-`` where nothing is. A symlink is
+    followed, as a worker's read follows it, and its target is part of the
+    identity (``-> target``), so pointing it elsewhere or changing what it
+    names both count; a directory is walked through its links too, each
+    directory once."""
     for path in paths:
         full = repo / path
-        try:
-            mode = os.lstat(full).st_mode
-        except OSError:
-            yield path, None
-            continue
-        if stat.S_ISDIR(mode):
+        if os.path.isdir(full):
             found = []
-            for folder, dirs, files in os.walk(full):
+            seen: set[tuple[int, int]] = set()
+            for folder, dirs, files in os.walk(full, followlinks=True):
+                info = os.stat(folder)
+                if (info.st_dev, info.st_ino) in seen:
+                    dirs.clear()  # a link back up the tree: walked already
+                    continue
+                seen.add((info.st_dev, info.st_ino))
                 dirs.sort()
                 rel = Path(folder).relative_to(repo).as_posix()
                 found += [f"{rel}/{name}" for name in files]
             for name in sorted(found):
-                yield name, blob_on_disk(repo / name, fmt)
+                yield name, _identity(repo / name, fmt)
         else:
-            yield path, blob_on_disk(full, fmt) if stat.S_ISREG(mode) else None
+            yield path, _identity(full, fmt)
+
+
+def _identity(full: Path, fmt: str) -> str:
+    """A file's blob id, through a symlink with its target named; ``-`` for none."""
+    try:
+        link = os.readlink(full)
+    except OSError:
+        link = None
+    blob = blob_on_disk(full, fmt, follow=True) or "-"  # follows a link, as the worker will
+    return blob if link is None else f"{blob} -> {link}"
 
 
 def made_of(record: Mapping[str, Any]) -> dict[str, str] | None:
@@ -229,20 +249,32 @@ def up_to_date(run: RunDef, base: str | None, object_format: str = "sha1") -> li
                 continue
             paths = paths_of[task.id]
             have = {p: at_base[p][1] for p in paths if p in at_base}
-            if len(have) == len(paths) and not _reads_any(run, task, redone):
-                made = earlier.get(provenance.of(task), ())
-                if have in made:
-                    fresh.append(task.id)
-                    continue
+            if (
+                len(have) == len(paths)
+                and have in earlier.get(provenance.of(task), ())
+                and not reads_any(run, task, redone)
+            ):
+                fresh.append(task.id)
+                continue
             will_run.update(paths)
         redone |= will_run
     return fresh
 
 
-def _reads_any(run: RunDef, task: Task, paths: set[str]) -> bool:
-    if not paths:
+def reads_any(run: RunDef, task: Task, paths: Iterable[str]) -> bool:
+    """Whether ``task`` may read one of ``paths`` (outputs that will be made
+    again): an input naming it, a directory above it, a glob matching it
+    (whether or not the file exists yet), or a bundle listing it."""
+    wanted = set(paths)
+    if not wanted:
         return False
-    inputs = input_paths(run.repo, task.inputs)
-    if task.bundle:
-        inputs += bundle_paths(run, task)
-    return any(path in paths for path in inputs)
+    patterns = []
+    for text in task.inputs:
+        try:
+            patterns.append(parse(text))
+        except PatternError:
+            continue  # `gitrun check` reports it
+    listed = set(bundle_paths(run, task)) if task.bundle else set()
+    return any(
+        path in listed or any(matches(pattern, path) for pattern in patterns) for path in wanted
+    )
