@@ -29,6 +29,7 @@ from tests.helpers import (
     fake_worker_run,
     git,
     git_env,
+    run_gitrun,
     user_env,
     write_run,
 )
@@ -412,6 +413,9 @@ def test_a_land_killed_at_each_step_is_finished_by_the_next(
         assert proc.returncode == -signal.SIGKILL, (crash_at, err.decode())
     if plan[-1] == "land.holding:1":  # it died holding git's index lock
         assert (repo / ".git/index.lock").exists()
+    if LocalPaths.of(repo, "r").land_journal.exists():  # status says how to go on
+        shown = run_gitrun(repo, "status", "r").stdout
+        assert "a `gitrun land r` stopped half way; run it again" in shown, shown
     said = land_run(repo, "r")
     assert "merged" in said, said
     _assert_landed_whole(repo)

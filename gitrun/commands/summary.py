@@ -105,6 +105,11 @@ def format_status(status: RunStatus, limit: int | None = 20) -> str:
             f"run {status.run!r}: its branch names a commit whose objects are missing; "
             f"`gitrun resume {status.run}` moves it back to its newest whole commit"
         )
+    elif status.landing_stopped:
+        lines.append(
+            f"run {status.run!r}: a `gitrun land {status.run}` stopped half way; run it again "
+            "to finish the landing"
+        )
     elif status.landed:
         done = sum(status.counts()[s] for s in COMPLETE) == len(status.tasks)
         end = (

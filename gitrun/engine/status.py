@@ -71,6 +71,7 @@ class RunStatus:
     budget: Budget = field(default_factory=Budget)  # its spend budget now
     landed: Landed | None = None  # looked up only when asked (read_status's landing)
     branch_gone: bool = False
+    landing_stopped: bool = False  # a `gitrun land` of it stopped half way (its journal)
 
     @property
     def state(self) -> str:
@@ -136,6 +137,7 @@ def read_status(
         status = status_of(run, engine, tip, repo, driver)
         if landing and tip is not None:
             status.landed = landed(repo, run_id, tip, Path(found.git_dir))
+            status.landing_stopped = os.path.lexists(local.land_journal)
         if landing and not status.started:
             status.branch_gone = os.path.lexists(local.tip)
         return status
