@@ -122,7 +122,8 @@ def _create_branch(
     again = " again (it was landed)" if landed else ""
     said = f"run {run_id}: started{again} on branch gitrun/{run_id} from {head[:10]}"
     if fresh:
-        said += f"; {len(fresh):,} of {len(run.tasks):,} tasks are up to date, not run"
+        verb = "is" if len(fresh) == 1 else "are"
+        said += f"; {len(fresh):,} of {len(run.tasks):,} tasks {verb} up to date, not run"
     report(said)
     return committer
 
