@@ -302,8 +302,7 @@ class Driver:
         if self.stop_signal is None and not self.running and tip is not None:
             engine = self.engine
             done = {tid for tid, status in engine.status.items() if status == DONE}
-            made = {t: h.made for t, h in engine.summary.tasks.items() if h.made}
-            if committed_tasks(self.run, tip, engine.base, made) == done:
+            if committed_tasks(self.run, tip, engine.base, engine.summary.made) == done:
                 return status_of(self.run, engine, tip, self.repo, driver=None)
         status = read_status(self.repo, self.run.id, self.run)
         status.driver = None

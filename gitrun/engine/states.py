@@ -164,8 +164,7 @@ class Engine:
         self.summary = ledger.summarize(self.records)
         if len(self.records) < len(records):  # attempt numbers go on across rounds
             ledger.note_numbers(self.summary, records[: len(records) - len(self.records)])
-        made = {t: h.made for t, h in self.summary.tasks.items() if h.made}
-        done = committed_tasks(run, tip, self.base, made) if tip else set()
+        done = committed_tasks(run, tip, self.base, self.summary.made) if tip else set()
         # Attempts the ledger holds already: one killed between writing a record
         # and closing its journal entry (or lease) must not be recorded twice.
         self.recorded = {

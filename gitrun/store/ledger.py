@@ -83,6 +83,11 @@ class LedgerSummary:
     def spawns(self) -> int:
         return sum(h.spawns for h in self.tasks.values())
 
+    @property
+    def made(self) -> dict[str, dict[str, str]]:
+        """What each task's latest valid attempt made (path -> blob id), where it said."""
+        return {tid: h.made for tid, h in self.tasks.items() if h.made}
+
     def of(self, task: str) -> TaskHistory:
         return self.tasks.get(task) or TaskHistory()
 
