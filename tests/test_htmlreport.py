@@ -362,11 +362,17 @@ def _umask() -> int:
     return mask
 
 
+def test_report_writes_html_without_being_told_the_only_format(
+    finished: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["-C", str(finished), "report", "r"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "gitrun-report-r.html").read_text().startswith("<!DOCTYPE html>")
+
+
 def test_report_command_errors_are_one_sentence(git_repo: Path) -> None:
-    result = runner.invoke(app, ["report", "r"])
-    assert result.exit_code == 2
-    assert "`gitrun report r --html`" in result.output
-    result = runner.invoke(app, ["report", "nope", "--html"])
+    result = runner.invoke(app, ["report", "nope"])
     assert result.exit_code == 1
     assert result.output.startswith("gitrun: error: run 'nope' has no branch gitrun/nope")
     assert len(result.output.strip().splitlines()) == 1

@@ -160,8 +160,11 @@ def report(
     ctx: typer.Context,
     run: Annotated[str, typer.Argument(metavar="RUN", help="The run.")],
     html: Annotated[
-        bool, typer.Option("--html", help="Write one self-contained HTML page (the only format).")
-    ] = False,
+        bool,
+        typer.Option(
+            "--html", help="Write the HTML page: the only format, so this is the default."
+        ),
+    ] = True,
     output: Annotated[
         Path | None,
         typer.Option(
@@ -169,16 +172,13 @@ def report(
         ),
     ] = None,
 ) -> None:
-    """Write a run's report: a timeline of every attempt, concurrency over time,
-    summary numbers and a sortable table of tasks, from what the run's branch
-    holds (so it works on a fresh clone and after `gitrun land`)."""
+    """Write a run's report as one self-contained HTML page: a timeline of every
+    attempt, concurrency over time, summary numbers and a sortable table of
+    tasks, from what the run's branch holds (so it works on a fresh clone and
+    after `gitrun land`). For text, `gitrun status RUN`."""
     from gitrun.commands.report.page import write_report
-    from gitrun.errors import UsageError
 
-    if not html:
-        raise UsageError(
-            f"say which report: `gitrun report {run} --html` (for text, `gitrun status {run}`)"
-        )
+    del html  # accepted for the scripts that pass it; HTML is what report writes
     typer.echo(write_report(_repo(ctx), run, output))
 
 
