@@ -245,6 +245,7 @@ def test_the_page_counts_what_status_json_counts(finished: Path) -> None:
     assert got["yield"] == f"{status['yield']:.0%}"
     assert got["needless"] == "1"  # t02 wrote valid output and exited 1
     assert got["throttles"] == "1"
+    assert got["spent"] == got["tokens"] == "unknown"  # no client stated either, none is 0
     rows = table(page)
     assert list(rows) == list(status["tasks"])  # every task, in table order
     for tid, task in status["tasks"].items():

@@ -1,4 +1,4 @@
-"""``gitrun report RUN --html``: one self-contained HTML page about a run.
+"""``gitrun report RUN``: one self-contained HTML page about a run.
 
 A timeline of every attempt, concurrency over time, the summary numbers and a
 sortable table of tasks, all drawn from what the run's branch holds
@@ -280,7 +280,12 @@ def _spend(c: CommittedRun, usable: int) -> tuple[list[str], list[str]]:
             "attempts of unknown cost",
             "their client stated no cost: not counted, never taken as zero",
         ),
-        _number("tokens", f"{totals.tokens:,}", "tokens"),
+        _number(
+            "tokens",
+            f"{totals.tokens:,}" if totals.by_model else "unknown",
+            "tokens",
+            "the tokens the clients stated; unknown when none stated any",
+        ),
     ]
     lines = []
     said = spend_text(totals, usable, budget)
