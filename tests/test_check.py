@@ -220,8 +220,19 @@ def test_literal_model_in_overridden_preset_shell(git_repo: Path) -> None:
 
 
 def test_no_model_configured(git_repo: Path) -> None:
-    problems = _problems(git_repo, [_task("ta")], model={})
+    takes = {"command": ["my-agent", "--model", "{model}", "{pointer}"]}
+    problems = _problems(git_repo, [_task("ta")], model={}, executor=takes)
     assert _codes(problems) == ["no-model"]
+    script = {"preset": "shell", "shell": 'my-agent --model "$GITRUN_MODEL" "$GITRUN_POINTER"'}
+    assert _codes(_problems(git_repo, [_task("ta")], model={}, executor=script)) == ["no-model"]
+
+
+def test_a_command_that_takes_no_model_needs_none(git_repo: Path) -> None:
+    for executor in (
+        {"preset": "shell", "shell": './work.sh "$GITRUN_POINTER"'},
+        {"command": ["python3", "work.py", "{pointer}"]},
+    ):
+        assert _problems(git_repo, [_task("ta")], model={}, executor=executor) == []
 
 
 def test_unknown_validator_stage_and_duplicate_ids(git_repo: Path) -> None:
@@ -258,7 +269,8 @@ def test_every_problem_is_listed_not_only_the_first(git_repo: Path) -> None:
         _task("ta", ["out/**", "TODO.md", "/abs", "ta.out"]),
         _task("tb", ["out/x.json", "tb.out"]),
     ]
-    codes = set(_codes(_problems(git_repo, tasks, model={})))
+    takes = {"command": ["my-agent", "--model", "{model}", "{pointer}"]}
+    codes = set(_codes(_problems(git_repo, tasks, model={}, executor=takes)))
     assert {"overlap", "protected", "outside-repo", "no-model"} <= codes
 
 

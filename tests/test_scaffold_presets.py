@@ -51,6 +51,8 @@ def test_the_shell_preset_gets_a_script_to_replace(git_repo: Path) -> None:
     run = load_run(git_repo, "s", environ={})
     assert run.packet.executor.preset == "shell"
     assert run.packet.executor.shell is not None and "$GITRUN_POINTER" in run.packet.executor.shell
+    assert run.packet.model.default == ""  # a script is not handed some client's model
+    assert "$GITRUN_MODEL" in (git_repo / ".gitrun/runs/s/packet.toml").read_text()  # how to
     assert check_run(run).problems == []
 
 

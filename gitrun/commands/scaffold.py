@@ -30,7 +30,7 @@ from gitrun.workers.clients import DEFAULT_MODELS
 
 OUTPUT_PLACEHOLDERS = ("task", "stem", "name", "n")
 # The shell preset's script in a new packet: a stand-in to replace.
-SHELL_SAMPLE = 'my-agent --task "$GITRUN_TASK" --model "$GITRUN_MODEL" "$GITRUN_POINTER"'
+SHELL_SAMPLE = 'my-agent --task "$GITRUN_TASK" "$GITRUN_POINTER"'
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,12 @@ def new_run(
         if preset == "shell":
             executor_block += f"\nshell = {_toml_value(SHELL_SAMPLE)}"
     model = DEFAULT_MODELS["claude" if executor == "external" else preset]
+    if model is None:  # a script: it names its model itself, if it takes one
+        model_line = '# default = "..."      # if your script takes one, as "$GITRUN_MODEL"'
+    else:
+        model_line = f"default = {_toml_value(model)}       # or GITRUN_MODEL; per stage: "
+        model_line += '[model.stages] review = "..."'
+
     # The templates keep their comments; every value in them is written by
     # tomli-w, so any text (quotes, backslashes, newlines) reads back exactly.
     values = {
@@ -108,13 +114,12 @@ def new_run(
         "description": _toml_value(description),
         "first_output": _toml_value(f"out/{run_id}/t0001.json"),
         "executor": executor_block,
-        "model": _toml_value(model),
+        "model_line": model_line,
     }
-    packet = _render(
-        "packet.toml",
-        values,
-        {"run": {"id": run_id, "description": description}, "model": {"default": model}},
-    )
+    expected: dict[str, Any] = {"run": {"id": run_id, "description": description}}
+    if model is not None:
+        expected["model"] = {"default": model}
+    packet = _render("packet.toml", values, expected)
     created = [f"{RUNS_DIR}/{run_id}/{PACKET_NAME}", f"{RUNS_DIR}/{run_id}/{TASKS_NAME}"]
     try:
         for path, lines in bundles.items():

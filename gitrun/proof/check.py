@@ -46,6 +46,7 @@ from gitrun.workers.executor import (
     literal_models,
     render_command,
     template_problems,
+    uses_model,
 )
 from gitrun.workers.pointer import attempt_values, render_pointer
 
@@ -604,7 +605,7 @@ def _executor_model_problems(run: RunDef) -> list[Problem]:
         from gitrun.workers.ray.executor import ray_problems
 
         out += ray_problems(run)
-    for stage in run.stage_names:
+    for stage in run.stage_names if uses_model(template) else ():
         if not run.packet.model_for(stage):
             out.append(
                 Problem(

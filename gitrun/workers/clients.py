@@ -23,13 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 
 # The packet's default model for each preset (`gitrun new --preset NAME`):
-# an alias or a name the client accepts with its usual credentials.
-DEFAULT_MODELS: dict[str, str] = {
+# an alias or a name the client accepts with its usual credentials; a shell
+# script gets none unless its author sets one (it reads "$GITRUN_MODEL").
+DEFAULT_MODELS: dict[str, str | None] = {
     "claude": "sonnet",  # Claude Code's alias
     "codex": "gpt-6.2-sol",  # what codex 0.171 picks when given none
     "gemini": "gemini-2.5-pro",  # gemini-cli 0.61's DEFAULT_GEMINI_MODEL
     "aider": "sonnet",  # aider's alias for its Claude Sonnet default
-    "shell": "sonnet",  # the script reads "$GITRUN_MODEL"; any name it understands
+    "shell": None,
 }
 
 _RETRY = "then `gitrun retry` and `gitrun resume`"

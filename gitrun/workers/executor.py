@@ -283,6 +283,15 @@ def _syntax_problems(where: str, arg: str) -> list[str]:
     ]
 
 
+def uses_model(argv: list[str] | None) -> bool:
+    """Whether a command takes the configured model (``{model}``, or the
+    variable in a script); a command executor that names neither runs without
+    one. None (an external or unset executor) counts as taking one."""
+    if argv is None:
+        return True
+    return any(name in arg for arg in argv for name in _FROM_CONFIG)
+
+
 def literal_models(argv: list[str]) -> list[str]:
     """Model names written into a command instead of ``{model}``."""
     found: list[str] = []
