@@ -9,6 +9,7 @@ from gitrun.commands.scaffold import init_repo, new_run
 from gitrun.definition.load import load_run
 from gitrun.errors import GitrunError, UsageError
 from gitrun.proof.check import check_run
+from gitrun.resources import template_text
 from tests.helpers import build_tree
 
 
@@ -120,3 +121,9 @@ def test_an_input_named_with_a_wildcard_is_a_usage_error(git_repo: Path) -> None
     build_tree(git_repo, {"docs/*.md": "a\n"})
     with pytest.raises(UsageError, match=r"wildcard character"):
         new_run(git_repo, "r", inputs="docs/*.md", output="out/{stem}.json")
+
+
+def test_the_templates_say_the_payload_budget_bounds_one_dispatch() -> None:
+    for name in ("packet.toml", "config.toml"):
+        (line,) = [ln for ln in template_text(name).splitlines() if "payload_budget" in ln]
+        assert "one dispatch" in line and "all pointers" not in line, line
