@@ -56,3 +56,19 @@ def test_the_pattern_finds_a_pointer() -> None:
         assert POINTER.search(line), line
     for line in ("a hook rule", "the rules of 3 tasks", "issued 3 leases", "by design"):
         assert not POINTER.search(line), line
+
+
+def test_every_claude_print_command_shown_can_write() -> None:
+    """`claude -p` refuses every write without a permission mode, so each
+    command line the docs show, and the lead's instructions, name one."""
+    from gitrun.resources import template_text
+
+    shown = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for block in re.findall(r"```[a-z]*\n(.*?)```", page.read_text(), re.DOTALL):
+            for command in block.replace("\\\n", " ").splitlines():
+                if "claude -p" in command:
+                    shown.append(command)
+                    assert "--permission-mode" in command, f"{page.name}: {command}"
+    assert shown  # the check looked at something
+    assert "--permission-mode" in template_text("orchestrator.md")
