@@ -242,6 +242,32 @@ def test_mutated_runs_never_produce_a_traceback(git_repo: Path, data: st.DataObj
             json.loads(result.output)
 
 
+def _complete(words: str, cwd: Path) -> list[str]:
+    """What the shell's completion offers for ``words`` (bash's protocol)."""
+    env = os.environ | {
+        "_GITRUN_COMPLETE": "complete_bash",
+        "COMP_WORDS": words,
+        "COMP_CWORD": str(len(words.split(" ")) - 1),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "gitrun"], cwd=cwd, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()
+
+
+def test_the_shell_completes_commands_and_run_ids(git_repo: Path, tmp_path: Path) -> None:
+    script = _gitrun("--show-completion", "bash", cwd=git_repo)
+    assert script.returncode == 0 and "_GITRUN_COMPLETE=complete_bash" in script.stdout
+    for run_id in ("alpha", "also", "beta"):
+        assert _gitrun("new", run_id, cwd=git_repo).returncode == 0
+    assert _complete("gitrun st", git_repo) == ["start", "status"]
+    assert _complete("gitrun status al", git_repo) == ["alpha", "also"]
+    assert _complete("gitrun next ", git_repo) == ["alpha", "also", "beta"]
+    assert _complete(f"gitrun -C {git_repo} resume b", tmp_path) == ["beta"]
+    assert _complete("gitrun check ", tmp_path) == []  # no repository here: nothing, no error
+
+
 def test_installed_console_script_finds_templates(git_repo: Path) -> None:
     """The real `gitrun` program (as installed) scaffolds from its shipped templates."""
     exe = Path(sys.executable).parent / "gitrun"

@@ -130,7 +130,7 @@ app = typer.Typer(
     name="gitrun",
     help="A git-native, resumable run manager for large fan-outs of workers.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -170,6 +170,19 @@ def _repo(ctx: typer.Context) -> Path:
     from gitrun.store.git import find_repo_root
 
     return find_repo_root(Path(directory) if directory else None)
+
+
+def complete_run(ctx: typer.Context, incomplete: str) -> list[str]:
+    """The shell's completion of a RUN argument: the runs defined in the work
+    tree (of ``-C DIR`` when given); nothing outside a repository."""
+    from gitrun.layout import run_ids
+    from gitrun.store.repo import find_repo
+
+    directory = ctx.find_root().params.get("directory")  # the root callback has not run
+    found = find_repo(str(directory) if directory else None)
+    if found is None:
+        return []
+    return [run_id for run_id in run_ids(found.root) if run_id.startswith(incomplete)]
 
 
 def _orchestrator_guide() -> str:

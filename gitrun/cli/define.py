@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from gitrun.cli.app import _orchestrator_guide, _repo, app, capped
+from gitrun.cli.app import _orchestrator_guide, _repo, app, capped, complete_run
 
 
 @app.command()
@@ -82,7 +82,9 @@ def new(
 @app.command()
 def check(
     ctx: typer.Context,
-    run: Annotated[str, typer.Argument(metavar="RUN", help="The run to check.")],
+    run: Annotated[
+        str, typer.Argument(metavar="RUN", autocompletion=complete_run, help="The run to check.")
+    ],
     as_json: Annotated[bool, typer.Option("--json", help="Print the problems as JSON.")] = False,
 ) -> None:
     """Prove a run is safe to launch; list every problem, not only the first.

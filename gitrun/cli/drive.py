@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from gitrun.cli.app import _repo, app
+from gitrun.cli.app import _repo, app, complete_run
 from gitrun.errors import GitrunError
 
 EXIT_CODES_HELP = (
@@ -33,7 +33,9 @@ _QUIET = typer.Option("--quiet", "-q", help="Print only the summary at the end."
 @app.command(epilog=EXIT_CODES_HELP)
 def start(
     ctx: typer.Context,
-    run: Annotated[str, typer.Argument(metavar="RUN", help="The run to start.")],
+    run: Annotated[
+        str, typer.Argument(metavar="RUN", autocompletion=complete_run, help="The run to start.")
+    ],
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the final status as JSON.")
     ] = False,
@@ -64,7 +66,9 @@ def start(
 @app.command(epilog=EXIT_CODES_HELP)
 def resume(
     ctx: typer.Context,
-    run: Annotated[str, typer.Argument(metavar="RUN", help="The run to continue.")],
+    run: Annotated[
+        str, typer.Argument(metavar="RUN", autocompletion=complete_run, help="The run to continue.")
+    ],
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the final status as JSON.")
     ] = False,
@@ -84,7 +88,10 @@ def resume(
 def status(
     ctx: typer.Context,
     run: Annotated[
-        str | None, typer.Argument(metavar="RUN", help="The run; all runs when omitted.")
+        str | None,
+        typer.Argument(
+            metavar="RUN", autocompletion=complete_run, help="The run; all runs when omitted."
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
     show_all: Annotated[
@@ -111,7 +118,9 @@ def status(
 @app.command()
 def log(
     ctx: typer.Context,
-    run: Annotated[str, typer.Argument(metavar="RUN", help="The run.")],
+    run: Annotated[
+        str, typer.Argument(metavar="RUN", autocompletion=complete_run, help="The run.")
+    ],
     as_json: Annotated[bool, typer.Option("--json", help="Print the history as JSON.")] = False,
     attempts: Annotated[
         bool,
@@ -158,7 +167,9 @@ def log(
 @app.command()
 def report(
     ctx: typer.Context,
-    run: Annotated[str, typer.Argument(metavar="RUN", help="The run.")],
+    run: Annotated[
+        str, typer.Argument(metavar="RUN", autocompletion=complete_run, help="The run.")
+    ],
     html: Annotated[
         bool,
         typer.Option(
@@ -185,7 +196,9 @@ def report(
 @app.command()
 def land(
     ctx: typer.Context,
-    run: Annotated[str, typer.Argument(metavar="RUN", help="The run to land.")],
+    run: Annotated[
+        str, typer.Argument(metavar="RUN", autocompletion=complete_run, help="The run to land.")
+    ],
     squash: Annotated[
         bool, typer.Option("--squash", help="One squashed commit instead of a merge.")
     ] = False,
@@ -211,7 +224,9 @@ def land(
 @app.command()
 def rm(
     ctx: typer.Context,
-    run: Annotated[str, typer.Argument(metavar="RUN", help="The run to remove.")],
+    run: Annotated[
+        str, typer.Argument(metavar="RUN", autocompletion=complete_run, help="The run to remove.")
+    ],
     force: Annotated[
         bool,
         typer.Option(
@@ -240,7 +255,9 @@ def rm(
 @app.command()
 def retry(
     ctx: typer.Context,
-    run: Annotated[str, typer.Argument(metavar="RUN", help="The run.")],
+    run: Annotated[
+        str, typer.Argument(metavar="RUN", autocompletion=complete_run, help="The run.")
+    ],
     tasks: Annotated[
         list[str] | None,
         typer.Argument(

@@ -7,14 +7,19 @@ from typing import Annotated
 
 import typer
 
-from gitrun.cli.app import _orchestrator_guide, _repo, app
+from gitrun.cli.app import _orchestrator_guide, _repo, app, complete_run
 
 
 @app.command("next", epilog=_orchestrator_guide())
 def next_batch(
     ctx: typer.Context,
     run: Annotated[
-        str, typer.Argument(metavar="RUN", help="The run (its [executor] kind is external).")
+        str,
+        typer.Argument(
+            metavar="RUN",
+            autocompletion=complete_run,
+            help="The run (its [executor] kind is external).",
+        ),
     ],
     max_tasks: Annotated[int | None, typer.Option("--max", help="Lease at most this many.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the batch as JSON.")] = False,
@@ -34,7 +39,12 @@ def next_batch(
 def collect(
     ctx: typer.Context,
     run: Annotated[
-        str, typer.Argument(metavar="RUN", help="The run (its [executor] kind is external).")
+        str,
+        typer.Argument(
+            metavar="RUN",
+            autocompletion=complete_run,
+            help="The run (its [executor] kind is external).",
+        ),
     ],
     throttled: Annotated[
         list[str] | None,
