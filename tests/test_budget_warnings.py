@@ -44,7 +44,7 @@ def _round(repo: Path) -> tuple[Any, Any]:
     """One `next` (its batch worked at once) and one `collect`."""
     batch = _gitrun(repo, "next", "e", "--json")
     assert batch.returncode == 0, batch.stdout + batch.stderr
-    _work(repo, json.loads(batch.stdout))
+    _work(repo, json.loads(batch.stdout)["leased"])
     collected = _gitrun(repo, "collect", "e")
     assert collected.returncode == 0, collected.stdout + collected.stderr
     return batch, collected
@@ -54,7 +54,7 @@ def test_next_and_collect_say_an_unenforceable_budget_once_per_run(git_repo: Pat
     _external_run(git_repo)
     first = _gitrun(git_repo, "start", "e", "--json")
     assert first.returncode == 0 and _said(first) == 0  # no attempt has ended yet
-    _work(git_repo, json.loads(first.stdout))
+    _work(git_repo, json.loads(first.stdout)["leased"])
     assert _said(_gitrun(git_repo, "collect", "e")) == 0
     calls = [*_round(git_repo), *_round(git_repo)]
     said = [_said(proc) for proc in calls]
@@ -79,7 +79,7 @@ def test_another_machine_and_a_lost_marker_say_it_again_never_an_error(
 ) -> None:
     _external_run(git_repo)
     first = _gitrun(git_repo, "start", "e", "--json")
-    _work(git_repo, json.loads(first.stdout))
+    _work(git_repo, json.loads(first.stdout)["leased"])
     assert _gitrun(git_repo, "collect", "e").returncode == 0
     batch, _ = _round(git_repo)
     assert _said(batch) == 1
@@ -90,7 +90,7 @@ def test_another_machine_and_a_lost_marker_say_it_again_never_an_error(
     resumed = _gitrun(clone, "resume", "e", "--json")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert _said(resumed) == 1
-    _work(clone, json.loads(resumed.stdout))
+    _work(clone, json.loads(resumed.stdout)["leased"])
     assert _said(_gitrun(clone, "collect", "e")) == 0
     batch, collected = _round(clone)
     assert (_said(batch), _said(collected)) == (0, 0)
@@ -106,7 +106,7 @@ def test_another_machine_and_a_lost_marker_say_it_again_never_an_error(
         again = _gitrun(git_repo, "next", "e", "--json")
         assert again.returncode == 0, again.stdout + again.stderr
         assert _said(again) == 1 and again.stderr.count("warning") == 1, again.stderr
-        _work(git_repo, json.loads(again.stdout))
+        _work(git_repo, json.loads(again.stdout)["leased"])
         assert _gitrun(git_repo, "collect", "e").returncode == 0
         assert _said(_gitrun(git_repo, "next", "e", "--json")) == 0
         assert _gitrun(git_repo, "collect", "e").returncode == 0

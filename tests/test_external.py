@@ -10,6 +10,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from pytest import MonkeyPatch
+
 from tests.helpers import FAKE_WORKER, git, write_run
 
 
@@ -65,7 +67,7 @@ def test_next_collect_loop_until_done(git_repo: Path, tmp_path: Path) -> None:
     )
     started = _gitrun(git_repo, "start", "r", "--json")
     assert started.returncode == 0, started.stderr
-    batch = json.loads(started.stdout)
+    batch = json.loads(started.stdout)["leased"]
     assert [b["task"] for b in batch] == ["t1"]  # the canary, alone
     assert batch[0]["pointer"].count("\n") == 1
     handed: list[list[str]] = []
@@ -87,16 +89,18 @@ def test_next_collect_loop_until_done(git_repo: Path, tmp_path: Path) -> None:
         if throttle:
             assert result["throttled"] == ["t5"]
         nxt = _gitrun(git_repo, "next", "r", "--json")
-        if nxt.returncode == 0 and json.loads(nxt.stdout) == []:
-            assert "every task is done" in nxt.stderr
+        assert nxt.returncode == 0, nxt.stdout + nxt.stderr  # waiting is no error
+        got = json.loads(nxt.stdout)
+        if got["done"]:
+            assert "every task is done" in got["reason"] and got["leased"] == []
             break
-        batch = json.loads(nxt.stdout)
+        batch = got["leased"]
         if not batch:  # backing off after the throttle
-            assert "throttled: wait" in nxt.stderr
+            assert got["why"] == "throttled" and 0 < got["wait_s"] <= 60, got
             import time
 
-            time.sleep(2.5)
-            batch = json.loads(_gitrun(git_repo, "next", "r", "--json").stdout)
+            time.sleep(got["wait_s"] + 0.5)
+            batch = json.loads(_gitrun(git_repo, "next", "r", "--json").stdout)["leased"]
         if throttle:
             throttle_batch = len(batch)
     else:
@@ -139,7 +143,7 @@ def test_next_names_the_one_worker_agent_and_writes_no_agent_files(git_repo: Pat
     )
     started = _gitrun(git_repo, "start", "e", "--json")
     assert started.returncode == 0, started.stderr
-    assert {b["agent"] for b in json.loads(started.stdout)} == {"gitrun-worker"}
+    assert {b["agent"] for b in json.loads(started.stdout)["leased"]} == {"gitrun-worker"}
     assert not (git_repo / ".claude/agents").exists()
     assert _gitrun(git_repo, "next", "e", "--agents").returncode == 2  # the option is gone
 
@@ -174,7 +178,7 @@ def test_a_failed_canary_halts_external_mode_until_retry(git_repo: Path) -> None
     limits = {"canary": 1, "max_attempts": 1, "concurrency": 2}
     write_run(git_repo, "e", tasks, {"executor": {"kind": "external"}, "limits": limits})
     started = _gitrun(git_repo, "start", "e", "--json")
-    assert [b["task"] for b in json.loads(started.stdout)] == ["t1"]
+    assert [b["task"] for b in json.loads(started.stdout)["leased"]] == ["t1"]
     collected = _gitrun(git_repo, "collect", "e")  # the canary wrote nothing
     assert collected.returncode == 3, collected.stdout + collected.stderr
     assert "halted: canary failed: t1" in collected.stdout
@@ -188,7 +192,7 @@ def test_a_failed_canary_halts_external_mode_until_retry(git_repo: Path) -> None
     assert retried.returncode == 0 and "lifted the halt" in retried.stdout
     batch = _gitrun(git_repo, "next", "e", "--json")
     assert batch.returncode == 0, batch.stderr
-    assert [b["task"] for b in json.loads(batch.stdout)] == ["t1"]  # the canary again, alone
+    assert [b["task"] for b in json.loads(batch.stdout)["leased"]] == ["t1"]  # the canary, alone
 
 
 def test_governor_state_outlives_a_call_and_damage_to_it_is_a_warning(git_repo: Path) -> None:
@@ -261,3 +265,77 @@ def test_a_stray_write_halts_a_strict_external_run(git_repo: Path) -> None:
     assert "ownership violation: elsewhere.txt" in proc.stdout
     later = _gitrun(git_repo, "next", "e")
     assert later.returncode == 3 and "halted: ownership violation" in later.stdout + later.stderr
+
+
+# -- a healthy run that has nothing (more) to hand out now says why, exit 0 ------------------
+
+
+def _invoke(repo: Path, *args: str) -> tuple[int, str]:
+    """One command in this process (so the load average is the test's), its exit and stdout."""
+    from typer.testing import CliRunner
+
+    from gitrun.cli.main import app
+
+    result = CliRunner().invoke(app, ["-C", str(repo), *args])
+    return result.exit_code, result.stdout
+
+
+def _external(repo: Path, tasks: int, **limits: object) -> None:
+    table = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(1, tasks + 1)]
+    write_run(repo, "e", table, {"executor": {"kind": "external"}, "limits": limits})
+
+
+def test_a_busy_machine_is_a_wait_with_its_reason(git_repo: Path, monkeypatch: MonkeyPatch) -> None:
+    from gitrun.engine import governor
+
+    monkeypatch.setattr(governor, "read_load", lambda: 9.0)
+    monkeypatch.delenv("GITRUN_MAX_LOAD")  # the suite's own, which no load reaches
+    _external(git_repo, 3, canary=0, concurrency=4, max_load=4.0)
+    code, out = _invoke(git_repo, "start", "e", "--json")
+    batch = json.loads(out)
+    assert code == 0 and [b["task"] for b in batch["leased"]] == ["t1"]  # one at a time
+    assert batch["why"] == "load"
+    assert batch["reason"].startswith("leased 1 of 4 free: the machine is busy (load 9.0 over")
+    code, out = _invoke(git_repo, "next", "e")  # the lead asks again at once
+    assert code == 0, out
+    assert "so one attempt at a time; 1 leased (t1): wait for them, then `gitrun collect e`" in out
+    assert _invoke(git_repo, "collect", "e")[0] == 0  # t1 wrote nothing: released
+    monkeypatch.setattr(governor, "read_load", lambda: 0.5)
+    code, out = _invoke(git_repo, "next", "e", "--json")
+    batch = json.loads(out)
+    assert code == 0 and len(batch["leased"]) == 3 and batch["why"] is None and not batch["reason"]
+
+
+def test_the_canary_and_a_throttle_are_waits(git_repo: Path, monkeypatch: MonkeyPatch) -> None:
+    from gitrun.engine import governor
+
+    monkeypatch.setattr(governor, "read_load", lambda: 0.0)
+    _external(git_repo, 3, canary=1, concurrency=2)
+    code, out = _invoke(git_repo, "start", "e", "--json")
+    batch = json.loads(out)
+    assert code == 0 and [b["task"] for b in batch["leased"]] == ["t1"]
+    assert batch["why"] == "canary running"
+    assert batch["reason"] == "leased 1 of 2 free: the canary (t1) runs alone first"
+    code, out = _invoke(git_repo, "next", "e", "--json")
+    batch = json.loads(out)
+    assert code == 0 and batch["leased"] == [] and batch["wait_s"] is None
+    assert batch["why"] == "canary running" and "wait for them, then `gitrun collect e`" in out
+    code, _ = _invoke(git_repo, "collect", "e", "--throttled", "t1")
+    assert code == 0
+    code, out = _invoke(git_repo, "next", "e", "--json")
+    batch = json.loads(out)
+    assert code == 0 and batch["leased"] == [] and batch["why"] == "throttled", batch
+    assert batch["wait_s"] >= 1 and f"wait {batch['wait_s']:.0f} s" in batch["reason"]
+
+
+def test_nothing_left_but_a_task_failed_for_good_is_exit_1(
+    git_repo: Path, monkeypatch: MonkeyPatch
+) -> None:
+    from gitrun.engine import governor
+
+    monkeypatch.setattr(governor, "read_load", lambda: 0.0)
+    _external(git_repo, 1, canary=0, max_attempts=1)
+    assert _invoke(git_repo, "start", "e")[0] == 0
+    assert _invoke(git_repo, "collect", "e")[0] == 0  # t1 wrote nothing: its one attempt
+    code, out = _invoke(git_repo, "next", "e")
+    assert code == 1 and "t1 used up their attempts" in out

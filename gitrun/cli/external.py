@@ -22,13 +22,23 @@ def next_batch(
         ),
     ],
     max_tasks: Annotated[int | None, typer.Option("--max", help="Lease at most this many.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the batch as JSON.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help='Print {"leased": [...], "done", "halted", "why", "wait_s", "reason"} as JSON.',
+        ),
+    ] = False,
 ) -> None:
     """Lease the next batch of tasks and print their two-line pointers.
 
     As many as the free concurrency allows; while the canary has not produced
     valid output, only the canary. Leases expire after the task timeout.
-    Nothing to hand out: says why and exits 0 when every task is done, else 1.
+    Fewer than there is room for, or none: it says why. Exit 0 with tasks
+    leased, when every task is done, and while the run waits (a throttle's
+    backoff, a busy machine, the canary or other leased subagents still out,
+    the spend budget); 3 when halted; 1 when nothing is left but some task
+    used up its attempts.
     """
     from gitrun.commands.external import next_batch
 

@@ -75,25 +75,28 @@ def collect(repo: Path, run: str, throttled: list[str], as_json: bool) -> int:
 
 
 def print_batch(run: str, batch: Batch, as_json: bool) -> int:
-    """Print a batch; its exit code: 0 with tasks leased or every task done,
-    3 halted, 1 when nothing can be handed out yet."""
+    """Print a batch; its exit code: 0 with tasks leased, every task done, or
+    a healthy run waiting (``why`` says for what), 3 halted, 1 when nothing is
+    left to hand out but some task failed for good."""
+    healthy = batch.leased or batch.done or batch.why is not None
+    code = EXIT_HALTED if batch.halted else EXIT_DONE if healthy else EXIT_FAILED
     for violation in batch.violations:
         _err(f"ownership violation: {violation}")
     for notice in batch.notices:  # the spend budget's
         _err(notice)
     if as_json:
-        _out(json.dumps(batch.leased, indent=2))
-    for item in batch.leased if not as_json else []:
+        _out(json.dumps(batch.to_json(), indent=2))
+        return code
+    for item in batch.leased:
         _out(item["pointer"] + "\n")
     if batch.leased:
-        if not as_json:
-            _out(
-                f"leased {len(batch.leased)}: dispatch each pointer above as one subagent, wait for "
-                f"them, then `gitrun collect {run}`"
-            )
-        return 0
-    (_err if as_json else _out)(batch.reason)
-    return EXIT_DONE if batch.done else EXIT_HALTED if batch.halted else EXIT_FAILED
+        _out(
+            f"leased {len(batch.leased)}: dispatch each pointer above as one subagent, wait for "
+            f"them, then `gitrun collect {run}`"
+        )
+    if batch.reason:
+        _out(batch.reason)
+    return code
 
 
 def print_collected(collected: Collected) -> None:

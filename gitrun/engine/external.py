@@ -41,16 +41,32 @@ from gitrun.store.usage import Usage
 from gitrun.workers.pointer import render_pointer
 
 LOCK_PATIENCE = 30.0  # seconds next/collect wait for another next/collect
+LOAD_WAIT = 15.0  # seconds a lead waits before asking again while the machine is busy
 
 
 @dataclass
 class Batch:
     leased: list[dict[str, Any]] = field(default_factory=list)
     reason: str = ""  # why nothing (more) was handed out
+    # A healthy run with less to hand out now than it has room for: what holds
+    # it ("throttled", "load", "canary running", "leased", "budget", ...) and,
+    # when waiting is the whole answer, how long.
+    why: str | None = None
+    wait_s: float | None = None
     done: bool = False  # every task is done
     halted: bool = False  # a halt holds the run until `gitrun retry` lifts it
     violations: list[str] = field(default_factory=list)  # found by this call's audit
     notices: list[str] = field(default_factory=list)  # the spend budget's (gitrun.engine.budget)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "leased": self.leased,
+            "done": self.done,
+            "halted": self.halted,
+            "why": self.why,
+            "wait_s": self.wait_s,
+            "reason": self.reason,
+        }
 
 
 @dataclass
@@ -183,8 +199,10 @@ class External:
             batch.halted = True
             batch.reason = f"halted: {self.governor.halt.message}"
             return
-        if limit is not None:
-            slots = min(slots, limit)
+        room = self.governor.concurrency - len(self.leases)
+        held = self.governor.held
+        if limit is not None and limit < slots:
+            slots, held = limit, "max"
         for task_id in pending:
             if slots <= 0:
                 break
@@ -192,33 +210,43 @@ class External:
                 continue
             batch.leased.append(self._lease(task_id, now))
             slots -= 1
+        if len(batch.leased) == len(pending) or len(batch.leased) >= room:
+            return  # all there is, or all there is room for
         if not batch.leased:
-            batch.reason = self._why_none(now, pending)
+            batch.why, batch.wait_s, batch.reason = self._why_none(now, held, len(pending))
+        elif held:
+            batch.why = held
+            batch.reason = f"leased {len(batch.leased)} of {room} free: {self._held_by(held)}"
 
-    def _why_none(self, now: float, pending: list[str]) -> str:
-        halt = self.governor.halt
-        if halt is not None:
-            return f"halted: {halt.message}"
-        if now < self.governor.backoff_until:
-            return (
-                f"throttled: wait {self.governor.backoff_until - now:.0f} s before the next batch"
-            )
-        if self.leases and self.governor.spend is not None:
-            stage = self.engine.current_stage() or ""
-            if not self.governor.spend.room(stage, len(self.leases), 1):
-                return (
-                    f"the spend budget allows no more beside the {len(self.leases)} leased tasks "
-                    f"({', '.join(sorted(self.leases))}); wait for their subagents, then "
-                    f"`gitrun collect {self.run.id}`"
-                )
+    def _why_none(self, now: float, held: str, pending: int) -> tuple[str, float | None, str]:
+        """Why a healthy run hands out nothing now, how long to wait (None:
+        until the leased subagents return), and the sentence."""
+        collect = f"`gitrun collect {self.run.id}`"
+        leased = f"{len(self.leases)} leased ({', '.join(sorted(self.leases))})"
+        if held == "throttled":
+            wait = max(1.0, round(self.governor.backoff_until - now))
+            return held, wait, f"throttled: wait {wait:.0f} s, then `gitrun next {self.run.id}`"
+        if held == "load" and not self.leases:
+            return held, LOAD_WAIT, f"{self._held_by(held)}: wait {LOAD_WAIT:.0f} s and ask again"
+        if held in ("canary running", "budget", "load", "failing fast") and self.leases:
+            return held, None, f"{self._held_by(held)}; {leased}: wait for them, then {collect}"
         if self.leases:
-            return (
-                f"{len(self.leases)} tasks are leased ({', '.join(sorted(self.leases))}); wait for "
-                f"their subagents, then `gitrun collect {self.run.id}`"
-            )
-        if self.governor.waiting_for_load:
-            return "the machine is busy (load average over max_load); try again shortly"
-        return f"no task of the current stage is ready ({len(pending)} pending)"
+            return "leased", None, f"{leased}: wait for their subagents, then {collect}"
+        return "waiting", None, f"no task of the current stage is ready ({pending} pending)"
+
+    def _held_by(self, held: str) -> str:
+        """What keeps a batch smaller than the free concurrency, as a clause."""
+        governor, limits = self.governor, self.limits
+        return {
+            "load": f"the machine is busy (load {governor.load:.1f} over max_load "
+            f"{limits.load_bound():.1f}), so one attempt at a time",
+            "canary running": f"the canary ({', '.join(governor.canary)}) runs alone first",
+            "failing fast": "attempts keep failing fast with no output, and the next ones decide "
+            "whether it is an environment fault",
+            "spawn budget": "the spawn budget (limits.max_spawns) allows no more",
+            "budget": "the spend budget allows no more at once",
+            "max": "--max",
+        }.get(held, held)
 
     def _lease(self, task_id: str, now: float) -> dict[str, Any]:
         task = self.run.tasks_by_id[task_id]

@@ -107,6 +107,9 @@ class Governor:
     backoff_until: float = 0.0
     waiting_for_load: bool = False
     load: float = 0.0  # the last load average read
+    # What held the last `slots` below the concurrency: "throttled", "load",
+    # "canary running", "failing fast", "spawn budget" or "budget"; "" for nothing.
+    held: str = ""
     halt: Halt | None = None
     _throttles: int = 0  # throttles since the last valid completion
     _valid_run: int = 0  # valid completions since the last change of concurrency
@@ -124,29 +127,40 @@ class Governor:
 
     def slots(self, running: int, now: float, stage: str | None = None) -> int:
         """How many attempts may start now, given ``running`` are out (all of
-        ``stage``, the stage whose tasks would start: stages run one by one)."""
-        if self.halt is not None or now < self.backoff_until:
+        ``stage``, the stage whose tasks would start: stages run one by one);
+        ``held`` says what kept it below the concurrency."""
+        self.held = ""
+        if self.halt is not None:
+            return 0
+        if now < self.backoff_until:
+            self.held = "throttled"
             return 0
         self.load = read_load()
         self.waiting_for_load = self.load > self.limits.load_bound()
         cap = self.concurrency
+
+        def hold(limit: int, why: str) -> None:
+            nonlocal cap
+            if limit < cap:
+                cap, self.held = limit, why
+
         if self.waiting_for_load:
             # The load average counts everyone's processes: with nothing of the
             # run out, one start is allowed, so a busy machine slows a run
             # down to one attempt at a time but never stalls it.
-            if running:
-                return 0
-            cap = 1
+            hold(0 if running else 1, "load")
         if self.canary:
-            cap = min(cap, len(self.canary))
+            hold(len(self.canary), "canary running")
         if self._streak:
             # While attempts keep failing fast and empty, start no more than the
             # breaker needs to decide: the fault costs exactly its window.
-            cap = min(cap, self.limits.breaker_size - len(self._streak))
-        cap = min(cap, self.limits.spawn_budget(self.tasks) - self.spawns + running)
+            hold(self.limits.breaker_size - len(self._streak), "failing fast")
+        hold(self.limits.spawn_budget(self.tasks) - self.spawns + running, "spawn budget")
         free = max(0, cap - running)
         if self.spend is not None and stage is not None and free:
-            free = self.spend.room(stage, running, free)
+            room = self.spend.room(stage, running, free)
+            if room < free:
+                free, self.held = room, "budget"
             if not free and not running:
                 # Nothing is out and the next attempt would pass the budget:
                 # the attempts that were out have finished, and the run halts.
