@@ -17,16 +17,34 @@ ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 BRANCH_PREFIX = "gitrun/"
 
 
+def run_id_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a run id, or None when it can. Beyond the
+    pattern, the rules git holds for the run's branch name ``gitrun/<id>``
+    (``git check-ref-format``) that the pattern lets through: checked here, in
+    code, not by a git process, as every branch listing asks it of every
+    name (the tests hold the two to the same answers)."""
+    if re.fullmatch(ID_PATTERN, name) is None:  # match() would let "r\n" through
+        return (
+            "use 1-64 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    for rule, breaks in (
+        ("'..' inside", ".." in name),
+        ("a name ending in '.lock'", name.endswith(".lock")),
+        ("a name ending in '.'", name.endswith(".")),
+    ):
+        if breaks:
+            return f"git refuses {rule} as a branch name, so gitrun/{name} could not exist"
+    return None
+
+
 def is_run_id(name: str) -> bool:
-    return re.fullmatch(ID_PATTERN, name) is not None  # match() would let "r\n" through
+    return run_id_problem(name) is None
 
 
 def check_run_id(run_id: str) -> None:
-    if not is_run_id(run_id):
-        raise GitrunError(
-            f"{run_id!r} is not a valid run id; use 1-64 lowercase letters, digits, '.', '_' "
-            "or '-', starting with a letter or digit"
-        )
+    problem = run_id_problem(run_id)
+    if problem is not None:
+        raise GitrunError(f"{run_id!r} is not a valid run id: {problem}; pick another id")
 
 
 def run_ids(root: str) -> list[str]:

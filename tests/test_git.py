@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from gitrun.errors import CommandError, GitrunError
-from gitrun.store import git
+from gitrun.store import git, refs
 from tests.helpers import build_tree, commit_all
 from tests.helpers import git as run_git
 
@@ -39,7 +39,7 @@ def _commit_files(repo: Path, paths: list[str], message: str = "files") -> str:
     entries = [("100644", sha, path) for sha, path in zip(ids, paths, strict=True)]
     tree = git.tree_with(repo, base, entries, repo / ".git" / "test-index")
     commit = git.commit_tree(repo, tree, [base] if base else [], message)
-    assert git.update_ref(repo, "refs/heads/side", commit, git.rev_parse(repo, "refs/heads/side"))
+    assert refs.update_ref(repo, "refs/heads/side", commit, git.rev_parse(repo, "refs/heads/side"))
     return commit
 
 
@@ -98,15 +98,15 @@ def test_update_ref_is_a_compare_and_swap(git_repo: Path) -> None:
     head = git.rev_parse(git_repo, "HEAD")
     assert head
     ref = "refs/heads/gitrun/r"
-    assert git.update_ref(git_repo, ref, head, None)
-    assert not git.update_ref(git_repo, ref, head, None)  # exists already
+    assert refs.update_ref(git_repo, ref, head, None)
+    assert not refs.update_ref(git_repo, ref, head, None)  # exists already
     build_tree(git_repo, {"x.txt": "x"})
     commit_all(git_repo, "second")
     second = git.rev_parse(git_repo, "HEAD")
     assert second
-    assert not git.update_ref(git_repo, ref, second, second)  # wrong old value
+    assert not refs.update_ref(git_repo, ref, second, second)  # wrong old value
     assert git.rev_parse(git_repo, ref) == head
-    assert git.update_ref(git_repo, ref, second, head)
+    assert refs.update_ref(git_repo, ref, second, head)
     assert git.rev_parse(git_repo, ref) == second
 
 
@@ -186,7 +186,7 @@ def test_two_thousand_commits_keep_no_process_or_file_open(git_repo: Path) -> No
             blob = git.hash_bytes(git_repo, f"{i}\n".encode())
             tree = git.tree_with(git_repo, tip, [("100644", blob, f"out/{i}.txt")], index)
         new = git.commit_tree(git_repo, tree, [tip] if tip else [], f"commit {i}\n")
-        assert git.update_ref(git_repo, ref, new, tip)
+        assert refs.update_ref(git_repo, ref, new, tip)
         tip = new
         if i == 19:  # imports and first-use caches have settled
             assert "git.cmd" in sys.modules  # the writes really go through GitPython

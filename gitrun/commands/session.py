@@ -38,7 +38,7 @@ from gitrun.guard import rules
 from gitrun.layout import BRANCH_PREFIX, branch_ref
 from gitrun.problem import Problem
 from gitrun.proof.check import check_run
-from gitrun.store import git, ledger
+from gitrun.store import git, ledger, refs
 from gitrun.store.branches import landed
 from gitrun.store.ledger import CHUNK_DIR
 from gitrun.store.local import LocalPaths
@@ -250,7 +250,7 @@ def _ensure_branch(repo: Path, run_id: str, report: Reporter) -> str:
         )
     tip = git.rev_parse(repo, remotes[0])
     assert tip is not None
-    git.update_ref(repo, ref, tip, None)
+    refs.update_ref(repo, ref, tip, None)
     report(
         f"run {run_id}: branch gitrun/{run_id} created from {remotes[0].removeprefix('refs/remotes/')}"
     )
@@ -269,7 +269,7 @@ def _repair_branch(repo: Path, run_id: str, broken: str, report: Reporter) -> st
     for commit in candidates:
         if commit == broken or git.rev_parse(repo, commit) is None:
             continue
-        if git.is_intact(repo, commit) and git.update_ref(repo, ref, commit, broken):
+        if git.is_intact(repo, commit) and refs.update_ref(repo, ref, commit, broken):
             report(
                 f"run {run_id}: branch gitrun/{run_id} pointed at {broken[:10]}, whose objects "
                 f"are missing (a `git gc --prune` during the run?); moved it back to "

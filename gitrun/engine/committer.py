@@ -26,7 +26,7 @@ from gitrun.definition.outputs import OutputCheck, blob_id, regular_files_beneat
 from gitrun.engine.crashpoints import crash_point
 from gitrun.errors import CommandError, GitrunError
 from gitrun.layout import branch_ref
-from gitrun.store import git
+from gitrun.store import git, refs
 from gitrun.store.flocks import hold
 from gitrun.store.local import LocalPaths
 from gitrun.store.records import (
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from gitrun.store.records import Warn
 
 MAX_RACES = 50
+LOCK_PATIENCE = 2.0  # seconds a ref lock may stay before it is reported
 # Landings arriving within this many seconds of the previous commit share the
 # next one: prompt enough for a human, and a burst of tiny tasks does not cost
 # a git commit (five git processes) each.
@@ -187,13 +188,27 @@ class Committer:
         with hold(self.local.commit_lock):
             self._clear_dead_index_lock()
             old = self._tip or git.rev_parse(self.repo, self.ref)
+            locked_since: float | None = None
+            blocked: refs.RefBlocked | None = None
             for _ in range(MAX_RACES):
                 if old is None and parent_required:
                     raise GitrunError(self._gone())
                 tree = self._tree(old, entries)
                 new = git.commit_tree(self.repo, tree, [old] if old else [], message)
                 crash_point("commit.made")
-                if git.update_ref(self.repo, self.ref, new, old):
+                try:
+                    moved = refs.update_ref(self.repo, self.ref, new, old)
+                except refs.RefBlocked as error:
+                    # A live git process (`git pack-refs`, say) holds the lock
+                    # for milliseconds; a lock that stays is a dead one's.
+                    blocked = error
+                    locked_since = locked_since or time.monotonic()
+                    if not error.locked or time.monotonic() - locked_since > LOCK_PATIENCE:
+                        raise
+                    time.sleep(0.05)
+                    continue
+                blocked = None
+                if moved:
                     crash_point("commit.published")
                     self._published(old, new, entries, own_files)
                     note_tip(self.local, new)
@@ -201,6 +216,8 @@ class Committer:
                 # Moved by someone else (or gone): build again on what is there now.
                 self._tip = None
                 old = git.rev_parse(self.repo, self.ref)
+        if blocked is not None:
+            raise blocked  # locked to the last try: no race, a lock
         raise GitrunError(
             f"could not publish a commit on gitrun/{self.run_id}: the branch kept moving "
             f"({MAX_RACES} tries); is another program rewriting it?"
@@ -219,7 +236,7 @@ class Committer:
             git.read_tree(self.repo, base, self.local.index)
             tree = git.write_tree(self.repo, entries, self.local.index)
             new = git.commit_tree(self.repo, tree, [base], message)
-            if git.update_ref(self.repo, self.ref, new, replacing):
+            if refs.update_ref(self.repo, self.ref, new, replacing):
                 self._published(None, new, entries, own_files)
                 note_tip(self.local, new)
             else:

@@ -17,6 +17,7 @@ from gitrun.definition.load import GITRUN_DIR, RunDef, Task
 from gitrun.definition.provenance import up_to_date
 from gitrun.definition.runfiles import run_file_problems
 from gitrun.definition.schema import BUILTIN_VALIDATORS
+from gitrun.layout import branch_ref
 from gitrun.ownership.claims import OWNS, READS, Claim, OwnerIndex, find_meetings
 from gitrun.ownership.paths import canonical_problem
 from gitrun.ownership.patterns import (
@@ -39,7 +40,7 @@ from gitrun.proof.placement import (
     refused_name_problems,
     symlink_problems,
 )
-from gitrun.store import git
+from gitrun.store import git, refs
 from gitrun.workers.executor import (
     command_template,
     executor_problems,
@@ -122,6 +123,7 @@ def _check_run(
     problems += refused_name_problems(run, outputs)
     problems += ignored_problems(run, outputs)
     problems += run_file_problems(run)
+    problems += _branch_problems(run)
     if check_dirty:
         problems += _dirty_problems(run, owned, changed)
     pointer_bytes, pointer_problems = _pointer_problems(run)
@@ -154,6 +156,15 @@ def stage_symlink_problems(run: RunDef, stage: str) -> list[Problem]:
     base = BaseTree.of(run.repo, base_commit(run))
     changed = git.changed_paths(run.repo)
     return symlink_problems(run, owned, protected, base, changed, outputs)
+
+
+def _branch_problems(run: RunDef) -> list[Problem]:
+    """What would stop git from moving the run's branch: a stale lock file
+    beside it, or a branch of the user's where its name must go."""
+    return [
+        Problem("branch-blocked", blocked.message, path=blocked.path)
+        for blocked in refs.ref_obstacles(run.repo, branch_ref(run.id))
+    ]
 
 
 def _definition_problems(run: RunDef) -> list[Problem]:

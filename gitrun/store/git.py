@@ -544,16 +544,6 @@ def commit_tree(repo: Path, tree: str, parents: list[str], message: str) -> str:
     return write_git(repo, *args, "-F", "-", input=message.encode(), env=ident).decode().strip()
 
 
-def update_ref(repo: Path, ref: str, new: str, old: str | None) -> bool:
-    """Compare-and-swap ``ref`` from ``old`` (None: must not exist) to ``new``."""
-    expected = old or ""  # empty: the ref must not exist yet
-    try:
-        write_git(repo, "update-ref", ref, new, expected)
-    except CommandError:
-        return False
-    return True
-
-
 def run_git_quiet(repo: Path, *args: str) -> str:
     """Stdout of a git command that may fail (then ""), e.g. reading unset config."""
     proc = run_cmd([*GIT, "-C", str(repo), *args], check=False)
