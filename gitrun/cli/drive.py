@@ -133,8 +133,7 @@ def log(
 ) -> None:
     """Show a run's history from its branch: when, which tasks, which attempt."""
     from gitrun.definition.load import RUNS_DIR, check_run_id
-    from gitrun.layout import branch_ref
-    from gitrun.store.git import rev_parse
+    from gitrun.store.branches import find_tip
     from gitrun.store.history import read_history
 
     repo = _repo(ctx)
@@ -148,11 +147,13 @@ def log(
         for record in records if not as_json else []:
             typer.echo(json.dumps(record, sort_keys=True, separators=(",", ":")))
         return
-    if rev_parse(repo, branch_ref(run)) is None:
+    found = find_tip(repo, run)
+    if found is None:
         raise GitrunError(
-            f"run {run!r} has no branch gitrun/{run} yet; start it with `gitrun start {run}`"
+            f"run {run!r} has no branch gitrun/{run} here or on a remote yet; start it with "
+            f"`gitrun start {run}`"
         )
-    entries = read_history(repo, run)
+    entries = read_history(repo, run, found.ref)
     if as_json:
         typer.echo(json.dumps([e.to_json() for e in entries], indent=2))
         return

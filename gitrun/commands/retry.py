@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from gitrun.commands.session import take_remote_branch
 from gitrun.definition.load import RunDef, load_run
 from gitrun.definition.provenance import reads_any
 from gitrun.engine.budget import BUDGET_EVENT, Budget, money
@@ -39,6 +40,8 @@ def retry_tasks(
     run = load_run(repo, run_id)
     local = LocalPaths.of(repo, run_id)
     with run_locked(local, run_id):
+        # A fresh clone: the ledger written here goes on from the committed one.
+        take_remote_branch(repo, run_id, lambda _line: None)
         status = read_status(repo, run_id, run)
         unknown = [t for t in task_ids if t not in status.tasks]
         if unknown:

@@ -39,7 +39,7 @@ from gitrun.layout import BRANCH_PREFIX, branch_ref
 from gitrun.problem import Problem
 from gitrun.proof.check import check_run
 from gitrun.store import git, ledger, refs
-from gitrun.store.branches import landed
+from gitrun.store.branches import find_tip, landed
 from gitrun.store.ledger import CHUNK_DIR
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import run_locked
@@ -132,13 +132,14 @@ def _landed_tip(repo: Path, run_id: str, head: str | None) -> str | None:
     """The tip of the run's branch when HEAD holds it (the run was landed and
     may start again), None when it has no branch; refuses a run whose branch
     holds work HEAD does not."""
-    tip = git.rev_parse(repo, branch_ref(run_id))
-    if tip is None and not git.remote_refs(repo, BRANCH_PREFIX + run_id):
+    found = find_tip(repo, run_id)
+    if found is None:
         return None
-    if tip is not None and head is not None and landed(repo, run_id, tip, git.git_dir(repo)):
+    tip = found.tip
+    if not found.is_remote and head is not None and landed(repo, run_id, tip, git.git_dir(repo)):
         return tip  # HEAD holds it: merged, or squashed into one commit
     raise GitrunError(
-        f"run {run_id!r} has already started (branch gitrun/{run_id} exists); continue it "
+        f"run {run_id!r} has already started (branch {found.shown} exists); continue it "
         f"with `gitrun resume {run_id}`, or land it (`gitrun land {run_id}`) to start it again"
     )
 
@@ -208,6 +209,17 @@ def bring_definition(repo: Path, run_id: str, report: Reporter) -> None:
             tip = _ensure_branch(repo, run_id, report)
         except GitrunError:
             return  # started nowhere: loading the run says what is missing
+        _restore_definition(repo, run_id, tip, report)
+
+
+def take_remote_branch(repo: Path, run_id: str, report: Reporter) -> None:
+    """On a fresh clone, before a command writes the ledger (``retry``): the
+    run's branch from a remote's copy, with the run files and committed
+    ledger it holds, as ``resume`` takes them; the caller holds the run's
+    lock. Nothing when the branch is here, or nowhere."""
+    found = find_tip(repo, run_id)
+    if found is not None and found.is_remote:
+        tip = _ensure_branch(repo, run_id, report)
         _restore_definition(repo, run_id, tip, report)
 
 

@@ -33,6 +33,7 @@ from gitrun.guard import rules
 from gitrun.guard.agents import WORKER_AGENT
 from gitrun.layout import branch_ref
 from gitrun.store import git, ledger
+from gitrun.store.branches import find_tip
 from gitrun.store.leases import Lease, read_leases, write_leases
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import RunBusy, run_locked
@@ -111,6 +112,12 @@ class External:
             raise GitrunError(
                 f"branch gitrun/{run.id} points at a commit whose objects are missing; "
                 f"`gitrun resume {run.id}` moves it back to its newest whole commit"
+            )
+        remote = find_tip(self.repo, run.id) if tip is None else None
+        if remote is not None:
+            raise GitrunError(
+                f"run {run.id!r} has its branch only on a remote ({remote.shown}); take it "
+                f"here with `gitrun resume {run.id}`"
             )
         if tip is None:
             raise GitrunError(

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from gitrun.engine.budget import SpendGate, budget_of
 from gitrun.engine.governor import PERSISTENT, EndFacts, Governor, Halt, choose_canary
-from gitrun.layout import branch_ref
 from gitrun.store import git, ledger
+from gitrun.store.branches import committed_records, find_tip
 from gitrun.store.history import find_base
 from gitrun.store.journal import running_records
 from gitrun.store.local import LocalPaths
@@ -370,5 +370,10 @@ def load_engine(
     run: RunDef, local: LocalPaths, running: Collection[str] | None = None
 ) -> tuple[Engine, str | None]:
     """The engine of ``run`` at its branch's tip, and that tip."""
-    tip = git.rev_parse(run.repo, branch_ref(run.id))
-    return Engine(run, local, tip, running), tip
+    found = find_tip(run.repo, run.id)
+    if found is None:
+        return Engine(run, local, None, running), None
+    # A remote's copy (a fresh clone): its committed ledger is the run's;
+    # the disk holds none of it until `gitrun resume` takes the branch.
+    records = committed_records(run.repo, run.id, found.tip) if found.is_remote else None
+    return Engine(run, local, found.tip, running, records=records), found.tip

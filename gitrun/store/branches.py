@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gitrun.layout import BRANCH_PREFIX, LEDGER_NAME, RUNS_DIR, branch_ref, is_run_id
 from gitrun.processes.proc import run_cmd
 from gitrun.store import git
-from gitrun.store.ledger import CHUNK_DIR
+from gitrun.store.jsonlines import parse_lines
+from gitrun.store.ledger import CHUNK_DIR, is_ledger_name
 
 _FIELD = "\x1f"
 _LIST = "\x1d"
@@ -33,6 +35,65 @@ def run_branches(repo: Path) -> dict[str, RunBranch]:
         if is_run_id(run_id):  # a branch gitrun/a/b of the user's is no run's
             found[run_id] = RunBranch(tip, worktree or None)
     return found
+
+
+@dataclass(frozen=True)
+class RunTip:
+    """Where a run's branch is read from: ``ref`` names ``tip``."""
+
+    ref: str  # refs/heads/gitrun/<run>, or a remote's refs/remotes/<remote>/gitrun/<run>
+    tip: str
+
+    @property
+    def is_remote(self) -> bool:
+        return self.ref.startswith("refs/remotes/")
+
+    @property
+    def shown(self) -> str:
+        """``gitrun/r`` or ``origin/gitrun/r``, as a user names it."""
+        return self.ref.removeprefix("refs/heads/").removeprefix("refs/remotes/")
+
+
+def find_tip(repo: Path, run_id: str) -> RunTip | None:
+    """The one answer to "where is this run's branch": the local branch
+    ``gitrun/<run>`` when it names a commit, else a remote-tracking copy of
+    it (``origin``'s first, then by remote name), None when neither exists.
+
+    The local branch, when there is one, is the run, whatever a remote's
+    copy holds: gitrun commits only there, and ``resume`` takes a remote's
+    copy only when there is no local branch. So every command (status,
+    log, retry, land, report, start, resume) tells the story of the same tip.
+    """
+    ref = branch_ref(run_id)
+    tip = git.rev_parse(repo, ref)
+    if tip is not None:
+        return RunTip(ref, tip)
+    remotes = git.remote_refs(repo, ref.removeprefix("refs/heads/"))
+    for remote in sorted(remotes, key=lambda r: (not r.startswith("refs/remotes/origin/"), r)):
+        tip = git.rev_parse(repo, remote)
+        if tip is not None:
+            return RunTip(remote, tip)
+    return None
+
+
+def committed_records(repo: Path, run_id: str, tip: str) -> list[dict[str, Any]]:
+    """Every ledger record committed at ``tip``, in the order the ledger is
+    read: an older run's single file first, then the chunks in number order."""
+    run_dir = f"{RUNS_DIR}/{run_id}"
+    tree = git.ls_tree(repo, tip, [f"{run_dir}/{CHUNK_DIR}", f"{run_dir}/{LEDGER_NAME}"])
+    names = [p[len(run_dir) + 1 :] for p in tree]
+    chunks = sorted(
+        (int(n.rsplit("/", 1)[-1].split(".")[0]), n)
+        for n in names
+        if n != LEDGER_NAME and is_ledger_name(n)
+    )
+    order = ([LEDGER_NAME] if LEDGER_NAME in names else []) + [n for _, n in chunks]
+    shas = [tree[f"{run_dir}/{n}"][1] for n in order]
+    blobs = git.read_blobs(repo, list(dict.fromkeys(shas)))
+    records: list[dict[str, Any]] = []
+    for sha in shas:
+        records += parse_lines(blobs[sha].decode("utf-8", errors="replace"))
+    return records
 
 
 @dataclass(frozen=True)

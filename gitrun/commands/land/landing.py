@@ -94,9 +94,9 @@ from gitrun.commands.land.look import (
 from gitrun.commands.land.plan import refuse_what_is_in_the_way
 from gitrun.engine.crashpoints import crash_point
 from gitrun.errors import CommandError, GitrunError
-from gitrun.layout import branch_ref
 from gitrun.processes import reaper
 from gitrun.store import git
+from gitrun.store.branches import find_tip
 from gitrun.store.local import LocalPaths, local_runs_under
 
 
@@ -107,10 +107,12 @@ def land_run(repo: Path, run_id: str, squash: bool = False, partial: bool = Fals
     tasks not done is refused, with its counts, unless ``partial`` (then the
     summary says what it leaves out): landing half a run must be asked for,
     never happen by a word not said."""
-    ref = branch_ref(run_id)
-    tip = git.rev_parse(repo, ref)
-    if tip is None:
-        raise GitrunError(f"run {run_id!r} has no branch gitrun/{run_id}; nothing to land")
+    found = find_tip(repo, run_id)
+    if found is None:
+        raise GitrunError(
+            f"run {run_id!r} has no branch gitrun/{run_id} here or on a remote; nothing to land"
+        )
+    tip = found.tip
     git.prepare_writes()
     where = Where.of(repo)
     local = LocalPaths.under(where.git_dir, run_id)

@@ -17,7 +17,6 @@ from typing import Any
 
 from gitrun.definition.load import (
     CONFIG_FILE,
-    LEDGER_NAME,
     PACKET_NAME,
     TASKS_NAME,
     RunDef,
@@ -26,10 +25,10 @@ from gitrun.definition.load import (
 from gitrun.definition.runfiles import read_blobs
 from gitrun.engine.states import DONE, FAILED, PENDING, UP_TO_DATE, Engine
 from gitrun.errors import GitrunError
-from gitrun.layout import branch_ref
 from gitrun.store import git, ledger
+from gitrun.store.branches import committed_records, find_tip
 from gitrun.store.history import read_history
-from gitrun.store.jsonlines import file_error, parse_lines
+from gitrun.store.jsonlines import file_error
 from gitrun.store.local import LocalPaths
 
 
@@ -53,14 +52,9 @@ class CommittedRun:
 def find_run_ref(repo: Path, run_id: str) -> tuple[str, str]:
     """The run's branch here, or else a remote's copy of it: (ref, tip)."""
     check_run_id(run_id)
-    ref = branch_ref(run_id)
-    tip = git.rev_parse(repo, ref)
-    if tip is not None:
-        return ref, tip
-    for remote in git.remote_refs(repo, ref.removeprefix("refs/heads/")):
-        tip = git.rev_parse(repo, remote)
-        if tip is not None:
-            return remote, tip
+    found = find_tip(repo, run_id)
+    if found is not None:
+        return found.ref, found.tip
     raise GitrunError(
         f"run {run_id!r} has no branch gitrun/{run_id} here or on a remote, and the report "
         f"reads only what the branch holds; start the run (`gitrun start {run_id}`) or fetch "
@@ -74,7 +68,7 @@ def read_committed(repo: Path, run_id: str) -> CommittedRun:
     run_dir = f".gitrun/runs/{run_id}"
     tree = git.ls_tree(repo, tip, [run_dir])
     run = _load_definition(repo, run_id, tip, tree)
-    records = _committed_ledger(repo, run_dir, tree)
+    records = committed_records(repo, run_id, tip)
     # The engine's states over the committed ledger; what runs now is no committed fact.
     engine = Engine(run, LocalPaths.of(repo, run_id), tip, running=(), records=records)
     status = dict(engine.status)
@@ -124,23 +118,3 @@ def _load_definition(repo: Path, run_id: str, tip: str, tree: dict[str, tuple[st
                 raise file_error(config, exc, "read") from exc
         run = load_run(Path(scratch), run_id)
     return dataclasses.replace(run, repo=repo)
-
-
-def _committed_ledger(
-    repo: Path, run_dir: str, tree: dict[str, tuple[str, str]]
-) -> list[dict[str, Any]]:
-    """Every committed ledger record, in the order the ledger is read: an older
-    run's single file first, then the chunks in number order."""
-    names = [p[len(run_dir) + 1 :] for p in tree if p.startswith(run_dir + "/")]
-    chunks = sorted(
-        (int(n.rsplit("/", 1)[-1].split(".")[0]), n)
-        for n in names
-        if n != LEDGER_NAME and ledger.is_ledger_name(n)
-    )
-    order = ([LEDGER_NAME] if LEDGER_NAME in names else []) + [n for _, n in chunks]
-    shas = [tree[f"{run_dir}/{n}"][1] for n in order]
-    blobs = read_blobs(repo, list(dict.fromkeys(shas)))
-    records: list[dict[str, Any]] = []
-    for sha in shas:
-        records += parse_lines(blobs[sha].decode("utf-8", errors="replace"))
-    return records
