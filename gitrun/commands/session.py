@@ -35,7 +35,7 @@ from gitrun.engine.committer import Committer, read_tip, trailers
 from gitrun.engine.driver import Driver, Progress, Reporter, RunOutcome
 from gitrun.errors import GitrunError
 from gitrun.guard import rules
-from gitrun.layout import BRANCH_PREFIX, branch_ref
+from gitrun.layout import branch_ref
 from gitrun.problem import Problem
 from gitrun.proof.check import check_run
 from gitrun.store import git, ledger, refs
@@ -254,19 +254,19 @@ def _ensure_branch(repo: Path, run_id: str, report: Reporter) -> str:
     broken = tip or git.ref_target(repo, ref)
     if broken:
         return _repair_branch(repo, run_id, broken, report)
-    remotes = git.remote_refs(repo, BRANCH_PREFIX + run_id)
-    if not remotes:
+    found = find_tip(repo, run_id)  # no local branch: a remote's copy, if any
+    if found is None:
         raise GitrunError(
             f"run {run_id!r} has not started (no branch gitrun/{run_id} here or on a remote); "
             f"start it with `gitrun start {run_id}`"
         )
-    tip = git.rev_parse(repo, remotes[0])
-    assert tip is not None
-    refs.update_ref(repo, ref, tip, None)
-    report(
-        f"run {run_id}: branch gitrun/{run_id} created from {remotes[0].removeprefix('refs/remotes/')}"
-    )
-    return tip
+    if not refs.update_ref(repo, ref, found.tip, None):
+        raise GitrunError(
+            f"branch gitrun/{run_id} appeared while taking it from {found.shown}; run "
+            f"`gitrun resume {run_id}` again"
+        )
+    report(f"run {run_id}: branch gitrun/{run_id} created from {found.shown}")
+    return found.tip
 
 
 def _repair_branch(repo: Path, run_id: str, broken: str, report: Reporter) -> str:

@@ -59,14 +59,13 @@ class BaseTree:
 def base_commit(run: RunDef) -> str | None:
     """The run's fork point once it started, else HEAD (where start will fork,
     as it will for a run landed in HEAD, which starts again)."""
-    from gitrun.layout import branch_ref
-    from gitrun.store.branches import landed
+    from gitrun.store.branches import find_tip, landed
     from gitrun.store.history import find_base
 
     head = git.rev_parse(run.repo, "HEAD")
-    tip = git.rev_parse(run.repo, branch_ref(run.id))
-    if tip and not (head and landed(run.repo, run.id, tip, git.git_dir(run.repo))):
-        found = find_base(run.repo, run.id)
+    branch = find_tip(run.repo, run.id)
+    if branch and not (head and landed(run.repo, run.id, branch.tip, git.git_dir(run.repo))):
+        found = find_base(run.repo, run.id, branch.ref)
         if found:
             return found
     return head
