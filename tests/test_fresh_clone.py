@@ -56,3 +56,20 @@ def test_every_command_reads_the_pushed_branch_on_a_fresh_clone(
     assert git(clone, "rev-parse", "gitrun/r") == git(clone, "rev-parse", "origin/gitrun/r")
     after = json.loads(run_gitrun(clone, "status", "r", "--json").stdout)["counts"]
     assert after["done"] == 2 and after["failed"] == 0
+
+
+def test_the_local_branch_wins_and_origin_is_read_first(git_repo: Path) -> None:
+    """The local branch is the run even when a remote's copy is ahead of it;
+    without one, origin's copy comes before another remote's."""
+    from gitrun.store.branches import find_tip
+
+    first = git(git_repo, "rev-parse", "HEAD").strip()
+    git(git_repo, "commit", "-q", "--allow-empty", "-m", "later")
+    later = git(git_repo, "rev-parse", "HEAD").strip()
+    git(git_repo, "update-ref", "refs/remotes/aaa/gitrun/r", first)
+    git(git_repo, "update-ref", "refs/remotes/origin/gitrun/r", later)
+    found = find_tip(git_repo, "r")
+    assert found is not None and (found.shown, found.tip) == ("origin/gitrun/r", later)
+    git(git_repo, "update-ref", "refs/heads/gitrun/r", first)  # behind origin's copy
+    found = find_tip(git_repo, "r")
+    assert found is not None and (found.shown, found.tip) == ("gitrun/r", first)
