@@ -4,6 +4,7 @@ run moves a branch a work tree has checked out."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -189,3 +190,82 @@ def test_watchdog_in_one_work_tree_sees_a_stale_driver_started_in_another(
         assert f"pid {workers[0]}" in health.reason, health
     finally:
         _stop(driver, workers)
+
+
+# -- a branch checked out in a work tree ---------------------------------------
+
+
+def _snapshot(tree: Path) -> dict[str, str]:
+    """HEAD, the index and every file of the work tree (not .git), as digests."""
+    git_dir = Path(git(tree, "rev-parse", "--absolute-git-dir").strip())
+    seen = {
+        "HEAD": (git_dir / "HEAD").read_text(),
+        "index": hashlib.sha256((git_dir / "index").read_bytes()).hexdigest(),
+        "status": git(tree, "status", "--porcelain=v1", "--untracked-files=all"),
+    }
+    for path in sorted(tree.rglob("*")):
+        rel = path.relative_to(tree).as_posix()
+        if rel == ".git" or rel.startswith(".git/") or not path.is_file():
+            continue
+        seen[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return seen
+
+
+def _started_run(repo: Path) -> None:
+    """Run "w" of two tasks, started and stopped after its first task landed."""
+    write_run(
+        repo,
+        "w",
+        [{"id": "t1", "outputs": ["out/t1.json"]}, {"id": "t2", "outputs": ["out/t2.json"]}],
+        {
+            "executor": {
+                "command": [
+                    "sh",
+                    "-c",
+                    'test "$GITRUN_TASK" = t1 || exit 1; echo "{}" > "$GITRUN_OUTPUTS"',
+                ]
+            },
+            "limits": {"canary": 0, "max_attempts": 1},
+        },
+    )
+    commit_all(repo, "define w")
+    started = run_gitrun(repo, "start", "w")
+    assert started.returncode == 1, started.stdout + started.stderr  # t2 failed for good
+
+
+def test_resume_refuses_to_move_the_branch_the_main_work_tree_has_checked_out(
+    git_repo: Path,
+) -> None:
+    _started_run(git_repo)
+    git(git_repo, "clean", "-fdq", "out", ".gitrun")  # the untracked copies of what it holds
+    git(git_repo, "switch", "-q", "gitrun/w")
+    tip = git(git_repo, "rev-parse", "gitrun/w")
+    before = _snapshot(git_repo)
+    for args in (("resume", "w"), ("retry", "w", "t2"), ("start", "w")):
+        refused = run_gitrun(git_repo, *args)
+        said = refused.stderr
+        assert refused.returncode == 1, (args, refused.stdout, said)
+        assert "branch gitrun/w is checked out in the work tree" in said, said
+        assert f"`git -C {git_repo} switch -`" in said, said
+        assert "Traceback" not in said
+        assert git(git_repo, "rev-parse", "gitrun/w") == tip
+        assert _snapshot(git_repo) == before, args
+
+
+def test_resume_refuses_to_move_the_branch_a_linked_work_tree_has_checked_out(
+    git_repo: Path,
+) -> None:
+    _started_run(git_repo)
+    linked = git_repo.parent / "linked"
+    git(git_repo, "worktree", "add", "-q", str(linked), "gitrun/w")
+    tip = git(git_repo, "rev-parse", "gitrun/w")
+    before, before_main = _snapshot(linked), _snapshot(git_repo)
+    for where in (git_repo, linked):
+        refused = run_gitrun(where, "resume", "w")
+        said = refused.stderr
+        assert refused.returncode == 1, (where, refused.stdout, said)
+        assert f"branch gitrun/w is checked out in the work tree {linked}" in said, said
+        assert "Traceback" not in said
+        assert git(git_repo, "rev-parse", "gitrun/w") == tip
+        assert _snapshot(linked) == before
+        assert _snapshot(git_repo) == before_main

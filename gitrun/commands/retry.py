@@ -13,6 +13,7 @@ from gitrun.engine.states import FAILED, UP_TO_DATE
 from gitrun.engine.status import RunStatus, read_status
 from gitrun.errors import GitrunError
 from gitrun.store import ledger
+from gitrun.store.branches import refuse_checked_out
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import run_locked
 
@@ -38,6 +39,7 @@ def retry_tasks(
     spend budget)."""
     run = load_run(repo, run_id)
     local = LocalPaths.of(repo, run_id)
+    refuse_checked_out(local.common_git_dir, run_id)
     with run_locked(local, run_id):
         status = read_status(repo, run_id, run)
         unknown = [t for t in task_ids if t not in status.tasks]

@@ -27,6 +27,7 @@ from gitrun.engine.crashpoints import crash_point
 from gitrun.errors import CommandError, GitrunError
 from gitrun.layout import branch_ref
 from gitrun.store import git
+from gitrun.store.branches import refuse_checked_out
 from gitrun.store.flocks import hold
 from gitrun.store.local import LocalPaths
 from gitrun.store.records import (
@@ -193,6 +194,7 @@ class Committer:
                 tree = self._tree(old, entries)
                 new = git.commit_tree(self.repo, tree, [old] if old else [], message)
                 crash_point("commit.made")
+                refuse_checked_out(self.local.common_git_dir, self.run_id)
                 if git.update_ref(self.repo, self.ref, new, old):
                     crash_point("commit.published")
                     self._published(old, new, entries, own_files)
@@ -219,6 +221,7 @@ class Committer:
             git.read_tree(self.repo, base, self.local.index)
             tree = git.write_tree(self.repo, entries, self.local.index)
             new = git.commit_tree(self.repo, tree, [base], message)
+            refuse_checked_out(self.local.common_git_dir, self.run_id)
             if git.update_ref(self.repo, self.ref, new, replacing):
                 self._published(None, new, entries, own_files)
                 note_tip(self.local, new)

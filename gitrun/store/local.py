@@ -66,6 +66,11 @@ class LocalPaths:
         return cls(Path(common_git_dir(str(git_dir))) / HOME / run_id, git_dir / HOME / run_id)
 
     @property
+    def common_git_dir(self) -> Path:
+        """The git directory all work trees share (``root`` is ``gitrun/<run>`` under it)."""
+        return self.root.parent.parent
+
+    @property
     def lock(self) -> Path:
         return self.root / "driver.lock"
 
