@@ -14,6 +14,7 @@ from gitrun.engine.states import FAILED, UP_TO_DATE
 from gitrun.engine.status import RunStatus, read_status
 from gitrun.errors import GitrunError
 from gitrun.store import ledger
+from gitrun.store.branches import refuse_checked_out
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import run_locked
 
@@ -39,6 +40,7 @@ def retry_tasks(
     spend budget)."""
     run = load_run(repo, run_id)
     local = LocalPaths.of(repo, run_id)
+    refuse_checked_out(local.common_git_dir, run_id)
     with run_locked(local, run_id):
         # A fresh clone: the ledger written here goes on from the committed one.
         take_remote_branch(repo, run_id, lambda _line: None)

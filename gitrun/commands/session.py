@@ -39,7 +39,7 @@ from gitrun.layout import branch_ref
 from gitrun.problem import Problem
 from gitrun.proof.check import check_run
 from gitrun.store import git, ledger, refs
-from gitrun.store.branches import find_tip, landed
+from gitrun.store.branches import find_tip, landed, refuse_checked_out
 from gitrun.store.ledger import CHUNK_DIR
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import run_locked
@@ -60,6 +60,7 @@ def prepare_external(
     """The branch for an external run: created by start, taken over by resume."""
     run = load_run(repo, run_id)
     local = LocalPaths.of(repo, run_id)
+    refuse_checked_out(local.common_git_dir, run_id)
     with run_locked(local, run_id):
         if resume:
             tip = _ensure_branch(repo, run_id, report)
@@ -167,6 +168,7 @@ def start_run(
     git.prepare_writes()
     run = loaded if loaded is not None and loaded.id == run_id else load_run(repo, run_id)
     local = LocalPaths.of(repo, run_id)
+    refuse_checked_out(local.common_git_dir, run_id)
     with run_locked(local, run_id) as lock:
         committer = _create_branch(repo, run, local, report, rerun_all)
         rules.refresh(local, run)
@@ -181,6 +183,7 @@ def resume_run(
     """Reconcile a run with what is committed and on disk, then drive it on."""
     git.prepare_writes()
     local = LocalPaths.of(repo, run_id)
+    refuse_checked_out(local.common_git_dir, run_id)
     with run_locked(local, run_id) as lock:
         tip = _ensure_branch(repo, run_id, report)
         _restore_definition(repo, run_id, tip, report)
@@ -204,6 +207,7 @@ def bring_definition(repo: Path, run_id: str, report: Reporter) -> None:
     if (repo / RUNS_DIR / run_id / PACKET_NAME).is_file():
         return
     local = LocalPaths.of(repo, run_id)
+    refuse_checked_out(local.common_git_dir, run_id)
     with run_locked(local, run_id):
         try:
             tip = _ensure_branch(repo, run_id, report)

@@ -27,6 +27,7 @@ from gitrun.engine.crashpoints import crash_point
 from gitrun.errors import CommandError, GitrunError
 from gitrun.layout import branch_ref
 from gitrun.store import git, refs
+from gitrun.store.branches import refuse_checked_out
 from gitrun.store.flocks import hold
 from gitrun.store.local import LocalPaths
 from gitrun.store.records import (
@@ -196,6 +197,7 @@ class Committer:
                 tree = self._tree(old, entries)
                 new = git.commit_tree(self.repo, tree, [old] if old else [], message)
                 crash_point("commit.made")
+                refuse_checked_out(self.local.common_git_dir, self.run_id)
                 try:
                     moved = refs.update_ref(self.repo, self.ref, new, old)
                 except refs.RefBlocked as error:
@@ -236,6 +238,7 @@ class Committer:
             git.read_tree(self.repo, base, self.local.index)
             tree = git.write_tree(self.repo, entries, self.local.index)
             new = git.commit_tree(self.repo, tree, [base], message)
+            refuse_checked_out(self.local.common_git_dir, self.run_id)
             if refs.update_ref(self.repo, self.ref, new, replacing):
                 self._published(None, new, entries, own_files)
                 note_tip(self.local, new)

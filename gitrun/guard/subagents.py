@@ -95,9 +95,10 @@ def task_of_subagent(repo: Repo, data: dict[str, Any]) -> TaskRules | None:
     :class:`Unresolved` when it cannot tell, or when the dispatch is stale."""
     from gitrun.guard.rules import NoSuchTask, rules_of
     from gitrun.store.local import DISPATCHES, HOME, LEASES, run_home
+    from gitrun.store.repo import common_git_dir
 
     try:
-        runs = sorted(os.listdir(os.path.join(repo.git_dir, HOME)))
+        runs = sorted(os.listdir(os.path.join(common_git_dir(repo.git_dir), HOME)))
     except OSError:
         runs = []
     homes = [(run_id, run_home(repo.git_dir, run_id)) for run_id in runs]

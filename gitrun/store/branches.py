@@ -193,3 +193,40 @@ def lost_commits(repo: Path, run_id: str, tip: str) -> int:
         repo, "rev-list", "--count", tip, "--not", f"--exclude={branch_ref(run_id)}", "--all"
     )
     return int(out.decode().strip() or 0)
+
+
+def checked_out_in(common_dir: Path, branch: str) -> Path | None:
+    """The work tree whose HEAD is on ``branch``, read from the HEAD files of
+    the main work tree and of every linked one (no git process: the committer
+    asks before each move of the run's branch); None when none is."""
+    heads = [(common_dir / "HEAD", common_dir.parent)]
+    try:
+        linked = sorted(os.listdir(common_dir / "worktrees"))
+    except OSError:
+        linked = []
+    for name in linked:
+        here = common_dir / "worktrees" / name
+        try:
+            tree = Path((here / "gitdir").read_text(errors="replace").strip()).parent
+        except OSError:
+            tree = here
+        heads.append((here / "HEAD", tree))
+    for head, tree in heads:
+        if current_branch(head.parent) == branch:
+            return tree
+    return None
+
+
+def refuse_checked_out(common_dir: Path, run_id: str) -> None:
+    """Raise the sentence for a run's branch a work tree has checked out:
+    moving it would move that work tree's HEAD under its index and files."""
+    from gitrun.errors import GitrunError
+
+    branch = f"{BRANCH_PREFIX}{run_id}"
+    tree = checked_out_in(common_dir, branch)
+    if tree is not None:
+        raise GitrunError(
+            f"branch {branch} is checked out in the work tree {tree}, and gitrun will not move "
+            f"it under that checkout; switch away there (`git -C {tree} switch -`), then run "
+            "the command again"
+        )

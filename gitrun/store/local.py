@@ -31,16 +31,21 @@ class LocalPaths:
     """The paths of one run's local state (a plain class: the write hooks
     import it, and must not pay for dataclasses or the git door)."""
 
-    __slots__ = ("root",)
+    __slots__ = ("here", "root")
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, here: Path | None = None) -> None:
+        # root: under the git directory all work trees share, so one run has
+        # one lock, one journal and one set of leases wherever it is driven
+        # from; here: under this work tree's own git directory, for what is
+        # about this work tree's index and files (a landing).
         self.root = root
+        self.here = root if here is None else here
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, LocalPaths) and other.root == self.root
+        return isinstance(other, LocalPaths) and (other.root, other.here) == (self.root, self.here)
 
     def __hash__(self) -> int:
-        return hash(self.root)
+        return hash((self.root, self.here))
 
     def __repr__(self) -> str:
         return f"LocalPaths(root={self.root!r})"
@@ -54,7 +59,16 @@ class LocalPaths:
     @classmethod
     def under(cls, git_dir: Path, run_id: str) -> LocalPaths:
         """For a caller that knows the git directory (and spares a git process)."""
-        return cls(git_dir / HOME / run_id)
+        from pathlib import Path
+
+        from gitrun.store.repo import common_git_dir
+
+        return cls(Path(common_git_dir(str(git_dir))) / HOME / run_id, git_dir / HOME / run_id)
+
+    @property
+    def common_git_dir(self) -> Path:
+        """The git directory all work trees share (``root`` is ``gitrun/<run>`` under it)."""
+        return self.root.parent.parent
 
     @property
     def lock(self) -> Path:
@@ -106,7 +120,7 @@ class LocalPaths:
     def audit(self) -> Path:
         """The stray-write audit's last look at the work tree, between the
         commands of an external run (:class:`gitrun.engine.audit.AuditState`)."""
-        return self.root / "audit.json"
+        return self.here / "audit.json"
 
     @property
     def budget_warnings(self) -> Path:
@@ -123,39 +137,39 @@ class LocalPaths:
     def land_aside(self) -> Path:
         """Untracked copies an earlier gitrun's ``land`` moved out of ``git
         merge``'s way; the next ``land`` puts them back or drops them."""
-        return self.root / "land-aside"
+        return self.here / "land-aside"
 
     @property
     def land_journal(self) -> Path:
         """How far a ``gitrun land`` got, and who runs it: JSON lines, one
         per step (:class:`gitrun.commands.land.journal.Landing`)."""
-        return self.root / "land.jsonl"
+        return self.here / "land.jsonl"
 
     @property
     def land_lock(self) -> Path:
         """Held by a ``gitrun land`` for the whole landing."""
-        return self.root / "land.lock"
+        return self.here / "land.lock"
 
     @property
     def land_index(self) -> Path:
         """The copy of the user's index a ``gitrun land`` updates, then renames over it."""
-        return self.root / "land-index"
+        return self.here / "land-index"
 
     @property
     def land_index_lock(self) -> Path:
         """git's lock of :attr:`land_index` while a git command writes it."""
-        return self.root / "land-index.lock"
+        return self.here / "land-index.lock"
 
     @property
     def land_claim(self) -> Path:
         """The file a ``gitrun land`` hard-links as git's ``index.lock``, so
         the lock's inode, journaled, proves whose it is."""
-        return self.root / "land-claim"
+        return self.here / "land-claim"
 
     @property
     def land_staging(self) -> Path:
         """The files a ``gitrun land`` writes before it renames them into the work tree."""
-        return self.root / "land-new"
+        return self.here / "land-new"
 
     @property
     def logs(self) -> Path:
@@ -181,7 +195,9 @@ class LocalPaths:
 def run_home(git_dir: str, run_id: str) -> str:
     """``LocalPaths.under(git_dir, run_id).root`` as text, for the write hooks,
     which must not pay for importing pathlib on every call."""
-    return os.path.join(git_dir, HOME, run_id)
+    from gitrun.store.repo import common_git_dir
+
+    return os.path.join(common_git_dir(git_dir), HOME, run_id)
 
 
 def local_runs(repo: Path) -> list[str]:
@@ -198,7 +214,10 @@ def local_runs_under(git_dir: Path) -> list[str]:
     """:func:`local_runs` for a caller that knows the git directory."""
     import contextlib
 
-    home = git_dir / HOME
-    with contextlib.suppress(OSError):
-        return sorted(p.name for p in home.iterdir() if p.is_dir())
-    return []
+    from gitrun.store.repo import common_git_dir
+
+    found: set[str] = set()
+    for home in {git_dir / HOME, type(git_dir)(common_git_dir(str(git_dir))) / HOME}:
+        with contextlib.suppress(OSError):
+            found.update(p.name for p in home.iterdir() if p.is_dir())
+    return sorted(found)

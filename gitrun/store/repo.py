@@ -64,6 +64,18 @@ def find_repo(cwd: str | None, environ: Mapping[str, str] | None = None) -> Repo
         here = parent
 
 
+def common_git_dir(git_dir: str) -> str:
+    """The git directory every work tree of the repository shares: a linked
+    work tree's git directory names it in its ``commondir`` file (one read,
+    no git process); any other git directory is its own."""
+    try:
+        with open(os.path.join(git_dir, "commondir"), encoding="utf-8") as handle:
+            line = handle.readline().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError):
+        return git_dir
+    return os.path.realpath(os.path.join(git_dir, line)) if line else git_dir
+
+
 def _is_git_dir(path: str) -> bool:
     return os.path.isfile(os.path.join(path, "HEAD")) and (
         os.path.isdir(os.path.join(path, "objects"))
