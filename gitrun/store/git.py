@@ -434,6 +434,11 @@ def is_ancestor(repo: Path, commit: str, of: str) -> bool:
     return run_cmd(argv, check=False).returncode == 0
 
 
+def is_shallow(repo: Path) -> bool:
+    """Whether the clone's history is cut short (``git clone --depth``)."""
+    return git(repo, "rev-parse", "--is-shallow-repository").strip() == b"true"
+
+
 def cat_blob(repo: Path, sha: str) -> bytes:
     return git(repo, "cat-file", "blob", sha)
 
