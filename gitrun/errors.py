@@ -63,3 +63,33 @@ class CommandError(GitrunError):
         shown = output.strip().splitlines()
         detail = f": {shown[-1]}" if shown else ""
         super().__init__(f"`{' '.join(self.argv)}` exited with status {returncode}{detail}")
+
+
+class GitUnavailable(GitrunError):
+    """git cannot serve gitrun at all: it is not installed, or it refuses the
+    repository. Not a :class:`CommandError`: no caller that copes with one
+    failed git command can go on without git."""
+
+    DUBIOUS = "detected dubious ownership in repository at '"
+
+    @classmethod
+    def missing(cls) -> GitUnavailable:
+        return cls(
+            "git is not installed here (no `git` on PATH), and gitrun works through it; "
+            "install git (2.38 or newer) or put it on PATH, then run the command again"
+        )
+
+    @classmethod
+    def refusal(cls, output: str) -> GitUnavailable | None:
+        """git's ownership refusal (``safe.directory``) in ``output``, if that is what it says."""
+        at = output.find(cls.DUBIOUS)
+        if at < 0:
+            return None
+        where = output[at + len(cls.DUBIOUS) :].split("'\n", 1)[0].rstrip("'\n")
+        from shlex import quote
+
+        return cls(
+            f"git refuses to work in {where}: it is owned by another user (git's "
+            "safe.directory check); if you trust it, run `git config --global --add "
+            f"safe.directory {quote(where)}`, then run the command again"
+        )

@@ -81,17 +81,18 @@ def test_a_failed_write_names_the_command_its_status_and_what_git_said(git_repo:
     assert isinstance(error.__cause__, GitCommandError)
 
 
-def test_git_that_cannot_start_is_command_not_found(
+def test_git_that_cannot_start_is_named_with_the_fix(
     git_repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import git as gitpython  # GitPython looks for git once, on import: do that first
 
+    from gitrun.errors import GitUnavailable
+
     assert gitpython.__version__
     monkeypatch.setenv("PATH", str(git_repo / "no-bin"))
-    with pytest.raises(CommandError) as caught:
-        git.hash_bytes(git_repo, b"x")
-    assert caught.value.returncode == 127
-    assert "command not found" in str(caught.value)
+    for call in (lambda: git.hash_bytes(git_repo, b"x"), lambda: git.rev_parse(git_repo, "HEAD")):
+        with pytest.raises(GitUnavailable, match=r"^git is not installed here .* put it on PATH"):
+            call()
 
 
 def test_update_ref_is_a_compare_and_swap(git_repo: Path) -> None:
@@ -244,14 +245,13 @@ def test_a_background_import_that_failed_is_reported_by_the_write(git_repo: Path
         "import sys\n"
         "from pathlib import Path\n"
         "from gitrun.store import git\n"
-        "from gitrun.errors import CommandError\n"
+        "from gitrun.errors import GitUnavailable\n"
         "git.prepare_writes()\n"
         "git._importing.join(60)\n"
         "assert 'git' not in sys.modules  # the package's import failed\n"
         "try:\n"
         "    git.hash_bytes(Path('.'), b'x')\n"
-        "except CommandError as exc:\n"
-        "    assert exc.returncode == 127, exc\n"
+        "except GitUnavailable as exc:\n"
         "    print(exc)\n"
         "else:\n"
         "    raise SystemExit('no error')\n"
@@ -261,7 +261,7 @@ def test_a_background_import_that_failed_is_reported_by_the_write(git_repo: Path
         [sys.executable, "-c", script], capture_output=True, text=True, cwd=git_repo, env=env
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "command not found" in proc.stdout
+    assert "git is not installed here (no `git` on PATH)" in proc.stdout
 
 
 def test_new_files_is_the_difference_of_the_two_listings(git_repo: Path) -> None:

@@ -476,9 +476,17 @@ def test_hooks_status_runs_the_installed_hooks_and_says_whether_they_block(git_r
     )
     healthy = _status(git_repo)
     assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    from gitrun.guard.sandbox import missing_sandbox_tools
+
+    sandboxed = (
+        []
+        if missing_sandbox_tools()
+        else ["ok  .claude/settings.local.json: Bash runs in the sandbox with this clone read-only"]
+    )
     assert healthy.stdout.splitlines() == [
         "ok  .claude/settings.json PreToolUse: runs: allows an owned write, denies one outside "
         "the task's owns, and blocks when it cannot identify the task or cannot start",
+        *sandboxed,
         "ok  .git/hooks/pre-commit: runs: rejects a worker's commit it cannot check",
     ]
     # gitrun's hook as installed before: it runs and decides, but when it

@@ -212,10 +212,80 @@ def lead_sandbox(repo: Path) -> dict[str, Any]:
     return claude_sandbox(repo, LEAD_EXCLUDED)
 
 
+def gitrun_sandbox_place(block: object) -> str | None:
+    """The path a ``"sandbox"`` block keeps read-only when the block is
+    exactly what :func:`install_sandbox` writes, for this clone or for the
+    place it was moved or copied from; None for any other block (the user's,
+    or gitrun's changed by the user), which gitrun never rewrites."""
+    if not isinstance(block, dict) or not isinstance(block.get("filesystem"), dict):
+        return None
+    denied = block["filesystem"].get("denyWrite")
+    if not (isinstance(denied, list) and len(denied) == 1 and isinstance(denied[0], str)):
+        return None
+    form = {**lead_sandbox(Path(os.sep)), "filesystem": {"denyWrite": denied}}
+    return str(denied[0]) if block == form else None
+
+
+def _denied(block: dict[str, Any]) -> list[str]:
+    filesystem = block.get("filesystem")
+    denied = filesystem.get("denyWrite") if isinstance(filesystem, dict) else None
+    return [d for d in denied if isinstance(d, str)] if isinstance(denied, list) else []
+
+
+def _covers(entry: str, place: str) -> bool:
+    """Whether a ``denyWrite`` entry (``/abs`` or ``//abs``) holds ``place``."""
+    entry = entry[1:] if entry.startswith("//") else entry
+    entry = entry.rstrip("/") or "/"
+    return os.path.isabs(entry) and (place == entry or place.startswith(entry.rstrip("/") + "/"))
+
+
+def _uncovered(repo: Path, block: dict[str, Any]) -> str | None:
+    """What the block's ``denyWrite`` names instead of this clone, or None
+    when it keeps the clone read-only."""
+    here = os.path.realpath(repo)
+    denied = _denied(block)
+    if any(_covers(entry, here) for entry in denied):
+        return None
+    names = " and ".join(denied) or "nothing"
+    return f"sandbox.filesystem.denyWrite names {names}, not this clone ({here})"
+
+
+def stale_sandbox(repo: Path) -> str | None:
+    """Why the Bash sandbox gitrun installed in :data:`LOCAL_SETTINGS` no longer
+    keeps this clone read-only (it names the place the clone was moved or
+    copied from), as a sentence after the file's name; None when it does, or
+    when there is no gitrun sandbox (a block that does not exclude gitrun's
+    commands is the user's own business)."""
+    path = repo / LOCAL_SETTINGS
+    if not path.exists():
+        return None
+    block = read_settings(path, LOCAL_SETTINGS).get("sandbox")
+    if not isinstance(block, dict):
+        return None
+    excluded = block.get("excludedCommands")
+    if not (isinstance(excluded, list) and all(e in excluded for e in LEAD_EXCLUDED)):
+        return None
+    wrong = _uncovered(repo, block)
+    if wrong is None:
+        return None
+    fix = (
+        "run `gitrun hooks install`"
+        if gitrun_sandbox_place(block) is not None
+        else f"the block holds settings of your own, so put {os.path.realpath(repo)} in its "
+        "denyWrite by hand"
+    )
+    return (
+        f"gitrun's Bash sandbox: {wrong}, so the clone was moved or copied and Bash may write "
+        f"anywhere in it; {fix}"
+    )
+
+
 def install_sandbox(repo: Path) -> str:
     """Put the lead's sandbox in ``.claude/settings.local.json``: machine-local
     (it names this clone's absolute path), read by every session here. Not
-    where the sandbox cannot start: the client would refuse to start at all."""
+    where the sandbox cannot start: the client would refuse to start at all.
+    gitrun's own sandbox for the place a clone was moved or copied from is
+    replaced; a block of the user's is never touched."""
     from gitrun.guard.sandbox import missing_sandbox_tools
 
     missing = missing_sandbox_tools()
@@ -230,14 +300,28 @@ def install_sandbox(repo: Path) -> str:
     ours = lead_sandbox(repo)
     if settings.get("sandbox") == ours:
         return f"{LOCAL_SETTINGS}: gitrun's Bash sandbox is already there"
-    if "sandbox" in settings:
+    stale = gitrun_sandbox_place(settings.get("sandbox"))
+    if "sandbox" in settings and stale is None:
+        block = settings["sandbox"]
+        wrong = _uncovered(repo, block) if isinstance(block, dict) else None
         raise GitrunError(
-            f'{LOCAL_SETTINGS} already has "sandbox" settings of its own; remove them (or run '
-            "`gitrun hooks install --no-sandbox`)"
+            f'{LOCAL_SETTINGS} already has "sandbox" settings of its own'
+            + (
+                f", and its {wrong}; put {os.path.realpath(repo)} there by hand, or remove "
+                "the block"
+                if wrong
+                else "; remove them"
+            )
+            + " (or run `gitrun hooks install --no-sandbox`)"
         )
     settings["sandbox"] = ours
     write_atomic(path, (json.dumps(settings, indent=2) + "\n").encode())
     _exclude_from_git(repo, LOCAL_SETTINGS)
+    if stale is not None:
+        return (
+            f"{LOCAL_SETTINGS}: gitrun's Bash sandbox named {stale}, where this clone was "
+            f"moved or copied from; it now keeps {os.path.realpath(repo)} read-only"
+        )
     return (
         f"{LOCAL_SETTINGS}: Bash runs in the sandbox, with the repository read-only for every "
         "Claude Code session here, yours included (its gitrun commands excepted); "
@@ -250,7 +334,7 @@ def uninstall_sandbox(repo: Path) -> str:
     if not path.exists():
         return f"{LOCAL_SETTINGS}: not there; nothing to remove"
     settings = read_settings(path, LOCAL_SETTINGS)
-    if settings.get("sandbox") != lead_sandbox(repo):
+    if gitrun_sandbox_place(settings.get("sandbox")) is None:  # this clone's, or a stale one
         return f"{LOCAL_SETTINGS}: no gitrun sandbox"
     del settings["sandbox"]
     if settings:

@@ -25,9 +25,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gitrun.guard.install import CHAINED, MARKER, SETTINGS, hooks_dir, is_ours, read_settings
+from gitrun.errors import GitrunError
+from gitrun.guard.install import (
+    CHAINED,
+    LOCAL_SETTINGS,
+    MARKER,
+    SETTINGS,
+    gitrun_sandbox_place,
+    hooks_dir,
+    is_ours,
+    read_settings,
+    stale_sandbox,
+)
 
-SETTINGS_FILES = (SETTINGS, ".claude/settings.local.json")
+SETTINGS_FILES = (SETTINGS, LOCAL_SETTINGS)
 PROBE_RUN = "hook-probe"
 PROBE_TASK = "t1"
 PROBE_OUTPUT = "out/owned.json"
@@ -221,6 +232,22 @@ def check_git_hook(repo: Path, sample: Path) -> HookStatus:
     return HookStatus(where, True, f"runs: rejects a worker's commit it cannot check{chained}")
 
 
+def sandbox_status(repo: Path) -> HookStatus | None:
+    """Whether gitrun's Bash sandbox keeps this clone read-only; None without
+    one (``--no-sandbox``, or no bubblewrap). It names an absolute path, so a
+    clone moved or copied elsewhere keeps a sandbox that guards the old place."""
+    try:
+        stale = stale_sandbox(repo)
+        block = read_settings(repo / LOCAL_SETTINGS, LOCAL_SETTINGS).get("sandbox")
+    except GitrunError as exc:
+        return HookStatus(LOCAL_SETTINGS, False, exc.message)
+    if stale is not None:
+        return HookStatus(LOCAL_SETTINGS, False, stale)
+    if gitrun_sandbox_place(block) is None:
+        return None
+    return HookStatus(LOCAL_SETTINGS, True, "Bash runs in the sandbox with this clone read-only")
+
+
 def hook_statuses(repo: Path, claude: bool = True, git_hook: bool = True) -> list[HookStatus]:
     """The state of each installed hook, found by running it."""
     statuses: list[HookStatus] = []
@@ -238,6 +265,9 @@ def hook_statuses(repo: Path, claude: bool = True, git_hook: bool = True) -> lis
             for where, command in commands:
                 ok, says = check_claude_hook(repo, command, sample, scratch)
                 statuses.append(HookStatus(where, ok, says))
+            sandbox = sandbox_status(repo)
+            if sandbox is not None:
+                statuses.append(sandbox)
         if git_hook:
             statuses.append(check_git_hook(repo, sample))
     return statuses

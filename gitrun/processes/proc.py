@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gitrun.errors import CommandError
+from gitrun.errors import CommandError, GitUnavailable
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -61,7 +61,13 @@ def run_cmd(
             check=False,
         )
     except FileNotFoundError as exc:
+        if argv[0] == "git" and exc.filename == "git":  # not a missing cwd
+            raise GitUnavailable.missing() from exc
         raise CommandError(argv, 127, f"{argv[0]}: command not found") from exc
+    if proc.returncode == 128 and argv[0] == "git":  # even where the caller copes with failure
+        refusal = GitUnavailable.refusal(proc.stderr.decode(errors="replace"))
+        if refusal is not None:
+            raise refusal
     if check and proc.returncode != 0:
         output = (proc.stderr or proc.stdout).decode(errors="replace")
         raise CommandError(argv, proc.returncode, output)

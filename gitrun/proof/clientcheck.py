@@ -5,6 +5,9 @@
   Claude Code's sandbox, which on Linux needs ``bwrap`` (bubblewrap) and
   ``socat``; without them the client refuses to start (``failIfUnavailable``).
   The problem names the two ways out the packet offers.
+- **The lead's sandbox guards this clone.** ``gitrun hooks install`` puts the
+  sandbox in ``.claude/settings.local.json`` with the clone's absolute path;
+  a clone moved or copied since keeps guarding the old place.
 - **``--settings`` JSON is what the client accepts.** ``claude -p`` silently
   ignores settings that fail its validation, hooks and sandbox with them, and
   silently drops keys it does not know: either means no enforcement. Every
@@ -21,6 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gitrun.definition.load import RunDef
+from gitrun.errors import GitrunError
+from gitrun.guard.install import LOCAL_SETTINGS, stale_sandbox
 from gitrun.guard.sandbox import missing_sandbox_tools
 from gitrun.problem import Problem
 
@@ -117,12 +122,23 @@ def client_problems(run: RunDef) -> list[Problem]:
                     'Bash for workers) or "detect" (Bash writes only reported by the audit)',
                 )
             )
+        problems += _lead_sandbox_problems(run)
     for where, text in _settings_arguments(run):
         for message in settings_problems(text):
             problems.append(
                 Problem("claude-settings", f"{run.packet_path}: [executor] {where}: {message}")
             )
     return problems
+
+
+def _lead_sandbox_problems(run: RunDef) -> list[Problem]:
+    """The Bash sandbox ``gitrun hooks install`` put in the clone, when it
+    names another place (the clone was moved or copied) or cannot be read."""
+    try:
+        stale = stale_sandbox(run.repo)
+    except GitrunError as exc:
+        return [Problem("sandbox", exc.message)]
+    return [] if stale is None else [Problem("sandbox", f"{LOCAL_SETTINGS}: {stale}")]
 
 
 def _settings_arguments(run: RunDef) -> list[tuple[str, str]]:

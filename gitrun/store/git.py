@@ -31,7 +31,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gitrun.errors import CommandError, GitrunError
+from gitrun.errors import CommandError, GitrunError, GitUnavailable
 from gitrun.processes.proc import clean_env, is_hook_git_var, run_cmd
 
 if TYPE_CHECKING:  # GitPython is imported where it runs, never at start-up
@@ -134,7 +134,7 @@ def _command_layer(argv: list[str], repo: Path) -> tuple[Git, type[GitPythonErro
         from git.exc import CommandError as GitPythonError
     except ImportError as exc:  # GitPython looks for git when it is first imported
         if shutil.which(argv[0]) is None:
-            raise CommandError(argv, 127, f"{argv[0]}: command not found") from exc
+            raise GitUnavailable.missing() from exc
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise GitrunError(
             f"GitPython could not be loaded ({first}); reinstall gitrun with its "
@@ -143,15 +143,15 @@ def _command_layer(argv: list[str], repo: Path) -> tuple[Git, type[GitPythonErro
     return Git(str(repo)), GitPythonError
 
 
-def _command_error(argv: list[str], exc: GitPythonError) -> CommandError:
+def _command_error(argv: list[str], exc: GitPythonError) -> GitrunError:
     """gitrun's error for a failure GitPython reported: the same sentence a
     plain child process gives (the command, its status, git's last line)."""
     if isinstance(exc.status, int):
         # GitPython keeps git's output only inside its own message.
         said = _unwrap(exc.stderr, "stderr") or _unwrap(exc.stdout, "stdout")
-        return CommandError(argv, exc.status, said)
+        return GitUnavailable.refusal(said) or CommandError(argv, exc.status, said)
     # The status is the exception that kept git from starting at all.
-    return CommandError(argv, 127, f"{argv[0]}: command not found")
+    return GitUnavailable.missing()
 
 
 def _unwrap(text: str, label: str) -> str:
@@ -440,6 +440,11 @@ def is_ancestor(repo: Path, commit: str, of: str) -> bool:
     """Whether ``of``'s history holds ``commit``."""
     argv = [*GIT, "-C", str(repo), "merge-base", "--is-ancestor", commit, of]
     return run_cmd(argv, check=False).returncode == 0
+
+
+def is_shallow(repo: Path) -> bool:
+    """Whether the clone's history is cut short (``git clone --depth``)."""
+    return git(repo, "rev-parse", "--is-shallow-repository").strip() == b"true"
 
 
 def cat_blob(repo: Path, sha: str) -> bytes:

@@ -101,6 +101,12 @@ def merged_tree(repo: Path, run_id: str, head: str, tip: str) -> str:
             f"`gitrun land` needs git 2.38 or newer (for `git merge-tree --write-tree`), and "
             f"this is {version or 'an older git'}; upgrade git, then land again"
         )
+    if git.is_shallow(repo):  # the commit where the two histories meet is cut off
+        raise GitrunError(
+            f"landing run {run_id!r} stopped and changed nothing: this clone's history is "
+            f"shallow (cloned with --depth), so git cannot find where gitrun/{run_id} and the "
+            "current branch meet; run `git fetch --unshallow`, then land again"
+        )
     said = proc.stderr.decode(errors="replace").strip().splitlines()
     raise GitrunError(
         f"landing run {run_id!r} stopped and changed nothing: git merge-tree failed "
