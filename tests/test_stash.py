@@ -146,3 +146,36 @@ def test_git_clean_of_the_ledger_during_a_run_loses_no_record(
 
     _drive_with(git_repo, gates, clean, clean)
     _assert_ledger_whole(git_repo)
+
+
+def test_an_output_ignored_mid_run_is_not_committed(git_repo: Path, tmp_path: Path) -> None:
+    gates = tmp_path / "gates"
+    _gated_run(git_repo, gates)
+    driver = gitrun_process(git_repo, "start", "r")
+    try:
+        _open(gates, TASKS[:4])
+        _wait_for(lambda: _committed_outputs(git_repo) >= set(TASKS[:4]))
+        # The user decides out/t06.json holds a secret, while t06 runs.
+        (git_repo / ".gitignore").write_text("out/t06.json\n")
+        _open(gates, TASKS[4:])
+        _, err = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    assert driver.returncode == 1, err
+    assert _committed_outputs(git_repo) == set(TASKS) - {"t06"}
+    said = [line for line in err.splitlines() if "t06" in line and "ignored" in line]
+    assert said == [
+        "gitrun: t06: out/t06.json is ignored by git (.gitignore:1: out/t06.json), so gitrun "
+        "did not commit it and the task is not done; stop ignoring it and `gitrun resume r` "
+        "commits it from the disk"
+    ], err
+    status = json.loads(run_gitrun(git_repo, "status", "r", "--json").stdout)
+    assert status["tasks"]["t06"]["status"] == "pending"
+    assert (git_repo / "out/t06.json").is_file()  # kept on disk, for the user to judge
+    # Once the rule goes, resume commits it from the disk without running it again.
+    (git_repo / ".gitignore").unlink()
+    proc = run_gitrun(git_repo, "resume", "r")
+    assert proc.returncode == 0, proc.stderr
+    assert _committed_outputs(git_repo) == set(TASKS)

@@ -599,6 +599,8 @@ class Driver:
         return definition_files(self.run, self.ledger, self.definition, known)
 
     def _on_commit(self, committed: Committed) -> None:
+        for line in committed.left_out:
+            self.report(line)
         if committed.tasks:
             self.report(f"committed {', '.join(committed.tasks)} as {committed.commit[:10]}")
 

@@ -352,10 +352,13 @@ class External:
         if recorded:  # nothing judged, nothing to commit
             own = definition_files(self.run)
             self.committer.commit(landings, own, landing_message(self.run.id, landings))
+            left_out = self.committer.take_left_out()
+            result.done = [tid for tid in result.done if tid not in left_out]
+            result.notices += left_out.values()
         self._save()
         result.next_step = self._next_step()
         result.halted = self.governor.halt is not None
-        result.notices = self.governor.take_notices()
+        result.notices += self.governor.take_notices()
         return result
 
     def _next_step(self) -> str:
