@@ -179,3 +179,43 @@ def test_an_output_ignored_mid_run_is_not_committed(git_repo: Path, tmp_path: Pa
     proc = run_gitrun(git_repo, "resume", "r")
     assert proc.returncode == 0, proc.stderr
     assert _committed_outputs(git_repo) == set(TASKS)
+
+
+def test_external_mode_collects_through_a_stash_and_its_pop(git_repo: Path) -> None:
+    """An orchestrator's next and collect while the user's stash holds the
+    ledger: the new chunks take names the branch does not hold, so nothing
+    committed is replaced and the pop finds no file in its way."""
+    tasks = TASKS[:4]
+    write_run(
+        git_repo,
+        "r",
+        [{"id": t, "outputs": [f"out/{t}.json"]} for t in tasks],
+        {"executor": {"kind": "external"}, "limits": {"concurrency": 4}},
+    )
+    commit_all(git_repo, "define r")
+
+    def handed(*args: str) -> list[str]:
+        proc = run_gitrun(git_repo, *args, "--json")
+        assert proc.returncode == 0, proc.stderr
+        said = json.loads(proc.stdout)
+        batch = said["leased"] if isinstance(said, dict) else said  # one object, or the list
+        for item in batch:
+            build_tree(git_repo, {f"out/{item['task']}.json": "{}\n"})
+        return [str(item["task"]) for item in batch]
+
+    def collect() -> None:
+        proc = run_gitrun(git_repo, "collect", "r", "--json")
+        assert proc.returncode == 0, proc.stderr
+
+    assert handed("start", "r") == ["t01"]  # the canary
+    collect()
+    git(git_repo, "stash", "push", "-u", "-q")
+    assert handed("next", "r") == tasks[1:]
+    collect()
+    git(git_repo, "stash", "pop", "-q")
+    assert _committed_outputs(git_repo) == set(tasks)
+    records = committed_ledger(git_repo)
+    assert [r["event"] for r in records if "event" in r][:1] == ["start"]
+    assert sorted(str(r["task"]) for r in records if r.get("outcome") == "valid") == tasks
+    status = json.loads(run_gitrun(git_repo, "status", "r", "--json").stdout)
+    assert status["counts"]["done"] == len(tasks)

@@ -82,14 +82,20 @@ def definition_files(
     commit), saves reading the branch. Raises GitrunError for a file that is a
     symlink or not a regular file (``gitrun check`` reports the same before launch).
     """
+    from gitrun.definition.outputs import blob_id
+
     files = dict(snapshot) if snapshot is not None else definition_snapshot(run)
-    if writer is None:
-        for name in ledger.ledger_names(run.repo / run.dir):
-            _read_regular(run, f"{run.dir}/{name}", files)
-            _refuse_foreign_ledger(run, f"{run.dir}/{name}", files)
-        return files
     if at_tip is None:
         at_tip = _ledger_at_tip(run)
+    if writer is None:
+        fmt = git.object_format(run.repo)
+        for name in ledger.ledger_names(run.repo / run.dir):
+            path = f"{run.dir}/{name}"
+            _read_regular(run, path, files)
+            _refuse_foreign_ledger(run, path, files)
+            if path in files:
+                _keep_committed(run, path, blob_id(files[path], fmt), at_tip, files)
+        return files
     with writer.held_for_commit() as written:
         for name, data in list(written.items()):
             _take_written(run, name, data, writer, at_tip, files)
@@ -115,17 +121,19 @@ def _take_written(
     path = f"{run.dir}/{name}"
     stamp = (len(data), -1)  # a chunk only grows: its length names its content
     known = writer.blob_ids.get(name)
+    content = None
     if known is not None and known[0] == stamp:
         sha = known[1]
     else:
         if writer.object_format is None:
             writer.object_format = git.object_format(run.repo)
-        sha = blob_id(bytes(data), writer.object_format)
+        content = bytes(data)
+        sha = blob_id(content, writer.object_format)
         writer.blob_ids[name] = (stamp, sha)
     if at_tip.get(path) == sha:
         writer.forget_committed(name)
         return
-    files[path] = bytes(data)
+    files[path] = content if content is not None else bytes(data)
 
 
 def _ledger_at_tip(run: RunDef) -> dict[str, str]:
@@ -154,6 +162,14 @@ def last_committed_chunk(run: RunDef, tip: str | None) -> int:
         else []
     )
     return max((ledger.chunk_number(n) for n in names if n != LEDGER_NAME), default=0)
+
+
+def open_ledger(run: RunDef, tip: str | None) -> ledger.LedgerWriter:
+    """A writer of the run's ledger whose chunks never take a name the branch
+    holds at ``tip`` (its tip), even when the work tree lost that chunk (a
+    ``git stash -u`` holds it, ``git clean`` removed it): a chunk put back
+    later would clash with it, and records would read out of their order."""
+    return ledger.LedgerWriter(run.repo / run.dir, last_committed_chunk(run, tip))
 
 
 def read_run_ledger(repo: Path, run_dir: str, tip: str | None) -> list[dict[str, Any]]:
@@ -224,16 +240,27 @@ def _read_unless_committed(
         writer.object_format = git.object_format(run.repo)
     sha = blob_id(data, writer.object_format)
     writer.blob_ids[name] = (seen, sha)
+    _keep_committed(run, path, sha, at_tip, files)
+
+
+def _keep_committed(
+    run: RunDef, path: str, sha: str, at_tip: Mapping[str, str], files: dict[str, bytes]
+) -> None:
+    """A ledger file read from the work tree (its blob id ``sha``) where the
+    branch holds another copy (the work tree's is older, put back by ``git
+    stash pop``, or another writer's): the commit keeps every record of
+    both, never fewer than the branch holds. One ``cat-file``, only then."""
     committed = at_tip.get(path)
-    if committed is not None and committed != sha:
-        # The branch holds another copy (the work tree's is older, or another
-        # writer's): the commit keeps every record of both, never fewer.
-        branch = git.cat_blob(run.repo, committed)
-        merged = ledger.merge_text(data.decode(errors="replace"), branch.decode(errors="replace"))
-        if merged.encode() == branch:
-            del files[path]
-        else:
-            files[path] = merged.encode()
+    if committed is None or committed == sha:
+        return
+    branch = git.cat_blob(run.repo, committed)
+    merged = ledger.merge_text(
+        files[path].decode(errors="replace"), branch.decode(errors="replace")
+    )
+    if merged.encode() == branch:
+        del files[path]  # the branch's copy holds every record already
+    else:
+        files[path] = merged.encode()
 
 
 def _refuse_foreign_ledger(run: RunDef, path: str, files: dict[str, bytes]) -> None:

@@ -28,7 +28,7 @@ from gitrun.definition.provenance import Provenance
 from gitrun.definition.runfiles import (
     definition_files,
     definition_snapshot,
-    last_committed_chunk,
+    open_ledger,
 )
 from gitrun.engine.audit import Audit, Violation
 from gitrun.engine.budget import Budget
@@ -120,9 +120,7 @@ class Driver:
         # Nothing runs yet: the attempts a dead driver's journal names are
         # recovered (recover) before this driver starts its own.
         tip = committer.last_tip or git.rev_parse(self.repo, committer.ref)
-        # Its chunks never take the name of one the branch holds, even when
-        # the work tree lost that one (a stash, a clean).
-        self.ledger = ledger.LedgerWriter(self.repo / run.dir, last_committed_chunk(run, tip))
+        self.ledger = open_ledger(run, tip)
         self.engine = Engine(run, local, tip, running=())
         self.governor = self.engine.governor
         self.running: dict[str, RunningAttempt] = {}
