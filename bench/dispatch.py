@@ -65,9 +65,8 @@ from _common import Row, Table, git_env, gitrun_argv, make_repo, write_bench_run
 WRITE = 'printf \'{"task": "%s"}\\n\' "$GITRUN_TASK" > "$GITRUN_OUTPUTS"'
 TARGET_RATIO = 0.6
 TARGET_OVERHEAD = 0.2
-TARGET_GIT_PER_COMMIT = (
-    6  # check-ignore, hash-object, update-index, write-tree, commit-tree, update-ref
-)
+# check-ignore, hash-object, update-index, write-tree, commit-tree, update-ref
+TARGET_GIT_PER_COMMIT = 6
 WIDE_TASKS, WIDE_J, WIDE_SLEEP = 160, 16, 0.2
 AGAINST = "before"  # the tool name of the gitrun run from the --against tree
 NO_CANARY = "gitrun, no canary"
