@@ -470,7 +470,7 @@ def refuse_rewritten_definition(run: RunDef, tip: str) -> None:
             f"(`git show gitrun/{run.id}:{path} > {path}`), then resume; make your own change "
             "again afterwards if it was yours"
         )
-    writer = ledger.LedgerWriter(run.repo / run.dir)
+    writer = open_ledger(run, tip)
     try:
         for path in verified:
             writer.write({"event": DEFINITION_EVENT, "path": path, "state": "verified"})
