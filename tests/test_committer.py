@@ -95,11 +95,12 @@ def _git_shim(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return log
 
 
-def test_a_commit_on_the_committers_own_last_one_runs_five_git_processes(
+def test_a_commit_on_the_committers_own_last_one_runs_six_git_processes(
     git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Tasks that land one at a time pay for a whole commit each: no tip or
-    tree lookups, no read-tree, no verifying ls-tree when git said nothing."""
+    tree lookups, no read-tree, no verifying ls-tree when git said nothing;
+    one check-ignore asks whether a rule added meanwhile ignores an output."""
     committer = _committer(git_repo)
     _land(committer, "t1", b"{}\n")
     build_tree(git_repo, {"out/t2.json": '{"t": 2}\n'})
@@ -108,7 +109,14 @@ def test_a_commit_on_the_committers_own_last_one_runs_five_git_processes(
     landing = Landing("t2", 1, [OutputCheck("out/t2.json", "valid", data=b'{"t": 2}\n')])
     tip = committer.commit([landing], own, landing_message("r", [landing]))
     ran = log.read_text().split()
-    assert ran == ["hash-object", "update-index", "write-tree", "commit-tree", "update-ref"]
+    assert ran == [
+        "check-ignore",
+        "hash-object",
+        "update-index",
+        "write-tree",
+        "commit-tree",
+        "update-ref",
+    ]
     files = git(git_repo, "ls-tree", "-r", "--name-only", tip).split()
     assert files == [".gitrun/runs/r/ledger.jsonl", "README.md", "out/t1.json", "out/t2.json"]
     # gitrun's own file unchanged since: not hashed again.
@@ -276,7 +284,7 @@ def test_a_big_batch_is_one_pack_of_the_validated_bytes(
 ) -> None:
     """A hundred landings or more: their blobs go into one pack written by
     fast-import from the validated bytes (what lies on disk plays no part),
-    in the same five processes a small commit takes."""
+    in the same six processes a small commit takes."""
     from gitrun.engine.committer import PACK_AT
 
     committer = _committer(git_repo)
@@ -292,6 +300,7 @@ def test_a_big_batch_is_one_pack_of_the_validated_bytes(
     log = _git_shim(tmp_path, monkeypatch)
     tip = committer.commit(landings, own, landing_message("r", landings))
     assert log.read_text().split() == [
+        "check-ignore",
         "fast-import",
         "update-index",
         "write-tree",

@@ -355,13 +355,14 @@ def test_workers_find_this_gitrun_when_path_has_none(
     assert found == str(Path(sys.executable).parent / "gitrun")
 
 
-def test_tasks_landing_one_at_a_time_cost_five_git_processes_a_commit(
+def test_tasks_landing_one_at_a_time_cost_six_git_processes_a_commit(
     git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Agent-length tasks land alone and pay a whole commit each: between
-    two landings' commits the driver runs exactly the commit's own five git
+    two landings' commits the driver runs exactly the commit's own six git
     processes (the stray-write audit's timed `git status` aside), no lookup
-    of the tip or of the ledger's blobs there."""
+    of the tip or of the ledger's blobs there: one check-ignore for the
+    batch's outputs, then the five that build and publish it."""
     import shutil
 
     real = shutil.which("git")
@@ -395,7 +396,14 @@ def test_tasks_landing_one_at_a_time_cost_five_git_processes_a_commit(
     # From the first landing's commit to the last one's.
     for before, after in itertools.pairwise(published[1:5]):
         between = calls[before + 1 : after + 1]
-        assert between == ["hash-object", "update-index", "write-tree", "commit-tree", "update-ref"]
+        assert between == [
+            "check-ignore",
+            "hash-object",
+            "update-index",
+            "write-tree",
+            "commit-tree",
+            "update-ref",
+        ]
 
 
 def test_a_start_on_linux_imports_no_psutil(git_repo: Path) -> None:

@@ -139,9 +139,12 @@ def log(
     repo = _repo(ctx)
     check_run_id(run)
     if attempts:
-        from gitrun.store.ledger import attempt_records, read_ledger
+        from gitrun.definition.runfiles import read_run_ledger
+        from gitrun.store.ledger import attempt_records
 
-        records = attempt_records(read_ledger(repo / RUNS_DIR / run))
+        at = find_tip(repo, run)
+        tip = at.tip if at is not None else None
+        records = attempt_records(read_run_ledger(repo, f"{RUNS_DIR}/{run}", tip))
         if as_json:
             typer.echo(json.dumps(records, indent=2, sort_keys=True))
         for record in records if not as_json else []:

@@ -9,11 +9,13 @@ from pathlib import Path
 from gitrun.commands.session import take_remote_branch
 from gitrun.definition.load import RunDef, load_run
 from gitrun.definition.provenance import reads_any
+from gitrun.definition.runfiles import open_ledger
 from gitrun.engine.budget import BUDGET_EVENT, Budget, money
 from gitrun.engine.states import FAILED, UP_TO_DATE
 from gitrun.engine.status import RunStatus, read_status
 from gitrun.errors import GitrunError
-from gitrun.store import ledger
+from gitrun.layout import branch_ref
+from gitrun.store import git, ledger
 from gitrun.store.branches import refuse_checked_out
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import run_locked
@@ -58,7 +60,7 @@ def retry_tasks(
         if done:
             raise GitrunError(f"{', '.join(done)} already done; there is nothing to retry")
         at = datetime.now(UTC).isoformat(timespec="milliseconds")
-        writer = ledger.LedgerWriter(run.repo / run.dir)
+        writer = open_ledger(run, git.rev_parse(repo, branch_ref(run_id)))
         try:
             if raising:
                 writer.write(

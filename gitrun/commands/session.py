@@ -29,6 +29,7 @@ from gitrun.definition.outputs import blob_on_disk
 from gitrun.definition.runfiles import (
     definition_files,
     merge_committed_ledger,
+    open_ledger,
     refuse_rewritten_definition,
 )
 from gitrun.engine.committer import Committer, read_tip, trailers
@@ -104,7 +105,7 @@ def _create_branch(
         _retire_stale_ledger(run, local, head)
     else:
         _forget_round(local)
-    writer = ledger.LedgerWriter(run.repo / run.dir)
+    writer = open_ledger(run, landed)
     try:
         writer.write(
             {

@@ -16,12 +16,13 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from gitrun.definition.load import LEDGER_NAME, PACKET_NAME, TASKS_NAME, RunDef
 from gitrun.errors import GitrunError
 from gitrun.problem import Problem
 from gitrun.store import git, ledger
-from gitrun.store.jsonlines import file_error
+from gitrun.store.jsonlines import file_error, parse_lines
 
 
 def own_paths(run: RunDef) -> list[str]:
@@ -81,18 +82,58 @@ def definition_files(
     commit), saves reading the branch. Raises GitrunError for a file that is a
     symlink or not a regular file (``gitrun check`` reports the same before launch).
     """
+    from gitrun.definition.outputs import blob_id
+
     files = dict(snapshot) if snapshot is not None else definition_snapshot(run)
-    if writer is None:
-        for name in ledger.ledger_names(run.repo / run.dir):
-            _read_regular(run, f"{run.dir}/{name}", files)
-            _refuse_foreign_ledger(run, f"{run.dir}/{name}", files)
-        return files
     if at_tip is None:
         at_tip = _ledger_at_tip(run)
-    with writer.held_for_commit():
+    if writer is None:
+        fmt = git.object_format(run.repo)
         for name in ledger.ledger_names(run.repo / run.dir):
-            _read_unless_committed(run, name, writer, at_tip, files)
+            path = f"{run.dir}/{name}"
+            _read_regular(run, path, files)
+            _refuse_foreign_ledger(run, path, files)
+            if path in files:
+                _keep_committed(run, path, blob_id(files[path], fmt), at_tip, files)
+        return files
+    with writer.held_for_commit() as written:
+        for name, data in list(written.items()):
+            _take_written(run, name, data, writer, at_tip, files)
+        for name in ledger.ledger_names(run.repo / run.dir):
+            if name not in written:
+                _read_unless_committed(run, name, writer, at_tip, files)
     return files
+
+
+def _take_written(
+    run: RunDef,
+    name: str,
+    data: bytes | bytearray,
+    writer: ledger.LedgerWriter,
+    at_tip: Mapping[str, str],
+    files: dict[str, bytes],
+) -> None:
+    """A chunk of the live writer goes to the commit from what the writer
+    wrote (never from the work tree's copy, which a stash or a clean may
+    have taken away or put back older), unless the branch holds it as it is."""
+    from gitrun.definition.outputs import blob_id
+
+    path = f"{run.dir}/{name}"
+    stamp = (len(data), -1)  # a chunk only grows: its length names its content
+    known = writer.blob_ids.get(name)
+    content = None
+    if known is not None and known[0] == stamp:
+        sha = known[1]
+    else:
+        if writer.object_format is None:
+            writer.object_format = git.object_format(run.repo)
+        content = bytes(data)
+        sha = blob_id(content, writer.object_format)
+        writer.blob_ids[name] = (stamp, sha)
+    if at_tip.get(path) == sha:
+        writer.forget_committed(name)
+        return
+    files[path] = content if content is not None else bytes(data)
 
 
 def _ledger_at_tip(run: RunDef) -> dict[str, str]:
@@ -100,10 +141,75 @@ def _ledger_at_tip(run: RunDef) -> dict[str, str]:
     from gitrun.layout import branch_ref
 
     tip = git.rev_parse(run.repo, branch_ref(run.id))
+    return committed_ledger_files(run.repo, run.dir, tip) if tip else {}
+
+
+def committed_ledger_files(repo: Path, run_dir: str, tip: str) -> dict[str, str]:
+    """The ledger's files at ``tip``: repository-relative path -> blob id."""
+    where = [f"{run_dir}/{ledger.CHUNK_DIR}", f"{run_dir}/{LEDGER_NAME}"]
+    return {
+        path: sha
+        for path, (_mode, sha) in git.ls_tree(repo, tip, where).items()
+        if ledger.is_ledger_name(path[len(run_dir) + 1 :])
+    }
+
+
+def last_committed_chunk(run: RunDef, tip: str | None) -> int:
+    """The highest chunk number the run's branch holds at ``tip`` (0: none)."""
+    names = (
+        [p[len(run.dir) + 1 :] for p in committed_ledger_files(run.repo, run.dir, tip)]
+        if tip
+        else []
+    )
+    return max((ledger.chunk_number(n) for n in names if n != LEDGER_NAME), default=0)
+
+
+def open_ledger(run: RunDef, tip: str | None) -> ledger.LedgerWriter:
+    """A writer of the run's ledger whose chunks never take a name the branch
+    holds at ``tip`` (its tip), even when the work tree lost that chunk (a
+    ``git stash -u`` holds it, ``git clean`` removed it): a chunk put back
+    later would clash with it, and records would read out of their order."""
+    return ledger.LedgerWriter(run.repo / run.dir, last_committed_chunk(run, tip))
+
+
+def read_run_ledger(repo: Path, run_dir: str, tip: str | None) -> list[dict[str, Any]]:
+    """Every record of the run's ledger, in order: the copy committed at
+    ``tip`` (the run branch's tip), each file extended by what the work
+    tree's copy adds (records a live driver has not committed yet).
+
+    The work tree's copy alone is not the truth: a ``git stash -u`` takes it
+    away, ``git stash pop`` puts back an older copy, ``git clean`` removes
+    it. One ``ls-tree``, and one ``cat-file`` only for the files whose copy
+    on disk is not the committed one.
+    """
+    from gitrun.definition.outputs import blob_id
+
+    on_disk = repo / run_dir
     if tip is None:
-        return {}
-    where = [f"{run.dir}/{ledger.CHUNK_DIR}", f"{run.dir}/{LEDGER_NAME}"]
-    return {path: sha for path, (_mode, sha) in git.ls_tree(run.repo, tip, where).items()}
+        return ledger.read_ledger(on_disk)
+    committed = {
+        path[len(run_dir) + 1 :]: sha
+        for path, sha in committed_ledger_files(repo, run_dir, tip).items()
+    }
+    fmt = git.object_format(repo)
+    texts: dict[str, bytes] = {}
+    for name in ledger.ledger_names(on_disk):
+        try:
+            texts[name] = (on_disk / name).read_bytes()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise file_error(on_disk / name, exc, "read") from exc
+    stale = [n for n, sha in committed.items() if n not in texts or blob_id(texts[n], fmt) != sha]
+    blobs = read_blobs(repo, sorted({committed[n] for n in stale}))
+    for name in stale:
+        branch = blobs[committed[name]].decode("utf-8", errors="replace")
+        local = texts.get(name, b"").decode("utf-8", errors="replace")
+        texts[name] = ledger.merge_text(local, branch).encode()
+    records: list[dict[str, Any]] = []
+    for name in ledger.reading_order(list(texts)):
+        records += parse_lines(texts[name].decode("utf-8", errors="replace"))
+    return records
 
 
 def _read_unless_committed(
@@ -132,7 +238,29 @@ def _read_unless_committed(
     _refuse_foreign_ledger(run, path, files)
     if writer.object_format is None:
         writer.object_format = git.object_format(run.repo)
-    writer.blob_ids[name] = (seen, blob_id(data, writer.object_format))
+    sha = blob_id(data, writer.object_format)
+    writer.blob_ids[name] = (seen, sha)
+    _keep_committed(run, path, sha, at_tip, files)
+
+
+def _keep_committed(
+    run: RunDef, path: str, sha: str, at_tip: Mapping[str, str], files: dict[str, bytes]
+) -> None:
+    """A ledger file read from the work tree (its blob id ``sha``) where the
+    branch holds another copy (the work tree's is older, put back by ``git
+    stash pop``, or another writer's): the commit keeps every record of
+    both, never fewer than the branch holds. One ``cat-file``, only then."""
+    committed = at_tip.get(path)
+    if committed is None or committed == sha:
+        return
+    branch = git.cat_blob(run.repo, committed)
+    merged = ledger.merge_text(
+        files[path].decode(errors="replace"), branch.decode(errors="replace")
+    )
+    if merged.encode() == branch:
+        del files[path]  # the branch's copy holds every record already
+    else:
+        files[path] = merged.encode()
 
 
 def _refuse_foreign_ledger(run: RunDef, path: str, files: dict[str, bytes]) -> None:
@@ -342,7 +470,7 @@ def refuse_rewritten_definition(run: RunDef, tip: str) -> None:
             f"(`git show gitrun/{run.id}:{path} > {path}`), then resume; make your own change "
             "again afterwards if it was yours"
         )
-    writer = ledger.LedgerWriter(run.repo / run.dir)
+    writer = open_ledger(run, tip)
     try:
         for path in verified:
             writer.write({"event": DEFINITION_EVENT, "path": path, "state": "verified"})

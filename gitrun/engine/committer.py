@@ -46,7 +46,7 @@ MAX_RACES = 50
 LOCK_PATIENCE = 2.0  # seconds a ref lock may stay before it is reported
 # Landings arriving within this many seconds of the previous commit share the
 # next one: prompt enough for a human, and a burst of tiny tasks does not cost
-# a git commit (five git processes) each.
+# a git commit (six git processes) each.
 COALESCE = 0.25
 
 
@@ -125,6 +125,7 @@ def note_tip(local: LocalPaths, commit: str) -> None:
 class Committed:
     commit: str
     tasks: list[str] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)  # a sentence per landing left out
 
 
 def trailers(run_id: str, landings: list[Landing], extra: dict[str, str] | None = None) -> str:
@@ -170,6 +171,8 @@ class Committer:
         self._tip: str | None = None
         self._index_holds: tuple[str, tuple[object, ...]] | None = None
         self._own_blobs: dict[str, str] = {}
+        # The landings a commit left out: task -> the sentence (take_left_out).
+        self._left_out: dict[str, str] = {}
 
     def commit(
         self,
@@ -180,10 +183,18 @@ class Committer:
     ) -> str:
         """Commit the landings' files and gitrun's own files; returns the new tip.
 
-        Five git processes when the branch is where this committer left it:
-        ``hash-object``, ``update-index`` and ``write-tree`` on the index kept
-        from the last commit, ``commit-tree``, and ``update-ref``.
+        Six git processes when the branch is where this committer left it:
+        ``check-ignore`` for the landings' outputs, ``hash-object``,
+        ``update-index`` and ``write-tree`` on the index kept from the last
+        commit, ``commit-tree``, and ``update-ref``.
+
+        A landing with an output git ignores now (a rule added during the
+        run) is left out, ``message`` made again for the rest; the sentence
+        saying so waits in :meth:`take_left_out`.
         """
+        kept = self._not_ignored(landings)
+        if len(kept) < len(landings):
+            landings, message = kept, landing_message(self.run_id, kept)
         entries = self._blobs(landings, own_files)
         self.local.root.mkdir(parents=True, exist_ok=True)
         with hold(self.local.commit_lock):
@@ -248,6 +259,32 @@ class Committer:
                     f"with `gitrun resume {self.run_id}`"
                 )
             return new
+
+    def _not_ignored(self, landings: list[Landing]) -> list[Landing]:
+        """The landings none of whose outputs git ignores, asked at commit time
+        (one ``check-ignore`` for the batch): gitrun never commits an ignored path."""
+        paths = [check.path for landing in landings for check in landing.files]
+        rules = git.ignored_by(self.repo, paths) if paths else {}
+        if not rules:
+            return landings
+        kept = []
+        for landing in landings:
+            ignored = [check.path for check in landing.files if check.path in rules]
+            if not ignored:
+                kept.append(landing)
+                continue
+            path = ignored[0]
+            self._left_out[landing.task] = (
+                f"{landing.task}: {path} is ignored by git ({rules[path]}), so gitrun did not "
+                "commit it and the task is not done; stop ignoring it and "
+                f"`gitrun resume {self.run_id}` commits it from the disk"
+            )
+        return kept
+
+    def take_left_out(self) -> dict[str, str]:
+        """The landings the commits since the last call left out: task -> why."""
+        said, self._left_out = self._left_out, {}
+        return said
 
     @property
     def last_tip(self) -> str | None:
@@ -510,7 +547,9 @@ class CommitQueue:
             return
         message = landing_message(self.committer.run_id, batch)
         commit = self.committer.commit(batch, own, message)
-        self.on_commit(Committed(commit, [landing.task for landing in batch]))
+        left_out = self.committer.take_left_out()
+        tasks = [landing.task for landing in batch if landing.task not in left_out]
+        self.on_commit(Committed(commit, tasks, list(left_out.values())))
 
     def _changed(self, own: dict[str, bytes]) -> bool:
         """Whether gitrun's own files differ from the branch's tip; the tree

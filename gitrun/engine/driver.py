@@ -25,7 +25,11 @@ from pathlib import Path
 from gitrun.definition.load import RunDef, Task
 from gitrun.definition.outputs import check_task, prepare_outputs, prior_in_tree, quarantine
 from gitrun.definition.provenance import Provenance
-from gitrun.definition.runfiles import definition_files, definition_snapshot
+from gitrun.definition.runfiles import (
+    definition_files,
+    definition_snapshot,
+    open_ledger,
+)
 from gitrun.engine.audit import Audit, Violation
 from gitrun.engine.budget import Budget
 from gitrun.engine.committer import CommitQueue, Committed, Committer, Landing
@@ -112,11 +116,11 @@ class Driver:
         self.progress = progress
         self.limits = run.limits
         self.tasks = run.tasks_by_id
-        self.ledger = ledger.LedgerWriter(self.repo / run.dir)
         self.journal: Journal | None = None  # started when driving starts
         # Nothing runs yet: the attempts a dead driver's journal names are
         # recovered (recover) before this driver starts its own.
         tip = committer.last_tip or git.rev_parse(self.repo, committer.ref)
+        self.ledger = open_ledger(run, tip)
         self.engine = Engine(run, local, tip, running=())
         self.governor = self.engine.governor
         self.running: dict[str, RunningAttempt] = {}
@@ -593,6 +597,8 @@ class Driver:
         return definition_files(self.run, self.ledger, self.definition, known)
 
     def _on_commit(self, committed: Committed) -> None:
+        for line in committed.left_out:
+            self.report(line)
         if committed.tasks:
             self.report(f"committed {', '.join(committed.tasks)} as {committed.commit[:10]}")
 

@@ -23,7 +23,7 @@ from typing import Any
 from gitrun.definition.load import RunDef, load_run
 from gitrun.definition.outputs import check_task, prepare_outputs, prior_in_tree, quarantine
 from gitrun.definition.provenance import Provenance
-from gitrun.definition.runfiles import definition_files
+from gitrun.definition.runfiles import definition_files, open_ledger
 from gitrun.engine.audit import Audit, AuditState
 from gitrun.engine.committer import Committer, Landing, landing_message
 from gitrun.engine.governor import STRICT, GovernorState, Halt
@@ -125,6 +125,7 @@ class External:
                 "(in external mode that hands out the first batch)"
             )
         self.leases = read_leases(local)
+        self.tip = tip
         self.engine = Engine(run, local, tip, running=self.leases)
         self.governor = self.engine.governor
         self.limits = run.limits
@@ -150,7 +151,7 @@ class External:
         found = self.audit.check(self.leases)
         if not out or not found:
             return []
-        writer = ledger.LedgerWriter(self.repo / self.run.dir)
+        writer = open_ledger(self.run, self.tip)
         try:
             for violation in found:
                 writer.write(violation.to_record())
@@ -171,7 +172,7 @@ class External:
             if self.governor.halt is not None and not self.engine.halt_recorded:
                 # This call halted the run (the spend budget): the halt holds
                 # every later call until `gitrun retry` lifts it.
-                writer = ledger.LedgerWriter(self.repo / self.run.dir)
+                writer = open_ledger(self.run, self.tip)
                 try:
                     self.engine.record_halt(writer)
                 finally:
@@ -318,7 +319,7 @@ class External:
         now = time.time()
         base = self.engine.base
         at_base = git.ls_tree(self.repo, base) if base else {}
-        writer = ledger.LedgerWriter(self.repo / self.run.dir)
+        writer = open_ledger(self.run, self.tip)
         try:
             for task_id, lease in list(self.leases.items()):
                 check = check_task(
@@ -387,10 +388,13 @@ class External:
         if recorded:  # nothing judged, nothing to commit
             own = definition_files(self.run)
             self.committer.commit(landings, own, landing_message(self.run.id, landings))
+            left_out = self.committer.take_left_out()
+            result.done = [tid for tid in result.done if tid not in left_out]
+            result.notices += left_out.values()
         self._save()
         result.next_step = self._next_step()
         result.halted = self.governor.halt is not None
-        result.notices = self.governor.take_notices()
+        result.notices += self.governor.take_notices()
         return result
 
     def _next_step(self) -> str:

@@ -90,4 +90,9 @@ def reconcile(
             report(f"{tid}: quarantined {', '.join(moved)} ({check.reason})")
     if landings:
         committer.commit(landings, own_files(), landing_message(run.id, landings))
-        report(f"reconciled: committed {len(landings)} tasks whose valid outputs were on disk")
+        left_out = committer.take_left_out()
+        for line in left_out.values():
+            report(line)
+        if len(landings) > len(left_out):
+            committed = len(landings) - len(left_out)
+            report(f"reconciled: committed {committed} tasks whose valid outputs were on disk")

@@ -23,6 +23,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gitrun.definition.runfiles import read_run_ledger
 from gitrun.engine.budget import SpendGate, budget_of
 from gitrun.engine.governor import PERSISTENT, EndFacts, Governor, Halt, choose_canary
 from gitrun.store import git, ledger
@@ -158,8 +159,8 @@ class Engine:
         # The round's ledger first (what its valid attempts made decides some
         # tasks done), then the branch's listing, kept only as the done set.
         self.base = find_base(run.repo, run.id, tip) if tip else None
-        if records is None:
-            records = ledger.read_ledger(run.repo / run.dir)
+        if records is None:  # the branch's records, and what the work tree adds
+            records = read_run_ledger(run.repo, run.dir, tip)
         self.records = ledger.current_round(records)
         self.summary = ledger.summarize(self.records)
         if len(self.records) < len(records):  # attempt numbers go on across rounds

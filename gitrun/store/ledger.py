@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -168,7 +169,11 @@ def merge_text(local: str, committed: str) -> str:
 
     The local copy normally extends the committed one; lines only the
     committed copy has (say, the local file was deleted or is older) are kept.
+    A local copy the committed one extends (an older copy, put back by ``git
+    stash pop``) gives the committed one, in its order.
     """
+    if committed.startswith(local):
+        return committed
     local_lines = [ln for ln in local.splitlines() if ln.strip()]
     seen = set(local_lines)
     missing = [ln for ln in committed.splitlines() if ln.strip() and ln not in seen]
@@ -195,6 +200,16 @@ def is_ledger_name(name: str) -> bool:
         return True
     match = _CHUNK_FILE.fullmatch(name.rsplit("/", 1)[-1])
     return match is not None and chunk_name(int(match[1])) == name
+
+
+def chunk_number(name: str) -> int:
+    """The number of the chunk ``name`` (a name :func:`is_ledger_name` accepts)."""
+    return int(name.rsplit("/", 1)[-1].split(".")[0])
+
+
+def reading_order(names: list[str]) -> list[str]:
+    """Ledger file names in the order they are read: an older run's single file, then chunks."""
+    return sorted(names, key=lambda n: -1 if n == LEDGER_NAME else chunk_number(n))
 
 
 def chunk_names(run_dir: Path) -> list[str]:
@@ -347,14 +362,28 @@ class LedgerWriter:
     chunk when the copies of the current one already handed to commits add up
     to more than the chunk would hold with the next record: every copy git keeps
     of a chunk is then paid for by the chunk's final size, so the branch stores
-    at most twice the ledger. Commits read the files inside ``held_for_commit``
+    at most twice the ledger. Commits take the chunks inside ``held_for_commit``
     so they never see half a record and the writer knows what they took.
+
+    The bytes a writer wrote are the truth of its chunks, not the files in the
+    work tree: a user's ``git stash -u`` takes those away, ``git stash pop``
+    brings back an older copy, ``git clean`` removes them. So the writer keeps
+    what it wrote to each chunk (an append to memory beside the append to the
+    file) until a commit holds the chunk at its final size, and commits take
+    the chunks from there. ``after`` is the highest chunk number the run's
+    branch holds: a new chunk never takes the name of one committed already,
+    even when the work tree lost it.
     """
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, after: int = 0) -> None:
         self._run_dir = run_dir
         self._lock = threading.Lock()
         self._number = 0
+        self._after = after
+        # What this writer wrote to each of its chunks, by name, until a
+        # commit holds the chunk at its final size (forget_committed).
+        self._written: dict[str, bytearray] = {}
+        self._files: dict[str, tuple[int, int]] = {}  # name -> the file it made (dev, inode)
         self._handle: IO[bytes] | None = None
         self._size = 0  # bytes in the current chunk
         self._handed = 0  # bytes of the copies of it handed to commits
@@ -377,12 +406,13 @@ class LedgerWriter:
                 self._handle.flush()
             except OSError as exc:
                 raise file_error(self._run_dir / chunk_name(self._number), exc, "write") from exc
+            self._written[chunk_name(self._number)].extend(data)
             self._size += len(data)
 
     def _open_next(self) -> IO[bytes]:
         names = chunk_names(self._run_dir)
-        last = int(names[-1].rsplit("/", 1)[-1].split(".")[0]) if names else 0
-        number = max(last, self._number) + 1
+        last = chunk_number(names[-1]) if names else 0
+        number = max(last, self._number, self._after) + 1
         while True:
             path = self._run_dir / chunk_name(number)
             try:
@@ -398,20 +428,67 @@ class LedgerWriter:
                 raise file_error(path, exc, "write") from exc
             self._number = number
             self._size = self._handed = self._last_handed = 0
+            self._written[chunk_name(number)] = bytearray()
+            made = os.fstat(handle.fileno())
+            self._files[chunk_name(number)] = (made.st_dev, made.st_ino)
             return handle
 
     @contextmanager
-    def held_for_commit(self) -> Iterator[None]:
-        """No record is written while the ledger's files are read for a commit;
-        what was read of the current chunk counts as handed to that commit."""
+    def held_for_commit(self) -> Iterator[Mapping[str, bytes | bytearray]]:
+        """No record is written while a commit takes the ledger; it is given
+        this writer's chunks (name -> every byte written there, to be read
+        only while held), and what it took of the current chunk counts as
+        handed to that commit."""
         with self._lock:
-            yield
+            yield self._written
             if self._handle is not None and self._size > self._last_handed:
                 self._handed += self._size
                 self._last_handed = self._size
 
+    def forget_committed(self, name: str) -> None:
+        """The branch holds chunk ``name`` as this writer wrote it: a chunk it
+        writes no more is not kept in memory any longer (call while held)."""
+        if name == chunk_name(self._number) and self._handle is not None:
+            return
+        if self._is_ours(name):  # else kept, for close to put it back
+            self._written.pop(name, None)
+
+    def _is_ours(self, name: str) -> bool:
+        """Whether the work tree's copy of chunk ``name`` is the file this writer made."""
+        try:
+            there = os.lstat(self._run_dir / name)
+        except OSError:
+            return False
+        return (there.st_dev, there.st_ino) == self._files.get(name)
+
     def close(self) -> None:
+        """Close the current chunk; a copy of one of this writer's chunks in
+        the work tree that is not the file it made (``git stash pop`` put back
+        an older copy) becomes what the writer wrote, so readers of the files find every
+        record. A copy that is gone stays gone (a stash holds it, and its pop
+        would fail on a file put back): the branch has the records."""
         with self._lock:
             if self._handle is not None:
                 self._handle.close()
                 self._handle = None
+            for name in list(self._written):
+                if os.path.lexists(self._run_dir / name) and not self._is_ours(name):
+                    self._put_back(name)
+
+    def _put_back(self, name: str) -> None:
+        """Chunk ``name`` in the work tree as this writer wrote it, when the
+        copy there is an older one of it (never over anything else)."""
+        from gitrun.store.tomlfile import write_atomic
+
+        path = self._run_dir / name
+        written = bytes(self._written.get(name, b""))
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                return
+            there = path.read_bytes()
+            if there != written and written.startswith(there):
+                write_atomic(path, written, durable=False)
+                made = os.lstat(path)
+                self._files[name] = (made.st_dev, made.st_ino)
+        except OSError:
+            return  # a convenience for readers of the files: the branch has the records
