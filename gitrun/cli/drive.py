@@ -144,9 +144,9 @@ def log(
 
         records = attempt_records(read_ledger(repo / RUNS_DIR / run))
         if as_json:
-            typer.echo(json.dumps(records, indent=2, sort_keys=True))
+            typer.echo(json.dumps(records, indent=2, sort_keys=True, allow_nan=False))
         for record in records if not as_json else []:
-            typer.echo(json.dumps(record, sort_keys=True, separators=(",", ":")))
+            typer.echo(json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False))
         return
     if rev_parse(repo, branch_ref(run)) is None:
         raise GitrunError(
@@ -154,7 +154,7 @@ def log(
         )
     entries = read_history(repo, run)
     if as_json:
-        typer.echo(json.dumps([e.to_json() for e in entries], indent=2))
+        typer.echo(json.dumps([e.to_json() for e in entries], indent=2, allow_nan=False))
         return
     for entry in entries:
         shown = " ".join(f"{t}#{n}" for t, n in entry.attempts.items())
@@ -330,7 +330,7 @@ def watchdog(
     repo = _repo(ctx)
     findings = inspect_runs(repo, stale_after)
     if as_json:
-        typer.echo(json.dumps([h.to_json() for h in findings], indent=2))
+        typer.echo(json.dumps([h.to_json() for h in findings], indent=2, allow_nan=False))
     else:
         if not findings:
             typer.echo("no runs here")

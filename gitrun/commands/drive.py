@@ -78,7 +78,7 @@ def drive(
         )
         data["violations"] = [v.to_record() for v in outcome.violations]
         data["load_held_seconds"] = round(outcome.load_held, 1)
-        text = json.dumps(data, indent=2)
+        text = json.dumps(data, indent=2, allow_nan=False)
     else:
         from gitrun.commands.summary import format_summary
 
@@ -95,7 +95,7 @@ def drive(
 
 def json_text(value: object) -> str:
     """Indented for a person at a terminal; compact (and C-fast) for programs."""
-    return json.dumps(value, indent=2 if sys.stdout.isatty() else None)
+    return json.dumps(value, indent=2 if sys.stdout.isatty() else None, allow_nan=False)
 
 
 def show_status(repo: Path, run: str | None, as_json: bool, show_all: bool) -> None:
@@ -125,7 +125,7 @@ def show_status(repo: Path, run: str | None, as_json: bool, show_all: bool) -> N
     rest = leftovers(repo, git_dir, pieces) if show_all else []
     if as_json:
         data = [st.to_json() for st in statuses] + [left.to_json() for left in rest]
-        out.write(json.dumps(data, indent=2) + "\n")
+        out.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
         return
     if not statuses and not rest:
         out.write("no runs here; create one with `gitrun new RUN`\n")

@@ -68,7 +68,7 @@ def collect(repo: Path, run: str, throttled: list[str], as_json: bool) -> int:
     with external_run(repo, run) as ext:
         collected = ext.collect(throttled)
     if as_json:
-        _out(json.dumps(collected.to_json(), indent=2))
+        _out(json.dumps(collected.to_json(), indent=2, allow_nan=False))
     else:
         print_collected(collected)
     return EXIT_HALTED if collected.halted else EXIT_DONE
@@ -82,7 +82,7 @@ def print_batch(run: str, batch: Batch, as_json: bool) -> int:
     for notice in batch.notices:  # the spend budget's
         _err(notice)
     if as_json:
-        _out(json.dumps(batch.leased, indent=2))
+        _out(json.dumps(batch.leased, indent=2, allow_nan=False))
     for item in batch.leased if not as_json else []:
         _out(item["pointer"] + "\n")
     if batch.leased:
