@@ -266,23 +266,24 @@ def retry(
         ),
     ] = None,
     budget: Annotated[
-        float | None,
-        typer.Option(
-            "--budget", metavar="USD", min=0.000001, help="Set the run's max_cost_usd to USD."
-        ),
+        str | None,
+        # Read by parse_budget, not as a float: float() takes "nan", "inf"
+        # and "1e400" (infinity), which no budget is and JSON cannot hold.
+        typer.Option("--budget", metavar="USD", help="Set the run's max_cost_usd to USD."),
     ] = None,
     tokens: Annotated[
         int | None,
-        typer.Option("--tokens", metavar="N", min=1, help="Set the run's max_tokens to N."),
+        typer.Option("--tokens", metavar="N", help="Set the run's max_tokens to N."),
     ] = None,
 ) -> None:
     """Give tasks that used up their attempts a fresh set, and lift a halt
     (failed canary, environment fault, strict ownership violation, spend
     budget); with --budget or --tokens, raise the run's spend budget (kept in
     its ledger); then `gitrun resume RUN`."""
-    from gitrun.commands.retry import retry_tasks
+    from gitrun.commands.retry import parse_budget, retry_tasks
 
-    retried = retry_tasks(_repo(ctx), run, list(tasks or []), budget, tokens)
+    dollars = None if budget is None else parse_budget(budget)
+    retried = retry_tasks(_repo(ctx), run, list(tasks or []), dollars, tokens)
     if retried.budget is not None:
         from gitrun.engine.budget import money
 
