@@ -294,7 +294,9 @@ def retry(
             shown.append(f"max_tokens {retried.budget.tokens:,}")
         typer.echo(f"the run's budget is now {' and '.join(shown)}")
     if retried.lifted:
-        typer.echo(f"lifted the halt ({retried.lifted})")
+        from gitrun.visible import visible
+
+        typer.echo(f"lifted the halt ({visible(retried.lifted)})")
     if retried.tasks:
         typer.echo(f"{', '.join(retried.tasks)}: fresh attempts granted")
     elif not retried.lifted and retried.budget is None:

@@ -14,6 +14,7 @@ import json
 import sys
 
 from gitrun.errors import EXIT_DONE, EXIT_FAILED, EXIT_HALTED
+from gitrun.visible import visible
 
 TYPE_CHECKING = False  # typing costs milliseconds; mypy reads this as True
 if TYPE_CHECKING:
@@ -114,10 +115,10 @@ def print_collected(collected: Collected) -> None:
 
 
 def _out(line: str) -> None:
-    sys.stdout.write(line + "\n")
+    sys.stdout.write(visible(line, lines=True) + "\n")  # a reason may quote a worker
     sys.stdout.flush()
 
 
 def _err(line: str) -> None:
-    sys.stderr.write(line + "\n")
+    sys.stderr.write(visible(line, lines=True) + "\n")
     sys.stderr.flush()
