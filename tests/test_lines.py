@@ -18,7 +18,7 @@ _scalar = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(),
-    st.floats(allow_nan=False),
+    st.floats(allow_nan=False, allow_infinity=False),  # not JSON: line_of refuses them
     st.text(),
 )
 _value = st.recursive(
@@ -31,7 +31,14 @@ _value = st.recursive(
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(st.text(), _value, max_size=6))
 def test_a_line_is_what_json_dumps_gives(record: dict[str, Any]) -> None:
-    assert line_of(record) == json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+    strict = json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    assert line_of(record) == strict + "\n"
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_a_line_never_holds_what_json_cannot(value: float) -> None:
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        line_of({"nested": [{"cost_usd": value}]})
 
 
 def test_each_line_is_on_disk_once_written(tmp_path: Path) -> None:

@@ -57,8 +57,10 @@ def report_failure(exc: BaseException) -> int:
         lines = exc.lines
         if isinstance(kinds, list) and len(kinds) == len(lines):
             lines = capped(lines, kinds)
-        for line in lines:
-            typer.echo(f"gitrun: error: {line}", err=True)
+        from gitrun.visible import visible
+
+        for line in lines:  # a sentence may name a file or quote a process a worker made
+            typer.echo(f"gitrun: error: {visible(line, lines=True)}", err=True)
         return exc.exit_code
     if isinstance(exc, BrokenPipeError):  # `gitrun ... | head`: the reader has gone
         from gitrun.commands.drive import silence

@@ -108,11 +108,11 @@ def check(
             {"code": "definition", "message": line, "tasks": [], "path": exc.path}
             for line in exc.lines
         ]
-        typer.echo(json.dumps(problems, indent=2))
+        typer.echo(json.dumps(problems, indent=2, allow_nan=False))
         raise typer.Exit(1) from None
     report = check_run(run_def)
     if as_json:
-        typer.echo(json.dumps([p.to_json() for p in report.problems], indent=2))
+        typer.echo(json.dumps([p.to_json() for p in report.problems], indent=2, allow_nan=False))
     elif report.problems:
         count = len(report.problems)
         typer.echo(f"run {run!r}: {count:,} problem{'s' * (count != 1)}:")

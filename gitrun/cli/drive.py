@@ -146,9 +146,9 @@ def log(
         tip = at.tip if at is not None else None
         records = attempt_records(read_run_ledger(repo, f"{RUNS_DIR}/{run}", tip))
         if as_json:
-            typer.echo(json.dumps(records, indent=2, sort_keys=True))
+            typer.echo(json.dumps(records, indent=2, sort_keys=True, allow_nan=False))
         for record in records if not as_json else []:
-            typer.echo(json.dumps(record, sort_keys=True, separators=(",", ":")))
+            typer.echo(json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False))
         return
     found = find_tip(repo, run)
     if found is None:
@@ -158,7 +158,7 @@ def log(
         )
     entries = read_history(repo, run, found.ref)
     if as_json:
-        typer.echo(json.dumps([e.to_json() for e in entries], indent=2))
+        typer.echo(json.dumps([e.to_json() for e in entries], indent=2, allow_nan=False))
         return
     for entry in entries:
         shown = " ".join(f"{t}#{n}" for t, n in entry.attempts.items())
@@ -270,23 +270,24 @@ def retry(
         ),
     ] = None,
     budget: Annotated[
-        float | None,
-        typer.Option(
-            "--budget", metavar="USD", min=0.000001, help="Set the run's max_cost_usd to USD."
-        ),
+        str | None,
+        # Read by parse_budget, not as a float: float() takes "nan", "inf"
+        # and "1e400" (infinity), which no budget is and JSON cannot hold.
+        typer.Option("--budget", metavar="USD", help="Set the run's max_cost_usd to USD."),
     ] = None,
     tokens: Annotated[
         int | None,
-        typer.Option("--tokens", metavar="N", min=1, help="Set the run's max_tokens to N."),
+        typer.Option("--tokens", metavar="N", help="Set the run's max_tokens to N."),
     ] = None,
 ) -> None:
     """Give tasks that used up their attempts a fresh set, and lift a halt
     (failed canary, environment fault, strict ownership violation, spend
     budget); with --budget or --tokens, raise the run's spend budget (kept in
     its ledger); then `gitrun resume RUN`."""
-    from gitrun.commands.retry import retry_tasks
+    from gitrun.commands.retry import parse_budget, retry_tasks
 
-    retried = retry_tasks(_repo(ctx), run, list(tasks or []), budget, tokens)
+    dollars = None if budget is None else parse_budget(budget)
+    retried = retry_tasks(_repo(ctx), run, list(tasks or []), dollars, tokens)
     if retried.budget is not None:
         from gitrun.engine.budget import money
 
@@ -297,7 +298,9 @@ def retry(
             shown.append(f"max_tokens {retried.budget.tokens:,}")
         typer.echo(f"the run's budget is now {' and '.join(shown)}")
     if retried.lifted:
-        typer.echo(f"lifted the halt ({retried.lifted})")
+        from gitrun.visible import visible
+
+        typer.echo(f"lifted the halt ({visible(retried.lifted)})")
     if retried.tasks:
         typer.echo(f"{', '.join(retried.tasks)}: fresh attempts granted")
     elif not retried.lifted and retried.budget is None:
@@ -334,7 +337,7 @@ def watchdog(
     repo = _repo(ctx)
     findings = inspect_runs(repo, stale_after)
     if as_json:
-        typer.echo(json.dumps([h.to_json() for h in findings], indent=2))
+        typer.echo(json.dumps([h.to_json() for h in findings], indent=2, allow_nan=False))
     else:
         if not findings:
             typer.echo("no runs here")

@@ -12,14 +12,17 @@ import os
 import sys
 from pathlib import Path
 
+from gitrun.visible import visible
+
 
 def event(line: str) -> None:
     """One plain line per driver event, on stderr (stdout stays for results).
     A reader that went away (`gitrun start r 2>&1 | head -1`) loses the
     lines, never the run: a write failing here would stop the driver
-    between launching attempts and recording them."""
+    between launching attempts and recording them. The line is made
+    visible: it may carry a worker's words or a file name a worker chose."""
     try:
-        sys.stderr.write(f"gitrun: {line}\n")
+        sys.stderr.write(f"gitrun: {visible(line)}\n")
         sys.stderr.flush()
     except BrokenPipeError:
         silence(sys.stderr)
@@ -78,7 +81,7 @@ def drive(
         )
         data["violations"] = [v.to_record() for v in outcome.violations]
         data["load_held_seconds"] = round(outcome.load_held, 1)
-        text = json.dumps(data, indent=2)
+        text = json.dumps(data, indent=2, allow_nan=False)
     else:
         from gitrun.commands.summary import format_summary
 
@@ -86,7 +89,7 @@ def drive(
             outcome.status, outcome.stopped_by, outcome.halt, outcome.violations, outcome.load_held
         )
     try:
-        sys.stdout.write(text + "\n")
+        sys.stdout.write(visible(text, lines=True) + "\n")
         sys.stdout.flush()
     except BrokenPipeError:  # `gitrun start r | head -c0`: the run ended all the same
         silence(sys.stdout)
@@ -95,7 +98,7 @@ def drive(
 
 def json_text(value: object) -> str:
     """Indented for a person at a terminal; compact (and C-fast) for programs."""
-    return json.dumps(value, indent=2 if sys.stdout.isatty() else None)
+    return json.dumps(value, indent=2 if sys.stdout.isatty() else None, allow_nan=False)
 
 
 def show_status(repo: Path, run: str | None, as_json: bool, show_all: bool) -> None:
@@ -111,7 +114,9 @@ def show_status(repo: Path, run: str | None, as_json: bool, show_all: bool) -> N
         if as_json:
             out.write(json_text(st.to_json()) + "\n")
         else:
-            out.write(format_status(st, limit=None if show_all else 20) + "\n")
+            # A halt's diagnosis, a stray file's name, an attempt's reason: a
+            # ledger an older gitrun wrote may hold them raw.
+            out.write(visible(format_status(st, limit=None if show_all else 20), lines=True) + "\n")
         out.flush()
         return
     from gitrun.commands.leftovers import leftovers, run_pieces, shown_path
@@ -125,15 +130,15 @@ def show_status(repo: Path, run: str | None, as_json: bool, show_all: bool) -> N
     rest = leftovers(repo, git_dir, pieces) if show_all else []
     if as_json:
         data = [st.to_json() for st in statuses] + [left.to_json() for left in rest]
-        out.write(json.dumps(data, indent=2) + "\n")
+        out.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
         return
     if not statuses and not rest:
         out.write("no runs here; create one with `gitrun new RUN`\n")
     for st in statuses:
-        out.write(format_status_line(st) + "\n")
+        out.write(visible(format_status_line(st)) + "\n")
     for left in rest:
         local_root = shown_path(repo, LocalPaths.under(git_dir, left.pieces.run).root)
-        out.write(left.describe(local_root) + "\n")
+        out.write(visible(left.describe(local_root)) + "\n")
     hidden = 0 if show_all else sum(not p.defined for p in pieces.values())
     if hidden:
         out.write(

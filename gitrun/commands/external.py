@@ -14,6 +14,7 @@ import json
 import sys
 
 from gitrun.errors import EXIT_DONE, EXIT_FAILED, EXIT_HALTED
+from gitrun.visible import visible
 
 TYPE_CHECKING = False  # typing costs milliseconds; mypy reads this as True
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ def collect(repo: Path, run: str, throttled: list[str], as_json: bool) -> int:
     with external_run(repo, run) as ext:
         collected = ext.collect(throttled)
     if as_json:
-        _out(json.dumps(collected.to_json(), indent=2))
+        _out(json.dumps(collected.to_json(), indent=2, allow_nan=False))
     else:
         print_collected(collected)
     return EXIT_HALTED if collected.halted else EXIT_DONE
@@ -85,7 +86,7 @@ def print_batch(run: str, batch: Batch, as_json: bool) -> int:
     for notice in batch.notices:  # the spend budget's
         _err(notice)
     if as_json:
-        _out(json.dumps(batch.to_json(), indent=2))
+        _out(json.dumps(batch.to_json(), indent=2, allow_nan=False))
         return code
     for item in batch.leased:
         _out(item["pointer"] + "\n")
@@ -117,10 +118,10 @@ def print_collected(collected: Collected) -> None:
 
 
 def _out(line: str) -> None:
-    sys.stdout.write(line + "\n")
+    sys.stdout.write(visible(line, lines=True) + "\n")  # a reason may quote a worker
     sys.stdout.flush()
 
 
 def _err(line: str) -> None:
-    sys.stderr.write(line + "\n")
+    sys.stderr.write(visible(line, lines=True) + "\n")
     sys.stderr.flush()

@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import Any
 
 from gitrun.engine.driver import Progress
+from gitrun.visible import visible
 
 
 def _duration(seconds: float) -> str:
@@ -75,7 +76,7 @@ class LiveView:
         self._live.__exit__(kind, value, traceback)
 
     def event(self, line: str) -> None:
-        self.events.append(line)
+        self.events.append(visible(line))  # as the plain lines show it (commands.drive.event)
 
     def progress(self, snapshot: Progress) -> None:
         self.latest = snapshot

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,12 +14,13 @@ from gitrun.definition.runfiles import open_ledger
 from gitrun.engine.budget import BUDGET_EVENT, Budget, money
 from gitrun.engine.states import FAILED, UP_TO_DATE
 from gitrun.engine.status import RunStatus, read_status
-from gitrun.errors import GitrunError
+from gitrun.errors import GitrunError, UsageError
 from gitrun.layout import branch_ref
 from gitrun.store import git, ledger
 from gitrun.store.branches import refuse_checked_out
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import run_locked
+from gitrun.store.usage import MAX_TOKENS, MAX_USD, is_dollars
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,13 @@ def retry_tasks(
     dollars and/or ``tokens`` tokens, and lift a halt that holds the run (a
     failed canary, an environment fault, a strict ownership violation, the
     spend budget)."""
+    if budget_usd is not None:
+        check_budget(budget_usd, f"{budget_usd:g}")
+    if tokens is not None and not (type(tokens) is int and 0 < tokens <= MAX_TOKENS):
+        raise UsageError(
+            f"--tokens {tokens} is not a number of tokens gitrun holds; give a whole number "
+            f"from 1 to {MAX_TOKENS:,}, such as `--tokens 2000000`"
+        )
     run = load_run(repo, run_id)
     local = LocalPaths.of(repo, run_id)
     refuse_checked_out(local.common_git_dir, run_id)
@@ -87,6 +96,29 @@ def retry_tasks(
                 old.tokens if tokens is None else tokens,
             )
         return Retried(chosen, lifted, new)
+
+
+def parse_budget(text: str) -> float:
+    """``--budget USD`` as typed: a finite amount of US dollars above 0 and at
+    most :data:`~gitrun.store.usage.MAX_USD`, or a usage error naming it."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    check_budget(value, text.strip())
+    return value
+
+
+def check_budget(value: float, said: str) -> None:
+    """Refuse a budget that is not a sane amount of money: nan, an infinity
+    (or a number so large it reads as one, ``1e400``), zero or less, or over
+    :data:`~gitrun.store.usage.MAX_USD`. The ledger is JSON: an infinite
+    budget could not even be written there."""
+    if not (is_dollars(value) and value > 0):
+        raise UsageError(
+            f"--budget {said} is not an amount of US dollars gitrun holds; give a finite "
+            f"number above 0 and at most {money(MAX_USD)}, such as `--budget 25`"
+        )
 
 
 def _readers_of(run: RunDef, status: RunStatus, chosen: list[str]) -> list[str]:

@@ -33,6 +33,7 @@ from gitrun.definition.schema import (
     RegexValidator,
     Validator,
 )
+from gitrun.visible import visible
 
 COMMAND_VALIDATOR_TIMEOUT = 120.0
 
@@ -446,7 +447,7 @@ def _check_schema(run: RunDef, validator: JsonSchemaValidator, data: bytes) -> s
     if errors:
         first = errors[0]
         where = "/".join(str(p) for p in first.path) or "(root)"
-        return f"fails schema {validator.schema} at {where}: {first.message}"
+        return visible(f"fails schema {validator.schema} at {where}: {first.message}")
     return None
 
 
@@ -471,7 +472,8 @@ def _check_command(run: RunDef, validator: CommandValidator, path: str) -> str |
         return f"validator command timed out after {COMMAND_VALIDATOR_TIMEOUT:.0f} s"
     if proc.returncode != 0:
         said = (proc.stderr or proc.stdout).decode(errors="replace").strip().splitlines()
-        detail = f": {said[-1]}" if said else ""
+        # What it says may quote the worker's output: shown, never obeyed.
+        detail = f": {visible(said[-1])}" if said else ""
         return f"rejected by `{' '.join(argv)}` (status {proc.returncode}){detail}"
     return None
 

@@ -137,9 +137,9 @@ class Provenance:
 
 
 def _canonical(value: object) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
-        errors="surrogateescape"
-    )
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode(errors="surrogateescape")
 
 
 def _files_at(repo: Path, paths: Iterable[str], fmt: str) -> Iterable[tuple[str, str]]:

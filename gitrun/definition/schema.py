@@ -33,6 +33,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 from gitrun.errors import DefinitionError
 from gitrun.layout import ID_PATTERN as ID_PATTERN
 from gitrun.store.tomlfile import LineIndex
+from gitrun.store.usage import MAX_TOKENS, MAX_USD
 
 if typing.TYPE_CHECKING:
     from pydantic import GetCoreSchemaHandler, TypeAdapter, ValidationError
@@ -265,10 +266,13 @@ class Limits(Strict):
     halt: Annotated[str | None, After(_check_halt), Env("GITRUN_HALT")] = None
     # The spend budget: no attempt starts when what the run spent plus what
     # its running attempts are expected to cost would pass it (None: none).
-    max_cost_usd: Annotated[Annotated[float, Bounds(gt=0)] | None, Env("GITRUN_MAX_COST_USD")] = (
-        None
-    )
-    max_tokens: Annotated[Annotated[int, Bounds(gt=0)] | None, Env("GITRUN_MAX_TOKENS")] = None
+    # Each at most what gitrun holds (gitrun.store.usage): more is a typo, not a budget.
+    max_cost_usd: Annotated[
+        Annotated[float, Bounds(gt=0, le=MAX_USD)] | None, Env("GITRUN_MAX_COST_USD")
+    ] = None
+    max_tokens: Annotated[
+        Annotated[int, Bounds(gt=0, le=MAX_TOKENS)] | None, Env("GITRUN_MAX_TOKENS")
+    ] = None
     # The canary's projection of the whole run may pass the budget by this
     # factor; more halts the run before the fan-out widens.
     max_projection: Annotated[float, Bounds(ge=1)] = 1.5

@@ -29,6 +29,7 @@ from gitrun.ownership.patterns import PatternError, parse
 from gitrun.ownership.temporaries import target_of_temporary
 from gitrun.store import git
 from gitrun.store.records import VERSION, Fields, RecordInvalid
+from gitrun.visible import visible
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,9 @@ class Violation:
 
     def describe(self) -> str:
         who = ", ".join(self.tasks) if self.tasks else "no task"
-        return f"{self.path} changed outside every owned path (running: {who})"
+        # The record keeps the path as it is (JSON escapes it); every
+        # sentence shows it visible: a worker chose the name.
+        return f"{visible(self.path)} changed outside every owned path (running: {who})"
 
     def to_record(self) -> dict[str, Any]:
         return {"event": "violation", "path": self.path, "tasks": self.tasks, "at": self.at}

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gitrun.store.records import VERSION, Fields, is_finite, load_record, write_record
-from gitrun.store.usage import UsageTotals, median
+from gitrun.store.records import VERSION, Fields, load_record, write_record
+from gitrun.store.usage import UsageTotals, is_dollars, is_token_count, median
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -63,11 +63,12 @@ def budget_of(limits: Limits, records: list[dict[str, Any]]) -> Budget:
     for record in records:
         if record.get("event") != BUDGET_EVENT:
             continue
+        # Out of range (a ledger an older gitrun wrote): not a budget, skipped.
         value = record.get("max_cost_usd")
-        if is_finite(value) and isinstance(value, int | float) and value > 0:
+        if is_dollars(value) and isinstance(value, int | float) and value > 0:
             cost = float(value)
         value = record.get("max_tokens")
-        if type(value) is int and value > 0:
+        if is_token_count(value) and type(value) is int and value > 0:
             tokens = value
     return Budget(cost, tokens)
 

@@ -70,7 +70,7 @@ def deny(reason: str) -> HookResult:
             "permissionDecisionReason": reason,
         }
     }
-    return HookResult(0, json.dumps(out))
+    return HookResult(0, json.dumps(out, allow_nan=False))
 
 
 def claims_task(data: object, environ: dict[str, str], raw: str = "") -> bool:

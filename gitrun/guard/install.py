@@ -153,7 +153,7 @@ def install_claude(repo: Path, command: str | None = None) -> str:
     hooks = settings.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise GitrunError(f'{SETTINGS}: "hooks" is not an object; fix it first')
-    before = json.dumps(settings, sort_keys=True)
+    before = json.dumps(settings, sort_keys=True, allow_nan=False)
     for event, entries in claude_hooks(command or portable_gitrun()).items():
         existing = hooks.setdefault(event, [])
         if not isinstance(existing, list):
@@ -161,9 +161,9 @@ def install_claude(repo: Path, command: str | None = None) -> str:
         at = next((i for i, e in enumerate(existing) if is_ours(e)), len(existing))
         others = [e for e in existing if not is_ours(e)]
         hooks[event] = others[:at] + entries + others[at:]
-    if json.dumps(settings, sort_keys=True) == before:
+    if json.dumps(settings, sort_keys=True, allow_nan=False) == before:
         return f"{SETTINGS}: gitrun's hooks are already there"
-    write_atomic(path, (json.dumps(settings, indent=2) + "\n").encode())
+    write_atomic(path, (json.dumps(settings, indent=2, allow_nan=False) + "\n").encode())
     return f"{SETTINGS}: installed gitrun's PreToolUse and SubagentStop hooks"
 
 
@@ -191,7 +191,7 @@ def uninstall_claude(repo: Path) -> str:
     if not hooks:
         del settings["hooks"]
     if settings:
-        write_atomic(path, (json.dumps(settings, indent=2) + "\n").encode())
+        write_atomic(path, (json.dumps(settings, indent=2, allow_nan=False) + "\n").encode())
     else:
         path.unlink()  # gitrun created it
     return f"{SETTINGS}: removed gitrun's hooks"
@@ -315,7 +315,7 @@ def install_sandbox(repo: Path) -> str:
             + " (or run `gitrun hooks install --no-sandbox`)"
         )
     settings["sandbox"] = ours
-    write_atomic(path, (json.dumps(settings, indent=2) + "\n").encode())
+    write_atomic(path, (json.dumps(settings, indent=2, allow_nan=False) + "\n").encode())
     _exclude_from_git(repo, LOCAL_SETTINGS)
     if stale is not None:
         return (
@@ -338,7 +338,7 @@ def uninstall_sandbox(repo: Path) -> str:
         return f"{LOCAL_SETTINGS}: no gitrun sandbox"
     del settings["sandbox"]
     if settings:
-        write_atomic(path, (json.dumps(settings, indent=2) + "\n").encode())
+        write_atomic(path, (json.dumps(settings, indent=2, allow_nan=False) + "\n").encode())
     else:
         path.unlink()
     return f"{LOCAL_SETTINGS}: removed gitrun's Bash sandbox"

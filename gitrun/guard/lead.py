@@ -106,7 +106,7 @@ def pre_agent(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
             "updatedInput": updated,
         }
     }
-    return HookResult(0, json.dumps(out))
+    return HookResult(0, json.dumps(out, allow_nan=False))
 
 
 def _launch_from_worker(data: dict[str, Any], environ: dict[str, str]) -> HookResult:

@@ -142,7 +142,8 @@ def _write_call(sample: Path, path: str) -> str:
             "tool_name": "Write",
             "tool_input": {"file_path": str(sample / path), "content": "{}"},
             "tool_use_id": "toolu_gitrun_probe",
-        }
+        },
+        allow_nan=False,
     )
 
 

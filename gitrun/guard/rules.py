@@ -181,7 +181,7 @@ def _cached(
         return None  # cut short: it proves nothing
     if task_id is None:
         return header, None
-    marker = b"\n" + json.dumps(task_id).encode() + b"\t"
+    marker = b"\n" + json.dumps(task_id, allow_nan=False).encode() + b"\t"
     start = data.find(marker)
     if start < 0:
         return header, None
@@ -214,7 +214,7 @@ def _lines(run: RunDef, key: str) -> Iterator[str]:
         "protected": protected,
         "protected_regex": owner_regex(protected),
     }
-    yield json.dumps(header)
+    yield json.dumps(header, allow_nan=False)
     for task in run.tasks:
         owns = run.owns_of(task)
-        yield f"{json.dumps(task.id)}\t{json.dumps([owner_regex(owns), owns])}"
+        yield f"{json.dumps(task.id, allow_nan=False)}\t{json.dumps([owner_regex(owns), owns], allow_nan=False)}"

@@ -191,7 +191,7 @@ def subagent_stop(stdin: str, environ: dict[str, str]) -> HookResult:
         f"gitrun task {task.id} is not done: {check.reason}. Write {outputs} as "
         f"{run.packet_path} asks, then stop."
     )
-    return HookResult(0, json.dumps({"decision": "block", "reason": reason}))
+    return HookResult(0, json.dumps({"decision": "block", "reason": reason}, allow_nan=False))
 
 
 def pre_commit(environ: dict[str, str]) -> HookResult:

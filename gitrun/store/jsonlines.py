@@ -67,7 +67,9 @@ def line_of(record: dict[str, Any]) -> str:
 
 
 def _encoder() -> Callable[[Any], str]:
-    options = json.JSONEncoder(sort_keys=True, separators=(",", ":"), check_circular=False)
+    options = json.JSONEncoder(
+        sort_keys=True, separators=(",", ":"), check_circular=False, allow_nan=False
+    )
     # json's own C encoder (what json.dumps makes afresh on every call).
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # pragma: no cover - a Python without the C accelerator

@@ -258,4 +258,4 @@ def write_record(path: Path, record: Record, durable: bool = False) -> None:
     machine, not only of the process."""
     from gitrun.store.tomlfile import write_atomic
 
-    write_atomic(path, json.dumps(record.to_json()).encode(), durable=durable)
+    write_atomic(path, json.dumps(record.to_json(), allow_nan=False).encode(), durable=durable)

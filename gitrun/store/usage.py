@@ -26,6 +26,23 @@ from gitrun.store.records import Fields, RecordInvalid, is_finite
 KINDS = ("input", "output", "cache_read", "cache_write")
 MODEL_MAX = 200  # characters of a model name
 UNKNOWN_MODEL = "unknown"  # the key of tokens by model whose model was not reported
+# The sane range of every amount gitrun holds: a budget (the packet's, or
+# `retry --budget`), and one attempt's cost or count of one kind of tokens
+# as a worker reports it. Far above any real run or attempt, and far below
+# where sums of floats lose their cents or overflow to infinity: a report
+# past it is a bug or a lie, never money that was spent.
+MAX_USD = 1_000_000.0
+MAX_TOKENS = 10**12
+
+
+def is_dollars(value: object) -> bool:
+    """A number of US dollars gitrun can hold: finite, from 0 to :data:`MAX_USD`."""
+    return is_finite(value) and 0 <= value <= MAX_USD  # type: ignore[operator]  # a number
+
+
+def is_token_count(value: object) -> bool:
+    """A whole number of tokens from 0 to :data:`MAX_TOKENS` (not a bool)."""
+    return type(value) is int and 0 <= value <= MAX_TOKENS
 
 
 @dataclass(frozen=True)
@@ -87,17 +104,23 @@ class Usage:
     def from_json(cls, data: Fields) -> Usage:
         """The usage of a ledger record's ``"usage"`` object; a kind left out is 0.
 
-        Raises :class:`RecordInvalid` naming a field that is negative or not
-        a whole number, a cost that is not a finite number of dollars >= 0,
-        or a model that is not a string."""
+        Raises :class:`RecordInvalid` naming a count that is not a whole
+        number of tokens in range, a cost that is not a finite number of
+        dollars in range (:data:`MAX_USD`: an absurd report is refused, not
+        added, so the attempt's cost is unknown), or a model that is not a
+        string."""
         get = data.data.get
         counts = (get("input", 0), get("output", 0), get("cache_read", 0), get("cache_write", 0))
         for kind, value in zip(KINDS, counts, strict=True):
-            if type(value) is not int or value < 0:
-                raise RecordInvalid(kind, "is not a whole number of tokens >= 0")
+            if not is_token_count(value):
+                raise RecordInvalid(
+                    kind, f"is not a whole number of tokens from 0 to {MAX_TOKENS:,}"
+                )
         cost = get("cost_usd")
-        if cost is not None and (not is_finite(cost) or cost < 0):
-            raise RecordInvalid("cost_usd", "is not a number of US dollars >= 0 (or null)")
+        if cost is not None and not is_dollars(cost):
+            raise RecordInvalid(
+                "cost_usd", f"is not a number of US dollars from 0 to {MAX_USD:,.0f} (or null)"
+            )
         model = get("model")
         if model is not None and type(model) is not str:
             model = data.optional_string("model")  # raises, naming the field

@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
+from gitrun.visible import visible
+
 # The packet's default model for each preset (`gitrun new --preset NAME`):
 # an alias or a name the client accepts with its usual credentials; a shell
 # script gets none unless its author sets one (it reads "$GITRUN_MODEL").
@@ -61,7 +63,7 @@ class ClientSigns:
         return f"{program} exited {status}, {meaning}, {_RETRY}"
 
     def unreachable_fault(self, program: str, line: str) -> str:
-        shown = " ".join(line.split())[:120]
+        shown = visible(" ".join(line.split())[:120])
         return (
             f"{program} reported {self.reports} times in a row that it cannot reach its model "
             f"(`{shown}`) and was stopped; {self.fix}, {_RETRY}"

@@ -36,8 +36,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePath
 from typing import Any
 
-from gitrun.store.records import is_finite
-from gitrun.store.usage import KINDS, Usage
+from gitrun.store.usage import KINDS, Usage, is_dollars, is_token_count
 
 MAX_LINE = 8 << 20  # a report line longer than this is not kept (its usage is unknown)
 MAX_TEXT = 64 << 10  # characters of readable text kept for the tail
@@ -111,16 +110,16 @@ def _last_object(lines: list[str], keys: tuple[str, ...]) -> dict[str, Any] | No
 
 
 def _count(value: object) -> int:
-    """A token count as a client wrote it; anything else (absent, negative, text) is 0."""
-    return value if type(value) is int and value >= 0 else 0
+    """A token count as a client wrote it; anything else (absent, negative,
+    text, past :data:`~gitrun.store.usage.MAX_TOKENS`) is 0."""
+    return value if is_token_count(value) else 0  # type: ignore[return-value]  # an int
 
 
 def _cost(value: object) -> float | None:
-    """A cost in US dollars as a client wrote it; None unless a finite number >= 0."""
-    if not is_finite(value):
-        return None
-    cost = float(value)  # type: ignore[arg-type]  # is_finite checked it
-    return cost if cost >= 0 else None
+    """A cost in US dollars as a client wrote it; None (unknown) unless a
+    finite number from 0 to :data:`~gitrun.store.usage.MAX_USD`: an absurd
+    cost is refused, never added to the run's spend."""
+    return float(value) if is_dollars(value) else None  # type: ignore[arg-type]  # a number
 
 
 class ClaudeReader(UsageReader):
@@ -300,9 +299,10 @@ def _aider_count(text: str | None) -> int:
     if not text:
         return 0
     try:
-        return round(float(text[:-1]) * 1000) if text.endswith("k") else int(text)
-    except ValueError:
+        count = round(float(text[:-1]) * 1000) if text.endswith("k") else int(text)
+    except (ValueError, OverflowError):  # "1.2.3k", or so many digits the float is infinite
         return 0
+    return _count(count)
 
 
 class AiderReader(UsageReader):

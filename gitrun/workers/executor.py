@@ -144,7 +144,7 @@ def claude_settings(repo: Path | None = None) -> str:
     settings: dict[str, object] = {"hooks": claude_hooks()}
     if repo is not None:
         settings["sandbox"] = claude_sandbox(repo)
-    return json.dumps(settings, separators=(",", ":"))
+    return json.dumps(settings, separators=(",", ":"), allow_nan=False)
 
 
 def executor_problems(executor: Executor) -> list[str]:

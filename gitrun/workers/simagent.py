@@ -77,7 +77,9 @@ def report_usage(rng: random.Random) -> None:
     cost = sum(n * price for n, price in zip(counts, PRICES, strict=True)) / 1e6
     usage = dict(zip(("input", "output", "cache_read", "cache_write"), counts, strict=True))
     model = os.environ.get("GITRUN_MODEL") or None
-    write_whole(path, json.dumps({**usage, "cost_usd": round(cost, 6), "model": model}))
+    write_whole(
+        path, json.dumps({**usage, "cost_usd": round(cost, 6), "model": model}, allow_nan=False)
+    )
 
 
 def _crowd_size(crowd: Path) -> int:
@@ -131,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         summary = {"task": task, "attempt": attempt, "summary": f"{task} read and summarised"}
         for path in outputs:
-            write_whole(path, json.dumps(summary) + "\n")
+            write_whole(path, json.dumps(summary, allow_nan=False) + "\n")
         log_event("wrote")
         report_usage(rng)
         if kind == "liar":

@@ -11,6 +11,7 @@ from html import escape
 
 from gitrun.commands.report.timeline import Attempt, Concurrency
 from gitrun.store import ledger
+from gitrun.visible import visible
 
 WIDTH = 1100
 LEFT = 150  # room for the row labels
@@ -118,7 +119,7 @@ def attempt_title(a: Attempt, t0: float, canary: bool) -> str:
     if a.concurrency is not None:
         text += f"; concurrency backed off to {a.concurrency}"
     if a.reason:
-        text += f"\n{a.reason[:300]}"
+        text += f"\n{visible(a.reason[:300])}"
     return text
 
 

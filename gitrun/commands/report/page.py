@@ -41,6 +41,7 @@ from gitrun.engine.states import DONE, FAILED, PENDING, UP_TO_DATE
 from gitrun.errors import GitrunError
 from gitrun.resources import template_text
 from gitrun.store import ledger
+from gitrun.visible import visible
 
 # One colour per outcome, told apart with the common colour-vision deficiencies.
 COLOURS = {
@@ -158,7 +159,8 @@ def _markers(records: list[dict[str, object]], takeovers: list[float]) -> list[M
             continue
         if r.get("event") == ledger.HALT:
             kind = str(r.get("kind", "halt"))
-            markers.append(Marker(at, "halt", f"halt: {kind}", str(r.get("message") or kind)))
+            said = visible(str(r.get("message") or kind))  # as status shows it
+            markers.append(Marker(at, "halt", f"halt: {visible(kind)}", said))
         elif r.get("event") == ledger.LIFT:
             markers.append(Marker(at, "lift", "lifted", "`gitrun retry` lifted the halt"))
     return markers
@@ -222,7 +224,7 @@ def _summary(c: CommittedRun, attempts: list[Attempt], throttles: int) -> str:
     lines = spend_lines
     if summary.halt:
         lines.append(
-            f'<p class="halted">Halted: {escape(summary.halt["message"])} '
+            f'<p class="halted">Halted: {escape(visible(summary.halt["message"]))} '
             f"(<code>gitrun retry {escape(c.run.id)}</code> lifts it)</p>"
         )
     if needless:
@@ -233,7 +235,7 @@ def _summary(c: CommittedRun, attempts: list[Attempt], throttles: int) -> str:
     for r in violations[:LISTED]:
         running = ", ".join(str(t) for t in r.get("tasks") or []) or "no task"
         lines.append(
-            f'<p class="violation">Ownership violation: <code>{escape(str(r.get("path")))}</code> '
+            f'<p class="violation">Ownership violation: <code>{escape(visible(str(r.get("path"))))}</code> '
             f"changed outside every owned path (running: {escape(running)}).</p>"
         )
     if len(violations) > LISTED:

@@ -39,6 +39,7 @@ from gitrun.definition.load import RunDef
 from gitrun.errors import GitrunError
 from gitrun.problem import Problem
 from gitrun.store.usage import Usage
+from gitrun.visible import visible
 from gitrun.workers.attempt import AttemptEnd, usage_file
 from gitrun.workers.clients import UnreachableWatch, client_signs
 from gitrun.workers.clientusage import MAX_FILE, USAGE_ENV, attempt_usage, usage_reader
@@ -429,7 +430,7 @@ def _failed(attempt: RayAttempt, text: str, log: bool = False) -> AttemptEnd:
 
 
 def _lost(attempt: RayAttempt, exc: BaseException) -> AttemptEnd:
-    why = f"{type(exc).__name__}: {_first_line(exc)}"
+    why = visible(f"{type(exc).__name__}: {_first_line(exc)}")
     attempt.log_path.write_text(f"gitrun: lost with its node or worker: {why}\n")
     return AttemptEnd(
         attempt.task,
