@@ -367,7 +367,7 @@ def _local_names() -> list[str]:
     local = LocalPaths(Path("R"))
     names = []
     for attr, value in vars(LocalPaths).items():
-        if isinstance(value, property):
+        if isinstance(value, property) and getattr(local, attr).is_relative_to("R"):
             name = getattr(local, attr).relative_to("R").as_posix()
             if "." in name or "-" in name:
                 names.append(name)
