@@ -406,3 +406,33 @@ def test_ctrl_c_exits_130(git_repo: Path, monkeypatch: pytest.MonkeyPatch) -> No
     write_run(git_repo, "r", [{"id": "t1", "outputs": ["out/t1.json"]}])
     result = runner.invoke(app, ["check", "r"])
     assert result.exit_code == 130 and "gitrun: interrupted" in result.output
+
+
+def test_a_full_disk_and_a_deleted_directory_are_one_sentence(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    write_run(git_repo, "r", [{"id": "t1", "outputs": ["a.json"]}])
+    for args in (["status"], ["status", "r"], ["check", "r"]):
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(
+                [sys.executable, "-m", "gitrun", *args],
+                cwd=git_repo,
+                stdout=full,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        assert proc.returncode == 1, (args, proc.stderr)
+        assert proc.stderr == (
+            "gitrun: error: could not write to standard output: no space left on device; "
+            "free some space\n"
+        )
+    gone = tmp_path / "gone"
+    script = f'mkdir "{gone}" && cd "{gone}" && rmdir "{gone}" && exec "$0" -m gitrun status'
+    proc = subprocess.run(
+        ["sh", "-c", script, sys.executable], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == (
+        "gitrun: error: the current directory no longer exists; cd to the repository "
+        "(or pass -C DIR)\n"
+    )

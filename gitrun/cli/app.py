@@ -8,6 +8,8 @@ log file holding the traceback.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import sys
 import tempfile
@@ -70,6 +72,10 @@ def report_failure(exc: BaseException) -> int:
     if isinstance(exc, KeyboardInterrupt):
         typer.echo("gitrun: interrupted", err=True)
         return 130
+    said = _environment_failure(exc)
+    if said:
+        typer.echo(f"gitrun: error: {said}", err=True)
+        return 1
     log = _write_crash_log()
     typer.echo(
         f"gitrun: internal error ({type(exc).__name__}: {exc}); the traceback is in {log}; "
@@ -77,6 +83,27 @@ def report_failure(exc: BaseException) -> int:
         err=True,
     )
     return EXIT_INTERNAL
+
+
+def _environment_failure(exc: BaseException) -> str:
+    """The sentence for a failure of the machine around gitrun, not of gitrun:
+    a full disk under what it writes, a current directory that was deleted."""
+    if not isinstance(exc, OSError):
+        return ""
+    if exc.errno == errno.ENOSPC:
+        where = exc.filename or "standard output"
+        return f"could not write to {where}: no space left on device; free some space"
+    if exc.errno == errno.ENOENT and exc.filename is None and not _cwd_exists():
+        return "the current directory no longer exists; cd to the repository (or pass -C DIR)"
+    return ""
+
+
+def _cwd_exists() -> bool:
+    try:
+        os.getcwd()
+    except OSError:
+        return False
+    return True
 
 
 PER_KIND = 20  # problems of one kind shown before a count of the rest
@@ -202,5 +229,13 @@ def main(argv: list[str] | None = None) -> int:
         app(args=argv, prog_name="gitrun", standalone_mode=True)
     except SystemExit as exc:
         code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
-    return 0
+        code = code if isinstance(code, int) else (0 if code is None else 1)
+    else:
+        code = 0
+    try:
+        sys.stdout.flush()  # what is still buffered: a full disk shows here
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - Python flushes it again at exit
+        return report_failure(exc)
+    return code
