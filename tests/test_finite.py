@@ -1,5 +1,5 @@
 """Money is a finite, sane number: a budget the user gives, a cost or a count
-of tokens a worker reports, and every JSON gitrun writes (issue 26, class 9).
+of tokens a worker reports, and every JSON gitrun writes.
 
 `retry --budget inf` once committed ``"max_cost_usd": Infinity`` to the
 ledger, which is then no JSON (``jq`` rejects it); a worker reporting

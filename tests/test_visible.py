@@ -1,4 +1,4 @@
-"""What a worker controls reaches no terminal raw (issue 26, class 10).
+"""What a worker controls reaches no terminal raw.
 
 A worker that writes a stray file named ``stray\\x1b]0;PWNED\\x07.txt`` and
 prints an escape sequence as its last line once had ``start``, ``status``
