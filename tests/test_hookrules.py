@@ -370,3 +370,29 @@ def test_a_subagents_dispatch_and_lease_are_what_the_records_hold(tmp_path: Path
     assert leased_attempt(str(local.leases), "t2") is None
     local.leases.write_text("{not json")
     assert leased_attempt(str(local.leases), "t1") is None
+
+
+def test_a_hook_that_cannot_decide_in_its_budget_denies(run_repo: Path) -> None:
+    """A FIFO where the hook's rules belong would make it wait for a writer
+    until the client kills it, and a killed hook lets the write through: the
+    hook's own budget runs out first, and it denies (exit 2)."""
+    from gitrun.store.local import LocalPaths
+
+    rules = LocalPaths.of(run_repo, "r").hook_rules
+    rules.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(rules)
+    payload = json.dumps(
+        {"cwd": str(run_repo), "tool_name": "Write", "tool_input": {"file_path": "out/t1.json"}}
+    )
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}, **WORKER}
+    proc = subprocess.run(
+        [sys.executable, "-m", "gitrun", "hook", "pre-write"],
+        input=payload,
+        cwd=run_repo,
+        env={**env, "GITRUN_HOOK_BUDGET": "2"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "could not decide within its 2 s budget" in proc.stderr

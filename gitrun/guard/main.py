@@ -9,6 +9,7 @@ typer commands of the same names call :func:`run` too, for ``--help``.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
@@ -18,6 +19,29 @@ if TYPE_CHECKING:
     from gitrun.guard.context import HookResult
 
 HOOKS = ("pre-write", "pre-commit", "subagent-stop")
+# Seconds a hook call may take before it denies: well below the clients'
+# own hook timeouts (Claude Code's is 60 s), which let the call through when
+# they kill a hook. GITRUN_HOOK_BUDGET sets another.
+BUDGET = 10.0
+
+
+class OutOfTime(BaseException):
+    """The hook's time budget ran out (a file that never answers, a stuck git);
+    no ``except Exception`` on the way swallows it."""
+
+
+def _out_of_time(_signum: int, _frame: object) -> None:
+    raise OutOfTime
+
+
+def _budget(environ: dict[str, str]) -> float:
+    try:
+        seconds = float(environ.get("GITRUN_HOOK_BUDGET", BUDGET))
+    except ValueError:
+        return BUDGET
+    return seconds if 0 < seconds < 3600 else BUDGET
+
+
 _WHAT = {"pre-write": "write", "pre-commit": "commit", "subagent-stop": "stop"}
 
 
@@ -45,11 +69,23 @@ def run(name: str) -> int:
     environ = dict(os.environ)
     raw = ""
     what = _WHAT[name]
+    budget = _budget(environ)
+    signal.signal(signal.SIGALRM, _out_of_time)
+    signal.setitimer(signal.ITIMER_REAL, budget)
     try:
         if name != "pre-commit":  # git gives a pre-commit hook no input
             raw = sys.stdin.buffer.read().decode("utf-8", errors="replace")
         result = _hook(name)(raw, environ)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    except OutOfTime:
+        # Whoever's call it was, a hook that cannot decide in time blocks.
+        sys.stderr.write(
+            f"gitrun: blocked: the {what} hook could not decide within its {budget:g} s budget "
+            "(a state file that never answers, or a stuck git); run `gitrun status` to see why\n"
+        )
+        return 2
     except Exception as exc:
+        signal.setitimer(signal.ITIMER_REAL, 0)
         try:
             ours = claims_task(_parsed(raw), environ, raw)
         except Exception:  # pragma: no cover - claims_task reads only dicts and strings
