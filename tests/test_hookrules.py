@@ -396,3 +396,31 @@ def test_a_hook_that_cannot_decide_in_its_budget_denies(run_repo: Path) -> None:
     )
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     assert "could not decide within its 2 s budget" in proc.stderr
+
+
+def test_notebook_edit_is_judged_by_every_path_it_names(git_repo: Path) -> None:
+    """NotebookEdit names its file in notebook_path; a file_path beside it
+    naming the task's own output must not let a write of another task's pass."""
+    tasks = [{"id": "t1", "outputs": ["out/t1.json"]}, {"id": "t2", "outputs": ["out/t2.json"]}]
+    write_run(git_repo, "r", tasks, {"executor": {"kind": "external"}})
+    commit_all(git_repo, "define r")
+    started = subprocess.run(
+        [sys.executable, "-m", "gitrun", "start", "r"], cwd=git_repo, capture_output=True, text=True
+    )
+    assert started.returncode == 0, started.stderr
+    run_repo = git_repo
+
+    def edit(tool_input: dict[str, str]) -> str:
+        payload = {"cwd": str(run_repo), "tool_name": "NotebookEdit", "tool_input": tool_input}
+        result = pre_write(json.dumps(payload), WORKER)
+        if result.code != 0:
+            return "blocked"
+        if not result.stdout:
+            return "allow"
+        return str(json.loads(result.stdout)["hookSpecificOutput"]["permissionDecision"])
+
+    own, other = str(run_repo / "out/t1.json"), str(run_repo / "out/t2.json")
+    assert edit({"notebook_path": other}) == "deny"
+    assert edit({"file_path": own, "notebook_path": other}) == "deny"
+    assert edit({"notebook_path": own, "file_path": other}) == "deny"
+    assert edit({"notebook_path": own}) == "allow"

@@ -42,6 +42,7 @@ TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this 
 if TYPE_CHECKING:
     from typing import Any
 
+    from gitrun.guard.rules import TaskRules
     from gitrun.store.repo import Repo
 
 __all__ = ["HookFailure", "HookResult", "blocked", "claims_task", "pre_commit", "pre_write"]
@@ -99,20 +100,39 @@ def _pre_write(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
         return deny(f"gitrun cannot tell this subagent's task: {exc}")
 
 
+# Where a write tool's input names its file: NotebookEdit's is notebook_path.
+TARGET_KEYS = ("file_path", "notebook_path")
+
+
 def _judge_write(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
     cwd = data.get("cwd") if isinstance(data.get("cwd"), str) else None
     tool_input = data.get("tool_input")
-    target = None
+    # Every path the input names is judged: a tool reads the key it knows,
+    # and another key may name a second file.
+    targets: list[object] = []
     if isinstance(tool_input, dict):
-        target = tool_input.get("file_path") or tool_input.get("notebook_path")
+        targets = [tool_input[key] for key in TARGET_KEYS if tool_input.get(key)]
     repo = repo_of(cwd)
     context = task_context(repo, data, environ)
     if context is None:
-        return _check_protected_for_subagents(repo, data, target, cwd)
-    rules = context
+        for target in targets:
+            judged = _check_protected_for_subagents(repo, data, target, cwd)
+            if judged.code or judged.stdout:  # blocked, or denied
+                return judged
+        return HookResult(0)
     assert repo is not None
-    if not isinstance(target, str) or not target:
+    if not targets:
         raise HookFailure(f"{data.get('tool_name')} input names no file_path")
+    for target in targets:
+        judged = _judge_target(repo, context, target, cwd)
+        if judged.code or judged.stdout:  # blocked, or denied
+            return judged
+    return HookResult(0)
+
+
+def _judge_target(repo: Repo, rules: TaskRules, target: object, cwd: str | None) -> HookResult:
+    if not isinstance(target, str):
+        raise HookFailure(f"the file to write is {type(target).__name__}, not a path")
     owns = ", ".join(rules.owns)
     task_id = rules.task_id
     path = _relative(repo, target, cwd)
