@@ -117,8 +117,18 @@ def test_a_leased_pointer_is_dispatched_renamed_recorded_and_its_subagent_held_t
         stray
     )
     assert _decision(call("a2", "Edit", _write(lead, "README.md"))) == "deny"
-    ran = call("a1", "Bash", {"command": "gitrun collect r"})
-    assert _decision(ran) == "deny" and "may not run gitrun" in _reason(ran)
+    for command in (
+        "gitrun collect r",
+        "g''itrun collect r",
+        '"gitrun" collect r',
+        "\\gitrun collect r",
+        "env gitrun collect r",
+        "x=1 command gitrun collect r",
+        "/usr/local/bin/gitrun collect r",
+        "python3 -m gitrun collect r",
+    ):
+        ran = call("a1", "Bash", {"command": command})
+        assert _decision(ran) == "deny" and "may not run gitrun" in _reason(ran), command
     reads = call("a1", "Bash", {"command": "cat .gitrun/runs/r/packet.toml; git log gitrun/r"})
     assert _decision(reads) == "none"
     nested = call("a1", "Agent", {"description": "help", "prompt": "write out/t2.json"})

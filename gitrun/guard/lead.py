@@ -31,8 +31,17 @@ if TYPE_CHECKING:
 _RUNS_GITRUN = re.compile(r"(?:^|[\s;&|(`'\"=/$])gitrun(?=$|[\s;&|)`'\".])")
 
 
+# What the shell removes from a word before it runs it: quotes and escapes
+# (`g''itrun`, `"gitrun"`, `\gitrun` all run gitrun).
+_QUOTING = str.maketrans("", "", "'\"\\")
+
+
 def runs_gitrun(command: str) -> bool:
-    return _RUNS_GITRUN.search(command) is not None
+    """Whether a Bash command line runs gitrun, as written or once the shell
+    has removed its quotes. Advisory: a name the shell builds at run time
+    (`$(printf git)run`, a variable) is not seen; the client's sandbox is what
+    confines a worker's Bash."""
+    return any(_RUNS_GITRUN.search(text) for text in (command, command.translate(_QUOTING)))
 
 
 def _is_worker(data: dict[str, Any], environ: dict[str, str]) -> bool:
