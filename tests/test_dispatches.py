@@ -133,6 +133,12 @@ def test_a_leased_pointer_is_dispatched_renamed_recorded_and_its_subagent_held_t
     assert _decision(reads) == "none"
     nested = call("a1", "Agent", {"description": "help", "prompt": "write out/t2.json"})
     assert _decision(nested) == "deny" and "may not launch subagents" in _reason(nested)
+    # A second subagent whose meta file names a1's Agent call gets none of its task.
+    start_subagent(transcript, "a9", "toolu_1", description="gitrun r t1")
+    taken = call("a9", "Write", _write(lead, "out/t1.json"))
+    assert _decision(taken) == "deny", taken
+    assert "dispatch was taken by another subagent (a1)" in _reason(taken)
+    assert _decision(call("a1", "Write", _write(lead, "out/t1.json"))) == "none"  # still a1's
 
 
 def test_a_pointer_of_a_task_not_leased_is_denied_with_what_to_do(

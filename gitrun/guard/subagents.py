@@ -119,6 +119,7 @@ def task_of_subagent(repo: Repo, data: dict[str, Any]) -> TaskRules | None:
         if dispatch is None:
             continue
         task_id, attempt = dispatch
+        bind(home, sub, task_id)
         try:
             rules = rules_of(repo, run_id, task_id)
         except NoSuchTask:
@@ -137,6 +138,45 @@ def task_of_subagent(repo: Repo, data: dict[str, Any]) -> TaskRules | None:
             "`gitrun next` printed, as the whole prompt of one subagent"
         )
     return None
+
+
+_TOOL_USE_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")
+
+
+def bind(home: str, sub: Subagent, task_id: str) -> None:
+    """Bind the dispatch ``sub`` names to ``sub``'s agent_id, the first time
+    a subagent uses it; a different subagent naming the same dispatch (its
+    meta file copied or forged) is refused."""
+    from gitrun.store.local import BOUND
+    from gitrun.store.regular import read_regular
+
+    if _TOOL_USE_ID.fullmatch(sub.tool_use_id) is None:
+        raise Unresolved(
+            f"this subagent's toolUseId {sub.tool_use_id!r} is not one Claude Code makes"
+        )
+    folder = os.path.join(home, BOUND)
+    path = os.path.join(folder, sub.tool_use_id)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        # Written whole, then linked in place: a reader sees no name or the whole id.
+        draft = os.path.join(folder, f".{sub.tool_use_id}.{os.getpid()}")
+        with open(draft, "w", encoding="utf-8") as handle:
+            handle.write(sub.agent_id)
+        try:
+            os.link(draft, path)
+            return
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(draft)
+        first = read_regular(path, follow=False, limit=256).decode(errors="replace")
+    except OSError as exc:
+        raise Unresolved(f"cannot tell who took gitrun task {task_id}'s dispatch ({exc})") from None
+    if first != sub.agent_id:
+        raise Unresolved(
+            f"gitrun task {task_id}'s dispatch was taken by another subagent ({first}); this "
+            "one was not dispatched for it, so nothing it writes counts: stop now"
+        )
 
 
 def _quiet(_line: str) -> None:

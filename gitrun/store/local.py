@@ -24,6 +24,7 @@ HOME = "gitrun"  # under the repository's git directory
 # the hooks, which find them with os.path alone (see run_home).
 LEASES = "leases.json"
 DISPATCHES = "dispatches.json"
+BOUND = "bound"  # one file per dispatch: the agent_id of the subagent that took it
 HOOK_RULES = "hook-rules.jsonl"
 
 
@@ -104,6 +105,12 @@ class LocalPaths:
     def leases(self) -> Path:
         """Tasks an external run handed out and has not collected (:mod:`gitrun.store.leases`)."""
         return self.root / LEASES
+
+    @property
+    def bound(self) -> Path:
+        """Per dispatched Agent call, the first subagent that used it
+        (:func:`gitrun.guard.subagents.bind`): no second one gets its task."""
+        return self.root / BOUND
 
     @property
     def dispatches(self) -> Path:
