@@ -157,19 +157,12 @@ def bind(home: str, sub: Subagent, task_id: str) -> None:
     folder = os.path.join(home, BOUND)
     path = os.path.join(folder, sub.tool_use_id)
     try:
-        os.makedirs(folder, exist_ok=True)
-        # Written whole, then linked in place: a reader sees no name or the whole id.
-        draft = os.path.join(folder, f".{sub.tool_use_id}.{os.getpid()}")
-        with open(draft, "w", encoding="utf-8") as handle:
-            handle.write(sub.agent_id)
-        try:
-            os.link(draft, path)
-            return
-        except FileExistsError:
-            pass
-        finally:
-            os.unlink(draft)
-        first = read_regular(path, follow=False, limit=256).decode(errors="replace")
+        try:  # every call after a dispatch's first: one read
+            first = read_regular(path, follow=False, limit=256).decode(errors="replace")
+        except FileNotFoundError:
+            first = None
+        if first is None:
+            first = _take(folder, path, sub.agent_id)
     except OSError as exc:
         raise Unresolved(f"cannot tell who took gitrun task {task_id}'s dispatch ({exc})") from None
     if first != sub.agent_id:
@@ -177,6 +170,25 @@ def bind(home: str, sub: Subagent, task_id: str) -> None:
             f"gitrun task {task_id}'s dispatch was taken by another subagent ({first}); this "
             "one was not dispatched for it, so nothing it writes counts: stop now"
         )
+
+
+def _take(folder: str, path: str, agent_id: str) -> str:
+    """Record ``agent_id`` at ``path`` unless another got there first; the
+    agent_id recorded there."""
+    from gitrun.store.regular import read_regular
+
+    os.makedirs(folder, exist_ok=True)
+    # Written whole, then linked in place: a reader sees no name or the whole id.
+    draft = f"{path}.{os.getpid()}.draft"
+    with open(draft, "w", encoding="utf-8") as handle:
+        handle.write(agent_id)
+    try:
+        os.link(draft, path)
+        return agent_id
+    except FileExistsError:
+        return read_regular(path, follow=False, limit=256).decode(errors="replace")
+    finally:
+        os.unlink(draft)
 
 
 def _quiet(_line: str) -> None:
