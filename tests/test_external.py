@@ -339,3 +339,18 @@ def test_nothing_left_but_a_task_failed_for_good_is_exit_1(
     assert _invoke(git_repo, "collect", "e")[0] == 0  # t1 wrote nothing: its one attempt
     code, out = _invoke(git_repo, "next", "e")
     assert code == 1 and "t1 used up their attempts" in out
+
+
+def test_a_full_concurrency_is_a_wait_said_not_a_silent_exit_1(
+    git_repo: Path, monkeypatch: MonkeyPatch
+) -> None:
+    from gitrun.engine import governor
+
+    monkeypatch.setattr(governor, "read_load", lambda: 0.0)
+    _external(git_repo, 3, canary=0, concurrency=2)
+    code, out = _invoke(git_repo, "start", "e", "--json")
+    assert code == 0 and len(json.loads(out)["leased"]) == 2
+    code, out = _invoke(git_repo, "next", "e", "--json")
+    batch = json.loads(out)
+    assert code == 0 and batch["leased"] == [] and batch["why"] == "leased", batch
+    assert "2 leased (t1, t2): wait for their subagents, then `gitrun collect e`" in batch["reason"]

@@ -218,11 +218,12 @@ class External:
                 continue
             batch.leased.append(self._lease(task_id, now))
             slots -= 1
+        if not batch.leased:  # nothing now: why, even when the concurrency is all out
+            batch.why, batch.wait_s, batch.reason = self._why_none(now, held, len(pending))
+            return
         if len(batch.leased) == len(pending) or len(batch.leased) >= room:
             return  # all there is, or all there is room for
-        if not batch.leased:
-            batch.why, batch.wait_s, batch.reason = self._why_none(now, held, len(pending))
-        elif held:
+        if held:
             batch.why = held
             batch.reason = f"leased {len(batch.leased)} of {room} free: {self._held_by(held)}"
 
