@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -192,14 +192,7 @@ def read_run_ledger(repo: Path, run_dir: str, tip: str | None) -> list[dict[str,
         for path, sha in committed_ledger_files(repo, run_dir, tip).items()
     }
     fmt = git.object_format(repo)
-    texts: dict[str, bytes] = {}
-    for name in ledger.ledger_names(on_disk):
-        try:
-            texts[name] = (on_disk / name).read_bytes()
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            raise file_error(on_disk / name, exc, "read") from exc
+    texts = _present(on_disk, ledger.ledger_names(on_disk))
     stale = [n for n, sha in committed.items() if n not in texts or blob_id(texts[n], fmt) != sha]
     blobs = read_blobs(repo, sorted({committed[n] for n in stale}))
     for name in stale:
@@ -389,6 +382,20 @@ def run_file_problems(run: RunDef) -> list[Problem]:
     return out
 
 
+def _present(root: Path, names: Iterable[str]) -> dict[str, bytes]:
+    """The bytes of each of ``names`` (relative to ``root``) that is on disk;
+    a missing one is left out, any other failure is one sentence."""
+    found: dict[str, bytes] = {}
+    for name in names:
+        try:
+            found[name] = (root / name).read_bytes()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise file_error(root / name, exc, "read") from exc
+    return found
+
+
 def merge_committed_ledger(repo: Path, blobs: dict[str, str]) -> None:
     """Merge the ledger files a commit holds (path -> blob id) into those on disk.
 
@@ -400,14 +407,7 @@ def merge_committed_ledger(repo: Path, blobs: dict[str, str]) -> None:
     from gitrun.store.tomlfile import write_atomic
 
     fmt = git.object_format(repo) if blobs else "sha1"
-    local: dict[str, bytes] = {}
-    for path in blobs:
-        try:
-            local[path] = (repo / path).read_bytes()
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            raise file_error(repo / path, exc, "read") from exc
+    local = _present(repo, blobs)
     wanted = {p: sha for p, sha in blobs.items() if p not in local or blob_id(local[p], fmt) != sha}
     contents = read_blobs(repo, sorted(set(wanted.values())))
     for path, sha in wanted.items():
