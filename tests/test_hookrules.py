@@ -373,29 +373,34 @@ def test_a_subagents_dispatch_and_lease_are_what_the_records_hold(tmp_path: Path
 
 
 def test_a_hook_that_cannot_decide_in_its_budget_denies(run_repo: Path) -> None:
-    """A FIFO where the hook's rules belong would make it wait for a writer
-    until the client kills it, and a killed hook lets the write through: the
-    hook's own budget runs out first, and it denies (exit 2)."""
-    from gitrun.store.local import LocalPaths
-
-    rules = LocalPaths.of(run_repo, "r").hook_rules
-    rules.parent.mkdir(parents=True, exist_ok=True)
-    os.mkfifo(rules)
-    payload = json.dumps(
-        {"cwd": str(run_repo), "tool_name": "Write", "tool_input": {"file_path": "out/t1.json"}}
-    )
+    """Whatever keeps a hook from deciding (here its input never ends; a
+    state file that never answers or a stuck git would do the same), a
+    client that kills the hook lets the write through: the hook's own budget
+    runs out first, and it denies (exit 2)."""
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}, **WORKER}
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "gitrun", "hook", "pre-write"],
-        input=payload,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         cwd=run_repo,
         env={**env, "GITRUN_HOOK_BUDGET": "2"},
-        capture_output=True,
         text=True,
-        timeout=60,
     )
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    assert "could not decide within its 2 s budget" in proc.stderr
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write('{"cwd": ')  # and never the rest, nor the end of input
+        proc.stdin.flush()
+        code = proc.wait(timeout=60)
+        stderr = proc.stderr.read() if proc.stderr else ""
+    finally:
+        proc.kill()
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    assert code == 2, (code, stderr)
+    assert "could not decide within its 2 s budget" in stderr
 
 
 def test_notebook_edit_is_judged_by_every_path_it_names(git_repo: Path) -> None:

@@ -90,6 +90,15 @@ def _environment_failure(exc: BaseException) -> str:
     a full disk under what it writes, a current directory that was deleted."""
     if not isinstance(exc, OSError):
         return ""
+    from gitrun.store.regular import NotRegular
+
+    if isinstance(exc, NotRegular):  # a FIFO or a directory where gitrun keeps a file
+        from gitrun.store.jsonlines import shown
+
+        return (
+            f"{shown(Path(exc.path))}: is {exc.kind}, where gitrun keeps a regular file; move "
+            "it aside and run the command again"
+        )
     if exc.errno == errno.ENOSPC:
         where = exc.filename or "standard output"
         return f"could not write to {where}: no space left on device; free some space"

@@ -160,9 +160,12 @@ def _cached(
     """(header, the task's (regex, owned patterns)) from the cache when it holds
     ``key``; None when the cache is missing, stale or damaged (it is then
     written again)."""
+    from gitrun.store.regular import read_regular
+
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        # Not a regular file (a FIFO would make the hook wait for a writer
+        # until the client kills it, and lets the write through): written again.
+        data = read_regular(path, limit=2**30)
     except OSError:
         return None
     end = data.find(b"\n")

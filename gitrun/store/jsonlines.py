@@ -9,23 +9,35 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from gitrun.errors import GitrunError
 
+# The most a file of JSON lines is read (a ledger chunk or the journal is a
+# few MiB at most): a file larger is not gitrun's, and would fill memory.
+MAX_LINES_BYTES = 2**30
+
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
     """The records of a JSON-lines file; lines that are not records are skipped
     (a crash cut them short, or bytes that are not UTF-8 replaced them)."""
+    from gitrun.store.regular import read_regular
+
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        data = read_regular(path, limit=MAX_LINES_BYTES + 1)  # a FIFO is refused, not waited on
     except FileNotFoundError:
         return []
     except OSError as exc:
         raise file_error(path, exc, "read") from exc
-    return parse_lines(text)
+    if len(data) > MAX_LINES_BYTES:
+        raise GitrunError(
+            f"{shown(path)}: is larger than {MAX_LINES_BYTES // 2**30} GiB, which no file of "
+            "gitrun's is; move it aside and run the command again"
+        )
+    return parse_lines(data.decode("utf-8", errors="replace"))
 
 
 def parse_lines(text: str) -> list[dict[str, Any]]:
@@ -110,10 +122,16 @@ class LineWriter:
         self._path = path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+            # Non-blocking: a FIFO there must not stall the driver until a reader comes.
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
             self._fd: int | None = os.open(path, flags, 0o666)
         except OSError as exc:
-            raise file_error(path, exc, "write") from exc
+            raise file_error(path, _kind_of(path, exc), "write") from exc
+        if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+            kind = _kind_of(path, OSError(errno.EINVAL, "not a regular file"))
+            self.close()
+            raise file_error(path, kind, "write")
+        os.set_blocking(self._fd, True)
 
     def write(self, record: dict[str, Any]) -> None:
         data = line_of(record).encode("utf-8")
@@ -141,8 +159,24 @@ def shown(path: Path) -> str:
     return str(path)
 
 
+def _kind_of(path: Path, exc: OSError) -> OSError:
+    """``exc``, or what is at ``path`` when it is not a regular file (a FIFO
+    opened for writing without a reader fails with ENXIO, which says nothing)."""
+    from gitrun.store.regular import NotRegular, kind_of
+
+    kind = kind_of(path)
+    return NotRegular(str(path), kind) if kind else exc
+
+
 def file_error(path: Path, exc: OSError, verb: str) -> GitrunError:
+    from gitrun.store.regular import NotRegular
+
     where = shown(path)
+    if isinstance(exc, NotRegular):
+        return GitrunError(
+            f"{where}: is {exc.kind}, where gitrun keeps a file of JSON lines; move it aside "
+            "and run the command again"
+        )
     if isinstance(exc, IsADirectoryError):
         return GitrunError(
             f"{where}: is a directory, where gitrun keeps a file of JSON lines; move it "

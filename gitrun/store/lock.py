@@ -14,7 +14,7 @@ import errno
 import os
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -318,7 +318,8 @@ def run_locked(local: LocalPaths, run_id: str) -> Iterator[RunLock]:
             held.beat()
             yield held
         finally:
-            local.owner.unlink(missing_ok=True)
+            with suppress(IsADirectoryError):  # said by the write that met it, never removed
+                local.owner.unlink(missing_ok=True)
 
 
 def is_locked(local: LocalPaths) -> bool:

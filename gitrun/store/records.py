@@ -64,6 +64,9 @@ if TYPE_CHECKING:
 
 
 VERSION = 1  # the only format version of every record so far
+# The most a record file is read: far above the largest record gitrun writes
+# (the leases of 100,000 tasks are 20 MiB), far below what would fill memory.
+MAX_RECORD_BYTES = 256 * 2**20
 
 
 class RecordInvalid(ValueError):
@@ -192,13 +195,18 @@ def _parse(
     path: Path | str, upgrade: Callable[[object], object] | None
 ) -> tuple[str, dict[str, Any]]:
     """("", the version-1 object) or (what is wrong, {}); FileNotFoundError when absent."""
+    from gitrun.store.regular import NotRegular, read_regular
+
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
+        raw = read_regular(path, limit=MAX_RECORD_BYTES + 1)  # a FIFO is refused, not waited on
     except FileNotFoundError:
         raise
+    except NotRegular as exc:
+        return f"is {exc.kind}, not a regular file", {}
     except OSError as exc:
         return f"cannot be read ({exc.strerror or exc})", {}
+    if len(raw) > MAX_RECORD_BYTES:
+        return f"is larger than {MAX_RECORD_BYTES // 2**20} MiB, which no record of gitrun's is", {}
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

@@ -24,6 +24,7 @@ class NotRegular(OSError):
 
     def __init__(self, path: str, kind: str) -> None:
         super().__init__(f"{path}: is {kind}, not a regular file")
+        self.path = path
         self.kind = kind
 
 
@@ -53,10 +54,23 @@ def read_regular(path: str | Path, follow: bool = True, limit: int = -1) -> byte
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        kind = next((noun for test, noun in _KINDS if test(mode)), "not a file")
-        raise NotRegular(str(path), kind)
+        raise NotRegular(str(path), _noun(mode))
     with open(fd, "rb") as handle:
         return handle.read(limit)
+
+
+def kind_of(path: str | Path) -> str:
+    """What is at ``path`` when it is there and not a regular file ("a FIFO",
+    "a directory"...), following links; "" for a regular file or nothing."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return ""
+    return "" if stat.S_ISREG(mode) else _noun(mode)
+
+
+def _noun(mode: int) -> str:
+    return next((noun for test, noun in _KINDS if test(mode)), "not a file")
 
 
 def _is_socket(path: str | Path, follow: bool) -> bool:

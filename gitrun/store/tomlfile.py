@@ -82,6 +82,11 @@ def write_atomic(path: Path, data: bytes, durable: bool = True) -> None:
             if durable:
                 os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except IsADirectoryError as exc:  # a directory in the file's place: said, never removed
+        Path(tmp).unlink(missing_ok=True)
+        from gitrun.store.regular import NotRegular
+
+        raise NotRegular(str(path), "a directory") from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
