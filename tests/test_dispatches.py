@@ -185,6 +185,29 @@ def test_after_collect_a_late_subagent_write_is_denied(lead: Path, tmp_path: Pat
     assert _decision(late) == "deny" and "no longer handed out" in _reason(late)
 
 
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_a_meta_file_of_another_kind_is_denied_at_once(
+    lead: Path, tmp_path: Path, kind: str
+) -> None:
+    """A FIFO where the client's meta file belongs hung the hook until the
+    client killed it (and a killed hook lets the write through)."""
+    pointers = lease(lead, "r", start=True)
+    transcript = tmp_path / "lead.jsonl"
+    _hook(lead, agent_call(lead, transcript, pointers["t1"], "toolu_1"))
+    meta = transcript.with_suffix("") / "subagents" / "agent-a1.meta.json"
+    meta.parent.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(meta)
+    elif kind == "directory":
+        meta.mkdir()
+    else:
+        meta.symlink_to("/dev/zero")
+    call = subagent_call(lead, transcript, "a1", "Write", _write(lead, "out/t1.json"))
+    denied = _hook(lead, call)
+    assert _decision(denied) == "deny", denied
+    assert "cannot read this subagent's agent-a1.meta.json" in _reason(denied)
+
+
 def test_a_subagent_that_cannot_be_resolved_is_denied_or_plain(lead: Path, tmp_path: Path) -> None:
     pointers = lease(lead, "r", start=True)
     transcript = tmp_path / "lead.jsonl"

@@ -29,6 +29,10 @@ PREFIX = "gitrun-"  # agent types gitrun makes (and older per-task ones): they c
 _AGENT_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 
+# A meta file is a few hundred bytes; one larger than this is not the client's.
+MAX_META_BYTES = 1 << 20
+
+
 class Unresolved(Exception):
     """A subagent whose task cannot be found; the message is the reason the model reads."""
 
@@ -62,12 +66,18 @@ def meta_path(data: dict[str, Any]) -> str:
 
 
 def read_subagent(data: dict[str, Any]) -> Subagent:
+    from gitrun.store.regular import NotRegular, read_regular
+
     path = meta_path(data)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            meta = json.load(handle)
+    try:  # a FIFO in its place must not hang the hook: regular files only
+        meta = json.loads(read_regular(path, follow=False, limit=MAX_META_BYTES))
     except (OSError, ValueError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        if isinstance(exc, NotRegular):
+            why = f"it is {exc.kind}"
+        elif isinstance(exc, OSError) and exc.strerror:
+            why = exc.strerror
+        else:
+            why = type(exc).__name__
         raise Unresolved(
             f"cannot read this subagent's {os.path.basename(path)} ({why}), so gitrun cannot tell its task"
         ) from None
