@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import sys
 import tracemalloc
@@ -172,6 +173,20 @@ def test_declared_validators(git_repo: Path) -> None:
     assert "fails schema schemas/s.json at title: 3 is not of type 'string'" in why
     assert "has 5 bytes, fewer than 10" in why
     assert "(status 3)" in why
+
+
+def test_a_schema_that_is_a_fifo_is_reported_not_waited_on(git_repo: Path) -> None:
+    (git_repo / "schemas").mkdir()
+    os.mkfifo(git_repo / "schemas/s.json")
+    validators = {"titled": {"kind": "json_schema", "schema": "schemas/s.json"}}
+    outputs = [{"path": "out/a.json", "validators": ["titled"]}]
+    signal.alarm(30)  # the old read waited for a writer for good
+    try:
+        outcome, why = _state(git_repo, outputs, {"out/a.json": "{}"}, validators=validators)
+    finally:
+        signal.alarm(0)
+    assert outcome == "invalid"
+    assert "schema schemas/s.json is unreadable" in why and "a FIFO" in why
 
 
 def test_quarantine_keeps_paths_and_bytes(git_repo: Path, tmp_path: Path) -> None:

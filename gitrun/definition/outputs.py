@@ -33,9 +33,12 @@ from gitrun.definition.schema import (
     RegexValidator,
     Validator,
 )
+from gitrun.store.regular import read_regular
 from gitrun.visible import visible
 
 COMMAND_VALIDATOR_TIMEOUT = 120.0
+# A JSON schema larger than this is not one a person wrote.
+MAX_SCHEMA_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -437,7 +440,7 @@ def _check_schema(run: RunDef, validator: JsonSchemaValidator, data: bytes) -> s
     if problem:
         return problem
     try:
-        schema = json.loads((run.repo / validator.schema).read_text(encoding="utf-8"))
+        schema = json.loads(read_regular(run.repo / validator.schema, limit=MAX_SCHEMA_BYTES))
     except (OSError, json.JSONDecodeError) as exc:
         return f"cannot be checked: schema {validator.schema} is unreadable ({exc})"
     errors = sorted(

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from gitrun.errors import CommandError, GitrunError, GitUnavailable
 from gitrun.processes.proc import clean_env, is_hook_git_var, run_cmd
+from gitrun.store.regular import read_regular
 
 if TYPE_CHECKING:  # GitPython is imported where it runs, never at start-up
     from git.cmd import Git
@@ -335,7 +336,7 @@ def reflog_targets(repo: Path, ref: str) -> list[str]:
     """The commits ``ref`` pointed at, newest first, read from its reflog file
     (``git reflog`` itself refuses a ref whose tip object is missing)."""
     try:
-        lines = (git_dir(repo) / "logs" / ref).read_text(errors="replace").splitlines()
+        lines = read_regular(git_dir(repo) / "logs" / ref).decode(errors="replace").splitlines()
     except OSError:
         return []
     found: list[str] = []

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -38,6 +37,7 @@ from gitrun.layout import LEDGER_NAME
 from gitrun.store.jsonlines import LineWriter as LineWriter  # the local journal's too
 from gitrun.store.jsonlines import file_error, line_of, shown
 from gitrun.store.jsonlines import read_lines as read_lines
+from gitrun.store.regular import read_regular
 from gitrun.store.usage import Usage, UsageTotals, usage_of
 
 # Outcomes decided from disk after an attempt.
@@ -483,9 +483,7 @@ class LedgerWriter:
         path = self._run_dir / name
         written = bytes(self._written.get(name, b""))
         try:
-            if not stat.S_ISREG(os.lstat(path).st_mode):
-                return
-            there = path.read_bytes()
+            there = read_regular(path, follow=False, limit=len(written) + 1)
             if there != written and written.startswith(there):
                 write_atomic(path, written, durable=False)
                 made = os.lstat(path)

@@ -20,9 +20,10 @@ from typing import Any
 from gitrun.errors import GitrunError
 from gitrun.processes import reaper
 from gitrun.store.flocks import Held, hold
-from gitrun.store.jsonlines import LineWriter, file_error
+from gitrun.store.jsonlines import MAX_LINES_BYTES, LineWriter, file_error
 from gitrun.store.local import LocalPaths
 from gitrun.store.records import VERSION, Fields, RecordInvalid
+from gitrun.store.regular import read_regular
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ def read_journal(local: LocalPaths) -> Landing | None:
     costs no rename: on ext4 a rename over a file waits for that file's data
     to reach the disk."""
     try:
-        text = local.land_journal.read_text(encoding="utf-8", errors="replace")
+        text = read_regular(local.land_journal, limit=MAX_LINES_BYTES).decode(errors="replace")
     except FileNotFoundError:
         return None
     except OSError as exc:
