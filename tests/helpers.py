@@ -205,3 +205,20 @@ def one_task_run(repo: Path) -> None:
         {"executor": {"command": ["sh", "-c", 'echo "{}" > "$GITRUN_OUTPUTS"']}},
     )
     commit_all(repo, "define r")
+
+
+def fake_programs(folder: Path, *names: str) -> Path:
+    """Stand-ins for programs a run's executor starts (agent CLIs, ``srun``)
+    where only ``gitrun check`` looks at them: each answers ``--version``
+    (``NAME 0.0.0-test``), as check asks a preset's CLI, and fails anything
+    else. Returns ``folder``, for the front of PATH."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        path = folder / name
+        path.write_text(
+            "#!/bin/sh\n"
+            f'[ "$1" = --version ] && {{ echo "{name} 0.0.0-test"; exit 0; }}\n'
+            f'echo "{name}: a stand-in for check only" >&2\nexit 1\n'
+        )
+        path.chmod(0o755)
+    return folder

@@ -90,7 +90,9 @@ def test_a_program_that_cannot_start_is_logged_and_ends_with_127(tmp_path: Path)
     monitor.close()
     assert end.exit_code == 127
     assert "no-such-program-anywhere" in end.tail
-    assert "cannot start 'no-such-program-anywhere'" in log.read_text()
+    assert end.unstarted == "`no-such-program-anywhere`: not found on PATH"
+    assert "cannot start the worker: `no-such-program-anywhere`" in log.read_text()
+    assert not end.fault  # the driver halts for it, once, with the fix
 
 
 def _program(where: Path, says: str) -> None:

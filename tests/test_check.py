@@ -188,6 +188,7 @@ def test_the_payload_budget_bounds_one_next_batch(git_repo: Path) -> None:
     assert "2,000" in problem.message and "limits.concurrency" in problem.message
 
 
+@pytest.mark.usefixtures("clis")
 def test_the_payload_budget_bounds_one_command_line(git_repo: Path) -> None:
     command = {"command": ["worker", "--task", "{task}", "{pointer}", "{outputs}"]}
     tasks = [_task(f"t{i:03d}", note="x" * 50) for i in range(40)]
@@ -207,6 +208,7 @@ def test_big_generated_runs_pass_check_with_the_default_budget(git_repo: Path, s
     assert "payload-budget" not in _codes(_problems(git_repo, tasks))
 
 
+@pytest.mark.usefixtures("clis")
 def test_literal_model_in_command(git_repo: Path) -> None:
     packet = {"executor": {"command": ["claude", "-p", "{pointer}", "--model", "claude-opus-4-1"]}}
     problems = _problems(git_repo, [_task("ta")], **packet)
@@ -219,8 +221,9 @@ def test_literal_model_in_overridden_preset_shell(git_repo: Path) -> None:
     assert _codes(_problems(git_repo, [_task("ta")], **packet)) == ["literal-model"]
 
 
+@pytest.mark.usefixtures("clis")
 def test_no_model_configured(git_repo: Path) -> None:
-    takes = {"command": ["my-agent", "--model", "{model}", "{pointer}"]}
+    takes = {"command": ["worker", "--model", "{model}", "{pointer}"]}
     problems = _problems(git_repo, [_task("ta")], model={}, executor=takes)
     assert _codes(problems) == ["no-model"]
     script = {"preset": "shell", "shell": 'my-agent --model "$GITRUN_MODEL" "$GITRUN_POINTER"'}

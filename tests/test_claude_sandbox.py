@@ -85,6 +85,7 @@ def test_settings_the_client_would_ignore_are_named(text: str, said: str) -> Non
     assert len(problems) == 1 and said in problems[0], problems
 
 
+@pytest.mark.usefixtures("clis")
 def test_check_names_settings_the_client_would_ignore(git_repo: Path) -> None:
     wrong = '{"sandbox": {"enabled": true, "filesystem": {"denyWrites": ["/"]}}}'
     packet = {"executor": {"preset": "claude", "bash": "detect", "args": ["--settings", wrong]}}

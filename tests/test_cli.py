@@ -99,6 +99,7 @@ def test_usage_error_exits_2(git_repo: Path) -> None:
     assert "gitrun: error: --inputs and --output go together" in proc.stderr
 
 
+@pytest.mark.usefixtures("clis")
 def test_new_then_check_as_a_user_would(git_repo: Path) -> None:
     build_tree(git_repo, {"docs/one.md": "1", "docs/two.md": "2"})
     proc = _gitrun(

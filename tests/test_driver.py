@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gitrun.commands.retry import retry_tasks
 from gitrun.commands.session import CheckFailed, resume_run, start_run
 from gitrun.engine.status import read_status
 from gitrun.errors import GitrunError
@@ -270,24 +271,49 @@ def test_worker_log_is_bounded(git_repo: Path) -> None:
     assert b"bytes dropped" in log and log.rstrip().endswith(b"THE-END")
 
 
-def test_missing_command_is_recorded_not_a_traceback(git_repo: Path) -> None:
-    from tests.helpers import write_run
+def test_a_program_gone_mid_run_halts_at_once_and_uses_no_attempt(git_repo: Path) -> None:
+    """`check` refuses a run whose program is missing; one that disappears
+    after the canary (uninstalled, a moved venv) halts the run at its first
+    failed start, naming it, instead of spending attempts and the spawn
+    budget (a one-task run said "retry storm"). Put back, a resume finishes
+    without a `retry`."""
+    from tests.helpers import build_tree, write_run
 
+    agent = (
+        "#!/bin/sh\n"
+        'echo "{\\"ok\\": true}" > "out/$GITRUN_TASK.json"\n'
+        '[ "$GITRUN_TASK" = t1 ] && mv bin/agent bin/agent.aside\n'
+        "exit 0\n"
+    )
+    build_tree(git_repo, {"bin/agent": agent})
+    (git_repo / "bin/agent").chmod(0o755)
+    tasks = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(1, 5)]
     write_run(
         git_repo,
         "r",
-        [{"id": "t1", "outputs": ["out/t1.json"]}],
+        tasks,
         {
-            "executor": {"command": ["no-such-agent-cli", "{pointer}"]},
-            "limits": {"max_attempts": 2},
+            "executor": {"command": ["bin/agent", "{pointer}"]},
+            "limits": {"canary": 1, "concurrency": 1, "max_attempts": 2},
         },
     )
+    commit_all(git_repo, "run r")
     outcome = start_run(git_repo, "r", quiet)
-    assert outcome.exit_code == 3  # the canary used up its attempts: halted
-    records = _ledger(git_repo)
-    assert outcome.status.halt is not None and "canary failed" in outcome.status.halt["message"]
-    assert [r["exit"] for r in records] == [127, 127]
-    assert "no-such-agent-cli" in LocalPaths.of(git_repo, "r").log_of("t1", 1).read_text()
+    assert outcome.exit_code == 3
+    halt = outcome.status.halt
+    assert halt is not None and halt["kind"] == "environment fault"
+    assert "the worker cannot start: `bin/agent`: does not exist" in halt["message"]
+    records = [r for r in _ledger(git_repo) if r.get("task")]
+    assert [(r["task"], r["outcome"]) for r in records] == [("t1", "valid"), ("t2", "unstarted")]
+    assert "cannot start the worker" in LocalPaths.of(git_repo, "r").log_of("t2", 1).read_text()
+    (git_repo / "bin/agent.aside").rename(git_repo / "bin/agent")
+    (git_repo / "bin/agent").write_text(agent.replace("mv bin/agent bin/agent.aside", "true"))
+    retry_tasks(git_repo, "r", [])  # lifts the halt; no task used up its attempts
+    resumed = resume_run(git_repo, "r", quiet)
+    assert resumed.exit_code == 0, resumed.status.halt
+    attempts = {r["task"]: r["attempt"] for r in _ledger(git_repo) if r.get("outcome") == "valid"}
+    # t2's start that failed used none of its two attempts (its number stays taken).
+    assert attempts == {"t1": 1, "t2": 2, "t3": 1, "t4": 1}
 
 
 def test_a_dead_committers_index_lock_needs_no_manual_step(git_repo: Path) -> None:

@@ -102,6 +102,7 @@ def test_args_extend_a_preset_and_command_replaces_it() -> None:
         {"preset": "shell", "shell": 'gemini --model gemini-2.5-pro -p "$GITRUN_POINTER"'},
     ],
 )
+@pytest.mark.usefixtures("clis")
 def test_check_flags_a_literal_model(git_repo: Path, executor: dict[str, object]) -> None:
     write_run(git_repo, "r", [{"id": "t1", "outputs": ["a.json"]}], {"executor": executor})
     problems = check_run(load_run(git_repo, "r", environ={})).problems
@@ -168,6 +169,7 @@ def test_literal_braces_that_name_no_placeholder_pass_through() -> None:
     assert render_command(template, VALUES) == template
 
 
+@pytest.mark.usefixtures("clis")
 def test_args_after_a_preset_are_named_in_check(git_repo: Path) -> None:
     executor = {"preset": "aider", "args": ["--verbose", "{inputz}"]}
     write_run(git_repo, "r", [{"id": "t1", "outputs": ["a.json"]}], {"executor": executor})

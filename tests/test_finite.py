@@ -190,6 +190,7 @@ def test_a_client_s_absurd_cost_is_unknown_and_its_digits_never_crash_the_reader
 # -- every JSON gitrun writes --------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("clis")
 def test_every_json_gitrun_writes_refuses_nan_and_infinity() -> None:
     """``allow_nan=False`` at every json.dumps and JSONEncoder of the package:
     a future bug fails loudly rather than writing ``Infinity``."""

@@ -198,7 +198,7 @@ def test_a_truncated_file_is_a_sentence(case: Case, local: LocalPaths) -> None:
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_a_directory_in_place_of_the_file_is_a_sentence(case: Case, local: LocalPaths) -> None:
     case.path(local).mkdir()
-    assert "cannot be read" in _read_damaged(case, local)
+    assert "is a directory, not a regular file" in _read_damaged(case, local)
 
 
 WRONG_TYPES: dict[str, list[tuple[str, object]]] = {

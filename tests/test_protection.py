@@ -19,7 +19,14 @@ from gitrun.commands.session import resume_run, start_run
 from gitrun.definition.schema import Limits
 from gitrun.engine import governor
 from gitrun.engine.governor import EndFacts, Governor
-from tests.helpers import fake_worker_run, git, ledger_records, spawn_events, write_run
+from tests.helpers import (
+    build_tree,
+    fake_worker_run,
+    git,
+    ledger_records,
+    spawn_events,
+    write_run,
+)
 
 quiet = lambda _line: None  # noqa: E731
 
@@ -50,8 +57,14 @@ def test_throttled_workers_back_off_and_shrink_concurrency(git_repo: Path, tmp_p
 
 def test_missing_executor_trips_the_breaker_after_exactly_its_window(git_repo: Path) -> None:
     tasks = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(10)]
+    # An agent that starts and fails at once, the same way, every time.
+    build_tree(
+        git_repo,
+        {"bin/agent": "#!/bin/sh\necho 'agent: cannot load its config' >&2\nexit 127\n"},
+    )
+    (git_repo / "bin/agent").chmod(0o755)
     packet = {
-        "executor": {"command": ["no-such-agent-cli", "-p", "{pointer}"]},
+        "executor": {"command": ["bin/agent", "-p", "{pointer}"]},
         "limits": {"canary": 0, "concurrency": 4, "max_attempts": 5},
     }
     write_run(git_repo, "r", tasks, packet)
@@ -60,7 +73,7 @@ def test_missing_executor_trips_the_breaker_after_exactly_its_window(git_repo: P
     assert outcome.halt is not None and outcome.halt.kind == governor.ENVIRONMENT
     assert outcome.halt.message.startswith("environment fault: 4 of 4 attempts exited within")
     assert "status 127" in outcome.halt.message
-    assert "no-such-agent-cli: No such file or directory" in outcome.halt.message
+    assert "agent: cannot load its config" in outcome.halt.message
     assert outcome.status.spawns == 4
 
 

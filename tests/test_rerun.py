@@ -406,6 +406,7 @@ def test_an_edit_in_place_of_a_file_it_reads_is_up_to_date_next_round(git_repo: 
     assert _round(git_repo, log) == []
 
 
+@pytest.mark.usefixtures("clis")
 def test_readers_of_a_rerun_output_rerun_however_they_name_it(git_repo: Path) -> None:
     """A second stage reads the first's outputs as a directory, a glob and a
     path: one first-stage task rerun (its input changed, a new task, or a

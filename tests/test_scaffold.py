@@ -24,6 +24,7 @@ def test_init_writes_commented_defaults_once(git_repo: Path) -> None:
     assert "concurrency = 2" in (git_repo / ".gitrun/config.toml").read_text()
 
 
+@pytest.mark.usefixtures("clis")
 def test_new_scaffold_checks_clean(git_repo: Path) -> None:
     new_run(git_repo, "sample")
     run = load_run(git_repo, "sample", environ={})
@@ -46,6 +47,7 @@ def test_new_refuses_an_existing_run_and_bad_ids(git_repo: Path) -> None:
         new_run(git_repo, "Bad/Id")
 
 
+@pytest.mark.usefixtures("clis")
 def test_generator_one_task_per_input(git_repo: Path) -> None:
     build_tree(
         git_repo,
@@ -67,6 +69,7 @@ def test_generator_one_task_per_input(git_repo: Path) -> None:
     assert check_run(load_run(git_repo, "sum", environ={})).problems == []
 
 
+@pytest.mark.usefixtures("clis")
 def test_generator_groups_inputs_into_bundles(git_repo: Path) -> None:
     build_tree(git_repo, {f"in/f{i:02d}.txt": str(i) for i in range(5)})
     new_run(git_repo, "grp", inputs="in/*.txt", output="out/{task}.json", per_task=2)
@@ -99,6 +102,7 @@ def test_generator_errors(git_repo: Path) -> None:
         new_run(git_repo, "half", inputs="d/*.md")
 
 
+@pytest.mark.usefixtures("clis")
 def test_generated_tasks_escape_file_names_that_look_like_patterns(git_repo: Path) -> None:
     from gitrun.commands.scaffold import new_run
     from gitrun.definition.load import load_run

@@ -22,6 +22,7 @@ FAMILIES = {
 }
 
 
+@pytest.mark.usefixtures("clis")
 @pytest.mark.parametrize("preset", sorted(FAMILIES))
 def test_the_packet_s_model_comes_from_the_preset_s_family(git_repo: Path, preset: str) -> None:
     new_run(git_repo, "r", preset=preset)

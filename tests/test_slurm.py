@@ -69,6 +69,7 @@ def _wait_gone(pid: int, seconds: float = 10.0) -> bool:
     return not _alive(pid)
 
 
+@pytest.mark.usefixtures("clis")
 def test_the_readme_recipe_passes_check(git_repo: Path) -> None:
     command = ["srun", "--ntasks=1", "--time=30", "claude", "-p", "{pointer}", "--model", "{model}"]
     write_run(

@@ -444,7 +444,17 @@ class Driver:
         if outcome != "valid":
             if end.refused:  # an output too big to bring back from its node
                 outcome, reason = ledger.INVALID, end.refused
-            if end.lost:  # its node or worker died: the environment's failure
+            if end.unstarted:  # its program is not there: no worker ran
+                outcome, reason = ledger.UNSTARTED, end.unstarted
+                self.governor.stop_for(
+                    Halt(
+                        ENVIRONMENT,
+                        f"environment fault: the worker cannot start: {end.unstarted}; install "
+                        "it or fix [executor] command (`gitrun check` says), then `gitrun retry` and "
+                        "`gitrun resume`",
+                    )
+                )
+            elif end.lost:  # its node or worker died: the environment's failure
                 outcome, reason = ledger.LOST, end.lost
             elif end.fault:  # the client showed an environment fault (gitrun.workers.clients)
                 self.governor.stop_for(Halt(ENVIRONMENT, end.fault))
@@ -493,6 +503,7 @@ class Driver:
                 ledger.THROTTLED: f"throttled; concurrency now {self.governor.concurrency}",
                 ledger.INTERRUPTED: "pending",
                 ledger.LOST: "pending, no attempt used",
+                ledger.UNSTARTED: "pending, no attempt used",
             }.get(outcome, "will retry")
         detail = f": {reason}" if reason else ""
         self.report(f"{end.task} attempt {end.attempt}: {outcome} ({how}){detail} — {verdict}")

@@ -244,7 +244,7 @@ class Governor:
                 ENVIRONMENT,
                 f"environment fault: {self._lost} attempts in a row were lost with the machine "
                 f"running them and none produced valid output (last: {facts.diagnostic or 'no detail'}); "
-                "fix the cluster, then `gitrun resume`",
+                "fix the cluster, then `gitrun retry` and `gitrun resume`",
             )
 
     def _check_canary(self, failed_for_good: bool, facts: EndFacts) -> None:
@@ -361,4 +361,8 @@ def _diagnose(streak: list[EndFacts]) -> str:
         f"environment fault: {len(streak)} of {len(streak)} attempts exited within {slowest:.1f} s "
         f"with {how} and no output"
     )
-    return text + (f": `{said}`" if said else "") + "; fix the environment, then `gitrun resume`"
+    return (
+        text
+        + (f": `{said}`" if said else "")
+        + "; fix the environment, then `gitrun retry` and `gitrun resume`"
+    )

@@ -40,6 +40,7 @@ from gitrun.proof.placement import (
     refused_name_problems,
     symlink_problems,
 )
+from gitrun.proof.startable import input_problems, program_check
 from gitrun.store import git, refs
 from gitrun.workers.executor import (
     command_template,
@@ -67,6 +68,7 @@ class CheckReport:
     # Tasks whose outputs at the base are current (gitrun.definition.provenance):
     # a start does not dispatch them.
     up_to_date: list[str] = field(default_factory=list)
+    version: str = ""  # what the preset's CLI answered to --version
 
     @property
     def summary(self) -> str:
@@ -75,6 +77,8 @@ class CheckReport:
             f"{_count(self.claims, 'owned pattern')}, no overlaps; the largest dispatch takes "
             f"{self.pointer_bytes:,} of {self.payload_budget:,} bytes"
         )
+        if self.version:
+            text += f"; workers run {self.version}"
         if self.up_to_date:
             fresh = len(self.up_to_date)
             text += (
@@ -116,6 +120,15 @@ def _check_run(
     fork = fork or base_commit(run)
     base = BaseTree.of(run.repo, fork)
     output_paths = {path for _, path in outputs}
+    if fork is None:
+        problems.append(
+            Problem(
+                "no-commit",
+                "the repository has no commit yet, so the run has no point to fork from; commit "
+                f"it first (git add -A && git commit -m 'gitrun: run {run.id}')",
+            )
+        )
+    problems += input_problems(run, owned, base.files)
     problems += symlink_problems(run, owned, protected, base, changed, output_paths)
     problems += output_place_problems(run, outputs, base)
     problems += case_alias_problems(run, owned, protected, RESERVED)
@@ -129,6 +142,8 @@ def _check_run(
     pointer_bytes, pointer_problems = _pointer_problems(run)
     problems += pointer_problems
     problems += _executor_model_problems(run)
+    program = program_check(run)
+    problems += program.problems
     problems += client_problems(run)
     return CheckReport(
         problems=problems,
@@ -140,6 +155,7 @@ def _check_run(
         up_to_date=(
             up_to_date(run, fork, git.object_format(run.repo)) if freshness and not problems else []
         ),
+        version=program.version,
     )
 
 

@@ -54,6 +54,9 @@ THROTTLED = "throttled"
 # The machine running it was lost (a Ray node or worker died) before its
 # outputs came back: the environment's failure, not the task's.
 LOST = "lost"
+# The worker's program could not be started (not installed, not executable):
+# the environment's fault; the run halts and no attempt is used.
+UNSTARTED = "unstarted"
 COUNTED = (MISSING, INVALID)
 # Run-level events.
 HALT = "halt"

@@ -27,6 +27,7 @@ from gitrun.processes.reaper import Launches, boot_clock, is_running, kill_recor
 from gitrun.processes.spawn import Process, Spawner, has_exited
 from gitrun.store.records import warn_stderr
 from gitrun.store.usage import Usage
+from gitrun.visible import visible
 from gitrun.workers.clients import ClientSigns, UnreachableWatch, client_signs
 from gitrun.workers.clientusage import USAGE_ENV, attempt_usage, usage_reader
 
@@ -70,6 +71,9 @@ class AttemptEnd:
     # Outputs the worker made that were not brought back (over the size cap):
     # a sentence for the ledger's reason.
     refused: str = ""
+    # Why the worker could not be started at all ("`claude`: not found on
+    # PATH"): no attempt used, and the run halts as an environment fault.
+    unstarted: str = ""
     dispatch: str = "command"  # how it ran, as the ledger says: command or ray
     # What the worker's client reported it used (gitrun.workers.clientusage), or what
     # it wrote to $GITRUN_USAGE; None: nothing was reported, the cost is unknown.
@@ -300,6 +304,7 @@ class Attempt:
             self.stopped,
             self.failure or self._tail_text(),
             self.fault,
+            unstarted=self.failure or "",
             usage=self.usage,
         )
 
@@ -353,8 +358,8 @@ class Monitor:
             proc = self._spawner.start(argv, cwd, env, into)
         except OSError as exc:
             os.close(out)
-            attempt.failure = f"{argv[0]}: {exc.strerror}"
-            attempt._log_write(f"gitrun: cannot start {argv[0]!r}: {exc.strerror}\n".encode())
+            attempt.failure = cannot_start(argv[0], exc)
+            attempt._log_write(f"gitrun: cannot start the worker: {attempt.failure}\n".encode())
             attempt.close_log()
             attempt.status = 127
             attempt.exited_at = time.time()
@@ -481,6 +486,19 @@ class Monitor:
 
 
 _UNLISTED: set[str] = set()  # a directory not listed yet (compared by identity)
+
+
+def cannot_start(program: str, exc: OSError) -> str:
+    """Why ``program`` did not start, as a sentence's subject and clause."""
+    import errno
+
+    shown = visible(program)
+    if exc.errno == errno.ENOENT:
+        where = "does not exist" if "/" in program else "not found on PATH"
+        return f"`{shown}`: {where}"
+    if exc.errno == errno.EACCES:
+        return f"`{shown}`: not executable"
+    return f"`{shown}`: {exc.strerror or exc}"
 
 
 def _listing(folder: str) -> set[str] | None:

@@ -1,0 +1,267 @@
+"""What ``gitrun check`` proves about whether a run can start at all.
+
+**The program.** A run whose program is not installed used to pass ``check`` and fail later,
+one attempt at a time (on a one-task run as a "retry storm"). Before a
+launch the executor's program must resolve the way the driver will start it
+(on the workers' PATH, or as a path from the repository, executable), and a
+preset's CLI must answer ``--version``: its first line is printed in
+``check``'s summary. The answer is kept per binary (path, size, change
+time) in the repository's gitrun folder, so a second ``check`` does not
+start a node CLI again.
+
+**The inputs.** Every path a task reads exists in the work tree or at the
+base commit, and every glob it reads matches a file there, unless a task of
+the run makes it (a later stage reads an earlier one's outputs): a
+misspelt ``docs/b1.text`` is a problem naming the task, not a worker that
+finds nothing to read.
+
+**A first commit.** A repository without one has no point to fork from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from gitrun.definition.inputs import bundle_paths, input_paths
+from gitrun.definition.load import RunDef
+from gitrun.ownership.claims import Claim
+from gitrun.ownership.paths import canonical_problem
+from gitrun.ownership.patterns import (
+    PatternError,
+    first_name,
+    intersect,
+    literal_path,
+    matches,
+    parse,
+)
+from gitrun.problem import Problem
+from gitrun.processes.proc import clean_env
+from gitrun.store.regular import read_regular
+from gitrun.store.tomlfile import write_atomic
+from gitrun.visible import visible
+from gitrun.workers.executor import PRESETS, command_template
+
+VERSION_TIMEOUT = 30.0  # seconds; a node CLI's --version takes about half of one
+CACHE_NAME = ".programs.json"  # beside the runs' folders; no run id starts with a dot
+MAX_CACHE_BYTES = 1 << 20
+# How each preset's CLI installs, for the problem that finds it missing.
+INSTALL = {
+    "claude": "npm install -g @anthropic-ai/claude-code",
+    "codex": "npm install -g @openai/codex",
+    "gemini": "npm install -g @google/gemini-cli",
+    "aider": "python -m pip install aider-chat",
+}
+
+
+@dataclass(frozen=True)
+class ProgramCheck:
+    problems: list[Problem]
+    version: str = ""  # a preset CLI's answer to --version, its first line
+
+
+def program_check(run: RunDef, path: str | None = None) -> ProgramCheck:
+    """Whether the run's workers can start: the program of its command
+    resolves and, for a preset, answers ``--version``. ``path``: the
+    workers' PATH (default: this process's, as the driver passes it on)."""
+    executor = run.packet.executor
+    if executor.kind != "command":  # a lead or a Ray node starts the workers
+        return ProgramCheck([])
+    template = command_template(executor)
+    if not template or "{" in template[0]:
+        return ProgramCheck([])  # `check` reports an executor without a command
+    name = template[0]
+    if path is None:
+        path = executor.env.get("PATH", os.environ.get("PATH", os.defpath))
+    found, why = resolve(run.repo, name, path)
+    if found is None:
+        preset = executor.preset if executor.command is None else None
+        fix = (
+            f"install it ({INSTALL[preset]})"
+            if preset in INSTALL
+            else "install it, or name it by its path in [executor] command"
+        )
+        return ProgramCheck(
+            [
+                Problem(
+                    "program",
+                    f"{run.packet_path}: [executor] starts `{visible(name)}`, which {why}; {fix}",
+                )
+            ]
+        )
+    if executor.command is not None or executor.preset not in PRESETS:
+        return ProgramCheck([])
+    version, problem = cli_version(run.repo, found)
+    if problem:
+        return ProgramCheck(
+            [Problem("program", f"{run.packet_path}: [executor] {problem}; reinstall it")]
+        )
+    return ProgramCheck([], version)
+
+
+def resolve(repo: Path, name: str, path: str) -> tuple[str | None, str]:
+    """Where ``name`` is as the driver starts it from ``repo`` with ``path``,
+    or None and why not (a clause: "is not found on PATH")."""
+    if "/" in name:
+        full = os.path.join(repo, name)
+        if not os.path.exists(full):
+            return None, "does not exist"
+        if not os.path.isfile(full):
+            return None, "is not a file"
+        if not os.access(full, os.X_OK):
+            return None, "is not executable (chmod +x it)"
+        return full, ""
+    dirs = [d if os.path.isabs(d) else os.path.join(repo, d) for d in path.split(os.pathsep) if d]
+    found = shutil.which(name, path=os.pathsep.join(dirs))
+    return (found, "") if found else (None, "is not found on PATH")
+
+
+def cli_version(repo: Path, program: str) -> tuple[str, str]:
+    """The first line ``program --version`` prints, or "" and a clause
+    saying why there is none; a binary's answer is read once."""
+    key, cache_path = _key(program), _cache_path(repo)
+    cache = _read_cache(cache_path)
+    if key is not None and isinstance(cache.get(key), str):
+        return str(cache[key]), ""
+    shown = os.path.basename(program)
+    try:
+        proc = subprocess.run(
+            [program, "--version"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=VERSION_TIMEOUT,
+            env=clean_env(),
+            cwd=repo,
+        )
+    except subprocess.TimeoutExpired:
+        return "", f"`{shown} --version` did not answer within {VERSION_TIMEOUT:g} s"
+    except OSError as exc:
+        return "", f"`{shown} --version` cannot start ({exc.strerror or exc})"
+    said = [
+        visible(line.strip()[:200])
+        for line in (proc.stdout + proc.stderr).decode(errors="replace").splitlines()
+        if line.strip()
+    ]
+    if proc.returncode != 0:
+        last = f": {said[-1]}" if said else ""
+        return "", f"`{shown} --version` exited {proc.returncode}{last}"
+    version = said[0] if said else "(no version printed)"
+    if key is not None:
+        cache[key] = version
+        try:
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(
+                cache_path,
+                json.dumps(cache, sort_keys=True, allow_nan=False).encode(),
+                durable=False,
+            )
+        except OSError:
+            pass  # a cache: the next check asks the program again
+    return version, ""
+
+
+def _key(program: str) -> str | None:
+    try:
+        real = os.path.realpath(program)
+        info = os.stat(real)
+    except OSError:
+        return None
+    return f"{real}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ctime_ns}"
+
+
+def _cache_path(repo: Path) -> Path:
+    from gitrun.store.git import git_dir
+    from gitrun.store.local import HOME
+    from gitrun.store.repo import common_git_dir
+
+    return Path(common_git_dir(str(git_dir(repo)))) / HOME / CACHE_NAME
+
+
+def _read_cache(path: Path) -> dict[str, object]:
+    try:
+        data = json.loads(read_regular(path, limit=MAX_CACHE_BYTES))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def input_problems(run: RunDef, owned: list[Claim], base_files: frozenset[str]) -> list[Problem]:
+    """The inputs of ``run``'s tasks that name nothing: no file in the work
+    tree or at the base (``base_files``), and none that a task owns."""
+    literal_owned = {p for p in (literal_path(c.pattern) for c in owned) if p is not None}
+    wild_owned = [c.pattern for c in owned if not c.pattern.is_literal]
+
+    # The folders an owned path lies in: a task may read a whole folder
+    # that other tasks fill.
+    folders = {p[:at] for p in literal_owned for at in _slashes(p)}
+
+    def made_by_run(path: str) -> bool:
+        parts = path.split("/")
+        if path in folders or any(
+            "/".join(parts[:n]) in literal_owned for n in range(1, len(parts) + 1)
+        ):
+            return True
+        return any(matches(pattern, path) for pattern in wild_owned)
+
+    def there(path: str) -> bool:
+        return path in base_files or os.path.lexists(os.path.join(run.repo, path))
+
+    globs: dict[str, bool] = {}  # a glob's text: whether it names a file
+    problems: list[Problem] = []
+    for task in run.tasks:
+        for text in task.inputs:
+            if canonical_problem(text, is_file=False) is not None:
+                continue  # a problem of its own
+            try:
+                pattern = parse(text)
+            except PatternError:
+                continue  # a problem of its own
+            literal = literal_path(pattern)
+            if literal is not None:
+                if not there(literal) and not made_by_run(literal):
+                    problems.append(_missing(run, task.id, text, "does not exist"))
+                continue
+            if text not in globs:
+                first = first_name(pattern)
+                globs[text] = (
+                    bool(input_paths(run.repo, [text]))
+                    or any(matches(pattern, path) for path in base_files)
+                    or any(
+                        intersect(pattern, c.pattern)
+                        for c in owned
+                        if first_name(c.pattern) in (first, None)
+                    )
+                )
+            if not globs[text]:
+                problems.append(_missing(run, task.id, text, "matches no file"))
+        for listed in bundle_paths(run, task):
+            if not there(listed) and not made_by_run(listed):
+                problems.append(
+                    Problem(
+                        "input",
+                        f"{run.tasks_path}: task {task.id}'s bundle {task.bundle} lists "
+                        f"{visible(listed)!r}, which does not exist in the work tree or at the "
+                        "base commit; fix the line or add the file",
+                        (task.id,),
+                        listed,
+                    )
+                )
+    return problems
+
+
+def _slashes(path: str) -> list[int]:
+    return [at for at, char in enumerate(path) if char == "/"]
+
+
+def _missing(run: RunDef, task: str, text: str, what: str) -> Problem:
+    return Problem(
+        "input",
+        f"{run.tasks_path}: task {task} reads {visible(text)!r}, which {what} in the work tree "
+        "or at the base commit; fix the path, or add the file and commit it",
+        (task,),
+        text,
+    )
