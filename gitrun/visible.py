@@ -30,6 +30,23 @@ def visible(text: str, *, lines: bool = False) -> str:
     return "".join(_shown(ch, lines) for ch in text)
 
 
+SAID_LINES = 3  # the worker's last lines kept with a failed attempt
+SAID_WIDTH = 200  # characters kept of each
+
+
+def last_lines(output: str, count: int = SAID_LINES) -> list[str]:
+    """The last ``count`` non-blank lines of a worker's output, each cut to
+    :data:`SAID_WIDTH` characters and made visible: what it said, for a
+    failure's sentence and the ledger."""
+    found: list[str] = []
+    for line in reversed(output.splitlines()):
+        if line.strip():
+            found.append(visible(line.strip()[:SAID_WIDTH]))
+            if len(found) == count:
+                break
+    return found[::-1]
+
+
 def _shown(ch: str, lines: bool) -> str:
     if ch.isprintable() or (lines and ch == "\n"):
         return ch

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import os
 import subprocess
 import sys
@@ -320,6 +321,8 @@ def test_the_canary_and_a_throttle_are_waits(git_repo: Path, monkeypatch: Monkey
     batch = json.loads(out)
     assert code == 0 and batch["leased"] == [] and batch["wait_s"] is None
     assert batch["why"] == "canary running" and "wait for them, then `gitrun collect e`" in out
+    # The backoff's jitter at its top, so that the wait is never a few milliseconds.
+    monkeypatch.setattr(random.Random, "uniform", lambda _self, _low, high: high)
     code, _ = _invoke(git_repo, "collect", "e", "--throttled", "t1")
     assert code == 0
     code, out = _invoke(git_repo, "next", "e", "--json")

@@ -116,6 +116,40 @@ def status(
 
 
 @app.command()
+def logs(
+    ctx: typer.Context,
+    run: Annotated[
+        str, typer.Argument(metavar="RUN", autocompletion=complete_run, help="The run.")
+    ],
+    task: Annotated[
+        str | None,
+        typer.Argument(metavar="[TASK]", help="The task; default every task not done."),
+    ] = None,
+    attempt: Annotated[
+        int | None,
+        typer.Option("--attempt", metavar="N", help="The attempt; default the task's last."),
+    ] = None,
+) -> None:
+    """Print what a run's workers printed: the log of each task's last attempt.
+
+    Without TASK, the logs of every task not done (the ones to read after a
+    failure). Logs are kept on the machine that ran the attempt, one per
+    attempt, in .git/gitrun/RUN/logs/TASK.N.log (the first MiB of output,
+    then its last 64 KiB); a worker that printed nothing leaves none.
+    """
+    from gitrun.commands.logs import attempt_logs, log_text
+
+    found = attempt_logs(_repo(ctx), run, task, attempt)
+    if not found:
+        typer.echo(f"run {run!r}: no task that is not done left a log here")
+        return
+    for log in found:
+        if len(found) > 1 or task is None:
+            typer.echo(f"==> {log.task} attempt {log.attempt} ({log.path.name}) <==")
+        typer.echo(log_text(log), nl=False)
+
+
+@app.command()
 def log(
     ctx: typer.Context,
     run: Annotated[

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from gitrun.engine.budget import spend_text, tokens_text
 from gitrun.engine.states import COMPLETE, DONE, FAILED, PENDING, RUNNING, UP_TO_DATE
-from gitrun.engine.status import BRANCH_GONE, RunStatus
+from gitrun.engine.status import BRANCH_GONE, RunStatus, TaskStatus
 from gitrun.store.lock import LiveState
 
 if TYPE_CHECKING:
@@ -75,6 +75,7 @@ def format_summary(
         lines.append(
             f"  failed for good: {task.id} ({task.attempts} attempts: {task.reason or 'no output'})"
         )
+        lines += _words(status.run, task)
     if len(failed) > 20:
         lines.append(
             f"  ... and {len(failed) - 20} more failed (`gitrun status {status.run} --all`)"
@@ -147,9 +148,18 @@ def format_status(status: RunStatus, limit: int | None = 20) -> str:
         lines.append(
             f"  {task.id:<12} {task.status:<8} attempts {task.attempts}  missing {missing}{last}"
         )
+        lines += _words(status.run, task)
     if len(shown) < len(open_tasks):
         lines.append(f"  ... and {len(open_tasks) - len(shown)} more (--all lists them)")
     return "\n".join(lines)
+
+
+def _words(run: str, task: TaskStatus) -> list[str]:
+    """What a task's last attempt said, and where its whole log is."""
+    lines = [f"    it said: {line}" for line in task.said]
+    if task.log:
+        lines.append(f"    log: {task.log} (`gitrun logs {run} {task.id}`)")
+    return lines
 
 
 def _live_state(state: LiveState) -> str:

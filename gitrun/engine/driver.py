@@ -54,9 +54,11 @@ from gitrun.processes.proc import clean_env
 from gitrun.processes.reaper import kill_leftovers
 from gitrun.store import git, ledger
 from gitrun.store.journal import Journal, JournalEntry
+from gitrun.store.jsonlines import shown
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import LiveAttempt, LiveState, RunLock
 from gitrun.store.usage import UsageTotals
+from gitrun.visible import last_lines
 from gitrun.workers.attempt import AttemptEnd, Monitor, Runner, RunningAttempt
 from gitrun.workers.executor import command_template, render_command
 from gitrun.workers.pointer import attempt_values
@@ -475,6 +477,7 @@ class Driver:
             dispatch=end.dispatch,
             wrote_nothing=all(o.reason == "does not exist" for o in check.outputs),
             diagnostic=last_line(end.lost or end.tail),
+            said=() if outcome == ledger.VALID else tuple(last_lines(end.lost or end.tail)),
             usage=end.usage,
             made_from=made_from,
             made=check.made if outcome == ledger.VALID else None,
@@ -506,6 +509,12 @@ class Driver:
                 ledger.UNSTARTED: "pending, no attempt used",
             }.get(outcome, "will retry")
         detail = f": {reason}" if reason else ""
+        said = last_line(end.lost or end.tail)
+        if said:
+            detail += f"; it said: {said}"
+        log = self.local.log_of(end.task, end.attempt)
+        if os.path.exists(log):
+            detail += f" (log: {shown(log)})"
         self.report(f"{end.task} attempt {end.attempt}: {outcome} ({how}){detail} — {verdict}")
 
     def _stage_still_proven(self, stage: str) -> bool:

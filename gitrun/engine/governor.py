@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gitrun.store.records import VERSION, Fields
-from gitrun.visible import visible
+from gitrun.visible import last_lines
 
 if TYPE_CHECKING:
     from gitrun.definition.schema import Limits
@@ -93,8 +93,8 @@ def is_throttled(exit_code: int | None, output: str, patterns: list[str]) -> boo
 def last_line(output: str) -> str:
     """The worker's last line of output, made visible: it goes into a halt's
     sentence, which is printed and committed to the ledger."""
-    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
-    return visible(lines[-1][:200]) if lines else ""
+    said = last_lines(output, 1)
+    return said[0] if said else ""
 
 
 @dataclass

@@ -109,6 +109,7 @@ class Ended:
     dispatch: str = "command"
     wrote_nothing: bool = False  # for the breaker: no output file exists
     diagnostic: str = ""  # the worker's last line, for the breaker's message
+    said: tuple[str, ...] = ()  # a failed attempt's last lines of output (visible)
     usage: Usage | None = None  # what its client reported it used; None: unknown
     # A valid attempt's provenance: what it made its outputs from (the
     # digests of gitrun.definition.provenance), and each output's blob id.
@@ -330,6 +331,7 @@ class Engine:
             usage=ended.usage,
             made_from=dict(ended.made_from) if ended.made_from else None,
             made=dict(ended.made) if ended.made else None,
+            said=list(ended.said),
         ).to_json()
         self.write(writer, record)
         self.recorded.add(key)

@@ -16,6 +16,7 @@ from gitrun.engine.states import COMPLETE, DONE, STATUSES, Engine, load_engine
 from gitrun.layout import branch_ref
 from gitrun.store import git, ledger
 from gitrun.store.branches import Landed, landed
+from gitrun.store.jsonlines import shown
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import Owner, is_locked, read_owner
 from gitrun.store.repo import Repo, find_repo
@@ -32,6 +33,13 @@ class TaskStatus:
     missing: Sequence[str] = ()
     reason: str | None = None
     records: Sequence[dict[str, Any]] = ()  # its attempts, from the ledger
+    log: str | None = None  # its last attempt's log, where this machine has it
+
+    @property
+    def said(self) -> list[str]:
+        """What its last attempt printed last, when it did not end valid."""
+        said = self.records[-1].get("said") if self.records else None
+        return [str(line) for line in said] if isinstance(said, list) else []
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -44,6 +52,10 @@ class TaskStatus:
             data["missing"] = self.missing
         if self.reason:
             data["reason"] = self.reason
+        if self.said:
+            data["said"] = self.said
+        if self.log:
+            data["log"] = self.log
         data["records"] = self.records
         return data
 
@@ -143,6 +155,11 @@ def read_status(
         return status
 
 
+def _log_of(local: LocalPaths, task: str, attempt: int) -> str | None:
+    log = local.log_of(task, attempt)
+    return shown(log) if os.path.exists(log) else None
+
+
 def status_of(
     run: RunDef, engine: Engine, tip: str | None, repo: Path, driver: Owner | None
 ) -> RunStatus:
@@ -156,6 +173,7 @@ def status_of(
     for record in ledger.attempt_records(engine.records):
         records.setdefault(str(record.get("task")), []).append(record)
     tasks: dict[str, TaskStatus] = {}
+    local = LocalPaths.of(repo, run.id)
     for task in run.tasks:
         history = engine.history.get(task.id) or _NO_HISTORY
         status = engine.status[task.id]
@@ -169,6 +187,7 @@ def status_of(
             () if done else run.output_paths(task),
             None if done else history.last_reason,
             records.get(task.id, ()),
+            None if done or not history.attempts else _log_of(local, task.id, history.attempts),
         )
     return RunStatus(
         run=run.id,

@@ -306,6 +306,8 @@ class AttemptRecord:
     # outputs were made from, and the blob id of each output it made.
     made_from: dict[str, str] | None = None
     made: dict[str, str] | None = None
+    # A failed attempt's last lines of output, made visible (the log has all of it).
+    said: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -333,6 +335,8 @@ class AttemptRecord:
             record["made_from"] = self.made_from
         if self.made is not None:
             record["made"] = self.made
+        if self.said:
+            record["said"] = self.said
         return record
 
 
