@@ -10,7 +10,7 @@ import pytest
 
 from gitrun.commands.session import resume_run, start_run
 from gitrun.errors import GitrunError
-from tests.helpers import build_tree, commit_all, git, write_run
+from tests.helpers import build_tree, commit_all, git, ledger_records, write_run
 
 quiet = lambda _line: None  # noqa: E731
 
@@ -38,9 +38,13 @@ def _violations(outcome: object) -> list[str]:
     return [v.path for v in outcome.violations]  # type: ignore[attr-defined]
 
 
-def test_a_worker_rewriting_the_run_definition_is_reported_never_committed_nor_run(
+def test_an_edit_of_the_definition_mid_run_is_noticed_never_committed_nor_run_unasked(
     git_repo: Path,
 ) -> None:
+    """An edit of the packet while tasks run is the user's as a rule (a
+    notice, not an ownership violation), but a worker could have written it:
+    the driver goes on with and commits the definition it started with, and
+    resume runs the edit only when asked (--take-edits)."""
     marker = git_repo.parent / "EVIL_RAN"
     evil = git_repo.parent / "evil.py"
     evil.write_text(f"import pathlib; pathlib.Path({str(marker)!r}).write_text('x')\n")
@@ -51,13 +55,21 @@ def test_a_worker_rewriting_the_run_definition_is_reported_never_committed_nor_r
         f"    p.write_text(p.read_text().replace('worker.py', {str(evil.name)!r}))",
         tasks=2,
     )
-    outcome = start_run(git_repo, "r", quiet)
-    assert ".gitrun/runs/r/packet.toml" in _violations(outcome)
+    said: list[str] = []
+    outcome = start_run(git_repo, "r", said.append)
+    assert _violations(outcome) == []
+    [notice] = [line for line in said if line.startswith("notice: ")]
+    assert ".gitrun/runs/r/packet.toml, the run's definition, was edited while tasks ran" in notice
+    assert "`gitrun resume r --take-edits` takes the edit" in notice
+    events = [r for r in ledger_records(git_repo) if r.get("event") == "definition"]
+    assert [(e["path"], e["state"], e["tasks"]) for e in events] == [
+        (".gitrun/runs/r/packet.toml", "changed", ["t1"])
+    ]
     committed = git(git_repo, "show", "gitrun/r:.gitrun/runs/r/packet.toml")
     assert "evil.py" not in committed and "worker.py" in committed
     (git_repo / "out/t2.json").unlink()  # something left to do, so resume would launch
     git(git_repo, "update-ref", "refs/heads/gitrun/r", "gitrun/r~1")
-    with pytest.raises(GitrunError, match=r"packet\.toml changed while the run was driven"):
+    with pytest.raises(GitrunError, match=r"packet\.toml was edited while the run was driven"):
         resume_run(git_repo, "r", quiet)
     assert not marker.exists()
     restored = subprocess.run(
@@ -73,6 +85,25 @@ def test_a_worker_rewriting_the_run_definition_is_reported_never_committed_nor_r
     packet = git_repo / ".gitrun/runs/r/packet.toml"
     packet.write_text(packet.read_text() + "# the lead's note\n")
     assert resume_run(git_repo, "r", quiet).exit_code == 0
+
+
+def test_the_user_s_edit_mid_run_is_taken_when_asked(git_repo: Path) -> None:
+    _run(
+        git_repo,
+        "if task == 't1':\n"
+        "    p = pathlib.Path('.gitrun/runs/r/packet.toml')\n"
+        "    p.write_text(p.read_text() + '# the user sharpened the rules\\n')",
+        tasks=2,
+    )
+    assert start_run(git_repo, "r", quiet).exit_code == 0
+    (git_repo / "out/t2.json").unlink()
+    git(git_repo, "update-ref", "refs/heads/gitrun/r", "gitrun/r~1")
+    assert resume_run(git_repo, "r", quiet, take_edits=True).exit_code == 0
+    committed = git(git_repo, "show", "gitrun/r:.gitrun/runs/r/packet.toml")
+    assert "# the user sharpened the rules" in committed
+    states = [r["state"] for r in ledger_records(git_repo) if r.get("event") == "definition"]
+    assert states == ["changed", "taken"]
+    assert resume_run(git_repo, "r", quiet).exit_code == 0  # taken once, then as it is
 
 
 def test_overwriting_a_users_uncommitted_edit_is_reported(git_repo: Path) -> None:

@@ -20,11 +20,17 @@ EXIT_CODES_HELP = (
 
 
 def _drive(
-    ctx: typer.Context, run: str, as_json: bool, quiet: bool, resume: bool, rerun_all: bool = False
+    ctx: typer.Context,
+    run: str,
+    as_json: bool,
+    quiet: bool,
+    resume: bool,
+    rerun_all: bool = False,
+    take_edits: bool = False,
 ) -> None:
     from gitrun.commands.drive import drive
 
-    raise typer.Exit(drive(_repo(ctx), run, as_json, quiet, resume, rerun_all))
+    raise typer.Exit(drive(_repo(ctx), run, as_json, quiet, resume, rerun_all, take_edits))
 
 
 _QUIET = typer.Option("--quiet", "-q", help="Print only the summary at the end.")
@@ -73,15 +79,24 @@ def resume(
         bool, typer.Option("--json", help="Print the final status as JSON.")
     ] = False,
     quiet: Annotated[bool, _QUIET] = False,
+    take_edits: Annotated[
+        bool,
+        typer.Option(
+            "--take-edits",
+            help="Take the edits of the run's definition made while it was driven as yours "
+            "(without it, resume refuses such a definition: a worker could have written it).",
+        ),
+    ] = False,
 ) -> None:
     """Continue a run after any pause, crash or move to another machine.
 
     Stops workers a dead driver left behind, commits valid outputs that
     reached the disk but not a commit, quarantines invalid ones, and
     dispatches only the tasks whose outputs are missing or invalid. On a
-    fresh clone it picks the run up from origin's gitrun/RUN.
+    fresh clone it picks the run up from origin's gitrun/RUN. A definition
+    edited while the run was driven is taken only with --take-edits.
     """
-    _drive(ctx, run, as_json, quiet, resume=True)
+    _drive(ctx, run, as_json, quiet, resume=True, take_edits=take_edits)
 
 
 @app.command()

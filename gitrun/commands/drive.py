@@ -44,7 +44,13 @@ def silence(stream: object) -> None:
 
 
 def drive(
-    repo: Path, run: str, as_json: bool, quiet: bool, resume: bool, rerun_all: bool = False
+    repo: Path,
+    run: str,
+    as_json: bool,
+    quiet: bool,
+    resume: bool,
+    rerun_all: bool = False,
+    take_edits: bool = False,
 ) -> int:
     """``gitrun start`` or ``resume``: its exit code. A command-mode run is
     driven to its end; an external run prints its first batch. ``rerun_all``
@@ -60,9 +66,13 @@ def drive(
     if loaded.executor_kind == "external":
         from gitrun.commands.external import drive_external
 
-        return drive_external(repo, run, as_json, resume, event, rerun_all)
+        return drive_external(repo, run, as_json, resume, event, rerun_all, take_edits)
     # resume loads the definition again under the lock, after restoring it
-    drive_run = resume_run if resume else partial(start_run, loaded=loaded, rerun_all=rerun_all)
+    drive_run = (
+        partial(resume_run, take_edits=take_edits)
+        if resume
+        else partial(start_run, loaded=loaded, rerun_all=rerun_all)
+    )
     if quiet or as_json:
         outcome = drive_run(repo, run, lambda _line: None)
     elif sys.stderr.isatty() and sys.stdout.isatty():

@@ -31,13 +31,14 @@ def drive_external(
     resume: bool,
     event: Callable[[str], None],
     rerun_all: bool = False,
+    take_edits: bool = False,
 ) -> int:
     """start/resume of an external run: the branch (start), a collect (resume),
     a batch; ``event`` says what the start or resume did."""
     from gitrun.commands.session import prepare_external
     from gitrun.engine.external import external_run
 
-    prepare_external(repo, run, event, resume, rerun_all)
+    prepare_external(repo, run, event, resume, rerun_all, take_edits)
     with external_run(repo, run, afresh=True) as ext:
         if resume:
             collected = ext.collect([])

@@ -56,7 +56,12 @@ class CheckFailed(GitrunError):
 
 
 def prepare_external(
-    repo: Path, run_id: str, report: Reporter, resume: bool, rerun_all: bool = False
+    repo: Path,
+    run_id: str,
+    report: Reporter,
+    resume: bool,
+    rerun_all: bool = False,
+    take_edits: bool = False,
 ) -> None:
     """The branch for an external run: created by start, taken over by resume."""
     run = load_run(repo, run_id)
@@ -67,7 +72,7 @@ def prepare_external(
             tip = _ensure_branch(repo, run_id, report)
             _restore_definition(repo, run_id, tip, report)
             resumed = load_run(repo, run_id)
-            refuse_rewritten_definition(resumed, tip)
+            refuse_rewritten_definition(resumed, tip, take_edits)
             problems = check_run(resumed, check_dirty=False, freshness=False).problems
             if problems:
                 raise CheckFailed(run_id, problems)
@@ -179,9 +184,14 @@ def start_run(
 
 
 def resume_run(
-    repo: Path, run_id: str, report: Reporter, progress: Callable[[Progress], None] | None = None
+    repo: Path,
+    run_id: str,
+    report: Reporter,
+    progress: Callable[[Progress], None] | None = None,
+    take_edits: bool = False,
 ) -> RunOutcome:
-    """Reconcile a run with what is committed and on disk, then drive it on."""
+    """Reconcile a run with what is committed and on disk, then drive it on
+    (``take_edits``: take a definition edited while it was driven)."""
     git.prepare_writes()
     local = LocalPaths.of(repo, run_id)
     refuse_checked_out(local.common_git_dir, run_id)
@@ -189,7 +199,7 @@ def resume_run(
         tip = _ensure_branch(repo, run_id, report)
         _restore_definition(repo, run_id, tip, report)
         run = load_run(repo, run_id)
-        refuse_rewritten_definition(run, tip)
+        refuse_rewritten_definition(run, tip, take_edits)
         problems = check_run(run, check_dirty=False, freshness=False).problems
         if problems:
             raise CheckFailed(run_id, problems)

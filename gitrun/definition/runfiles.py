@@ -30,7 +30,7 @@ def own_paths(run: RunDef) -> list[str]:
     its files exist or not) and the ledger's files (those on disk, or the first
     chunk's name when there are none yet)."""
     chunks = ledger.chunk_names(run.repo / run.dir) or [ledger.chunk_name(1)]
-    return _definition_paths(run) + [f"{run.dir}/{name}" for name in [LEDGER_NAME, *chunks]]
+    return definition_paths(run) + [f"{run.dir}/{name}" for name in [LEDGER_NAME, *chunks]]
 
 
 def is_ledger_path(run: RunDef, path: str) -> bool:
@@ -40,7 +40,7 @@ def is_ledger_path(run: RunDef, path: str) -> bool:
     return path.startswith(prefix) and ledger.is_ledger_name(path[len(prefix) :])
 
 
-def _definition_paths(run: RunDef) -> list[str]:
+def definition_paths(run: RunDef) -> list[str]:
     paths = [f"{run.dir}/{PACKET_NAME}", f"{run.dir}/{TASKS_NAME}"]
     named = [task.bundle for task in run.tasks if task.bundle]
     named += [
@@ -62,7 +62,7 @@ def definition_snapshot(run: RunDef) -> dict[str, bytes]:
     worker makes to them mid-run is never committed (the audit reports it)."""
     files: dict[str, bytes] = {}
     _refuse_linked_dirs(run)
-    for path in _definition_paths(run):
+    for path in definition_paths(run):
         _read_regular(run, path, files)
     return files
 
@@ -432,11 +432,13 @@ def read_blobs(repo: Path, shas: list[str]) -> dict[str, bytes]:
     return blobs
 
 
-def refuse_rewritten_definition(run: RunDef, tip: str) -> None:
+def refuse_rewritten_definition(run: RunDef, tip: str, take_edits: bool = False) -> None:
     """Refuse to resume a run whose definition on disk differs from the one on
-    its branch when the audit saw it change while the run was driven: a worker
-    may have rewritten it (another executor command, another task), and resume
-    would run that. Once the file matches the committed one again, that is
+    its branch when the audit saw it change while the run was driven: the
+    edit is the user's as a rule, but a worker may have rewritten it (another
+    executor command, another task), and resume would run that, so it is
+    taken only when asked (``take_edits``: ``gitrun resume --take-edits``).
+    Once the file matches the committed one again, or is taken, that is
     recorded (a ``definition`` event) and later edits, made while no driver
     runs, are the lead's own and are taken as they are.
     """
@@ -447,33 +449,36 @@ def refuse_rewritten_definition(run: RunDef, tip: str) -> None:
         path = record.get("path")
         if not isinstance(path, str):
             continue
-        if record.get("event") == "violation":
+        event, state = record.get("event"), record.get("state")
+        if event == "violation" or (event == DEFINITION_EVENT and state == "changed"):
             suspect[path] = str(record.get("at", "?"))
-        elif record.get("event") == DEFINITION_EVENT and record.get("state") == "verified":
+        elif event == DEFINITION_EVENT and state in ("verified", "taken"):
             suspect.pop(path, None)
-    watched = [p for p in _definition_paths(run) if p in suspect]
+    watched = [p for p in definition_paths(run) if p in suspect]
     if not watched:
         return
     committed = git.ls_tree(run.repo, tip, watched)
     fmt = git.object_format(run.repo)
-    verified: list[str] = []
+    settled: dict[str, str] = {}  # path -> verified (as committed) or taken (the edit)
     for path in watched:
         now = blob_on_disk(run.repo / path, fmt)
         if now is None or now == committed.get(path, ("", ""))[1]:
-            verified.append(path)
+            settled[path] = "verified"
+            continue
+        if take_edits:
+            settled[path] = "taken"
             continue
         raise GitrunError(
-            f"{path} changed while the run was driven (an ownership violation at "
-            f"{suspect[path]}) and differs from the one committed on gitrun/{run.id}; gitrun "
-            "will not run a definition a worker may have rewritten — compare them "
-            f"(`git diff gitrun/{run.id} -- {path}`), put the committed one back "
-            f"(`git show gitrun/{run.id}:{path} > {path}`), then resume; make your own change "
-            "again afterwards if it was yours"
+            f"{path} was edited while the run was driven (at {suspect[path]}) and differs from "
+            f"the one committed on gitrun/{run.id}; if the edit is yours, take it with "
+            f"`gitrun resume {run.id} --take-edits`; if not (a worker may have rewritten it), "
+            f"compare them (`git diff gitrun/{run.id} -- {path}`) and put the committed one back "
+            f"(`git show gitrun/{run.id}:{path} > {path}`)"
         )
     writer = open_ledger(run, tip)
     try:
-        for path in verified:
-            writer.write({"event": DEFINITION_EVENT, "path": path, "state": "verified"})
+        for path, state in settled.items():
+            writer.write({"event": DEFINITION_EVENT, "path": path, "state": state})
     finally:
         writer.close()
 

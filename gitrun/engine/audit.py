@@ -5,9 +5,13 @@ included) when driving starts, with each changed file's stat signature; later
 audits compare both. A path that changes (newly, or again: a worker
 overwriting a user's uncommitted edit, or reverting it) outside every owned
 path is an ownership violation, reported with the tasks that were running
-since the last audit. So is a change to the run's own definition (a worker
-rewriting packet.toml) and to what git runs or reads from ``.git/``
-(``config``, ``hooks/``, ``info/``). Only the ledger gitrun appends to is
+since the last audit. So is a change to what git runs or reads from
+``.git/`` (``config``, ``hooks/``, ``info/``). A change to the run's own
+definition (packet, task table, bundles and schemas in its folder) is an
+*edit*: the user's, as a rule, so not a violation; it is recorded (a
+``definition`` event, state ``changed``) and said once, and a driver goes
+on with the definition it started with. The next ``gitrun resume`` takes it
+only when asked (``--take-edits``), since a worker could have written it too. Only the ledger gitrun appends to is
 exempt, and so is a client's atomic-write temporary of an owned path
 (:mod:`gitrun.ownership.temporaries`). Such changes are never committed: the committer only takes
 validated outputs and the definition as it was when driving started.
@@ -23,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gitrun.definition.load import RunDef
-from gitrun.definition.runfiles import is_ledger_path
+from gitrun.definition.runfiles import DEFINITION_EVENT, definition_paths, is_ledger_path
 from gitrun.ownership.claims import OWNS, Claim, OwnerIndex
 from gitrun.ownership.patterns import PatternError, parse
 from gitrun.ownership.temporaries import target_of_temporary
@@ -37,14 +41,29 @@ class Violation:
     path: str
     tasks: list[str]  # tasks running while it appeared
     at: str
+    # True for a change to the run's own definition: an edit, not a violation.
+    edit: bool = False
 
     def describe(self) -> str:
         who = ", ".join(self.tasks) if self.tasks else "no task"
         # The record keeps the path as it is (JSON escapes it); every
         # sentence shows it visible: a worker chose the name.
+        if self.edit:
+            return (
+                f"{visible(self.path)}, the run's definition, was edited while tasks ran "
+                f"({who}); the running tasks keep what they read"
+            )
         return f"{visible(self.path)} changed outside every owned path (running: {who})"
 
     def to_record(self) -> dict[str, Any]:
+        if self.edit:
+            return {
+                "event": DEFINITION_EVENT,
+                "state": "changed",
+                "path": self.path,
+                "tasks": self.tasks,
+                "at": self.at,
+            }
         return {"event": "violation", "path": self.path, "tasks": self.tasks, "at": self.at}
 
 
@@ -102,6 +121,7 @@ class Audit:
                 except PatternError:
                     continue  # check_run reported it before launch
         self.index = OwnerIndex(claims)
+        self.definition = frozenset(definition_paths(run))
         self.git_dir = git.git_dir(run.repo)
         if state is None:
             self.known = {p: _signature(run.repo / p) for p in git.changed_paths(run.repo)}
@@ -130,7 +150,7 @@ class Audit:
             self.known[path] = signature
             if is_ledger_path(self.run, path) or self._owned(path):
                 continue
-            found.append(Violation(path, sorted(self.active), now))
+            found.append(Violation(path, sorted(self.active), now, path in self.definition))
         git_files = self._git_files()
         for path in sorted(git_files.keys() | self.git_files.keys()):
             if git_files.get(path) != self.git_files.get(path):

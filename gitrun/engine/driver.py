@@ -568,8 +568,14 @@ class Driver:
         if self.audit is None:
             return
         for violation in self.audit.check(self.running):
-            self.violations.append(violation)
             self.engine.write(self.ledger, violation.to_record())
+            if violation.edit:
+                self.report(
+                    f"notice: {violation.describe()}; this driver goes on with the definition it "
+                    f"started with, and `gitrun resume {self.run.id} --take-edits` takes the edit"
+                )
+                continue
+            self.violations.append(violation)
             self.report(f"ownership violation: {violation.describe()}")
             if self.run.packet.ownership.strict:
                 self.governor.stop_for(Halt(STRICT, f"ownership violation: {violation.describe()}"))

@@ -141,32 +141,40 @@ class External:
         )
         self.audit = Audit(run, state)
 
-    def _audit(self) -> list[str]:
+    def _audit(self) -> tuple[list[str], list[str]]:
         """Changes outside every owned path since the last command, while tasks
         were leased: ownership violations, as in command mode (recorded in the
-        ledger; under strict ownership they halt the run). With nothing leased
-        since, a change is the orchestrator's own work, not a subagent's."""
+        ledger; under strict ownership they halt the run), and edits of the
+        run's definition, as notices. With nothing leased since, a change is
+        the orchestrator's own work, not a subagent's."""
         out = self.audit.active | set(self.leases)
         self.audit.active = out
         found = self.audit.check(self.leases)
         if not out or not found:
-            return []
+            return [], []
+        edits = [
+            f"notice: {edit.describe()}; every later command reads the definition as it is "
+            "now, and the next commit keeps it"
+            for edit in found
+            if edit.edit
+        ]
         writer = open_ledger(self.run, self.tip)
         try:
             for violation in found:
                 writer.write(violation.to_record())
-                if self.run.packet.ownership.strict:
+                if self.run.packet.ownership.strict and not violation.edit:
                     halt = Halt(STRICT, f"ownership violation: {violation.describe()}")
                     self.governor.stop_for(halt)
             self.engine.record_halt(writer)
         finally:
             writer.close()
-        return [violation.describe() for violation in found]
+        return [violation.describe() for violation in found if not violation.edit], edits
 
     # -- next ---------------------------------------------------------------------
 
     def next_batch(self, limit: int | None) -> Batch:
-        batch = Batch(violations=self._audit())
+        violations, edits = self._audit()
+        batch = Batch(violations=violations, notices=edits)
         try:
             self._fill(batch, limit)
             if self.governor.halt is not None and not self.engine.halt_recorded:
@@ -181,7 +189,7 @@ class External:
                 self.committer.commit([], own, landing_message(self.run.id, []))
         finally:
             self._save()
-        batch.notices = self.governor.take_notices()
+        batch.notices += self.governor.take_notices()
         return batch
 
     def _fill(self, batch: Batch, limit: int | None) -> None:
@@ -315,7 +323,8 @@ class External:
                 f"--throttled names {', '.join(unknown)}, which {'is' if len(unknown) == 1 else 'are'} "
                 f"not leased; see `gitrun status {self.run.id}`"
             )
-        result = Collected(violations=self._audit())
+        violations, edits = self._audit()
+        result = Collected(violations=violations, notices=edits)
         landings: list[Landing] = []
         now = time.time()
         base = self.engine.base

@@ -535,9 +535,11 @@ def _dirty_problems(run: RunDef, owned: list[Claim], changed: list[str]) -> list
         [c for c in owned if not c.pattern.literal_prefix or c.pattern.literal_prefix[0] in firsts]
     )
     out: list[Problem] = []
-    for path in changed:
-        owners = sorted({c.task for c in index.owners(path)})
-        if owners:
+    flagged = [(path, sorted({c.task for c in index.owners(path)})) for path in changed]
+    flagged = [(path, owners) for path, owners in flagged if owners]
+    the_runs = _as_on_the_branch(run, [path for path, _ in flagged])
+    for path, owners in flagged:
+        if path not in the_runs:
             who = owners[0] if len(owners) == 1 else ", ".join(owners)
             out.append(
                 Problem(
@@ -549,6 +551,25 @@ def _dirty_problems(run: RunDef, owned: list[Claim], changed: list[str]) -> list
                 )
             )
     return out
+
+
+def _as_on_the_branch(run: RunDef, paths: list[str]) -> set[str]:
+    """Those of ``paths`` whose file on disk is the one the run's branch
+    holds: a started or finished run's own outputs, not edits in the way."""
+    from gitrun.definition.outputs import blob_on_disk
+    from gitrun.store.branches import find_tip
+
+    found = find_tip(run.repo, run.id) if paths else None
+    if found is None:
+        return set()
+    # Many paths: the whole tree in one listing, rather than an argv too long.
+    committed = git.ls_tree(run.repo, found.tip, paths if len(paths) <= 1000 else None)
+    fmt = git.object_format(run.repo)
+    return {
+        path
+        for path in paths
+        if path in committed and blob_on_disk(run.repo / path, fmt) == committed[path][1]
+    }
 
 
 def _pointer_problems(run: RunDef) -> tuple[int, list[Problem]]:

@@ -1,0 +1,72 @@
+"""Whose change it is: the user's edit of a running run's definition is a
+notice, never the workers' ownership violation, and `check` on a started or
+finished run does not call the run's own committed outputs dirty."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import commit_all, user_env, write_run
+
+
+def _gitrun(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gitrun", *args],
+        cwd=repo,
+        env=user_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _external(repo: Path) -> None:
+    tasks = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in (1, 2, 3)]
+    write_run(repo, "e", tasks, {"executor": {"kind": "external"}, "limits": {"canary": 1}})
+    commit_all(repo, "run e")
+
+
+def test_editing_the_packet_of_a_running_external_run_is_a_notice(git_repo: Path) -> None:
+    _external(git_repo)
+    assert _gitrun(git_repo, "start", "e").returncode == 0  # t1 handed out
+    (git_repo / "out").mkdir(exist_ok=True)
+    (git_repo / "out/t1.json").write_text("{}\n")
+    packet = git_repo / ".gitrun/runs/e/packet.toml"
+    packet.write_text(packet.read_text() + "# sharper instructions\n")
+    collected = _gitrun(git_repo, "collect", "e")
+    said = collected.stdout + collected.stderr
+    assert collected.returncode == 0, said
+    assert "ownership violation" not in said
+    assert (
+        "notice: .gitrun/runs/e/packet.toml, the run's definition, was edited while tasks ran "
+        "(t1)" in said
+    )
+    status = _gitrun(git_repo, "status", "e").stdout
+    assert "ownership violation" not in status
+    # The next batch goes out, and the definition is committed as edited.
+    assert _gitrun(git_repo, "next", "e").returncode == 0
+    shown = subprocess.run(
+        ["git", "show", "gitrun/e:.gitrun/runs/e/packet.toml"],
+        cwd=git_repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "# sharper instructions" in shown
+
+
+def test_check_of_a_started_run_judges_its_outputs_against_its_branch(git_repo: Path) -> None:
+    _external(git_repo)
+    _gitrun(git_repo, "start", "e")
+    (git_repo / "out").mkdir(exist_ok=True)
+    (git_repo / "out/t1.json").write_text("{}\n")
+    assert _gitrun(git_repo, "collect", "e").returncode == 0  # committed on gitrun/e
+    checked = _gitrun(git_repo, "check", "e")
+    assert checked.returncode == 0 and "is ready" in checked.stdout, checked.stdout
+    # The user's own change to a committed output is still in the way.
+    (git_repo / "out/t1.json").write_text('{"edited": true}\n')
+    checked = _gitrun(git_repo, "check", "e")
+    assert checked.returncode == 1
+    assert "[dirty-owned] out/t1.json has uncommitted changes" in checked.stdout
