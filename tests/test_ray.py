@@ -212,7 +212,7 @@ def test_losses_with_no_valid_output_between_halt_the_run_as_an_environment_faul
     assert governor.halt is None
     governor.ended(_facts(ledger.LOST), time.time())
     assert governor.halt is not None and governor.halt.kind == ENVIRONMENT
-    assert "lost with the machine running them" in governor.halt.message
+    assert "lost with the machine or the lead session running them" in governor.halt.message
     assert "gitrun resume" in governor.halt.message
 
 

@@ -70,3 +70,39 @@ def test_check_of_a_started_run_judges_its_outputs_against_its_branch(git_repo: 
     checked = _gitrun(git_repo, "check", "e")
     assert checked.returncode == 1
     assert "[dirty-owned] out/t1.json has uncommitted changes" in checked.stdout
+
+
+def test_a_task_whose_lead_session_keeps_dying_is_abandoned_not_failed(git_repo: Path) -> None:
+    """A subagent dies with its lead session; a fresh session's `resume`
+    takes the run over. Three such deaths over one task with two attempts:
+    each lease is abandoned with no attempt used, and the task still runs."""
+    import json
+
+    tasks = [{"id": "t1", "outputs": ["out/t1.json"]}]
+    write_run(
+        git_repo,
+        "e",
+        tasks,
+        # The spawn budget (3 a task by default) counts every start, abandoned too.
+        {
+            "executor": {"kind": "external"},
+            "limits": {"canary": 0, "max_attempts": 2, "max_spawns": 10},
+        },
+    )
+    commit_all(git_repo, "run e")
+    started = json.loads(_gitrun(git_repo, "start", "e", "--json").stdout)
+    assert [item["task"] for item in started["leased"]] == ["t1"]
+    for death in range(3):  # the lead dies; a new one resumes
+        resumed = _gitrun(git_repo, "resume", "e")
+        assert resumed.returncode == 0, resumed.stderr
+        assert "abandoned: t1" in resumed.stdout, resumed.stdout
+        assert "gitrun run e, task t1" in resumed.stdout, f"not handed out again ({death})"
+    (git_repo / "out").mkdir(exist_ok=True)
+    (git_repo / "out/t1.json").write_text("{}\n")
+    collected = json.loads(_gitrun(git_repo, "collect", "e", "--json").stdout)
+    assert collected["done"] == ["t1"] and collected["failed"] == []
+    status = json.loads(_gitrun(git_repo, "status", "e", "--json").stdout)
+    outcomes = [r["outcome"] for r in status["tasks"]["t1"]["records"]]
+    assert outcomes == ["abandoned"] * 3 + ["valid"]
+    # None of its two attempts used up (failures count), four handed out.
+    assert (status["tasks"]["t1"]["attempts"], status["tasks"]["t1"]["last_attempt"]) == (0, 4)

@@ -41,7 +41,7 @@ def drive_external(
     prepare_external(repo, run, event, resume, rerun_all, take_edits)
     with external_run(repo, run, afresh=True) as ext:
         if resume:
-            collected = ext.collect([])
+            collected = ext.collect([], abandon=True)
             if not as_json:
                 print_collected(collected)
         batch = ext.next_batch(None)
@@ -102,7 +102,7 @@ def print_batch(run: str, batch: Batch, as_json: bool) -> int:
 
 
 def print_collected(collected: Collected) -> None:
-    for label in ("done", "missing", "invalid", "throttled", "failed"):
+    for label in ("done", "missing", "invalid", "throttled", "abandoned", "failed"):
         items = getattr(collected, label)
         if not items:
             continue

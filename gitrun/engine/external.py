@@ -76,6 +76,9 @@ class Collected:
     missing: list[str] = field(default_factory=list)
     invalid: list[str] = field(default_factory=list)
     throttled: list[str] = field(default_factory=list)
+    # Handed out to a lead session that is gone (a resume took the run over):
+    # released with no attempt used.
+    abandoned: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)  # used up their attempts now
     reasons: dict[str, str] = field(default_factory=dict)
     next_step: str = ""
@@ -89,6 +92,7 @@ class Collected:
             "missing": self.missing,
             "invalid": self.invalid,
             "throttled": self.throttled,
+            "abandoned": self.abandoned,
             "failed": self.failed,
             "reasons": self.reasons,
             "next": self.next_step,
@@ -316,7 +320,11 @@ class External:
 
     # -- collect ------------------------------------------------------------------------
 
-    def collect(self, throttled: list[str]) -> Collected:
+    def collect(self, throttled: list[str], abandon: bool = False) -> Collected:
+        """Judge every leased task from the disk. ``abandon`` (a resume taking
+        the run over from a lead session that is gone, and its subagents with
+        it): a lease without valid outputs is ``abandoned`` and uses no
+        attempt; the loss breaker still halts a run whose sessions keep dying."""
         unknown = [t for t in throttled if t not in self.leases]
         if unknown:
             raise GitrunError(
@@ -344,6 +352,8 @@ class External:
                     quarantine(self.repo, where, check.outputs)
                 if outcome != ledger.VALID and task_id in throttled:
                     outcome = ledger.THROTTLED
+                elif outcome != ledger.VALID and abandon:
+                    outcome = ledger.ABANDONED
                 reason = check.reason if outcome != ledger.VALID else ""
                 if reason:
                     result.reasons[task_id] = reason
@@ -371,6 +381,8 @@ class External:
                     result.done.append(task_id)
                 elif outcome == ledger.THROTTLED:
                     result.throttled.append(task_id)
+                elif outcome == ledger.ABANDONED:
+                    result.abandoned.append(task_id)
                 else:
                     (result.invalid if outcome == ledger.INVALID else result.missing).append(
                         task_id
@@ -394,7 +406,9 @@ class External:
         finally:
             writer.close()
         self.audit.active = set(self.leases)  # what is still out after this collect
-        recorded = result.done + result.missing + result.invalid + result.throttled
+        recorded = (
+            result.done + result.missing + result.invalid + result.throttled + result.abandoned
+        )
         if recorded:  # nothing judged, nothing to commit
             own = definition_files(self.run)
             self.committer.commit(landings, own, landing_message(self.run.id, landings))

@@ -211,7 +211,7 @@ class Governor:
                 self.limits.backoff_cap, self.limits.backoff_base * 2 ** (self._throttles - 1)
             )
             self.backoff_until = max(self.backoff_until, now + self.rng.uniform(0, ceiling))
-        elif facts.outcome == "lost":
+        elif facts.outcome in ("lost", "abandoned"):
             self._note_loss(facts)
         elif facts.outcome != "interrupted":
             self._note_failure(facts)
@@ -234,17 +234,19 @@ class Governor:
             self.halt = Halt(ENVIRONMENT, _diagnose(self._streak[-size:]))
 
     def _note_loss(self, facts: EndFacts) -> None:
-        """An attempt lost with the machine running it uses no attempt, but
-        losses with no valid output in between mean the cluster, not a task,
-        is failing: past two full waves of them the run halts."""
+        """An attempt lost with the machine running it (or abandoned with the
+        lead session that dispatched it) uses no attempt, but losses with no
+        valid output in between mean the cluster or the sessions, not a
+        task, are failing: past two full waves of them the run halts."""
         self._lost += 1
         window = 2 * max(self.limits.breaker_size, self.limits.concurrency)
         if self._lost >= window and self.halt is None:
             self.halt = Halt(
                 ENVIRONMENT,
                 f"environment fault: {self._lost} attempts in a row were lost with the machine "
-                f"running them and none produced valid output (last: {facts.diagnostic or 'no detail'}); "
-                "fix the cluster, then `gitrun retry` and `gitrun resume`",
+                "or the lead session running them and none produced valid output (last: "
+                f"{facts.diagnostic or facts.outcome}); fix the cause, then `gitrun retry` and "
+                "`gitrun resume`",
             )
 
     def _check_canary(self, failed_for_good: bool, facts: EndFacts) -> None:
