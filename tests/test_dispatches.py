@@ -275,3 +275,48 @@ def test_the_worker_agent_is_installed_before_the_lead_starts(git_repo: Path) ->
     assert agent.read_text().startswith("---\nname: gitrun-worker\n")
     assert "installed the gitrun-worker agent" in proc.stdout
     assert [p.name for p in agent.parent.iterdir()] == ["gitrun-worker.md"]
+
+
+def test_a_subagent_s_last_words_reach_collect_and_its_log(lead: Path, tmp_path: Path) -> None:
+    """A dispatched subagent that stops without its outputs: its SubagentStop
+    hook keeps what it said last in its attempt's log, and `collect` quotes
+    it, so the lead reads why without the subagent's transcript."""
+    pointers = lease(lead, "r", start=True)
+    transcript = tmp_path / "lead.jsonl"
+    _hook(lead, agent_call(lead, transcript, pointers["t1"], "toolu_1"))
+    start_subagent(transcript, "a1", "toolu_1", description="gitrun r t1")
+    settings = json.loads((lead / ".claude/settings.json").read_text())
+    command = settings["hooks"]["SubagentStop"][0]["hooks"][0]["command"]
+    for active, words in (
+        (False, "I could not open the input"),
+        (True, "giving up: no input\x1b[2J"),
+    ):
+        stop = {
+            "session_id": "lead",
+            "transcript_path": str(transcript),
+            "cwd": str(lead),
+            "hook_event_name": "SubagentStop",
+            "stop_hook_active": active,
+            "agent_id": "a1",
+            "agent_type": "gitrun-worker",
+            "agent_transcript_path": str(tmp_path / "a1.jsonl"),
+            "last_assistant_message": f"Reading the packet.\n{words}",
+        }
+        proc = subprocess.run(
+            ["/bin/sh", "-c", command],
+            input=json.dumps(stop),
+            cwd=lead,
+            capture_output=True,
+            text=True,
+            env={k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")},
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        held = json.loads(proc.stdout) if proc.stdout.strip() else {}
+        assert (held.get("decision") == "block") is not active  # held once, then let go
+    collected = collect(lead, "r")
+    assert collected.missing == ["t1", "t2"]  # t2 was leased and dispatched nowhere
+    assert "t2" not in collected.said
+    assert collected.said["t1"] == ["Reading the packet.", "giving up: no input\\x1b[2J"]
+    log = (lead / ".git/gitrun/r/logs/t1.1.log").read_text()
+    assert "I could not open the input" in log and "giving up: no input" in log

@@ -111,6 +111,8 @@ def print_collected(collected: Collected) -> None:
             for t in items
         ]
         _out(f"{label}: {', '.join(shown)}")
+    for task_id, lines in collected.said.items():
+        _out(f"{task_id} said: " + " / ".join(lines))
     for violation in collected.violations:
         _out(f"ownership violation: {violation}")
     for notice in collected.notices:  # the spend budget's

@@ -38,9 +38,12 @@ from gitrun.store.leases import Lease, read_leases, write_leases
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import RunBusy, run_locked
 from gitrun.store.records import load_record, warn_stderr, write_record
+from gitrun.store.regular import read_regular
 from gitrun.store.usage import Usage
+from gitrun.visible import last_lines
 from gitrun.workers.pointer import render_pointer
 
+MAX_SAID_READ = 2 << 20  # bytes of an attempt's log read for its last lines
 LOCK_PATIENCE = 30.0  # seconds next/collect wait for another next/collect
 LOAD_WAIT = 15.0  # seconds a lead waits before asking again while the machine is busy
 
@@ -81,6 +84,9 @@ class Collected:
     abandoned: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)  # used up their attempts now
     reasons: dict[str, str] = field(default_factory=dict)
+    # What a task's subagent said last, stopping without valid outputs (its
+    # SubagentStop hook keeps it in the attempt's log), visible.
+    said: dict[str, list[str]] = field(default_factory=dict)
     next_step: str = ""
     halted: bool = False
     violations: list[str] = field(default_factory=list)  # found by this call's audit
@@ -95,6 +101,7 @@ class Collected:
             "abandoned": self.abandoned,
             "failed": self.failed,
             "reasons": self.reasons,
+            "said": self.said,
             "next": self.next_step,
             "halted": self.halted,
             "violations": self.violations,
@@ -300,6 +307,16 @@ class External:
         }
         return item
 
+    def _said_by(self, task_id: str, attempt: int) -> list[str]:
+        """The last lines of an attempt's log (a subagent's last message)."""
+        try:
+            data = read_regular(self.local.log_of(task_id, attempt), limit=MAX_SAID_READ)
+        except OSError:
+            return []
+        from gitrun.guard.write import WORDS_HEADER
+
+        return last_lines(data.decode(errors="replace").rpartition(WORDS_HEADER)[2])
+
     def _usage_file(self, task_id: str, attempt: int) -> Path:
         from gitrun.workers.attempt import usage_file
 
@@ -357,6 +374,9 @@ class External:
                 reason = check.reason if outcome != ledger.VALID else ""
                 if reason:
                     result.reasons[task_id] = reason
+                said = self._said_by(task_id, lease.attempt) if outcome != ledger.VALID else []
+                if said:
+                    result.said[task_id] = said
                 ended = Ended(
                     task_id,
                     lease.attempt,
@@ -369,6 +389,7 @@ class External:
                     usage=self._read_usage(task_id, lease.attempt),
                     made_from=lease.made_from,
                     made=check.made if outcome == ledger.VALID else None,
+                    said=tuple(said),
                 )
                 status = self.engine.end(writer, ended)
                 self.leases.pop(task_id)

@@ -183,8 +183,6 @@ def subagent_stop(stdin: str, environ: dict[str, str]) -> HookResult:
             raise ValueError("not a JSON object")
     except ValueError:
         return HookResult(0)
-    if data.get("stop_hook_active"):
-        return HookResult(0)  # it was held once already: never loop
     cwd = data.get("cwd") if isinstance(data.get("cwd"), str) else None
     repo = repo_of(cwd)
     try:
@@ -206,12 +204,53 @@ def subagent_stop(stdin: str, environ: dict[str, str]) -> HookResult:
     check = check_task(run, task)
     if check.outcome == "valid":
         return HookResult(0)
+    keep_last_words(repo, context.run_id, task.id, data.get("last_assistant_message"))
+    if data.get("stop_hook_active"):
+        return HookResult(0)  # it was held once already: never loop
     outputs = ", ".join(o.path for o in run.outputs_of(task))
     reason = (
         f"gitrun task {task.id} is not done: {check.reason}. Write {outputs} as "
         f"{run.packet_path} asks, then stop."
     )
     return HookResult(0, json.dumps({"decision": "block", "reason": reason}, allow_nan=False))
+
+
+# Bytes of a subagent's last messages kept in its attempt's log.
+MAX_WORDS_BYTES = 1 << 20
+# The line before each message there: what follows the last one is what it said last.
+WORDS_HEADER = "[gitrun: the subagent stopped, saying:]\n"
+
+
+def keep_last_words(repo: Repo, run_id: str, task_id: str, message: object) -> None:
+    """Append what a dispatched subagent said last, stopping without its
+    outputs, to its attempt's log (the leased attempt's): ``collect`` quotes
+    it and ``gitrun logs`` prints it, as for a worker gitrun started. Best
+    effort: the outputs decide, whatever is kept here."""
+    import stat
+    from pathlib import Path
+
+    from gitrun.guard.subagents import leased_attempt
+    from gitrun.store.local import LocalPaths
+
+    if not isinstance(message, str) or not message.strip():
+        return
+    local = LocalPaths.under(Path(repo.git_dir), run_id)
+    attempt = leased_attempt(str(local.leases), task_id)
+    if attempt is None:
+        return  # not an external run's lease: a worker gitrun started has its own log
+    log = local.log_of(task_id, attempt)
+    text = f"{WORDS_HEADER}{message.rstrip()}\n"
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
+        fd = os.open(log, flags, 0o666)
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode) and os.fstat(fd).st_size < MAX_WORDS_BYTES:
+                os.write(fd, text.encode(errors="replace")[:MAX_WORDS_BYTES])
+        finally:
+            os.close(fd)
+    except OSError:
+        return
 
 
 def pre_commit(environ: dict[str, str]) -> HookResult:
