@@ -140,6 +140,89 @@ def test_a_p_lead_dispatches_two_subagents_in_one_turn_and_each_is_held_to_its_t
     assert sorted(json.loads(done.stdout)["done"]) == ["t1", "t2"], done.stdout
 
 
+def _json_of(text: str) -> dict[str, object]:
+    """The JSON object a Bash tool result holds (the command's stdout)."""
+    found = json.loads(text[text.index("{") : text.rindex("}") + 1])
+    assert isinstance(found, dict)
+    return found
+
+
+def test_a_p_lead_reads_a_worker_s_words_from_collect_and_waits_out_a_throttle(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    """What a lead sees of a failure and of a throttle: `collect --json`
+    quotes the subagent's last words (kept by its SubagentStop hook), and
+    the `next` during the backoff exits 0 with why and wait_s, so the Bash
+    tool shows no error."""
+    sandbox_or_skip()
+    claude_binary()
+    # A backoff of 10 minutes at most, drawn from [0, 600) s: `next` meets it.
+    packet = {
+        "executor": {"kind": "external"},
+        "limits": {
+            "canary": 0,
+            "concurrency": 2,
+            "max_load": 1e6,
+            "backoff_base": "600s",
+            "backoff_cap": "600s",
+        },
+    }
+    write_run(git_repo, "r", TASKS, packet)
+    commit_all(git_repo, "run r")
+    assert _gitrun(git_repo, "hooks", "install", "--claude").returncode == 0
+    git(git_repo, "add", ".claude")
+    git(git_repo, "commit", "-q", "-m", "gitrun hooks")
+    (tmp_path / "home").mkdir()
+    run = load_run(git_repo, "r")
+    pointer = {task.id: render_pointer(run, task) for task in run.tasks}
+    prepare_external(git_repo, "r", lambda _line: None, resume=False)
+    lead = [
+        bash("gitrun next r --json", "Lease the next batch"),
+        agents(
+            agent(pointer["t1"], "t1", "gitrun-worker"), agent(pointer["t2"], "t2", "gitrun-worker")
+        ),
+        bash("gitrun collect r --throttled t2 --json", "Collect the batch"),
+        bash("gitrun next r --json", "Lease the next batch"),
+        say("Waiting out the backoff."),
+        say("Waiting out the backoff."),
+    ]
+    workers = {
+        "task t1:": [
+            say("I could not find the input, so I wrote nothing."),
+            say("Still no input: giving up."),
+        ],
+        "task t2:": [say("API Error: Rate limited"), say("API Error: Rate limited")],
+    }
+    with MockModel(lead, agents=workers) as model:
+        proc = run_claude(
+            git_repo,
+            "Lead the gitrun run r.",
+            claude_env(tmp_path / "home", model.url),
+            *LEAD_TOOLS,
+        )
+        assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
+        _first, _t1, _t2, collect_call, next_call = model.tool_use_ids()[:5]
+        is_error, text = model.tool_result(collect_call)
+        assert not is_error, text
+        collected = _json_of(text)
+        assert collected["missing"] == ["t1"] and collected["throttled"] == ["t2"], text
+        said = collected["said"]
+        # Its words at its last stop before the collect: the one its hook
+        # held, or the next (the client lets the lead go on meanwhile).
+        assert isinstance(said, dict), text
+        assert said["t1"] in (
+            ["I could not find the input, so I wrote nothing."],
+            ["Still no input: giving up."],
+        ), text
+        is_error, text = model.tool_result(next_call)
+        assert not is_error, text  # exit 0: a wait is no error
+        batch = _json_of(text)
+        assert batch["leased"] == [] and batch["why"] == "throttled", text
+        assert isinstance(batch["wait_s"], (int, float)) and batch["wait_s"] > 0, text
+    words = (git_repo / ".git/gitrun/r/logs/t1.1.log").read_text()
+    assert "I could not find the input, so I wrote nothing." in words
+
+
 def _descriptions(home: Path) -> list[str]:
     """The description of every subagent the sessions under ``home`` started."""
     found = []
