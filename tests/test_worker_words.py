@@ -87,3 +87,13 @@ def test_gitrun_logs_prints_the_logs_of_what_failed(git_repo: Path) -> None:
     (git_repo / ".git/gitrun/r/logs/t1.1.log").unlink()
     gone = _gitrun(git_repo, "logs", "r", "t1", "--attempt", "1")
     assert gone.returncode == 1 and "left no log here" in gone.stderr
+
+
+def test_the_report_shows_each_failed_attempt_s_words(git_repo: Path, tmp_path: Path) -> None:
+    _failing_run(git_repo)
+    _gitrun(git_repo, "start", "r")
+    page = tmp_path / "page.html"
+    assert _gitrun(git_repo, "report", "r", "-o", str(page)).returncode == 0
+    html = page.read_text()
+    assert "it said: this one never writes anything \\x1b]0;PWNED\\x07" in html
+    assert "\x1b" not in html

@@ -120,6 +120,8 @@ def attempt_title(a: Attempt, t0: float, canary: bool) -> str:
         text += f"; concurrency backed off to {a.concurrency}"
     if a.reason:
         text += f"\n{visible(a.reason[:300])}"
+    for line in a.said:
+        text += f"\nit said: {visible(line)}"
     return text
 
 

@@ -44,6 +44,7 @@ class Attempt:
     reason: str
     concurrency: int | None  # after a throttle: what concurrency backed off to
     recovered: bool  # recorded by the driver that took over from a dead one
+    said: tuple[str, ...] = ()  # its worker's last lines, when it did not end valid
 
     @property
     def lied(self) -> bool:
@@ -101,6 +102,9 @@ def read_attempts(records: list[dict[str, Any]]) -> list[Attempt]:
                 reason=str(r.get("reason") or ""),
                 concurrency=r["concurrency"] if type(r.get("concurrency")) is int else None,
                 recovered=_recovered(r),
+                said=tuple(str(line) for line in r["said"])
+                if isinstance(r.get("said"), list)
+                else (),
             )
         )
     attempts.sort(key=lambda a: (a.start, a.end))
