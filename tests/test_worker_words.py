@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.helpers import build_tree, commit_all, ledger_records, user_env, write_run
@@ -97,3 +98,60 @@ def test_the_report_shows_each_failed_attempt_s_words(git_repo: Path, tmp_path: 
     html = page.read_text()
     assert "it said: this one never writes anything \\x1b]0;PWNED\\x07" in html
     assert "\x1b" not in html
+
+
+def test_a_task_keeps_the_logs_of_its_last_five_attempts(git_repo: Path) -> None:
+    build_tree(git_repo, {"bin/agent": AGENT})
+    (git_repo / "bin/agent").chmod(0o755)
+    write_run(
+        git_repo,
+        "r",
+        [{"id": "t1", "outputs": ["out/t1.json"]}],
+        {
+            "executor": {"command": ["bin/agent", "{pointer}"]},
+            "limits": {"canary": 0, "max_attempts": 7, "max_spawns": 10, "breaker_window": 9},
+        },
+    )
+    commit_all(git_repo, "run r")
+    _gitrun(git_repo, "start", "r")
+    logs = sorted(p.name for p in (git_repo / ".git/gitrun/r/logs").glob("t1.*.log"))
+    assert logs == [f"t1.{n}.log" for n in (3, 4, 5, 6, 7)]
+
+
+def test_logs_follow_prints_a_running_attempt_s_log_until_it_ends(git_repo: Path) -> None:
+    ticking = (
+        "#!/bin/sh\n"
+        'for n in 1 2 3 4 5 6; do echo "tick $n"; sleep 0.4; done\n'
+        'mkdir -p out && echo "{}" > "out/$GITRUN_TASK.json"\n'
+    )
+    build_tree(git_repo, {"bin/agent": ticking})
+    (git_repo / "bin/agent").chmod(0o755)
+    write_run(
+        git_repo,
+        "r",
+        [{"id": "t1", "outputs": ["out/t1.json"]}],
+        {"executor": {"command": ["bin/agent", "{pointer}"]}, "limits": {"canary": 0}},
+    )
+    commit_all(git_repo, "run r")
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "gitrun", "start", "r", "--quiet"],
+        cwd=git_repo,
+        env=user_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        log = git_repo / ".git/gitrun/r/logs/t1.1.log"
+        deadline = time.monotonic() + 60
+        while not log.exists():  # the attempt has started and printed
+            assert time.monotonic() < deadline, "the attempt never printed"
+            time.sleep(0.05)
+        followed = _gitrun(git_repo, "logs", "r", "t1", "--follow")
+        assert followed.returncode == 0, followed.stderr
+        assert followed.stdout == "".join(f"tick {n}\n" for n in range(1, 7))
+        assert driver.wait(timeout=60) == 0
+    finally:
+        driver.kill()
+        driver.wait()
+    said = _gitrun(git_repo, "logs", "r", "--follow")
+    assert said.returncode == 1 and "--follow needs a TASK" in said.stderr

@@ -144,17 +144,33 @@ def logs(
         int | None,
         typer.Option("--attempt", metavar="N", help="The attempt; default the task's last."),
     ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow", "-f", help="With TASK, print its log as it grows until the attempt ends."
+        ),
+    ] = False,
 ) -> None:
     """Print what a run's workers printed: the log of each task's last attempt.
 
     Without TASK, the logs of every task not done (the ones to read after a
     failure). Logs are kept on the machine that ran the attempt, one per
     attempt, in .git/gitrun/RUN/logs/TASK.N.log (the first MiB of output,
-    then its last 64 KiB); a worker that printed nothing leaves none.
+    then its last 64 KiB); a worker that printed nothing leaves none. A
+    task keeps the logs of its last 5 attempts.
     """
     from gitrun.commands.logs import attempt_logs, log_text
 
-    found = attempt_logs(_repo(ctx), run, task, attempt)
+    repo = _repo(ctx)
+    if follow:
+        if task is None:
+            raise GitrunError("--follow needs a TASK: `gitrun logs RUN TASK --follow`")
+        from gitrun.commands.logs import follow as follow_log
+
+        [one] = attempt_logs(repo, run, task, attempt, follow=True)
+        follow_log(repo, run, one, lambda text: typer.echo(text, nl=False))
+        return
+    found = attempt_logs(repo, run, task, attempt)
     if not found:
         typer.echo(f"run {run!r}: no task that is not done left a log here")
         return

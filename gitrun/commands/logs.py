@@ -10,10 +10,12 @@ sequences are shown, never obeyed).
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gitrun.engine.states import DONE, UP_TO_DATE
+from gitrun.engine.states import DONE, RUNNING, UP_TO_DATE
 from gitrun.engine.status import read_status
 from gitrun.errors import GitrunError
 from gitrun.store.jsonlines import shown
@@ -31,9 +33,16 @@ class Log:
     path: Path
 
 
-def attempt_logs(repo: Path, run_id: str, task: str | None, attempt: int | None) -> list[Log]:
+FOLLOW_POLL = 0.5  # seconds between looks at a followed log
+STATUS_EVERY = 4  # looks between reads of whether its attempt still runs
+
+
+def attempt_logs(
+    repo: Path, run_id: str, task: str | None, attempt: int | None, follow: bool = False
+) -> list[Log]:
     """The logs to show: ``task``'s attempt ``attempt`` (default its last);
-    without ``task``, the last attempt's of every task not done."""
+    without ``task``, the last attempt's of every task not done. ``follow``:
+    the attempt may be running and have printed nothing yet."""
     status = read_status(repo, run_id)
     local = LocalPaths.of(repo, run_id)
     if task is None:
@@ -50,11 +59,15 @@ def attempt_logs(repo: Path, run_id: str, task: str | None, attempt: int | None)
         raise GitrunError(
             f"run {run_id!r} has no task {task!r}; `gitrun status {run_id}` lists them"
         )
-    number = attempt if attempt is not None else known.last_attempt
-    if number < 1 or number > known.last_attempt:
-        tried = f"attempts 1 to {known.last_attempt}" if known.last_attempt else "no attempt yet"
+    # A running attempt is the one after the last that ended.
+    newest = known.last_attempt + (1 if known.status == RUNNING else 0)
+    number = attempt if attempt is not None else newest
+    if number < 1 or number > newest:
+        tried = f"attempts 1 to {newest}" if newest else "no attempt yet"
         raise GitrunError(f"task {task} of run {run_id!r} has {tried}; choose one of them")
     path = local.log_of(task, number)
+    if follow:
+        return [Log(task, number, path)]
     if not os.path.exists(path):
         raise GitrunError(
             f"task {task} attempt {number} left no log here ({shown(path)}): its worker printed "
@@ -70,3 +83,36 @@ def log_text(log: Log) -> str:
     except OSError as exc:
         raise GitrunError(f"{shown(log.path)}: cannot be read ({exc.strerror or exc})") from None
     return visible(data.decode(errors="replace"), lines=True)
+
+
+def running(repo: Path, run_id: str, log: Log) -> bool:
+    """Whether ``log``'s attempt is still running."""
+    task = read_status(repo, run_id).tasks.get(log.task)
+    return task is not None and task.status == RUNNING and task.last_attempt + 1 == log.attempt
+
+
+def follow(repo: Path, run_id: str, log: Log, write: Callable[[str], None]) -> None:
+    """Print ``log`` as it grows, until its attempt is no longer running (an
+    attempt has its timeout, so this ends; Ctrl-C ends it sooner)."""
+    offset, looks, live = 0, 0, True
+    while True:
+        try:
+            with open(log.path, "rb") as handle:
+                handle.seek(offset)
+                chunk = handle.read(MAX_SHOWN)
+        except FileNotFoundError:
+            chunk = b""  # it printed nothing yet
+        except OSError as exc:
+            raise GitrunError(
+                f"{shown(log.path)}: cannot be read ({exc.strerror or exc})"
+            ) from None
+        if chunk:
+            offset += len(chunk)
+            write(visible(chunk.decode(errors="replace"), lines=True))
+        if not live:
+            return
+        if looks % STATUS_EVERY == 0:
+            live = running(repo, run_id, log)  # one more read after it ended
+        looks += 1
+        if live:
+            time.sleep(FOLLOW_POLL)

@@ -386,6 +386,7 @@ class Driver:
         env.update(self.run.packet.executor.env)
         env["GITRUN_ATTEMPT_ID"] = attempt_id
         log = self.local.log_of(task.id, number)
+        self.local.prune_logs(task.id, number)
         if not self.made_logs:
             log.parent.mkdir(parents=True, exist_ok=True)
             self.made_logs = True

@@ -279,6 +279,7 @@ class External:
     def _lease(self, task_id: str, now: float) -> dict[str, Any]:
         task = self.run.tasks_by_id[task_id]
         number = self.engine.history[task_id].attempts + 1
+        self.local.prune_logs(task_id, number)
         outputs = [o.path for o in self.run.outputs_of(task)]
         # Where a link standing at an output goes (left before this attempt).
         aside = functools.partial(self.local.quarantine_of, task_id, number - 1)

@@ -13,6 +13,7 @@ for paths built by hand); the JSON files are typed, versioned records
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 HOME = "gitrun"  # under the repository's git directory
+# Logs a task keeps: those of its last attempts (docs/ledger.md, "Local state").
+KEEP_LOGS = 5
 # The files the write hooks read, named once for the properties below and for
 # the hooks, which find them with os.path alone (see run_home).
 LEASES = "leases.json"
@@ -188,6 +191,14 @@ class LocalPaths:
 
     def log_of(self, task: str, attempt: int) -> Path:
         return self.logs / f"{task}.{attempt}.log"
+
+    def prune_logs(self, task: str, attempt: int) -> None:
+        """Attempt ``attempt`` of ``task`` starts: the log of its attempt
+        :data:`KEEP_LOGS` before goes (a task keeps its last ones; nothing
+        to do for the first attempts, the usual case)."""
+        if attempt > KEEP_LOGS:
+            with contextlib.suppress(OSError):
+                os.unlink(self.log_of(task, attempt - KEEP_LOGS))
 
     def quarantine_of(self, task: str, attempt: int) -> Path:
         return self.quarantine / task / str(attempt)
