@@ -205,7 +205,10 @@ def test_a_meta_file_of_another_kind_is_denied_at_once(
     call = subagent_call(lead, transcript, "a1", "Write", _write(lead, "out/t1.json"))
     denied = _hook(lead, call)
     assert _decision(denied) == "deny", denied
-    assert "cannot read this subagent's agent-a1.meta.json" in _reason(denied)
+    if kind == "device":  # a link out of the session's folder, read nowhere
+        assert "outside its session's folder" in _reason(denied)
+    else:
+        assert "cannot read this subagent's agent-a1.meta.json" in _reason(denied)
 
 
 def test_a_subagent_that_cannot_be_resolved_is_denied_or_plain(lead: Path, tmp_path: Path) -> None:
@@ -320,3 +323,29 @@ def test_a_subagent_s_last_words_reach_collect_and_its_log(lead: Path, tmp_path:
     assert collected.said["t1"] == ["Reading the packet.", "giving up: no input\\x1b[2J"]
     log = (lead / ".git/gitrun/r/logs/t1.1.log").read_text()
     assert "I could not open the input" in log and "giving up: no input" in log
+
+
+def test_a_transcript_that_is_not_the_session_s_own_identifies_no_subagent(
+    lead: Path, tmp_path: Path
+) -> None:
+    """The meta file is read only from the session's own folder: a
+    transcript_path that is not ``<session_id>.jsonl``, or a subagents folder
+    linked elsewhere, tells nothing about who the subagent is."""
+    pointers = lease(lead, "r", start=True)
+    transcript = tmp_path / "lead.jsonl"
+    _hook(lead, agent_call(lead, transcript, pointers["t1"], "toolu_1"))
+    start_subagent(transcript, "a1", "toolu_1", description="gitrun r t1")
+    other = tmp_path / "elsewhere.jsonl"
+    start_subagent(other, "a1", "toolu_1", description="gitrun r t1")
+    call = subagent_call(lead, other, "a1", "Write", _write(lead, "out/t1.json"))
+    denied = _hook(lead, call)  # session "lead", transcript elsewhere.jsonl
+    assert _decision(denied) == "deny" and "not its session's own transcript" in _reason(denied)
+    linked = tmp_path / "linked"
+    (linked / "lead").mkdir(parents=True)
+    (linked / "lead.jsonl").write_text("")
+    (linked / "lead" / "subagents").symlink_to(transcript.with_suffix("") / "subagents")
+    call = subagent_call(lead, linked / "lead.jsonl", "a1", "Write", _write(lead, "out/t1.json"))
+    denied = _hook(lead, call)
+    assert _decision(denied) == "deny" and "outside its session's folder" in _reason(denied)
+    fine = _hook(lead, subagent_call(lead, transcript, "a1", "Write", _write(lead, "out/t1.json")))
+    assert _decision(fine) == "none"

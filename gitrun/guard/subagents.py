@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 PREFIX = "gitrun-"  # agent types gitrun makes (and older per-task ones): they claim a task
 _AGENT_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")  # a UUID, as Claude Code makes them
 
 
 # A meta file is a few hundred bytes; one larger than this is not the client's.
@@ -54,15 +55,30 @@ def is_subagent(data: dict[str, Any]) -> bool:
 
 
 def meta_path(data: dict[str, Any]) -> str:
-    """``<transcript without .jsonl>/subagents/agent-<agent_id>.meta.json``."""
+    """``<transcript without .jsonl>/subagents/agent-<agent_id>.meta.json``,
+    where the transcript is the session's own (``<session_id>.jsonl``) and
+    the meta file lies inside the session's folder once links are resolved."""
     agent_id, transcript = data.get("agent_id"), data.get("transcript_path")
+    session = data.get("session_id")
     if not isinstance(agent_id, str) or _AGENT_ID.fullmatch(agent_id) is None:
         raise Unresolved(f"the hook input's agent_id {agent_id!r} is not one Claude Code makes")
     if not isinstance(transcript, str) or not transcript.endswith(".jsonl"):
         raise Unresolved("the hook input names no session transcript, so the subagent is unknown")
-    return os.path.join(
-        transcript.removesuffix(".jsonl"), "subagents", f"agent-{agent_id}.meta.json"
-    )
+    if (
+        not isinstance(session, str)
+        or _SESSION_ID.fullmatch(session) is None
+        or os.path.basename(transcript) != f"{session}.jsonl"
+    ):
+        raise Unresolved(
+            "the hook input's transcript_path is not its session's own transcript, so the "
+            "subagent is unknown"
+        )
+    folder = transcript.removesuffix(".jsonl")
+    path = os.path.join(folder, "subagents", f"agent-{agent_id}.meta.json")
+    inside = os.path.realpath(folder) + os.sep
+    if not os.path.realpath(path).startswith(inside):
+        raise Unresolved("this subagent's meta file lies outside its session's folder")
+    return path
 
 
 def read_subagent(data: dict[str, Any]) -> Subagent:
