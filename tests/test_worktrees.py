@@ -269,3 +269,43 @@ def test_resume_refuses_to_move_the_branch_a_linked_work_tree_has_checked_out(
         assert git(git_repo, "rev-parse", "gitrun/w") == tip
         assert _snapshot(linked) == before
         assert _snapshot(git_repo) == before_main
+
+
+def test_a_run_driven_in_a_linked_work_tree_audits_the_shared_hooks_and_config(
+    git_repo: Path,
+) -> None:
+    """git runs every work tree's hooks from the common git directory, and
+    reads its config there: a worker of a run driven in a linked work tree
+    that plants a hook or a config command there is reported, as in the main
+    one (the audit watched the linked tree's own folder, where git looks for
+    neither)."""
+    common = git_repo / ".git"
+    planter = git_repo.parent / "planter.py"
+    planter.write_text(
+        "import os, pathlib, subprocess\n"
+        f"hook = pathlib.Path({str(common / 'hooks' / 'post-checkout')!r})\n"
+        "hook.write_text('#!/bin/sh\\ntrue\\n')\n"
+        "subprocess.run(['git', 'config', 'core.fsmonitor', 'false'])\n"
+        "out = pathlib.Path(os.environ['GITRUN_OUTPUTS'])\n"
+        "out.parent.mkdir(parents=True, exist_ok=True)\n"
+        "out.write_text('{}')\n"
+    )
+    write_run(
+        git_repo,
+        "r",
+        [{"id": "t1", "outputs": ["out/t1.json"]}],
+        {"executor": {"command": [sys.executable, str(planter)]}, "limits": {"canary": 0}},
+    )
+    commit_all(git_repo, "define r")
+    tree = _linked(git_repo)
+    started = run_gitrun(tree, "start", "r", "--json")
+    violations = {v["path"] for v in json.loads(started.stdout)["violations"]}
+    assert {".git/hooks/post-checkout", ".git/config"} <= violations, started.stdout
+
+
+def test_hooks_install_in_a_linked_work_tree_writes_where_git_runs_hooks(git_repo: Path) -> None:
+    tree = _linked(git_repo)
+    installed = run_gitrun(tree, "hooks", "install", "--git")
+    assert installed.returncode == 0, installed.stderr
+    hooks = Path(git(tree, "rev-parse", "--path-format=absolute", "--git-path", "hooks").strip())
+    assert (hooks / "pre-commit").is_file() and hooks == git_repo / ".git" / "hooks"

@@ -33,6 +33,7 @@ from gitrun.ownership.patterns import PatternError, parse
 from gitrun.ownership.temporaries import target_of_temporary
 from gitrun.store import git
 from gitrun.store.records import VERSION, Fields, RecordInvalid
+from gitrun.store.repo import common_git_dir
 from gitrun.visible import visible
 
 
@@ -123,6 +124,8 @@ class Audit:
         self.index = OwnerIndex(claims)
         self.definition = frozenset(definition_paths(run))
         self.git_dir = git.git_dir(run.repo)
+        # A linked work tree's hooks, info/ and main config are the common ones.
+        self.common_dir = Path(common_git_dir(str(self.git_dir)))
         if state is None:
             self.known = {p: _signature(run.repo / p) for p in git.changed_paths(run.repo)}
             self.git_files = self._git_files()
@@ -172,11 +175,13 @@ class Audit:
         plants a hook or a core.fsmonitor command there runs code later)."""
         found: dict[str, Signature] = {".git/config": None}
         for sub in ("", "hooks", "info"):
-            folder = self.git_dir / sub
+            folder = self.common_dir / sub
             names = ["config"] if not sub else _listing(folder)
             for name in names:
                 shown = f".git/{sub + '/' if sub else ''}{name}"
                 found[shown] = _signature(folder / name)
+        if self.common_dir != self.git_dir:  # a linked work tree's own settings
+            found[".git/config.worktree"] = _signature(self.git_dir / "config.worktree")
         return found
 
 

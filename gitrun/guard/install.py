@@ -353,17 +353,23 @@ def _exclude_from_git(repo: Path, name: str) -> None:
     )
     if ignored.returncode == 0:
         return
-    exclude = git.git_dir(repo) / "info" / "exclude"
+    exclude = _common_git_dir(repo) / "info" / "exclude"  # git reads it there in every work tree
     exclude.parent.mkdir(parents=True, exist_ok=True)
     text = exclude.read_text() if exclude.exists() else ""
     if name not in text.splitlines():
         exclude.write_text(text + ("" if not text or text.endswith("\n") else "\n") + name + "\n")
 
 
+def _common_git_dir(repo: Path) -> Path:
+    from gitrun.store.repo import common_git_dir
+
+    return Path(common_git_dir(str(git.git_dir(repo))))
+
+
 def hooks_dir(repo: Path, force: bool) -> Path:
     """Where git looks for this repository's hooks (``core.hooksPath`` or
     ``.git/hooks``); one elsewhere than ``.git/hooks`` only with ``force``."""
-    own = git.git_dir(repo) / "hooks"
+    own = _common_git_dir(repo) / "hooks"  # git runs every work tree's hooks from there
     configured = git.run_git_quiet(repo, "config", "--get", "core.hooksPath")
     if configured:
         target = Path(configured) if Path(configured).is_absolute() else repo / configured
