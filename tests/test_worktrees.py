@@ -107,7 +107,9 @@ def test_a_driver_in_a_linked_work_tree_locks_out_resume_in_the_main_one(git_rep
 def test_no_task_is_committed_twice_by_drivers_in_two_work_trees(
     git_repo: Path, tmp_path: Path
 ) -> None:
-    fake_worker_run(git_repo, "w", 4, {"sleep": 1.0}, {"limits": {"canary": 0}})
+    # Workers long enough that the resume meets the first driver however
+    # slowly a loaded machine starts it.
+    fake_worker_run(git_repo, "w", 4, {"sleep": 8.0}, {"limits": {"canary": 0}})
     commit_all(git_repo, "define w")
     linked = _linked(git_repo)
     first = gitrun_process(linked, "start", "w")
