@@ -192,3 +192,26 @@ def test_what_a_worker_leaves_behind_in_its_own_session_is_stopped_at_the_end(
     assert not is_running(leftover)
     time.sleep(3.5)
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("body", "stray"),
+    [
+        ("os.makedirs('.git/info/.claude-sandbox-noreplace', exist_ok=True)", False),
+        ("pathlib.Path('.git/info/.claude-sandbox-noreplace').write_text('x')", True),
+        (
+            "os.makedirs('.git/info/.claude-sandbox-noreplace', exist_ok=True)\n"
+            "pathlib.Path('.git/info/.claude-sandbox-noreplace/payload').write_text('x')",
+            True,
+        ),
+    ],
+    ids=["the client's empty mark", "a file of its name", "a file inside it"],
+)
+def test_the_claude_sandbox_s_mark_is_no_violation_and_nothing_else_is_passed_over(
+    git_repo: Path, body: str, stray: bool
+) -> None:
+    """Claude Code's Bash sandbox makes an empty .git/info/.claude-sandbox-noreplace
+    at each start (seen with the real client: tests/test_real_claude.py)."""
+    _run(git_repo, body)
+    outcome = start_run(git_repo, "r", quiet)
+    assert (".git/info/.claude-sandbox-noreplace" in _violations(outcome)) is stray

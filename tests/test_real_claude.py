@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import commit_all, write_run
+from tests.helpers import commit_all, ledger_records, write_run
 from tests.realclient.claude import (
     claude_binary,
     claude_env,
@@ -251,6 +251,10 @@ def test_gitrun_start_with_the_claude_preset_confines_bash_and_commits_the_owned
         ["git", "show", "gitrun/c:out/c1.json"], cwd=repo, capture_output=True, text=True
     )
     assert committed.stdout == '{"ok": 1}', committed.stderr
+    # What the client writes of its own (its sandbox's marker in .git/info/)
+    # is no ownership violation: the stray writes were stopped, so none is.
+    violations = [r for r in ledger_records(repo, "c") if r.get("event") == "violation"]
+    assert violations == [], violations
 
 
 def test_gitrun_start_records_the_tokens_and_cost_the_real_client_reported(

@@ -30,7 +30,7 @@ from gitrun.definition.load import RunDef
 from gitrun.definition.runfiles import DEFINITION_EVENT, definition_paths, is_ledger_path
 from gitrun.ownership.claims import OWNS, Claim, OwnerIndex
 from gitrun.ownership.patterns import PatternError, parse
-from gitrun.ownership.temporaries import target_of_temporary
+from gitrun.ownership.temporaries import is_client_mark, target_of_temporary
 from gitrun.store import git
 from gitrun.store.records import VERSION, Fields, RecordInvalid
 from gitrun.store.repo import common_git_dir
@@ -178,6 +178,8 @@ class Audit:
             folder = self.common_dir / sub
             names = ["config"] if not sub else _listing(folder)
             for name in names:
+                if sub and is_client_mark(str(folder / name)):
+                    continue  # Claude Code's sandbox makes it, empty, at each start
                 shown = f".git/{sub + '/' if sub else ''}{name}"
                 found[shown] = _signature(folder / name)
         if self.common_dir != self.git_dir:  # a linked work tree's own settings
