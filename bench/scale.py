@@ -49,11 +49,31 @@ def _files(root: Path, names: list[str], text: str) -> None:
         path.write_text(text)
 
 
+def _shell_worker(repo: Path, run: str) -> None:
+    packet = repo / ".gitrun" / "runs" / run / "packet.toml"
+    lines = packet.read_text().splitlines()
+    lines = [f"shell = {WORKER!r}" if ln.startswith("shell = ") else ln for ln in lines]
+    packet.write_text("\n".join(lines) + "\n")
+
+
 def build_check(repo: Path, n: int, landed: bool, ignored: bool) -> None:
     _files(repo, [f"docs/ch{i:06d}.md" for i in range(n)], "chapter\n")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "inputs")
-    _gitrun(repo, "new", "bench", "--inputs", "docs/*.md", "--output", "out/{stem}.json")
+    # The shell preset: a check proves the executor's program runs, and the
+    # bench machine need not have an agent CLI.
+    _gitrun(
+        repo,
+        "new",
+        "bench",
+        "--inputs",
+        "docs/*.md",
+        "--output",
+        "out/{stem}.json",
+        "--preset",
+        "shell",
+    )
+    _shell_worker(repo, "bench")
     if landed:
         _files(repo, [f"out/ch{i:06d}.json" for i in range(n)], "{}\n")
     _git(repo, "add", "-A")
@@ -80,10 +100,7 @@ def build_status(scratch: Path, runs: int) -> Path:
             "--preset",
             "shell",
         )
-        packet = origin / ".gitrun" / "runs" / run / "packet.toml"
-        lines = packet.read_text().splitlines()
-        lines = [f"shell = {WORKER!r}" if ln.startswith("shell = ") else ln for ln in lines]
-        packet.write_text("\n".join(lines) + "\n")
+        _shell_worker(origin, run)
     _git(origin, "add", "-A")
     _git(origin, "commit", "-qm", "the runs")
     for run in ids:

@@ -215,3 +215,38 @@ def test_the_claude_sandbox_s_mark_is_no_violation_and_nothing_else_is_passed_ov
     _run(git_repo, body)
     outcome = start_run(git_repo, "r", quiet)
     assert (".git/info/.claude-sandbox-noreplace" in _violations(outcome)) is stray
+
+
+def test_a_neighbour_s_output_written_by_another_worker_is_set_aside_not_committed(
+    git_repo: Path,
+) -> None:
+    """t1's worker also writes t2's output. That file appeared while t1 ran,
+    not by an attempt of t2: it is set aside as suspect and t2 dispatched,
+    so what is committed as t2's result is t2's own work."""
+    script = git_repo.parent / "worker.py"
+    script.write_text(
+        "import os, pathlib\n"
+        "task = os.environ['GITRUN_TASK']\n"
+        "pathlib.Path('out').mkdir(exist_ok=True)\n"
+        "pathlib.Path(f'out/{task}.json').write_text('{\"by\": \"%s\"}' % task)\n"
+        "if task == 't1':\n"
+        "    pathlib.Path('out/t2.json').write_text('{\"clobbered\": true}')\n"
+    )
+    tasks = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in (1, 2)]
+    packet = {
+        "executor": {"command": [sys.executable, str(script)]},
+        "limits": {"canary": 0, "concurrency": 1},
+    }
+    write_run(git_repo, "r", tasks, packet)
+    said: list[str] = []
+    outcome = start_run(git_repo, "r", said.append)
+    assert outcome.exit_code == 0
+    assert git(git_repo, "show", "gitrun/r:out/t2.json") == '{"by": "t2"}'
+    [line] = [s for s in said if "appeared while other tasks ran" in s]
+    assert line.startswith("t2: out/t2.json appeared while other tasks ran (t1)"), line
+    aside = list((git_repo / ".git/gitrun/r/quarantine/t2").rglob("t2.json"))
+    assert [p.read_text() for p in aside] == ['{"clobbered": true}']
+    [event] = [r for r in ledger_records(git_repo) if r.get("event") == "suspect"]
+    assert event["task"] == "t2" and event["paths"] == ["out/t2.json"]
+    valid = [r["task"] for r in ledger_records(git_repo) if r.get("outcome") == "valid"]
+    assert sorted(valid) == ["t1", "t2"]

@@ -481,8 +481,11 @@ def _check_command(run: RunDef, validator: CommandValidator, path: str) -> str |
     return None
 
 
-def quarantine(repo: Path, quarantine_dir: Path, checks: list[OutputCheck]) -> list[str]:
-    """Move invalid outputs under ``quarantine_dir``, keeping their paths; returns them.
+def quarantine(
+    repo: Path, quarantine_dir: Path, checks: list[OutputCheck], suspect: bool = False
+) -> list[str]:
+    """Move invalid outputs (``suspect``: every output checked, valid ones
+    too) under ``quarantine_dir``, keeping their paths; returns them.
 
     Only a regular file or a symlink (the link itself, never its target) is
     moved: an output that turned out to be a directory stays where it is, so a
@@ -490,7 +493,7 @@ def quarantine(repo: Path, quarantine_dir: Path, checks: list[OutputCheck]) -> l
     """
     moved: list[str] = []
     for check in checks:
-        if check.state != "invalid":
+        if check.state != "invalid" and not suspect:
             continue
         name = check.path.rsplit("/", 1)[-1]
         try:

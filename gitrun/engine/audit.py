@@ -126,8 +126,9 @@ class Audit:
         self.git_dir = git.git_dir(run.repo)
         # A linked work tree's hooks, info/ and main config are the common ones.
         self.common_dir = Path(common_git_dir(str(self.git_dir)))
+        self.seen_with: dict[str, list[str]] = {}  # owned path -> tasks out when it changed
         if state is None:
-            self.known = {p: _signature(run.repo / p) for p in git.changed_paths(run.repo)}
+            self.known = {p: signature(run.repo / p) for p in git.changed_paths(run.repo)}
             self.git_files = self._git_files()
             self.active: set[str] = set()
         else:  # an external run's audit, picked up where the last command left it
@@ -147,11 +148,16 @@ class Audit:
         found = []
         changed = set(git.changed_paths(self.run.repo))
         for path in sorted(changed | self.known.keys()):
-            signature = _signature(self.run.repo / path)
-            if path in self.known and self.known[path] == signature:
+            now_is = signature(self.run.repo / path)
+            if path in self.known and self.known[path] == now_is:
                 continue  # as it was at the last look
-            self.known[path] = signature
-            if is_ledger_path(self.run, path) or self._owned(path):
+            self.known[path] = now_is
+            if is_ledger_path(self.run, path):
+                continue
+            if self._owned(path):
+                # Who was out when it changed: a task's output another
+                # task's worker wrote is found at that task's dispatch.
+                self.seen_with[path] = sorted(self.active)
                 continue
             found.append(Violation(path, sorted(self.active), now, path in self.definition))
         git_files = self._git_files()
@@ -181,9 +187,9 @@ class Audit:
                 if sub and is_client_mark(str(folder / name)):
                     continue  # Claude Code's sandbox makes it, empty, at each start
                 shown = f".git/{sub + '/' if sub else ''}{name}"
-                found[shown] = _signature(folder / name)
+                found[shown] = signature(folder / name)
         if self.common_dir != self.git_dir:  # a linked work tree's own settings
-            found[".git/config.worktree"] = _signature(self.git_dir / "config.worktree")
+            found[".git/config.worktree"] = signature(self.git_dir / "config.worktree")
         return found
 
 
@@ -194,7 +200,7 @@ def _listing(folder: Path) -> list[str]:
         return []
 
 
-def _signature(path: Path) -> Signature:
+def signature(path: Path) -> Signature:
     """What tells a file's content changed without reading it (None: gone).
     The change time is in it: a write can restore the size and mtime (utime),
     not the ctime the kernel sets."""

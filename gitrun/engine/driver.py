@@ -30,7 +30,8 @@ from gitrun.definition.runfiles import (
     definition_snapshot,
     open_ledger,
 )
-from gitrun.engine.audit import Audit, Violation
+from gitrun.engine.audit import Audit, Signature, Violation
+from gitrun.engine.audit import signature as audit_signature
 from gitrun.engine.budget import Budget
 from gitrun.engine.committer import CommitQueue, Committed, Committer, Landing
 from gitrun.engine.crashpoints import crash_point
@@ -58,7 +59,7 @@ from gitrun.store.jsonlines import shown
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import LiveAttempt, LiveState, RunLock
 from gitrun.store.usage import UsageTotals
-from gitrun.visible import last_lines
+from gitrun.visible import last_lines, visible
 from gitrun.workers.attempt import AttemptEnd, Monitor, Runner, RunningAttempt
 from gitrun.workers.executor import command_template, render_command
 from gitrun.workers.pointer import attempt_values
@@ -159,6 +160,7 @@ class Driver:
         self.audit: Audit | None = None
         self.audit_due = False  # an attempt ended since the last audit
         self.violations: list[Violation] = []
+        self.at_start: dict[str, Signature] = {}  # the audit's first look (drive)
 
     def _runner(self) -> Runner:
         """Where attempts run: child processes here, or tasks on a Ray cluster
@@ -195,6 +197,9 @@ class Driver:
         # Orphans are handled (recover_orphans) before a new journal begins.
         self.journal = Journal(self.local)
         self.audit = Audit(self.run)
+        # The work tree's changes as driving began: an output that is not as
+        # it was then appeared while this driver's attempts ran.
+        self.at_start = dict(self.audit.known)
         self._choose_canary()
         self.proven_stage = self.engine.current_stage()  # check_run proved it just now
         commits = CommitQueue(self.committer, self._own_files, self._on_commit)
@@ -350,19 +355,59 @@ class Driver:
         pending.extendleft(reversed(skipped))
 
     def _valid_on_disk(self, task: Task) -> bool:
-        """Outputs decide, not who wrote them, even at the moment of
-        dispatch: a task whose valid output is on disk already (written by a
-        worker of a driver that died before it recorded it, or by a person)
-        is committed, not dispatched again.
+        """Outputs decide, even at the moment of dispatch: a task whose valid
+        output is on disk as it was when driving began (a dead driver's
+        worker's, say) is committed, not dispatched again. One that appeared
+        since, while attempts of other tasks ran, is none of this task's
+        work (a worker wrote its neighbour's output): it is set aside as
+        suspect, recorded with the tasks that were running, and the task
+        dispatched.
         Asked only when every output is a regular file there."""
         prior = prior_in_tree(self.run, task, self.base_tree)
         check = check_task(self.run, task, prior, self.committer.object_format)
         if check.outcome != "valid":
             return False
+        appeared = [o.path for o in check.outputs if self._appeared(o.path, o.blob)]
+        if appeared:
+            number = self.engine.history[task.id].attempts
+            where = self.local.quarantine_of(task.id, number)
+            quarantine(self.repo, where, check.outputs, suspect=True)
+            suspects = self._out_when_written(appeared)
+            record = {
+                "event": "suspect",
+                "task": task.id,
+                "paths": appeared,
+                "tasks": suspects,
+                "at": ledger.iso(time.time()),
+            }
+            self.engine.write(self.ledger, record)
+            self.report(
+                f"{task.id}: {', '.join(visible(p) for p in appeared)} appeared while other "
+                f"tasks ran ({', '.join(suspects) or 'which, unknown'}), not by an attempt of "
+                f"{task.id}: set aside in {shown(where)}, and {task.id} dispatched"
+            )
+            return False
         self.engine.mark_done(task.id)
         self.commits.put(Landing(task.id, self.engine.history[task.id].attempts, check.outputs))
         self.report(f"{task.id}: a valid output is already on disk; committed, not dispatched")
         return True
+
+    def _out_when_written(self, paths: list[str]) -> list[str]:
+        """The tasks that were out when ``paths`` changed, as the audit saw
+        them (or that are out since its last look, when it has not looked)."""
+        assert self.audit is not None
+        found: set[str] = set()
+        for path in paths:
+            found.update(self.audit.seen_with.get(path) or self.audit.active | set(self.running))
+        return sorted(found)
+
+    def _appeared(self, path: str, blob: str) -> bool:
+        """Whether the output at ``path`` (content ``blob``) is not as it was
+        when driving began: neither the base commit's file nor the one in
+        the work tree then."""
+        if path in self.base_tree and self.base_tree[path][1] == blob:
+            return False
+        return self.at_start.get(path, None) != audit_signature(self.repo / path)
 
     def _launch(self, task: Task) -> bool:
         """Start an attempt of ``task``; False when its valid output was on
@@ -373,8 +418,10 @@ class Driver:
         before = prepare_outputs(self.run, task, self.committer.object_format, aside)
         # Each output's state at launch answers whether it is on disk at all
         # (a mark: a regular file there), so the usual launch asks nothing more.
-        if None not in before.values() and self._valid_on_disk(task):
-            return False
+        if None not in before.values():
+            if self._valid_on_disk(task):
+                return False
+            before = prepare_outputs(self.run, task, self.committer.object_format, aside)
         self.before[task.id] = before
         made_from = self.made_from[task.id] = self.provenance.of(task).to_json()
         values = attempt_values(self.run, task, number)

@@ -192,20 +192,12 @@ def _read_cache(path: Path) -> dict[str, object]:
 def input_problems(run: RunDef, owned: list[Claim], base_files: frozenset[str]) -> list[Problem]:
     """The inputs of ``run``'s tasks that name nothing: no file in the work
     tree or at the base (``base_files``), and none that a task owns."""
-    literal_owned = {p for p in (literal_path(c.pattern) for c in owned) if p is not None}
-    wild_owned = [c.pattern for c in owned if not c.pattern.is_literal]
-
-    # The folders an owned path lies in: a task may read a whole folder
-    # that other tasks fill.
-    folders = {p[:at] for p in literal_owned for at in _slashes(p)}
+    made: _MadeByRun | None = None  # built at the first input not found
 
     def made_by_run(path: str) -> bool:
-        parts = path.split("/")
-        if path in folders or any(
-            "/".join(parts[:n]) in literal_owned for n in range(1, len(parts) + 1)
-        ):
-            return True
-        return any(matches(pattern, path) for pattern in wild_owned)
+        nonlocal made
+        made = made or _MadeByRun(owned)
+        return made.makes(path)
 
     def there(path: str) -> bool:
         return path in base_files or os.path.lexists(os.path.join(run.repo, path))
@@ -214,6 +206,8 @@ def input_problems(run: RunDef, owned: list[Claim], base_files: frozenset[str]) 
     problems: list[Problem] = []
     for task in run.tasks:
         for text in task.inputs:
+            if text in base_files:
+                continue  # a tracked file, named as it is: the usual input
             if canonical_problem(text, is_file=False) is not None:
                 continue  # a problem of its own
             try:
@@ -251,6 +245,25 @@ def input_problems(run: RunDef, owned: list[Claim], base_files: frozenset[str]) 
                     )
                 )
     return problems
+
+
+class _MadeByRun:
+    """Whether a path is one the run's tasks make: an owned path, inside
+    one, or a folder that owned paths lie in (a task may read a whole
+    folder other tasks fill)."""
+
+    def __init__(self, owned: list[Claim]) -> None:
+        self.literal = {p for p in (literal_path(c.pattern) for c in owned) if p is not None}
+        self.wild = [c.pattern for c in owned if not c.pattern.is_literal]
+        self.folders = {p[:at] for p in self.literal for at in _slashes(p)}
+
+    def makes(self, path: str) -> bool:
+        parts = path.split("/")
+        if path in self.folders or any(
+            "/".join(parts[:n]) in self.literal for n in range(1, len(parts) + 1)
+        ):
+            return True
+        return any(matches(pattern, path) for pattern in self.wild)
 
 
 def _slashes(path: str) -> list[int]:

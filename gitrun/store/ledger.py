@@ -121,8 +121,8 @@ def note(summary: LedgerSummary, record: dict[str, Any]) -> None:
             if isinstance(tid, str):
                 summary.tasks.setdefault(tid, TaskHistory()).up_to_date = True
         return
-    if not isinstance(record.get("task"), str):
-        return  # run-level events, such as ownership violations
+    if not isinstance(record.get("task"), str) or event not in (None, RETRY):
+        return  # run-level events (ownership violations, a task's suspect output...)
     history = summary.tasks.setdefault(record["task"], TaskHistory())
     if record.get("event") == RETRY:
         history.used = 0
