@@ -10,6 +10,7 @@ sequences are shown, never obeyed).
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from gitrun.engine.status import read_status
 from gitrun.errors import GitrunError
 from gitrun.store.jsonlines import shown
 from gitrun.store.local import LocalPaths
-from gitrun.store.regular import read_regular
+from gitrun.store.regular import NotRegular, kind_of, read_regular
 from gitrun.visible import visible
 
 MAX_SHOWN = 4 << 20  # bytes of one log printed; a log is bounded below that anyway
@@ -97,9 +98,7 @@ def follow(repo: Path, run_id: str, log: Log, write: Callable[[str], None]) -> N
     offset, looks, live = 0, 0, True
     while True:
         try:
-            with open(log.path, "rb") as handle:
-                handle.seek(offset)
-                chunk = handle.read(MAX_SHOWN)
+            chunk = _read_from(log.path, offset)
         except FileNotFoundError:
             chunk = b""  # it printed nothing yet
         except OSError as exc:
@@ -116,3 +115,16 @@ def follow(repo: Path, run_id: str, log: Log, write: Callable[[str], None]) -> N
         looks += 1
         if live:
             time.sleep(FOLLOW_POLL)
+
+
+def _read_from(path: Path, offset: int) -> bytes:
+    """The bytes of the regular file at ``path`` from ``offset`` on (at most
+    :data:`MAX_SHOWN`), never waiting on a FIFO in its place."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegular(str(path), kind_of(path) or "not a file")
+        return os.pread(fd, MAX_SHOWN, offset)
+    finally:
+        os.close(fd)

@@ -173,7 +173,7 @@ def status_of(
     for record in ledger.attempt_records(engine.records):
         records.setdefault(str(record.get("task")), []).append(record)
     tasks: dict[str, TaskStatus] = {}
-    local = LocalPaths.of(repo, run.id)
+    local = engine.local
     for task in run.tasks:
         history = engine.history.get(task.id) or _NO_HISTORY
         status = engine.status[task.id]
