@@ -55,13 +55,21 @@ def git_repo(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.fixture
 def clis(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The agent CLIs and ``srun`` as stand-ins at the front of PATH, for
-    tests of definitions that name them (``gitrun check`` requires the
-    executor's program to resolve and a preset's to answer ``--version``)."""
+    """The agent CLIs, ``srun`` and the scaffold's ``my-agent`` as stand-ins
+    at the front of PATH, for tests of definitions that name them (``gitrun
+    check`` requires the executor's program to resolve and a preset's to
+    answer ``--version``)."""
     from tests.helpers import fake_programs
 
     folder = fake_programs(
-        tmp_path_factory.mktemp("bin"), "claude", "codex", "gemini", "aider", "srun", "worker"
+        tmp_path_factory.mktemp("bin"),
+        "claude",
+        "codex",
+        "gemini",
+        "aider",
+        "srun",
+        "worker",
+        "my-agent",
     )
     monkeypatch.setenv("PATH", os.pathsep.join([str(folder), os.environ.get("PATH", "")]))
     return folder

@@ -216,6 +216,7 @@ def test_literal_model_in_command(git_repo: Path) -> None:
     assert "claude-opus-4-1" in problems[0].message
 
 
+@pytest.mark.usefixtures("clis")
 def test_literal_model_in_overridden_preset_shell(git_repo: Path) -> None:
     packet = {"executor": {"preset": "shell", "shell": 'claude -p "$GITRUN_POINTER" --model opus'}}
     assert _codes(_problems(git_repo, [_task("ta")], **packet)) == ["literal-model"]

@@ -54,7 +54,9 @@ def test_the_shell_preset_gets_a_script_to_replace(git_repo: Path) -> None:
     assert run.packet.executor.shell is not None and "$GITRUN_POINTER" in run.packet.executor.shell
     assert run.packet.model.default == ""  # a script is not handed some client's model
     assert "$GITRUN_MODEL" in (git_repo / ".gitrun/runs/s/packet.toml").read_text()  # how to
-    assert check_run(run).problems == []
+    # Untouched, the script starts a placeholder: check says so.
+    [problem] = check_run(run).problems
+    assert problem.code == "program" and "shell starts `my-agent`" in problem.message
 
 
 def test_an_unknown_preset_or_one_for_an_external_run_is_a_usage_error(git_repo: Path) -> None:

@@ -173,3 +173,24 @@ def test_the_stand_ins_resolve_so_definition_tests_need_no_real_client(tmp_path:
     proc = subprocess.run([folder / "claude", "--version"], capture_output=True, text=True)
     assert proc.stdout == "claude 0.0.0-test\n"
     assert subprocess.run([folder / "claude", "-p", "x"], capture_output=True).returncode == 1
+
+
+@pytest.mark.parametrize(
+    ("script", "flagged"),
+    [
+        ('my-agent --task "$GITRUN_TASK" "$GITRUN_POINTER"', True),  # the scaffold's line
+        ('sh worker.sh "$GITRUN_POINTER"', False),
+        ('cd docs && my-agent "$GITRUN_POINTER"', False),  # a builtin first: cannot tell
+        ('./work.sh "$GITRUN_POINTER"', False),  # a path the script runs: its own business
+        ('FOO=1 my-agent "$GITRUN_POINTER"', False),  # an assignment first: cannot tell
+    ],
+)
+def test_a_shell_script_s_first_program_must_be_on_path(
+    git_repo: Path, script: str, flagged: bool
+) -> None:
+    problems = _check(git_repo, [_task("t1")], executor={"preset": "shell", "shell": script})
+    if flagged:
+        [problem] = problems
+        assert "[executor] shell starts `my-agent`, which is not found on PATH" in (problem.message)
+    else:
+        assert problems == []

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -44,7 +46,7 @@ from gitrun.processes.proc import clean_env
 from gitrun.store.regular import read_regular
 from gitrun.store.tomlfile import write_atomic
 from gitrun.visible import visible
-from gitrun.workers.executor import PRESETS, command_template
+from gitrun.workers.executor import PRESETS, SHELL_PRESET, command_template
 
 VERSION_TIMEOUT = 30.0  # seconds; a node CLI's --version takes about half of one
 CACHE_NAME = ".programs.json"  # beside the runs' folders; no run id starts with a dot
@@ -77,6 +79,15 @@ def program_check(run: RunDef, path: str | None = None) -> ProgramCheck:
     name = template[0]
     if path is None:
         path = executor.env.get("PATH", os.environ.get("PATH", os.defpath))
+    script_starts = _script_program(executor.shell) if executor.preset == SHELL_PRESET else None
+    if executor.command is None and script_starts is not None:
+        found, why = resolve(run.repo, script_starts, path)
+        if found is None:
+            text = (
+                f"{run.packet_path}: [executor] shell starts `{visible(script_starts)}`, which "
+                f"{why}; install it, or write there the command your workers run"
+            )
+            return ProgramCheck([Problem("program", text)])
     found, why = resolve(run.repo, name, path)
     if found is None:
         preset = executor.preset if executor.command is None else None
@@ -101,6 +112,78 @@ def program_check(run: RunDef, path: str | None = None) -> ProgramCheck:
             [Problem("program", f"{run.packet_path}: [executor] {problem}; reinstall it")]
         )
     return ProgramCheck([], version)
+
+
+# What a shell script may start with that is no program on PATH.
+_SHELL_WORDS = frozenset(
+    [
+        "!",
+        ".",
+        ":",
+        "[",
+        "alias",
+        "bg",
+        "break",
+        "case",
+        "cd",
+        "command",
+        "continue",
+        "declare",
+        "echo",
+        "eval",
+        "exec",
+        "exit",
+        "export",
+        "false",
+        "fg",
+        "for",
+        "function",
+        "getopts",
+        "hash",
+        "if",
+        "jobs",
+        "kill",
+        "let",
+        "local",
+        "printf",
+        "pwd",
+        "read",
+        "readonly",
+        "return",
+        "set",
+        "shift",
+        "source",
+        "test",
+        "time",
+        "times",
+        "trap",
+        "true",
+        "type",
+        "ulimit",
+        "umask",
+        "unalias",
+        "unset",
+        "until",
+        "wait",
+        "while",
+        "{",
+        "(",
+    ]
+)
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+
+
+def _script_program(script: str | None) -> str | None:
+    """The program a shell script's first command names, when it is a plain
+    name the shell looks up on PATH (not a builtin, a keyword, a path, an
+    assignment or an expansion); None when that cannot be told."""
+    try:
+        words = shlex.split(script or "", comments=True)
+    except ValueError:
+        return None
+    if not words or words[0] in _SHELL_WORDS or _PLAIN_NAME.fullmatch(words[0]) is None:
+        return None
+    return words[0]
 
 
 def resolve(repo: Path, name: str, path: str) -> tuple[str | None, str]:
