@@ -139,16 +139,21 @@ def spawn_events(spec_path: Path) -> list[tuple[str, int, str, float]]:
     return events
 
 
-def run_gitrun(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """gitrun as a real child process in ``repo``, run to its end, output captured."""
+def run_gitrun(
+    repo: Path, *args: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """gitrun as a real child process in ``repo``, as a user's shell runs it
+    (:func:`user_env`, with ``env`` on top), run to its end, output captured."""
     import sys
 
     return subprocess.run(
         [sys.executable, "-m", "gitrun", *args],
         cwd=repo,
+        env={**user_env(), **(env or {})},
         capture_output=True,
         text=True,
         timeout=120,
+        stdin=subprocess.DEVNULL,
     )
 
 

@@ -56,11 +56,14 @@ def lead(git_repo: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return git_repo
 
 
-def _hook(repo: Path, payload: dict[str, Any], **env: str) -> tuple[int, dict[str, Any], str]:
+def _installed_hook(
+    repo: Path, event: str, payload: dict[str, Any], **env: str
+) -> subprocess.CompletedProcess[str]:
+    """The hook command ``gitrun hooks install`` wrote for ``event``, run as the client runs it."""
     settings = json.loads((repo / ".claude/settings.json").read_text())
-    command = settings["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
+    command = settings["hooks"][event][0]["hooks"][0]["command"]
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}
-    proc = subprocess.run(
+    return subprocess.run(
         ["/bin/sh", "-c", command],
         input=json.dumps(payload),
         cwd=repo,
@@ -69,6 +72,10 @@ def _hook(repo: Path, payload: dict[str, Any], **env: str) -> tuple[int, dict[st
         env={**full_env, **env},
         timeout=60,
     )
+
+
+def _hook(repo: Path, payload: dict[str, Any], **env: str) -> tuple[int, dict[str, Any], str]:
+    proc = _installed_hook(repo, "PreToolUse", payload, **env)
     out = json.loads(proc.stdout)["hookSpecificOutput"] if proc.stdout.strip() else {}
     return proc.returncode, out, proc.stderr
 
@@ -288,8 +295,6 @@ def test_a_subagent_s_last_words_reach_collect_and_its_log(lead: Path, tmp_path:
     transcript = tmp_path / "lead.jsonl"
     _hook(lead, agent_call(lead, transcript, pointers["t1"], "toolu_1"))
     start_subagent(transcript, "a1", "toolu_1", description="gitrun r t1")
-    settings = json.loads((lead / ".claude/settings.json").read_text())
-    command = settings["hooks"]["SubagentStop"][0]["hooks"][0]["command"]
     for active, words in (
         (False, "I could not open the input"),
         (True, "giving up: no input\x1b[2J"),
@@ -305,15 +310,7 @@ def test_a_subagent_s_last_words_reach_collect_and_its_log(lead: Path, tmp_path:
             "agent_transcript_path": str(tmp_path / "a1.jsonl"),
             "last_assistant_message": f"Reading the packet.\n{words}",
         }
-        proc = subprocess.run(
-            ["/bin/sh", "-c", command],
-            input=json.dumps(stop),
-            cwd=lead,
-            capture_output=True,
-            text=True,
-            env={k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")},
-            timeout=60,
-        )
+        proc = _installed_hook(lead, "SubagentStop", stop)
         assert proc.returncode == 0, proc.stderr
         held = json.loads(proc.stdout) if proc.stdout.strip() else {}
         assert (held.get("decision") == "block") is not active  # held once, then let go

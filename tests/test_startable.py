@@ -18,7 +18,7 @@ import pytest
 from gitrun.definition.load import load_run
 from gitrun.problem import Problem
 from gitrun.proof.check import check_run
-from tests.helpers import build_tree, commit_all, fake_programs, user_env, write_run
+from tests.helpers import build_tree, commit_all, fake_programs, run_gitrun, write_run
 
 
 def _check(repo: Path, tasks: list[dict[str, object]], **packet: object) -> list[Problem]:
@@ -28,17 +28,6 @@ def _check(repo: Path, tasks: list[dict[str, object]], **packet: object) -> list
 
 def _task(tid: str, **extra: object) -> dict[str, object]:
     return {"id": tid, "outputs": [f"out/{tid}.json"], **extra}
-
-
-def _gitrun(repo: Path, *args: str, path: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gitrun", *args],
-        cwd=repo,
-        env={**user_env(), "PATH": path},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def _counting_cli(folder: Path, name: str, answer: str, status: int = 0) -> Path:
@@ -59,7 +48,7 @@ def test_a_preset_whose_cli_is_not_installed_is_a_problem_naming_the_install(
     empty.mkdir()
     path = os.pathsep.join([str(empty), str(Path(sys.executable).parent), "/usr/bin", "/bin"])
     for command in ("check", "start"):
-        proc = _gitrun(git_repo, command, "r", path=path)
+        proc = run_gitrun(git_repo, command, "r", env={"PATH": path})
         assert proc.returncode != 0, proc.stdout
         said = proc.stdout + proc.stderr
         assert "[executor] starts `claude`, which is not found on PATH" in said
@@ -162,7 +151,7 @@ def test_a_repository_without_a_commit_is_one_sentence(tmp_path: Path) -> None:
     repo = tmp_path / "fresh"
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     write_run(repo, "r", [_task("t1")])
-    proc = _gitrun(repo, "check", "r", path=os.environ["PATH"])
+    proc = run_gitrun(repo, "check", "r", env={"PATH": os.environ["PATH"]})
     assert proc.returncode == 1
     assert "[no-commit] the repository has no commit yet" in proc.stdout
     assert "git add -A && git commit" in proc.stdout

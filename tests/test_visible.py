@@ -10,15 +10,13 @@ Every such character is now shown escaped, by one function,
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gitrun.store.ledger import LedgerWriter
 from gitrun.visible import visible
-from tests.helpers import commit_all, committed_ledger, user_env, write_run
+from tests.helpers import commit_all, committed_ledger, run_gitrun, write_run
 
 RAW = ("\x1b", "\x07", "\x9b", "\r")
 # A stray file outside every owned path, then an escape sequence as the last
@@ -31,19 +29,6 @@ exit 1
 """
 SHOWN_FILE = "stray\\x1b]0;PWNED\\x07.txt"
 SHOWN_LINE = "oops \\x1b[31mRED\\x1b]0;PWNED\\x07"
-
-
-def _gitrun(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gitrun", *args],
-        cwd=repo,
-        env=user_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
 
 
 def _no_raw(text: str) -> None:
@@ -66,7 +51,7 @@ def hostile(git_repo: Path) -> Path:
 def test_start_status_resume_and_the_committed_halt_show_a_worker_s_escapes(
     hostile: Path,
 ) -> None:
-    started = _gitrun(hostile, "start", "r")
+    started = run_gitrun(hostile, "start", "r")
     assert started.returncode == 3, started.stdout + started.stderr
     assert any("\x1b" in p.name for p in hostile.iterdir())  # the worker really wrote it
     for out in (started.stdout, started.stderr):
@@ -84,23 +69,23 @@ def test_start_status_resume_and_the_committed_halt_show_a_worker_s_escapes(
     _no_raw(message)
     assert f"`{SHOWN_LINE}`" in message
 
-    status = _gitrun(hostile, "status", "r")
+    status = run_gitrun(hostile, "status", "r")
     _no_raw(status.stdout + status.stderr)
     assert f"`{SHOWN_LINE}`" in status.stdout and SHOWN_FILE in status.stdout
-    _no_raw(_gitrun(hostile, "status").stdout)
+    _no_raw(run_gitrun(hostile, "status").stdout)
 
-    resumed = _gitrun(hostile, "resume", "r")
+    resumed = run_gitrun(hostile, "resume", "r")
     assert resumed.returncode == 3
     _no_raw(resumed.stdout + resumed.stderr)
     assert f"`{SHOWN_LINE}`" in resumed.stdout
 
     page = hostile.parent / "report.html"
-    reported = _gitrun(hostile, "report", "r", "--output", str(page))
+    reported = run_gitrun(hostile, "report", "r", "--output", str(page))
     assert reported.returncode == 0, reported.stderr
     _no_raw(page.read_text())
     assert SHOWN_FILE in page.read_text()
 
-    retried = _gitrun(hostile, "retry", "r")
+    retried = run_gitrun(hostile, "retry", "r")
     assert retried.returncode == 0, retried.stderr
     _no_raw(retried.stdout + retried.stderr)
     assert "lifted the halt (canary failed" in retried.stdout and SHOWN_LINE in retried.stdout
@@ -121,10 +106,10 @@ def test_a_raw_halt_an_older_gitrun_committed_is_shown_escaped(git_repo: Path) -
         )
     finally:
         writer.close()
-    status = _gitrun(git_repo, "status", "r")
+    status = run_gitrun(git_repo, "status", "r")
     _no_raw(status.stdout + status.stderr)
     assert "`\\x1b[2J\\x1b]0;PWNED\\x07`" in status.stdout
-    assert json.loads(_gitrun(git_repo, "status", "r", "--json").stdout)["halt"]
+    assert json.loads(run_gitrun(git_repo, "status", "r", "--json").stdout)["halt"]
 
 
 def test_a_validator_quoting_the_output_is_shown_escaped(git_repo: Path) -> None:
@@ -143,7 +128,7 @@ def test_a_validator_quoting_the_output_is_shown_escaped(git_repo: Path) -> None
     }
     write_run(git_repo, "r", table, packet)
     commit_all(git_repo, "run r")
-    run = _gitrun(git_repo, "start", "r")
+    run = run_gitrun(git_repo, "start", "r")
     assert run.returncode != 0
     _no_raw(run.stdout + run.stderr)
     assert "bad\\x1b]0;PWNED\\x07" in run.stderr

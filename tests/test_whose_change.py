@@ -5,21 +5,9 @@ finished run does not call the run's own committed outputs dirty."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
-from tests.helpers import commit_all, user_env, write_run
-
-
-def _gitrun(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gitrun", *args],
-        cwd=repo,
-        env=user_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+from tests.helpers import commit_all, run_gitrun, write_run
 
 
 def _external(repo: Path) -> None:
@@ -30,12 +18,12 @@ def _external(repo: Path) -> None:
 
 def test_editing_the_packet_of_a_running_external_run_is_a_notice(git_repo: Path) -> None:
     _external(git_repo)
-    assert _gitrun(git_repo, "start", "e").returncode == 0  # t1 handed out
+    assert run_gitrun(git_repo, "start", "e").returncode == 0  # t1 handed out
     (git_repo / "out").mkdir(exist_ok=True)
     (git_repo / "out/t1.json").write_text("{}\n")
     packet = git_repo / ".gitrun/runs/e/packet.toml"
     packet.write_text(packet.read_text() + "# sharper instructions\n")
-    collected = _gitrun(git_repo, "collect", "e")
+    collected = run_gitrun(git_repo, "collect", "e")
     said = collected.stdout + collected.stderr
     assert collected.returncode == 0, said
     assert "ownership violation" not in said
@@ -43,10 +31,10 @@ def test_editing_the_packet_of_a_running_external_run_is_a_notice(git_repo: Path
         "notice: .gitrun/runs/e/packet.toml, the run's definition, was edited while tasks ran "
         "(t1)" in said
     )
-    status = _gitrun(git_repo, "status", "e").stdout
+    status = run_gitrun(git_repo, "status", "e").stdout
     assert "ownership violation" not in status
     # The next batch goes out, and the definition is committed as edited.
-    assert _gitrun(git_repo, "next", "e").returncode == 0
+    assert run_gitrun(git_repo, "next", "e").returncode == 0
     shown = subprocess.run(
         ["git", "show", "gitrun/e:.gitrun/runs/e/packet.toml"],
         cwd=git_repo,
@@ -59,15 +47,15 @@ def test_editing_the_packet_of_a_running_external_run_is_a_notice(git_repo: Path
 
 def test_check_of_a_started_run_judges_its_outputs_against_its_branch(git_repo: Path) -> None:
     _external(git_repo)
-    _gitrun(git_repo, "start", "e")
+    run_gitrun(git_repo, "start", "e")
     (git_repo / "out").mkdir(exist_ok=True)
     (git_repo / "out/t1.json").write_text("{}\n")
-    assert _gitrun(git_repo, "collect", "e").returncode == 0  # committed on gitrun/e
-    checked = _gitrun(git_repo, "check", "e")
+    assert run_gitrun(git_repo, "collect", "e").returncode == 0  # committed on gitrun/e
+    checked = run_gitrun(git_repo, "check", "e")
     assert checked.returncode == 0 and "is ready" in checked.stdout, checked.stdout
     # The user's own change to a committed output is still in the way.
     (git_repo / "out/t1.json").write_text('{"edited": true}\n')
-    checked = _gitrun(git_repo, "check", "e")
+    checked = run_gitrun(git_repo, "check", "e")
     assert checked.returncode == 1
     assert "[dirty-owned] out/t1.json has uncommitted changes" in checked.stdout
 
@@ -90,18 +78,18 @@ def test_a_task_whose_lead_session_keeps_dying_is_abandoned_not_failed(git_repo:
         },
     )
     commit_all(git_repo, "run e")
-    started = json.loads(_gitrun(git_repo, "start", "e", "--json").stdout)
+    started = json.loads(run_gitrun(git_repo, "start", "e", "--json").stdout)
     assert [item["task"] for item in started["leased"]] == ["t1"]
     for death in range(3):  # the lead dies; a new one resumes
-        resumed = _gitrun(git_repo, "resume", "e")
+        resumed = run_gitrun(git_repo, "resume", "e")
         assert resumed.returncode == 0, resumed.stderr
         assert "abandoned: t1" in resumed.stdout, resumed.stdout
         assert "gitrun run e, task t1" in resumed.stdout, f"not handed out again ({death})"
     (git_repo / "out").mkdir(exist_ok=True)
     (git_repo / "out/t1.json").write_text("{}\n")
-    collected = json.loads(_gitrun(git_repo, "collect", "e", "--json").stdout)
+    collected = json.loads(run_gitrun(git_repo, "collect", "e", "--json").stdout)
     assert collected["done"] == ["t1"] and collected["failed"] == []
-    status = json.loads(_gitrun(git_repo, "status", "e", "--json").stdout)
+    status = json.loads(run_gitrun(git_repo, "status", "e", "--json").stdout)
     outcomes = [r["outcome"] for r in status["tasks"]["t1"]["records"]]
     assert outcomes == ["abandoned"] * 3 + ["valid"]
     # None of its two attempts used up (failures count), four handed out.

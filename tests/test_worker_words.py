@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.helpers import build_tree, commit_all, ledger_records, user_env, write_run
+from tests.helpers import build_tree, commit_all, ledger_records, run_gitrun, user_env, write_run
 
 AGENT = (
     "#!/bin/sh\n"
@@ -21,17 +21,6 @@ AGENT = (
     "printf 'this one never writes anything \\033]0;PWNED\\007\\n' >&2\n"
     "exit 0\n"
 )
-
-
-def _gitrun(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gitrun", *args],
-        cwd=repo,
-        env=user_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def _failing_run(repo: Path) -> None:
@@ -51,17 +40,17 @@ def _failing_run(repo: Path) -> None:
 
 def test_every_failure_names_what_the_worker_said_and_its_log(git_repo: Path) -> None:
     _failing_run(git_repo)
-    started = _gitrun(git_repo, "start", "r")
+    started = run_gitrun(git_repo, "start", "r")
     assert started.returncode != 0
     said = "it said: this one never writes anything \\x1b]0;PWNED\\x07"
     assert "\x1b" not in started.stdout + started.stderr  # shown, never obeyed
     line = next(ln for ln in started.stderr.splitlines() if "t1 attempt 1: missing" in ln)
     assert said in line and "(log: .git/gitrun/r/logs/t1.1.log)" in line
-    status = _gitrun(git_repo, "status", "r")
+    status = run_gitrun(git_repo, "status", "r")
     assert "    it said: starting up\n" in status.stdout
     assert f"    {said}\n" in status.stdout
     assert "    log: .git/gitrun/r/logs/t1.2.log (`gitrun logs r t1`)" in status.stdout
-    task = json.loads(_gitrun(git_repo, "status", "r", "--json").stdout)["tasks"]["t1"]
+    task = json.loads(run_gitrun(git_repo, "status", "r", "--json").stdout)["tasks"]["t1"]
     assert task["said"] == ["starting up", said.removeprefix("it said: ")]
     assert task["log"] == ".git/gitrun/r/logs/t1.2.log"
     records = [r for r in ledger_records(git_repo) if r.get("task") == "t1"]
@@ -70,31 +59,31 @@ def test_every_failure_names_what_the_worker_said_and_its_log(git_repo: Path) ->
 
 def test_gitrun_logs_prints_the_logs_of_what_failed(git_repo: Path) -> None:
     _failing_run(git_repo)
-    _gitrun(git_repo, "start", "r")
-    every = _gitrun(git_repo, "logs", "r")
+    run_gitrun(git_repo, "start", "r")
+    every = run_gitrun(git_repo, "logs", "r")
     assert every.returncode == 0
     assert every.stdout.startswith("==> t1 attempt 2 (t1.2.log) <==\nstarting up\n")
     assert "this one never writes anything \\x1b]0;PWNED\\x07" in every.stdout
-    first = _gitrun(git_repo, "logs", "r", "t1", "--attempt", "1")
+    first = run_gitrun(git_repo, "logs", "r", "t1", "--attempt", "1")
     assert first.stdout == "starting up\nthis one never writes anything \\x1b]0;PWNED\\x07\n"
     for args, said in (
         (("t9",), "run 'r' has no task 't9'"),
         (("t1", "--attempt", "3"), "task t1 of run 'r' has attempts 1 to 2"),
         (("--attempt", "1"), "--attempt needs a TASK"),
     ):
-        proc = _gitrun(git_repo, "logs", "r", *args)
+        proc = run_gitrun(git_repo, "logs", "r", *args)
         assert proc.returncode == 1 and said in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
     (git_repo / ".git/gitrun/r/logs/t1.1.log").unlink()
-    gone = _gitrun(git_repo, "logs", "r", "t1", "--attempt", "1")
+    gone = run_gitrun(git_repo, "logs", "r", "t1", "--attempt", "1")
     assert gone.returncode == 1 and "left no log here" in gone.stderr
 
 
 def test_the_report_shows_each_failed_attempt_s_words(git_repo: Path, tmp_path: Path) -> None:
     _failing_run(git_repo)
-    _gitrun(git_repo, "start", "r")
+    run_gitrun(git_repo, "start", "r")
     page = tmp_path / "page.html"
-    assert _gitrun(git_repo, "report", "r", "-o", str(page)).returncode == 0
+    assert run_gitrun(git_repo, "report", "r", "-o", str(page)).returncode == 0
     html = page.read_text()
     assert "it said: this one never writes anything \\x1b]0;PWNED\\x07" in html
     assert "\x1b" not in html
@@ -113,7 +102,7 @@ def test_a_task_keeps_the_logs_of_its_last_five_attempts(git_repo: Path) -> None
         },
     )
     commit_all(git_repo, "run r")
-    _gitrun(git_repo, "start", "r")
+    run_gitrun(git_repo, "start", "r")
     logs = sorted(p.name for p in (git_repo / ".git/gitrun/r/logs").glob("t1.*.log"))
     assert logs == [f"t1.{n}.log" for n in (3, 4, 5, 6, 7)]
 
@@ -146,12 +135,12 @@ def test_logs_follow_prints_a_running_attempt_s_log_until_it_ends(git_repo: Path
         while not log.exists():  # the attempt has started and printed
             assert time.monotonic() < deadline, "the attempt never printed"
             time.sleep(0.05)
-        followed = _gitrun(git_repo, "logs", "r", "t1", "--follow")
+        followed = run_gitrun(git_repo, "logs", "r", "t1", "--follow")
         assert followed.returncode == 0, followed.stderr
         assert followed.stdout == "".join(f"tick {n}\n" for n in range(1, 7))
         assert driver.wait(timeout=60) == 0
     finally:
         driver.kill()
         driver.wait()
-    said = _gitrun(git_repo, "logs", "r", "--follow")
+    said = run_gitrun(git_repo, "logs", "r", "--follow")
     assert said.returncode == 1 and "--follow needs a TASK" in said.stderr
