@@ -354,14 +354,14 @@ class Driver:
                 slots -= 1
         pending.extendleft(reversed(skipped))
 
-    def _valid_on_disk(self, task: Task) -> bool:
+    def _valid_on_disk(self, task: Task) -> bool | None:
         """Outputs decide, even at the moment of dispatch: a task whose valid
         output is on disk as it was when driving began (a dead driver's
         worker's, say) is committed, not dispatched again. One that appeared
         since, while attempts of other tasks ran, is none of this task's
         work (a worker wrote its neighbour's output): it is set aside as
         suspect, recorded with the tasks that were running, and the task
-        dispatched.
+        dispatched. True: committed; None: set aside; False: not valid.
         Asked only when every output is a regular file there."""
         prior = prior_in_tree(self.run, task, self.base_tree)
         check = check_task(self.run, task, prior, self.committer.object_format)
@@ -386,7 +386,7 @@ class Driver:
                 f"tasks ran ({', '.join(suspects) or 'which, unknown'}), not by an attempt of "
                 f"{task.id}: set aside in {shown(where)}, and {task.id} dispatched"
             )
-            return False
+            return None
         self.engine.mark_done(task.id)
         self.commits.put(Landing(task.id, self.engine.history[task.id].attempts, check.outputs))
         self.report(f"{task.id}: a valid output is already on disk; committed, not dispatched")
@@ -419,9 +419,11 @@ class Driver:
         # Each output's state at launch answers whether it is on disk at all
         # (a mark: a regular file there), so the usual launch asks nothing more.
         if None not in before.values():
-            if self._valid_on_disk(task):
+            found = self._valid_on_disk(task)
+            if found:
                 return False
-            before = prepare_outputs(self.run, task, self.committer.object_format, aside)
+            if found is None:  # set aside: its outputs are not on disk now
+                before = prepare_outputs(self.run, task, self.committer.object_format, aside)
         self.before[task.id] = before
         made_from = self.made_from[task.id] = self.provenance.of(task).to_json()
         values = attempt_values(self.run, task, number)
