@@ -13,15 +13,19 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gitrun.definition.load import load_run
+from gitrun.engine.external import external_run
 from gitrun.guard.context import pointers_in
 from gitrun.guard.install import install_claude
 from gitrun.store.dispatches import description_of
+from gitrun.store.leases import read_leases
+from gitrun.store.local import LocalPaths
 from gitrun.workers.pointer import render_pointer
 from tests.helpers import commit_all, write_run
 from tests.subagent_helpers import (
@@ -346,3 +350,35 @@ def test_a_transcript_that_is_not_the_session_s_own_identifies_no_subagent(
     assert _decision(denied) == "deny" and "outside its session's folder" in _reason(denied)
     fine = _hook(lead, subagent_call(lead, transcript, "a1", "Write", _write(lead, "out/t1.json")))
     assert _decision(fine) == "none"
+
+
+def test_a_throttled_task_goes_out_again_as_the_same_attempt_to_a_new_subagent(
+    git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
+    )
+    limits = {"canary": 0, "concurrency": 1, "max_load": 1e6, "backoff_base": "0.01s"}
+    write_run(git_repo, "r", TASKS, {"executor": {"kind": "external"}, "limits": limits})
+    commit_all(git_repo, "run r")
+    install_claude(git_repo)
+    pointers = lease(git_repo, "r", start=True)
+    transcript = tmp_path / "lead.jsonl"
+    first = _hook(git_repo, agent_call(git_repo, transcript, pointers["t1"], "toolu_1"))
+    assert _decision(first) == "allow"
+    start_subagent(transcript, "a1", "toolu_1")
+    with external_run(git_repo, "r") as ext:
+        assert ext.collect(["t1"]).throttled == ["t1"]
+    deadline = time.monotonic() + 30
+    while "t1" not in (pointers := lease(git_repo, "r")):
+        assert time.monotonic() < deadline, "t1 was never handed out again"
+        time.sleep(0.02)
+    # Attempt 1 again (the throttle used no number), its second try.
+    assert read_leases(LocalPaths.of(git_repo, "r"))["t1"].try_of == (1, 1)
+    again = _hook(git_repo, agent_call(git_repo, transcript, pointers["t1"], "toolu_2"))
+    assert _decision(again) == "allow", _reason(again)  # the first try's dispatch is over
+    start_subagent(transcript, "a2", "toolu_2")
+    late = subagent_call(git_repo, transcript, "a1", "Write", _write(git_repo, "out/t1.json"))
+    assert _decision(_hook(git_repo, late)) == "deny"  # the first try's subagent has nothing
+    new = subagent_call(git_repo, transcript, "a2", "Write", _write(git_repo, "out/t1.json"))
+    assert _decision(_hook(git_repo, new)) == "none"

@@ -48,10 +48,11 @@ def _commit_output(repo: Path, run: RunDef, committer: Committer, tid: str) -> N
     committer.commit([Landing(tid, 1, check.outputs)], definition_files(run), f"land {tid}")
 
 
-def _end(engine: Engine, tid: str, attempt: int, outcome: str) -> str:
+def _end(engine: Engine, tid: str, attempt: int, outcome: str, throttles: int = 0) -> str:
     writer = ledger.LedgerWriter(engine.run.repo / engine.run.dir)
     try:
-        return engine.end(writer, Ended(tid, attempt, 1.0, 2.0, outcome, "why"))
+        ended = Ended(tid, attempt, 1.0, 2.0, outcome, "why", throttles=throttles)
+        return engine.end(writer, ended)
     finally:
         writer.close()
 
@@ -79,7 +80,8 @@ def test_the_next_stage_starts_when_the_one_before_has_nothing_open(git_repo: Pa
     run, _committer = _started(git_repo)
     engine, _tip = load_engine(run, LocalPaths.of(git_repo, "r"))
     for tid in ("t1", "t2", "t3"):
-        assert engine.begin(tid) == 1
+        assert engine.history[tid].upcoming == (1, 0)
+        engine.begin(tid)
         assert _end(engine, tid, 1, ledger.VALID) == DONE
     assert engine.current_stage() == "work"
     engine.begin("t4")
@@ -87,8 +89,43 @@ def test_the_next_stage_starts_when_the_one_before_has_nothing_open(git_repo: Pa
     _end(engine, "t4", 1, ledger.THROTTLED)  # no attempt used; back in the queue
     assert engine.history["t4"].used == 0 and engine.pending() == ["t4"]
     engine.begin("t4")
-    _end(engine, "t4", 2, ledger.VALID)
+    _end(engine, "t4", 1, ledger.VALID, throttles=1)
     assert engine.current_stage() == "review" and engine.pending() == ["t5"]
+
+
+def test_a_throttle_uses_no_attempt_number(git_repo: Path) -> None:
+    run, _committer = _started(git_repo)
+    local = LocalPaths.of(git_repo, "r")
+    engine, _tip = load_engine(run, local)
+    _end(engine, "t1", 1, ledger.THROTTLED)
+    assert engine.history["t1"].upcoming == (1, 1)  # attempt 1 again, its second try
+    _end(engine, "t1", 1, ledger.THROTTLED, throttles=1)
+    _end(engine, "t1", 1, ledger.MISSING, throttles=2)
+    assert engine.history["t1"].upcoming == (2, 0) and engine.history["t1"].used == 1
+    # Read back from the disk: three records, three tries, each recorded once.
+    again, _tip = load_engine(run, local)
+    assert again.history["t1"].upcoming == (2, 0)
+    writer = ledger.LedgerWriter(git_repo / run.dir)
+    try:
+        for throttles in (0, 1, 2):
+            assert not again.record(writer, Ended("t1", 1, 1.0, 2.0, "x", throttles=throttles))
+    finally:
+        writer.close()
+    tries = [(r["attempt"], r.get("throttles", 0)) for r in ledger_records(git_repo)]
+    assert tries == [(1, 0), (1, 1), (1, 2)]
+
+
+def test_a_ledger_that_numbered_each_throttle_goes_on_past_them() -> None:
+    def upcoming(*records: tuple[int, str]) -> tuple[int, int]:
+        summary = ledger.summarize(
+            [{"task": "t", "attempt": n, "outcome": outcome} for n, outcome in records]
+        )
+        return summary.tasks["t"].upcoming
+
+    assert upcoming((1, "throttled"), (2, "throttled"), (3, "valid")) == (4, 0)
+    assert upcoming((1, "throttled"), (2, "throttled")) == (2, 1)  # never try (2, 0) again
+    assert upcoming((1, "missing"), (1, "missing")) == (2, 0)
+    assert upcoming((2, "missing"), (1, "throttled")) == (3, 0)
 
 
 def test_an_attempt_is_recorded_once_whatever_calls_it_again(git_repo: Path) -> None:

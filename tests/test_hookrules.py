@@ -17,7 +17,7 @@ import pytest
 
 from gitrun.definition.sources import source_key
 from gitrun.guard.rules import refresh, rules_of
-from gitrun.guard.subagents import dispatch_of, leased_attempt
+from gitrun.guard.subagents import dispatch_of, leased_try
 from gitrun.guard.write import pre_write
 from gitrun.store.local import LocalPaths
 from gitrun.store.repo import Repo, find_repo
@@ -364,12 +364,12 @@ def test_a_subagents_dispatch_and_lease_are_what_the_records_hold(tmp_path: Path
             }
         )
     )
-    assert dispatch_of(str(local.dispatches), "toolu_1") == ("t1", 2)
+    assert dispatch_of(str(local.dispatches), "toolu_1") == ("t1", 2, 0)
     assert dispatch_of(str(local.dispatches), "toolu_2") is None  # damaged: identifies nothing
-    assert leased_attempt(str(local.leases), "t1") == 2
-    assert leased_attempt(str(local.leases), "t2") is None
+    assert leased_try(str(local.leases), "t1") == (2, 0)
+    assert leased_try(str(local.leases), "t2") is None
     local.leases.write_text("{not json")
-    assert leased_attempt(str(local.leases), "t1") is None
+    assert leased_try(str(local.leases), "t1") is None
 
 
 def test_a_hook_that_cannot_decide_in_its_budget_denies(run_repo: Path) -> None:

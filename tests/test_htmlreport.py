@@ -170,8 +170,10 @@ if task == "t05":
 if attempt == 1 and task == "t03":
     write("{not json")
     sys.exit(0)
-if attempt == 1 and task == "t04":
-    sys.exit(75)  # throttled
+throttled = Path(__file__).with_name("t04.throttled")
+if task == "t04" and not throttled.exists():
+    throttled.touch()
+    sys.exit(75)  # throttled once: its next try is attempt 1 again
 if attempt == 1 and task == "t06":
     time.sleep(60)  # killed by the timeout
 write(valid)
@@ -258,8 +260,15 @@ def test_the_page_counts_what_status_json_counts(finished: Path) -> None:
 def test_one_bar_per_attempt_coloured_by_its_outcome(finished: Path) -> None:
     page = parse(render_report(finished, "r"))
     status = status_json(finished)
-    records = {(tid, r["attempt"]): r for tid, t in status["tasks"].items() for r in t["records"]}
-    drawn = {(b.attrs["data-task"], int(b.attrs["data-attempt"])): b for b in bars(page)}
+    records = {
+        (tid, r["attempt"], r.get("throttles", 0)): r
+        for tid, t in status["tasks"].items()
+        for r in t["records"]
+    }
+    drawn = {
+        (b.attrs["data-task"], int(b.attrs["data-attempt"]), int(b.attrs["data-throttles"])): b
+        for b in bars(page)
+    }
     assert set(drawn) == set(records)
     fills = css_fills(page)
     assert len(set(COLOURS.values())) == len(COLOURS) == len(KINDS)  # one colour each
@@ -269,17 +278,19 @@ def test_one_bar_per_attempt_coloured_by_its_outcome(finished: Path) -> None:
         assert fills[kind_class(kind)] == COLOURS[kind], key
         # The hover text names the attempt, its exit status and its reason.
         title = bar.one("title").all_text()
-        assert title.startswith(f"{key[0]} attempt {key[1]}: {kind}")
+        again = f" (again, after {key[2]} throttled)" if key[2] else ""
+        assert title.startswith(f"{key[0]} attempt {key[1]}{again}: {kind}")
         if records[key].get("exit") is not None:
             assert f"exit {records[key]['exit']}" in title
         assert records[key].get("reason", "")[:50] in title
     kinds = {k: drawn[k].attrs["data-kind"] for k in drawn}
-    assert kinds[("t03", 1)] == "invalid" and kinds[("t04", 1)] == "throttled"
-    assert kinds[("t05", 1)] == kinds[("t05", 2)] == "missing"
-    assert kinds[("t06", 1)] == TIMED_OUT and kinds[("t06", 2)] == "valid"
+    assert kinds[("t03", 1, 0)] == "invalid" and kinds[("t04", 1, 0)] == "throttled"
+    assert kinds[("t04", 1, 1)] == "valid"  # the throttle used no attempt number
+    assert kinds[("t05", 1, 0)] == kinds[("t05", 2, 0)] == "missing"
+    assert kinds[("t06", 1, 0)] == TIMED_OUT and kinds[("t06", 2, 0)] == "valid"
     # The canary ran alone: the first task's first attempt, and only it.
-    assert {k for k, b in drawn.items() if "canary" in b.classes} == {("t01", 1)}
-    assert {k for k, b in drawn.items() if "lied" in b.classes} == {("t02", 1)}
+    assert {k for k, b in drawn.items() if "canary" in b.classes} == {("t01", 1, 0)}
+    assert {k for k, b in drawn.items() if "lied" in b.classes} == {("t02", 1, 0)}
     assert page.find("g", class_="canary-band")
 
 
@@ -503,7 +514,7 @@ def test_concurrency_replays_the_governor_over_the_ledger() -> None:
     assert c.allowed[-1][1] == 4  # grown back one valid ending at a time
     assert c.backoffs == [(12, 12.5)]  # the ceiling (13) cut short by the next start
     assert [a.task for a in c.throttles] == ["c"]
-    assert canary_attempts(attempts, 1) == {("a", 1)}
+    assert canary_attempts(attempts, 1) == {("a", 1, 0)}
     assert canary_attempts(attempts, 0) == set()
 
 

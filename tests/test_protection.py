@@ -53,6 +53,15 @@ def test_throttled_workers_back_off_and_shrink_concurrency(git_repo: Path, tmp_p
     assert min(int(r["concurrency"]) for r in throttled) < 4  # type: ignore[call-overload]
     # Throttles used up no attempts: no task saw a second counted failure.
     assert all(r["outcome"] in ("valid", "throttled") for r in records)
+    # Nor attempt numbers: every try is attempt 1, told apart by the throttles before it.
+    assert {r["attempt"] for r in records} == {1}
+    for task in {r["task"] for r in records}:
+        tries = [r.get("throttles", 0) for r in records if r["task"] == task]
+        assert tries == list(range(len(tries))), (task, tries)
+    trailers = git(
+        git_repo, "log", "--format=%(trailers:key=Gitrun-Attempt,valueonly)", "gitrun/r"
+    ).split()
+    assert len(trailers) == 16 and all(t.endswith("=1") for t in trailers), trailers
 
 
 def test_missing_executor_trips_the_breaker_after_exactly_its_window(git_repo: Path) -> None:

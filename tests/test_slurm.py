@@ -147,8 +147,9 @@ def test_a_step_that_ignores_sigterm_is_cancelled_once_srun_is_killed(
 
 def test_throttles_come_through_srun(git_repo: Path, srun_on_path: Path) -> None:
     script = (
-        "import json, os, sys; task, n = os.environ['GITRUN_TASK'], os.environ['GITRUN_ATTEMPT']; "
-        "first = n == '1'; "
+        "import json, os, sys; task = os.environ['GITRUN_TASK']; "
+        "mark = os.path.join('..', task + '.tried'); first = not os.path.exists(mark); "
+        "open(mark, 'w').close(); "
         "sys.exit(75) if first and task == 't1' else None; "
         "sys.exit(print('Error: 429 Too Many Requests', file=sys.stderr) or 1) if first else None; "
         "open('out/' + task + '.json', 'w').write(json.dumps([task]))"

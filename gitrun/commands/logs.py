@@ -60,8 +60,7 @@ def attempt_logs(
         raise GitrunError(
             f"run {run_id!r} has no task {task!r}; `gitrun status {run_id}` lists them"
         )
-    # A running attempt is the one after the last that ended.
-    newest = known.last_attempt + (1 if known.status == RUNNING else 0)
+    newest = known.last_attempt  # the running one's, or the last that ended
     number = attempt if attempt is not None else newest
     if number < 1 or number > newest:
         tried = f"attempts 1 to {newest}" if newest else "no attempt yet"
@@ -89,7 +88,7 @@ def log_text(log: Log) -> str:
 def running(repo: Path, run_id: str, log: Log) -> bool:
     """Whether ``log``'s attempt is still running."""
     task = read_status(repo, run_id).tasks.get(log.task)
-    return task is not None and task.status == RUNNING and task.last_attempt + 1 == log.attempt
+    return task is not None and task.status == RUNNING and task.last_attempt == log.attempt
 
 
 def follow(repo: Path, run_id: str, log: Log, write: Callable[[str], None]) -> None:

@@ -130,6 +130,8 @@ class Driver:
         self.before: dict[str, dict[str, str | None]] = {}
         # What each running attempt makes its outputs from, as its launch found it.
         self.made_from: dict[str, dict[str, str]] = {}
+        # The tries of each running attempt's number the API throttled before it.
+        self.throttles: dict[str, int] = {}
         self.provenance = Provenance(run, committer.object_format)
         self.monitor = self._runner()
         self.base_env = _worker_env()
@@ -412,7 +414,7 @@ class Driver:
     def _launch(self, task: Task) -> bool:
         """Start an attempt of ``task``; False when its valid output was on
         disk already (committed instead)."""
-        number = self.engine.history[task.id].attempts + 1
+        number, throttles = self.engine.history[task.id].upcoming
         # Where a link standing at an output goes (left before this attempt).
         aside = functools.partial(self.local.quarantine_of, task.id, number - 1)
         before = prepare_outputs(self.run, task, self.committer.object_format, aside)
@@ -444,7 +446,14 @@ class Driver:
         # Write-ahead: a driver killed between the spawn and the full record
         # leaves this, and the next resume finds the worker by its attempt id.
         ahead = JournalEntry(
-            task.id, number, self.run.id, attempt_id, time.time(), before, made_from=made_from
+            task.id,
+            number,
+            self.run.id,
+            attempt_id,
+            time.time(),
+            before,
+            made_from=made_from,
+            throttles=throttles,
         )
         self.journal.write(ahead)
         crash_point("launch.ahead")
@@ -453,6 +462,7 @@ class Driver:
         )
         crash_point("launch.spawned")
         self.running[task.id] = attempt
+        self.throttles[task.id] = throttles
         self.engine.begin(task.id)
         assert self.audit is not None
         self.audit.running(task.id)
@@ -471,10 +481,12 @@ class Driver:
                 attempt.cmdline,
                 attempt.deadline,
                 made_from=made_from,
+                throttles=throttles,
             )
             self.journal.write(spawned)
             crash_point("launch.journaled")
-        self.report(f"{task.id} attempt {number}: started")
+        again = f" again, after {throttles} throttled" if throttles else ""
+        self.report(f"{task.id} attempt {number}: started{again}")
         return True
 
     def _next_attempt_id(self) -> str:
@@ -489,6 +501,7 @@ class Driver:
         task = self.tasks[end.task]
         before = self.before.pop(end.task, None)
         made_from = self.made_from.pop(end.task, None)
+        throttles = self.throttles.pop(end.task, 0)
         check = check_task(self.run, task, before, self.committer.object_format)
         outcome, reason = check.outcome, check.reason
         if outcome == "invalid":
@@ -531,12 +544,13 @@ class Driver:
             usage=end.usage,
             made_from=made_from,
             made=check.made if outcome == ledger.VALID else None,
+            throttles=throttles,
         )
         crash_point("end.judged")
         status = self.engine.end(self.ledger, ended)
         crash_point("end.recorded")
         assert self.journal is not None
-        self.journal.write(JournalEntry(end.task, end.attempt, end=True))
+        self.journal.write(JournalEntry(end.task, end.attempt, end=True, throttles=throttles))
         crash_point("end.closed")
         self.finished_here += 1
         self.audit_due = True

@@ -278,7 +278,7 @@ class External:
 
     def _lease(self, task_id: str, now: float) -> dict[str, Any]:
         task = self.run.tasks_by_id[task_id]
-        number = self.engine.history[task_id].attempts + 1
+        number, throttles = self.engine.history[task_id].upcoming
         self.local.prune_logs(task_id, number)
         outputs = [o.path for o in self.run.outputs_of(task)]
         # Where a link standing at an output goes (left before this attempt).
@@ -288,7 +288,9 @@ class External:
         stage = self.run.stage_of(task)
         made_from = self.provenance.of(task).to_json()
         expires = now + self.limits.timeout
-        self.leases[task_id] = Lease(task_id, number, now, expires, before, made_from=made_from)
+        self.leases[task_id] = Lease(
+            task_id, number, now, expires, before, made_from=made_from, throttles=throttles
+        )
         self.engine.begin(task_id)
         usage = self._usage_file(task_id, number)
         usage.parent.mkdir(parents=True, exist_ok=True)
@@ -391,6 +393,7 @@ class External:
                     made_from=lease.made_from,
                     made=check.made if outcome == ledger.VALID else None,
                     said=tuple(said),
+                    throttles=lease.throttles,
                 )
                 status = self.engine.end(writer, ended)
                 self.leases.pop(task_id)

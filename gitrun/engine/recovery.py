@@ -38,7 +38,7 @@ def recover_orphans(
         else:  # killed between the write-ahead record and the spawn's record
             stopped = kill_attempt_processes(record)
         task = run.tasks_by_id.get(tid)
-        if task is None or (tid, entry.attempt) in engine.recorded:
+        if task is None or (tid, entry.attempt, entry.throttles) in engine.recorded:
             continue  # not this run's task, or recorded already (its end not journaled)
         check = check_task(run, task, entry.before, object_format)
         outcome = ledger.VALID if check.outcome == ledger.VALID else ledger.ABANDONED
@@ -56,6 +56,7 @@ def recover_orphans(
             reason,
             made_from=entry.made_from,
             made=made,
+            throttles=entry.throttles,
         )
         engine.record(writer, ended)
         crash_point("recover.recorded")

@@ -115,6 +115,7 @@ class Ended:
     # digests of gitrun.definition.provenance), and each output's blob id.
     made_from: Mapping[str, str] | None = None
     made: Mapping[str, str] | None = None
+    throttles: int = 0  # the tries of this attempt number the API throttled before it
 
 
 class _Histories(dict[str, ledger.TaskHistory]):
@@ -169,11 +170,7 @@ class Engine:
         done = committed_tasks(run, tip, self.base, self.summary.made) if tip else set()
         # Attempts the ledger holds already: one killed between writing a record
         # and closing its journal entry (or lease) must not be recorded twice.
-        self.recorded = {
-            (r["task"], r["attempt"])
-            for r in self.records
-            if isinstance(r.get("task"), str) and type(r.get("attempt")) is int
-        }
+        self.recorded = {key for r in self.records if (key := ledger.try_of(r)) is not None}
         self.history = _Histories(self.tasks, self.summary)
         running = running_now(run, local) if running is None else running
         self.status: dict[str, str] = {}
@@ -260,13 +257,11 @@ class Engine:
 
     # -- transitions --------------------------------------------------------------------
 
-    def begin(self, tid: str) -> int:
-        """An attempt of ``tid`` starts: its number."""
-        history = self.history[tid]
-        history.attempts += 1
+    def begin(self, tid: str) -> None:
+        """An attempt of ``tid`` starts (its number and throttles are the
+        history's ``upcoming`` until its record is written)."""
         self._set(tid, RUNNING)
         self.governor.started()
-        return history.attempts
 
     def mark_done(self, tid: str) -> None:
         """``tid``'s valid outputs are on disk without an attempt to record
@@ -312,7 +307,7 @@ class Engine:
     ) -> bool:
         """Write ``ended``'s ledger record unless the ledger has it already;
         whether it was written."""
-        key = (ended.task, ended.attempt)
+        key = (ended.task, ended.attempt, ended.throttles)
         if key in self.recorded:
             return False
         record = ledger.AttemptRecord(
@@ -332,6 +327,7 @@ class Engine:
             made_from=dict(ended.made_from) if ended.made_from else None,
             made=dict(ended.made) if ended.made else None,
             said=list(ended.said),
+            throttles=ended.throttles,
         ).to_json()
         self.write(writer, record)
         self.recorded.add(key)

@@ -12,7 +12,7 @@ from typing import Any
 from gitrun.collector import collector_paused
 from gitrun.definition.load import RunDef, load_run
 from gitrun.engine.budget import Budget, spend_json
-from gitrun.engine.states import COMPLETE, DONE, STATUSES, Engine, load_engine
+from gitrun.engine.states import COMPLETE, DONE, RUNNING, STATUSES, Engine, load_engine
 from gitrun.layout import branch_ref
 from gitrun.store import git, ledger
 from gitrun.store.branches import Landed, landed
@@ -29,7 +29,7 @@ class TaskStatus:
     stage: str
     status: str
     attempts: int  # attempts used against max_attempts
-    last_attempt: int
+    last_attempt: int  # its latest try's number: the one running, or the last that ended
     missing: Sequence[str] = ()
     reason: str | None = None
     records: Sequence[dict[str, Any]] = ()  # its attempts, from the ledger
@@ -178,16 +178,17 @@ def status_of(
         history = engine.history.get(task.id) or _NO_HISTORY
         status = engine.status[task.id]
         done = status in COMPLETE
+        last = history.upcoming[0] if status == RUNNING else history.last
         tasks[task.id] = TaskStatus(
             task.id,
             run.stage_of(task),
             status,
             history.used,
-            history.attempts,
+            last,
             () if done else run.output_paths(task),
             None if done else history.last_reason,
             records.get(task.id, ()),
-            None if done or not history.attempts else _log_of(local, task.id, history.attempts),
+            None if done or not last else _log_of(local, task.id, last),
         )
     return RunStatus(
         run=run.id,

@@ -144,13 +144,13 @@ def task_of_subagent(repo: Repo, data: dict[str, Any]) -> TaskRules | None:
         dispatch = dispatch_of(os.path.join(home, DISPATCHES), sub.tool_use_id)
         if dispatch is None:
             continue
-        task_id, attempt = dispatch
+        task_id, attempt, throttles = dispatch
         bind(home, sub, task_id)
         try:
             rules = rules_of(repo, run_id, task_id)
         except NoSuchTask:
             raise Unresolved(f"run {run_id!r} has no task {task_id!r} any more") from None
-        if leased_attempt(os.path.join(home, LEASES), task_id) != attempt:
+        if leased_try(os.path.join(home, LEASES), task_id) != (attempt, throttles):
             raise Unresolved(
                 f"gitrun task {task_id} (attempt {attempt}) is no longer handed out: "
                 "it was collected or handed out again, so nothing this subagent writes counts; "
@@ -221,17 +221,17 @@ def _quiet(_line: str) -> None:
     """A damaged record only identifies fewer subagents; the hook says nothing else."""
 
 
-def dispatch_of(path: str, tool_use_id: str) -> tuple[str, int] | None:
-    """(task, attempt) the dispatch record at ``path`` holds for ``tool_use_id``."""
+def dispatch_of(path: str, tool_use_id: str) -> tuple[str, int, int] | None:
+    """(task, attempt, throttles) the dispatch record at ``path`` holds for ``tool_use_id``."""
     from gitrun.store.dispatches import read_dispatches_at
 
     found = read_dispatches_at(path, warn=_quiet).get(tool_use_id)
-    return (found.task, found.attempt) if found is not None else None
+    return (found.task, *found.try_of) if found is not None else None
 
 
-def leased_attempt(path: str, task_id: str) -> int | None:
-    """The attempt the lease record at ``path`` holds for ``task_id``."""
+def leased_try(path: str, task_id: str) -> tuple[int, int] | None:
+    """The try (attempt, throttles) the lease record at ``path`` holds for ``task_id``."""
     from gitrun.store.leases import read_leases_at
 
     found = read_leases_at(path, warn=_quiet).get(task_id)
-    return found.attempt if found is not None else None
+    return found.try_of if found is not None else None

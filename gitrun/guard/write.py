@@ -229,16 +229,16 @@ def keep_last_words(repo: Repo, run_id: str, task_id: str, message: object) -> N
     import stat
     from pathlib import Path
 
-    from gitrun.guard.subagents import leased_attempt
+    from gitrun.guard.subagents import leased_try
     from gitrun.store.local import LocalPaths
 
     if not isinstance(message, str) or not message.strip():
         return
     local = LocalPaths.under(Path(repo.git_dir), run_id)
-    attempt = leased_attempt(str(local.leases), task_id)
-    if attempt is None:
+    leased = leased_try(str(local.leases), task_id)
+    if leased is None:
         return  # not an external run's lease: a worker gitrun started has its own log
-    log = local.log_of(task_id, attempt)
+    log = local.log_of(task_id, leased[0])
     text = f"{WORDS_HEADER}{message.rstrip()}\n"
     try:
         log.parent.mkdir(parents=True, exist_ok=True)

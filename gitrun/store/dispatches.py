@@ -4,13 +4,13 @@ In an external run the lead dispatches each pointer with its Agent tool.
 Claude Code gives the lead's PreToolUse hook that call's ``tool_use_id``,
 and writes the same id into the subagent's ``meta.json`` (``toolUseId``),
 which the subagent's own hooks find through their ``agent_id``. So the lead's
-hook records ``tool_use_id -> (task, attempt)`` here, for a task that is
+hook records ``tool_use_id -> (task, attempt, throttles)`` here, for a task that is
 leased right now, and the subagent's hooks look it up: no agent file per
 task, nothing the model writes, and the canary goes the same way.
 
 One versioned record per run (:attr:`gitrun.store.local.LocalPaths.dispatches`),
 written under the run's lock, like the leases it is checked against; a
-dispatch of a task that is no longer leased with that attempt counts for
+dispatch of a task that is no longer leased with that try counts for
 nothing, and the next dispatch drops it from the record.
 """
 
@@ -41,13 +41,21 @@ def description_of(run_id: str, task_id: str) -> str:
 class Dispatch:
     """One Agent call of the lead: which task's attempt it dispatched, and when."""
 
-    __slots__ = ("at", "attempt", "task", "tool_use_id")
+    __slots__ = ("at", "attempt", "task", "throttles", "tool_use_id")
 
-    def __init__(self, tool_use_id: str, task: str, attempt: int, at: float) -> None:
+    def __init__(
+        self, tool_use_id: str, task: str, attempt: int, at: float, throttles: int = 0
+    ) -> None:
         self.tool_use_id = tool_use_id
         self.task = task
         self.attempt = attempt
         self.at = at
+        # The lease's try: the tries of its attempt number the API throttled before it.
+        self.throttles = throttles
+
+    @property
+    def try_of(self) -> tuple[int, int]:
+        return self.attempt, self.throttles
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Dispatch) and other.to_json() == self.to_json()
@@ -64,6 +72,7 @@ class Dispatch:
             "task": self.task,
             "attempt": self.attempt,
             "at": self.at,
+            **({"throttles": self.throttles} if self.throttles else {}),
         }
 
     @classmethod
@@ -73,6 +82,7 @@ class Dispatch:
             data.string("task"),
             data.integer("attempt"),
             data.number("at"),
+            data.integer("throttles") if "throttles" in data.data else 0,
         )
 
 
@@ -138,7 +148,7 @@ def write_dispatches(local: LocalPaths, dispatches: dict[str, Dispatch]) -> None
 
 def record_dispatch(local: LocalPaths, run_id: str, task_id: str, tool_use_id: str) -> int | None:
     """Record that ``tool_use_id`` dispatches ``task_id``, if it is leased now
-    and no other Agent call dispatched this attempt: the attempt number;
+    and no other Agent call dispatched this try of it: the attempt number;
     None when the task is not leased, :data:`DISPATCHED` when another
     subagent has it."""
     from gitrun.store.leases import read_leases
@@ -154,13 +164,13 @@ def record_dispatch(local: LocalPaths, run_id: str, task_id: str, tool_use_id: s
                     return None
                 dispatches = _current(read_dispatches(local, warn=_quiet), leases)
                 if any(
-                    d.task == task_id
-                    and d.attempt == lease.attempt
-                    and d.tool_use_id != tool_use_id
+                    d.task == task_id and d.try_of == lease.try_of and d.tool_use_id != tool_use_id
                     for d in dispatches.values()
                 ):
                     return DISPATCHED
-                dispatches[tool_use_id] = Dispatch(tool_use_id, task_id, lease.attempt, time.time())
+                dispatches[tool_use_id] = Dispatch(
+                    tool_use_id, task_id, lease.attempt, time.time(), lease.throttles
+                )
                 write_dispatches(local, dispatches)
                 return lease.attempt
         except RunBusy:
@@ -175,7 +185,7 @@ def _current(dispatches: dict[str, Dispatch], leases: dict[str, Any]) -> dict[st
     return {
         key: d
         for key, d in dispatches.items()
-        if d.task in leases and leases[d.task].attempt == d.attempt
+        if d.task in leases and leases[d.task].try_of == d.try_of
     }
 
 

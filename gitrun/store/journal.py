@@ -44,9 +44,12 @@ class JournalEntry:
     # What the attempt makes its outputs from (gitrun.definition.provenance),
     # as the launch found it; None when unknown.
     made_from: dict[str, str] | None = None
+    throttles: int = 0  # the tries of this attempt number the API throttled before it
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"v": JOURNAL_FORMAT, "task": self.task, "attempt": self.attempt}
+        if self.throttles:
+            data["throttles"] = self.throttles
         if self.end:
             data["end"] = True
             return data
@@ -71,8 +74,11 @@ class JournalEntry:
         task, attempt = item.get("task"), item.get("attempt")
         if not isinstance(task, str) or type(attempt) is not int or attempt < 1:
             return None
+        throttles = item.get("throttles", 0)
+        if type(throttles) is not int or throttles < 0:
+            return None
         if item.get("end"):
-            return cls(task, attempt, end=True)
+            return cls(task, attempt, end=True, throttles=throttles)
         run, attempt_id, before = (
             item.get("run", ""),
             item.get("attempt_id", ""),
@@ -101,6 +107,7 @@ class JournalEntry:
             cmdline,
             _time(item.get("deadline")),
             made_from=_strings(item.get("made_from")),
+            throttles=throttles,
         )
 
 
@@ -122,7 +129,11 @@ def running_records(local: LocalPaths) -> dict[str, JournalEntry]:
     running: dict[str, JournalEntry] = {}
     for entry in read_journal(local):
         if entry.end:
-            if (held := running.get(entry.task)) is not None and held.attempt == entry.attempt:
+            held = running.get(entry.task)
+            if held is not None and (held.attempt, held.throttles) == (
+                entry.attempt,
+                entry.throttles,
+            ):
                 del running[entry.task]
         else:
             running[entry.task] = entry

@@ -35,7 +35,16 @@ class Lease:
     """One task handed out: its attempt, when, until when, and its outputs'
     marks at that moment (``before``: see :func:`gitrun.definition.outputs.prepare_outputs`)."""
 
-    __slots__ = ("agent", "attempt", "before", "expires", "leased", "made_from", "task")
+    __slots__ = (
+        "agent",
+        "attempt",
+        "before",
+        "expires",
+        "leased",
+        "made_from",
+        "task",
+        "throttles",
+    )
 
     def __init__(
         self,
@@ -46,9 +55,12 @@ class Lease:
         before: dict[str, str | None],
         agent: str | None = None,
         made_from: dict[str, str] | None = None,
+        throttles: int = 0,
     ) -> None:
         self.task = task
         self.attempt = attempt
+        # The tries of this attempt number the API throttled before it.
+        self.throttles = throttles
         self.leased = leased
         self.expires = expires
         self.before = before
@@ -75,13 +87,19 @@ class Lease:
         ):
             made_from = None  # damaged: the attempt's provenance is unknown, nothing worse
         agent = data.optional_string("agent")
-        return cls(task, attempt, leased, expires, before, agent, made_from)
+        throttles = data.integer("throttles") if "throttles" in data.data else 0
+        return cls(task, attempt, leased, expires, before, agent, made_from, throttles)
+
+    @property
+    def try_of(self) -> tuple[int, int]:
+        """Which try of the task it is: its attempt number and throttles."""
+        return self.attempt, self.throttles
 
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in _FIELDS}
 
 
-_FIELDS = ("task", "attempt", "leased", "expires", "before", "agent", "made_from")
+_FIELDS = ("task", "attempt", "leased", "expires", "before", "agent", "made_from", "throttles")
 
 
 class LeaseFile:

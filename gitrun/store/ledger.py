@@ -49,7 +49,9 @@ INVALID = "invalid"
 INTERRUPTED = "interrupted"
 ABANDONED = "abandoned"
 # The worker was throttled by its API (exit 75 or a throttle message) and its
-# outputs did not validate: it backs off and does not use up an attempt.
+# outputs did not validate: it backs off and uses no attempt, not even its
+# number (the try after it is the same attempt again; ``throttles`` tells
+# the tries of one attempt number apart).
 THROTTLED = "throttled"
 # The machine running it was lost (a Ray node or worker died) before its
 # outputs came back: the environment's failure, not the task's.
@@ -67,7 +69,8 @@ RETRY = "retry"
 
 @dataclass
 class TaskHistory:
-    attempts: int = 0  # the highest attempt number used so far
+    attempts: int = 0  # the highest number of an attempt the API did not throttle
+    throttles: int = 0  # the tries of the next attempt number the API throttled so far
     used: int = 0  # attempts that count against max_attempts (since the last retry)
     spawns: int = 0
     last_outcome: str | None = None
@@ -75,6 +78,30 @@ class TaskHistory:
     # The outputs its latest valid attempt made (path -> blob id), if it said.
     made: dict[str, str] | None = None
     up_to_date: bool = False  # not dispatched this round: its outputs at the base are current
+
+    @property
+    def upcoming(self) -> tuple[int, int]:
+        """The next try's identity: its attempt number and the throttled tries of
+        that number before it."""
+        return self.attempts + 1, self.throttles
+
+    @property
+    def last(self) -> int:
+        """The number of its latest try that ended, throttled or not (0: none)."""
+        return self.attempts + 1 if self.throttles else self.attempts
+
+    def number(self, attempt: int, outcome: object) -> None:
+        """What a record of ``attempt`` ending ``outcome`` changes in the
+        numbering: a throttled try leaves the number to the try after it.
+        (Older ledgers gave each throttle a number of its own: such a record
+        only moves the numbering past it.)"""
+        if outcome == THROTTLED:
+            if attempt > self.attempts + 1:
+                self.attempts, self.throttles = attempt - 1, 0
+            if attempt == self.attempts + 1:
+                self.throttles += 1
+        elif attempt > self.attempts:
+            self.attempts, self.throttles = attempt, 0
 
 
 @dataclass
@@ -128,11 +155,10 @@ def note(summary: LedgerSummary, record: dict[str, Any]) -> None:
         history.used = 0
         history.up_to_date = False  # `gitrun retry RUN TASK` runs it again
         return
-    number = record.get("attempt")
-    if isinstance(number, int):
-        history.attempts = max(history.attempts, number)
+    number, outcome = record.get("attempt"), record.get("outcome")
+    if type(number) is int:
+        history.number(number, outcome)
     history.spawns += 1
-    outcome = record.get("outcome")
     if outcome in COUNTED:
         history.used += 1
     history.last_outcome = outcome if isinstance(outcome, str) else None
@@ -148,9 +174,17 @@ def note_numbers(summary: LedgerSummary, earlier: list[dict[str, Any]]) -> None:
     attempts go on from them (their logs and quarantine are kept by number)."""
     for record in earlier:
         tid, number = record.get("task"), record.get("attempt")
-        if isinstance(tid, str) and type(number) is int:
-            history = summary.tasks.setdefault(tid, TaskHistory())
-            history.attempts = max(history.attempts, number)
+        if isinstance(tid, str) and type(number) is int and record.get("event") is None:
+            summary.tasks.setdefault(tid, TaskHistory()).number(number, record.get("outcome"))
+
+
+def try_of(record: Mapping[str, Any]) -> tuple[str, int, int] | None:
+    """The try an attempt record is of: task, attempt number and throttled
+    tries of that number before it (one record per try); None for events."""
+    tid, number, throttles = record.get("task"), record.get("attempt"), record.get("throttles", 0)
+    if record.get("event") is not None or not isinstance(tid, str) or type(number) is not int:
+        return None
+    return tid, number, throttles if type(throttles) is int else 0
 
 
 def current_round(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -308,12 +342,14 @@ class AttemptRecord:
     made: dict[str, str] | None = None
     # A failed attempt's last lines of output, made visible (the log has all of it).
     said: list[str] = field(default_factory=list)
+    throttles: int = 0  # the tries of this attempt number the API throttled before it
 
     def to_json(self) -> dict[str, Any]:
         record: dict[str, Any] = {
             "v": LEDGER_FORMAT,
             "task": self.task,
             "attempt": self.attempt,
+            **({"throttles": self.throttles} if self.throttles else {}),
             "stage": self.stage,
             "started": iso(self.started),
             "ended": iso(self.ended),

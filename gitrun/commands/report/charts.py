@@ -106,7 +106,7 @@ def kind_class(kind: str) -> str:
 
 def attempt_title(a: Attempt, t0: float, canary: bool) -> str:
     how = f"signal {a.signal}" if a.signal else (f"exit {a.exit}" if a.exit is not None else "")
-    text = f"{a.task} attempt {a.number}: {a.kind}"
+    text = f"{a.named}: {a.kind}"
     if how:
         text += f", {how}"
     if a.lied:
@@ -128,7 +128,7 @@ def attempt_title(a: Attempt, t0: float, canary: bool) -> str:
 def timeline_svg(
     task_ids: list[str],
     attempts: list[Attempt],
-    canary: set[tuple[str, int]],
+    canary: set[tuple[str, int, int]],
     scale: Scale,
     markers: list[Marker],
     max_rows: int = MAX_ROWS,
@@ -148,7 +148,7 @@ def timeline_svg(
         'per attempt">'
     ]
     parts.append(_axis(scale, top, bottom))
-    canary_spans = [a for a in attempts if (a.task, a.number) in canary]
+    canary_spans = [a for a in attempts if (a.task, a.number, a.throttles) in canary]
     if canary_spans:
         x0 = scale.x(min(a.start for a in canary_spans))
         x1 = scale.x(max(a.end for a in canary_spans))
@@ -185,7 +185,7 @@ def _bars(
     row_h: int,
     top: int,
     scale: Scale,
-    canary: set[tuple[str, int]],
+    canary: set[tuple[str, int, int]],
 ) -> list[str]:
     parts = []
     pad = 2 if row_h >= 12 else 1
@@ -196,14 +196,15 @@ def _bars(
         x = scale.x(a.start)
         w = max(scale.x(a.end) - x, 1.5)
         classes = ["bar", kind_class(a.kind)]
-        is_canary = (a.task, a.number) in canary
+        is_canary = (a.task, a.number, a.throttles) in canary
         if is_canary:
             classes.append("canary")
         if a.lied:
             classes.append("lied")
         parts.append(
             f'<rect class="{" ".join(classes)}" data-task="{escape(a.task)}" '
-            f'data-attempt="{a.number}" data-kind="{escape(a.kind)}" x="{_f(x)}" '
+            f'data-attempt="{a.number}" data-throttles="{a.throttles}" '
+            f'data-kind="{escape(a.kind)}" x="{_f(x)}" '
             f'y="{top + row * row_h + pad}" width="{_f(w)}" height="{row_h - 2 * pad}">'
             f"{_title(attempt_title(a, scale.t0, is_canary))}</rect>"
         )
@@ -298,7 +299,7 @@ def concurrency_svg(c: Concurrency, scale: Scale, limit: int, markers: list[Mark
         after = f"; concurrency backed off to {a.concurrency}" if a.concurrency else ""
         parts.append(
             f'<path class="throttle" d="M {_f(x - 4)} {top - 8} h 8 l -4 7 z">'
-            f"{_title(f'{a.task} attempt {a.number} throttled at +{clock(a.end - scale.t0)}{after}')}"
+            f"{_title(f'{a.named} throttled at +{clock(a.end - scale.t0)}{after}')}"
             "</path>"
         )
     parts.append(_markers(markers, scale, top, bottom))

@@ -45,6 +45,13 @@ class Attempt:
     concurrency: int | None  # after a throttle: what concurrency backed off to
     recovered: bool  # recorded by the driver that took over from a dead one
     said: tuple[str, ...] = ()  # its worker's last lines, when it did not end valid
+    throttles: int = 0  # the tries of its number the API throttled before it
+
+    @property
+    def named(self) -> str:
+        """``t1 attempt 2``, and which try of it when throttles came before."""
+        again = f" (again, after {self.throttles} throttled)" if self.throttles else ""
+        return f"{self.task} attempt {self.number}{again}"
 
     @property
     def lied(self) -> bool:
@@ -78,9 +85,10 @@ def read_attempts(records: list[dict[str, Any]]) -> list[Attempt]:
     attempts = []
     for r in ledger.attempt_records(records):
         start, end = parse_time(r.get("started")), parse_time(r.get("ended"))
-        number = r.get("attempt")
-        if start is None or end is None or type(number) is not int:
+        identity = ledger.try_of(r)
+        if start is None or end is None or identity is None:
             continue
+        tid, number, throttles = identity
         outcome = str(r.get("outcome"))
         kind = outcome
         if outcome == ledger.ABANDONED:
@@ -90,7 +98,7 @@ def read_attempts(records: list[dict[str, Any]]) -> list[Attempt]:
         exit_code, sig = r.get("exit"), r.get("signal")
         attempts.append(
             Attempt(
-                task=str(r.get("task")),
+                task=tid,
                 number=number,
                 stage=str(r.get("stage", "")),
                 start=start,
@@ -105,6 +113,7 @@ def read_attempts(records: list[dict[str, Any]]) -> list[Attempt]:
                 said=tuple(str(line) for line in r["said"])
                 if isinstance(r.get("said"), list)
                 else (),
+                throttles=throttles,
             )
         )
     attempts.sort(key=lambda a: (a.start, a.end))
@@ -123,14 +132,18 @@ def _recovered(record: dict[str, Any]) -> bool:
     )
 
 
-def canary_attempts(attempts: list[Attempt], canary: int) -> set[tuple[str, int]]:
+def canary_attempts(attempts: list[Attempt], canary: int) -> set[tuple[str, int, int]]:
     """The canary's attempts: while no task has produced valid output, only the
     canary may start, so every attempt that started before the
     first valid one ended was the canary's."""
     if canary <= 0:
         return set()
     first_valid = min((a.end for a in attempts if a.outcome == ledger.VALID), default=None)
-    return {(a.task, a.number) for a in attempts if first_valid is None or a.start < first_valid}
+    return {
+        (a.task, a.number, a.throttles)
+        for a in attempts
+        if first_valid is None or a.start < first_valid
+    }
 
 
 @dataclass
