@@ -9,6 +9,7 @@ tasks that a runner trusting exit statuses would have redone for nothing.
 
 from __future__ import annotations
 
+import hashlib
 import signal
 import subprocess
 import sys
@@ -108,7 +109,10 @@ def _define_run(repo: Path, seed: int) -> None:
         output="out/{stem}.json",
         description="Summarise each chapter",
     )
-    crowd = git.git_dir(repo) / "demo-crowd"
+    # The simulated API counts its callers in a folder of its own, outside
+    # the repository (which a confined worker may not write).
+    digest = hashlib.sha256(str(repo.resolve()).encode()).hexdigest()[:16]
+    crowd = Path(tempfile.gettempdir()) / f"gitrun-demo-crowd-{digest}"
     packet = {
         "run": {"id": RUN_ID, "description": "Summarise each chapter as JSON"},
         "rules": {
