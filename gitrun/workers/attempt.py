@@ -32,6 +32,8 @@ from gitrun.workers.clients import ClientSigns, UnreachableWatch, client_signs
 from gitrun.workers.clientusage import USAGE_ENV, attempt_usage, usage_reader
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from gitrun.store.records import Warn
 
 __all__ = [
@@ -120,6 +122,7 @@ class Runner(Protocol):
         cwd: Path,
         log_path: Path,
         timeout: float,
+        confine: Sequence[str] = (),
     ) -> RunningAttempt: ...
 
     def poll(self, timeout: float) -> list[AttemptEnd]: ...
@@ -168,6 +171,12 @@ class Attempt:
         self._written = 0
         self._dropped = 0
         self._tail = bytearray()
+        # Confined (gitrun.workers.sandbox), the group's leader is bubblewrap,
+        # which a SIGTERM ends at once while the worker shuts down: until the
+        # worker's output closes (or its grace passes) the leader is left
+        # unreaped, so that its pid still names the group gitrun started.
+        self.confined = False
+        self.linger_until: float | None = None  # the leader ended; reaped by then
         self.failure: str | None = None  # why it could not start
         self.fault = ""  # the environment's fault, once the client showed one
         client = _client_of(argv[0]) if argv else None
@@ -205,6 +214,8 @@ class Attempt:
     def next_event(self) -> float:
         if self.status is not None:
             return self.exited_at + EOF_GRACE
+        if self.linger_until is not None:
+            return min(self.linger_until, self._kill_at or self.linger_until)
         return self._kill_at if self._kill_at is not None else self.deadline
 
     def _terminate(self) -> None:
@@ -341,11 +352,15 @@ class Monitor:
         cwd: Path,
         log_path: Path,
         timeout: float,
+        confine: Sequence[str] = (),
     ) -> Attempt:
+        """Start ``argv``; ``confine``: the command that runs it confined
+        (gitrun.workers.sandbox), put before it."""
         usage_path = usage_file(log_path)
         attempt = Attempt(
             task, number, timeout, self.kill_grace, argv, usage_path, self.warn, log_path
         )
+        attempt.confined = bool(confine)
         # An earlier attempt's, left by a run started over: its log is made
         # again only when this worker prints something.
         self._remove_stale(log_path, usage_path)
@@ -353,9 +368,10 @@ class Monitor:
         # The worker's stdout and stderr: one pipe, read here without a file
         # object around it.
         out, into = os.pipe()  # both close-on-exec: no other worker inherits them
+        started = [*confine, *argv]
         began = boot_clock()
         try:
-            proc = self._spawner.start(argv, cwd, env, into)
+            proc = self._spawner.start(started, cwd, env, into)
         except OSError as exc:
             os.close(out)
             attempt.failure = cannot_start(argv[0], exc)
@@ -374,8 +390,8 @@ class Monitor:
         attempt.proc, attempt.pid, attempt.out = proc, proc.pid, out
         # The start returns once the child has exec'd, so this is the worker's
         # own command line (or nothing, when it already exited).
-        program = (argv[0], env.get("PATH"))
-        recorded = self._launches.of(proc.pid, argv, program, began, ended)
+        program = (started[0], env.get("PATH"))
+        recorded = self._launches.of(proc.pid, started, program, began, ended)
         attempt.create_time = recorded.get("create_time")
         attempt.cmdline = recorded.get("cmdline")
         os.set_blocking(out, False)
@@ -432,7 +448,10 @@ class Monitor:
                 self._reap(attempt)
         now = time.time()
         for attempt in list(self._live):
-            if attempt.status is None and not self._use_pidfd:
+            linger = attempt.linger_until
+            if linger is not None and attempt.status is None and (attempt.eof or now >= linger):
+                self._reap(attempt)
+            elif attempt.status is None and not self._use_pidfd and linger is None:
                 self._reap(attempt, block=False)
             if attempt.status is not None and (attempt.eof or now >= attempt.exited_at + EOF_GRACE):
                 self._finish(attempt)
@@ -470,6 +489,10 @@ class Monitor:
         assert attempt.proc is not None
         if not block and not has_exited(attempt.proc):
             return
+        lingers = attempt.confined and not attempt.eof and attempt.linger_until is None
+        if lingers and _killed(attempt.pid):  # not its worker's end: it may still shut down
+            attempt.linger_until = time.time() + attempt.kill_grace
+            return  # see Attempt.confined
         attempt.signal_group(signal.SIGKILL)
         attempt.status = attempt.proc.wait()
         attempt.exited_at = time.time()
@@ -486,6 +509,16 @@ class Monitor:
 
 
 _UNLISTED: set[str] = set()  # a directory not listed yet (compared by identity)
+
+
+def _killed(pid: int) -> bool:
+    """Whether the exited child ``pid`` was killed by a signal, asked without
+    reaping it (its pid keeps naming its group)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return info is not None and info.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
 
 
 def cannot_start(program: str, exc: OSError) -> str:

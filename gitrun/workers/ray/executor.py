@@ -31,7 +31,7 @@ import socket
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -199,7 +199,9 @@ class RayRunner:
         cwd: Path,
         log_path: Path,
         timeout: float,
+        confine: Sequence[str] = (),
     ) -> RayAttempt:
+        assert not confine  # a node's attempt runs in its own scratch directory
         definition = self._tasks[task]
         stage = self.run.stage_of(definition)
         # The node's own environment, plus what gitrun tells the worker: the
