@@ -27,6 +27,10 @@ alone (repositories are set up before it).
   git processes per commit, counted by a `git` on PATH that logs each call
   (the 2-second stray-write audit aside). Target: <= 6 git processes (one
   check-ignore for the batch, then the five that build and publish it).
+- isolation (only when asked for): the throughput case with every attempt
+  confined under bubblewrap (isolation = "sandbox") and not ("none"),
+  interleaved with parallel. Targets: confinement adds <= 20 ms to an
+  attempt; confined, gitrun <= 0.6 x parallel's wall time.
 - phases (only when asked for): where the wall time of one 1,000-task
   `gitrun start` goes, from the parent's spawn to the process being gone,
   marked by wrapping gitrun's own functions in the child (medians). No peer.
@@ -65,6 +69,7 @@ from _common import Row, Table, git_env, gitrun_argv, make_repo, write_bench_run
 WRITE = 'printf \'{"task": "%s"}\\n\' "$GITRUN_TASK" > "$GITRUN_OUTPUTS"'
 TARGET_RATIO = 0.6
 TARGET_OVERHEAD = 0.2
+TARGET_CONFINED_MS = 20.0  # what confinement may add to one attempt
 # check-ignore, hash-object, update-index, write-tree, commit-tree, update-ref
 TARGET_GIT_PER_COMMIT = 6
 WIDE_TASKS, WIDE_J, WIDE_SLEEP = 160, 16, 0.2
@@ -85,17 +90,26 @@ def task_ids(n: int) -> list[str]:
 
 
 def setup_gitrun(
-    root: Path, n: int, concurrency: int = 4, sleep: float = 0.0, **limits: object
+    root: Path,
+    n: int,
+    concurrency: int = 4,
+    sleep: float = 0.0,
+    isolation: str = "auto",
+    **limits: object,
 ) -> Path:
     """A repository with a run "bench" of ``n`` tasks, each writing its JSON
-    output (after ``sleep`` seconds), with these ``limits`` besides;
-    bench/compare.py uses it too."""
+    output (after ``sleep`` seconds), confined as ``isolation`` says, with
+    these ``limits`` besides; bench/compare.py uses it too."""
     repo = make_repo(root)
     script = f"sleep {sleep}; {WRITE}" if sleep else WRITE
     tasks: list[dict[str, object]] = [
         {"id": tid, "outputs": [f"out/{tid}.json"]} for tid in task_ids(n)
     ]
-    executor: dict[str, object] = {"kind": "command", "command": ["sh", "-c", script]}
+    executor: dict[str, object] = {
+        "kind": "command",
+        "command": ["sh", "-c", script],
+        "isolation": isolation,
+    }
     write_bench_run(repo, tasks, executor, concurrency=concurrency, **limits)
     return repo
 
@@ -153,12 +167,13 @@ class Bench:
         count_git: bool = False,
         tree: str | None = None,
         checked: bool = False,
+        isolation: str = "auto",
         **limits: object,
     ) -> Took:
         """``gitrun start`` of a fresh run; ``tree``: run gitrun from that source
         tree; ``checked``: after a ``gitrun check`` of the run (untimed), as a
         lead checks a run before starting it."""
-        repo = setup_gitrun(self.fresh("g"), n, concurrency, sleep, **limits)
+        repo = setup_gitrun(self.fresh("g"), n, concurrency, sleep, isolation, **limits)
         env = dict(self.gitrun_env)
         if tree is not None:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, env.get("PYTHONPATH")]))
@@ -392,12 +407,68 @@ def record(table: Table, got: dict[str, list[Took]], label: str = "") -> None:
         table.loads += [s.load for s in samples]
 
 
+def isolation(bench: Bench, table: Table, n: int, repeat: int, has_parallel: bool) -> None:
+    """Confinement's cost: ``n`` tasks at -j4, each attempt under bubblewrap
+    and not, interleaved; what it adds to one attempt is the difference in
+    wall time times the four slots over the tasks (and the same of CPU)."""
+    from gitrun.workers.sandbox import probe
+
+    refusal = probe()
+    if refusal is not None:
+        table.notes.append(f"isolation: skipped, {refusal}")
+        return
+    tools: dict[str, Callable[[], Took]] = {
+        "confined": lambda: bench.gitrun(n, 4, isolation="sandbox"),
+        "unconfined": lambda: bench.gitrun(n, 4, isolation="none"),
+    }
+    if has_parallel:
+        tools["parallel"] = lambda: bench.parallel(n, 4)
+    got = interleaved(repeat, tools)
+    confined = med(got["confined"], lambda s: s.wall)
+    unconfined = med(got["unconfined"], lambda s: s.wall)
+    added = (confined - unconfined) * 4 / n * 1000
+    table.rows.append(
+        Row(
+            f"{n} tasks, -j4: wall confined / unconfined (median s)",
+            f"{confined:.2f}",
+            f"{unconfined:.2f}",
+            f"{confined / unconfined:.2f}",
+        )
+    )
+    table.rows.append(
+        Row(
+            "confinement: wall added per attempt (ms)",
+            f"{added:.1f}",
+            target=f"<= {TARGET_CONFINED_MS}",
+            ok=added <= TARGET_CONFINED_MS,
+        )
+    )
+    cpu = (med(got["confined"], lambda s: s.cpu) - med(got["unconfined"], lambda s: s.cpu)) / n
+    table.rows.append(Row("confinement: CPU added per attempt (ms)", f"{cpu * 1000:.1f}"))
+    if has_parallel:
+        theirs = med(got["parallel"], lambda s: s.wall)
+        table.rows.append(
+            Row(
+                f"{n} tasks, -j4, confined: wall against parallel (median s)",
+                f"{confined:.2f}",
+                f"{theirs:.2f}",
+                f"{confined / theirs:.2f}",
+                f"<= {TARGET_RATIO}",
+                confined / theirs <= TARGET_RATIO,
+            )
+        )
+    record(table, got, "isolation")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument(
-        "--case", action="append", choices=["throughput", "width", "alone", "phases"], default=[]
+        "--case",
+        action="append",
+        choices=["throughput", "width", "alone", "phases", "isolation"],
+        default=[],
     )
     parser.add_argument("--against", metavar="DIR", help="also run gitrun from this source tree")
     args = parser.parse_args()
@@ -413,6 +484,8 @@ def main() -> int:
         bench.gitrun(5, 4)  # untimed: writes the bytecode, warms the caches
         if against:
             bench.gitrun(5, 4, tree=against)
+        if "isolation" in cases:
+            isolation(bench, table, n, args.repeat, has_parallel)
         if "throughput" in cases:
             tools: dict[str, Callable[[], Took]] = {"gitrun": lambda: bench.gitrun(n, 4)}
             tools[CHECKED] = lambda: bench.gitrun(n, 4, checked=True)

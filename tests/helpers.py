@@ -101,8 +101,10 @@ def fake_worker_run(
     count: int,
     spec: dict[str, object],
     packet: Mapping[str, object] | None = None,
+    isolation: str = "auto",
 ) -> Path:
-    """A run of ``count`` tasks (t01, t02, ...) whose worker is the fake agent.
+    """A run of ``count`` tasks (t01, t02, ...) whose worker is the fake agent
+    (confined as ``isolation`` says).
 
     Each task owns out/<id>.json. Returns the spec file's path.
     """
@@ -117,7 +119,10 @@ def fake_worker_run(
         for i in range(1, count + 1)
     ]
     data: dict[str, object] = {
-        "executor": {"command": [sys.executable, str(FAKE_WORKER), str(spec_path)]},
+        "executor": {
+            "command": [sys.executable, str(FAKE_WORKER), str(spec_path)],
+            "isolation": isolation,
+        },
         "limits": {"timeout": "60s"},
     }
     data.update(packet or {})

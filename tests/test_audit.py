@@ -28,7 +28,7 @@ def _run(repo: Path, body: str, tasks: int = 1) -> None:
     )
     work = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(1, tasks + 1)]
     packet = {
-        "executor": {"command": [sys.executable, str(script)]},
+        "executor": {"command": [sys.executable, str(script)], "isolation": "none"},
         "limits": {"canary": 0, "concurrency": 1, "timeout": "60s"},
     }
     write_run(repo, "r", work, packet)
@@ -234,7 +234,7 @@ def test_a_neighbour_s_output_written_by_another_worker_is_set_aside_not_committ
     )
     tasks = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in (1, 2)]
     packet = {
-        "executor": {"command": [sys.executable, str(script)]},
+        "executor": {"command": [sys.executable, str(script)], "isolation": "none"},
         "limits": {"canary": 0, "concurrency": 1},
     }
     write_run(git_repo, "r", tasks, packet)

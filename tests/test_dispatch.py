@@ -57,7 +57,10 @@ def test_an_output_another_worker_left_is_never_the_task_s_result(
     tasks: list[dict[str, object]] = [
         {"id": f"t{n}", "outputs": [f"out/t{n}.json"]} for n in (1, 2, 3)
     ]
-    packet = {"executor": {"preset": "shell", "shell": script}, "limits": {"concurrency": 1}}
+    packet = {
+        "executor": {"preset": "shell", "shell": script, "isolation": "none"},
+        "limits": {"concurrency": 1},
+    }
     write_run(git_repo, "r", tasks, packet)
     outcome = start_run(git_repo, "r", quiet)
     assert outcome.exit_code == 0

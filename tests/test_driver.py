@@ -293,7 +293,8 @@ def test_a_program_gone_mid_run_halts_at_once_and_uses_no_attempt(git_repo: Path
         "r",
         tasks,
         {
-            "executor": {"command": ["bin/agent", "{pointer}"]},
+            # Unconfined: the canary's worker removes the program itself.
+            "executor": {"command": ["bin/agent", "{pointer}"], "isolation": "none"},
             "limits": {"canary": 1, "concurrency": 1, "max_attempts": 2},
         },
     )

@@ -19,6 +19,7 @@ from gitrun.commands.session import resume_run, start_run
 from gitrun.definition.schema import Limits
 from gitrun.engine import governor
 from gitrun.engine.governor import EndFacts, Governor
+from gitrun.workers.sandbox import probe as sandbox_refusal
 from tests.helpers import (
     build_tree,
     fake_worker_run,
@@ -135,7 +136,7 @@ def test_halt_policy_stops_new_starts(git_repo: Path) -> None:
 def test_a_worker_writing_gitruns_own_directory_is_a_violation(git_repo: Path) -> None:
     """Only the files gitrun itself writes are exempt from the audit, not all of .gitrun/."""
     spec = {"tasks": {"t02": "stray"}, "stray_path": ".gitrun/config.toml"}
-    fake_worker_run(git_repo, "r", 2, spec, {"limits": {"concurrency": 1}})
+    fake_worker_run(git_repo, "r", 2, spec, {"limits": {"concurrency": 1}}, isolation="none")
     outcome = start_run(git_repo, "r", quiet)
     assert [v.path for v in outcome.violations] == [".gitrun/config.toml"]
     assert ".gitrun/config.toml" not in git(git_repo, "ls-tree", "-r", "--name-only", "gitrun/r")
@@ -145,7 +146,7 @@ def test_a_worker_writing_gitruns_own_directory_is_a_violation(git_repo: Path) -
 def test_writes_outside_owns_are_violations_never_committed(git_repo: Path, strict: bool) -> None:
     limits = {"concurrency": 1}
     packet = {"limits": limits, "ownership": {"strict": strict}}
-    fake_worker_run(git_repo, "r", 4, {"tasks": {"t02": "stray"}}, packet)
+    fake_worker_run(git_repo, "r", 4, {"tasks": {"t02": "stray"}}, packet, isolation="none")
     outcome = start_run(git_repo, "r", quiet)
     [violation] = outcome.violations
     assert violation.path == "stray/t02.txt"
@@ -159,6 +160,26 @@ def test_writes_outside_owns_are_violations_never_committed(git_repo: Path, stri
         assert outcome.status.counts()["done"] < 4
     else:
         assert outcome.exit_code == 0
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_confined_worker_s_write_outside_its_paths_fails_at_once(
+    git_repo: Path, strict: bool
+) -> None:
+    """Confined, the same careless worker cannot write outside its paths at
+    all: its write fails with the file system's error, nothing reaches the
+    work tree, there is no violation to halt for, and every task is done."""
+    if sandbox_refusal() is not None:
+        pytest.skip(sandbox_refusal())
+    packet = {"limits": {"concurrency": 1}, "ownership": {"strict": strict}}
+    spec = {"tasks": {"t02": "stray"}, "stray_path": ".gitrun/config.toml"}
+    fake_worker_run(git_repo, "r", 4, spec, packet, isolation="sandbox")
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.exit_code == 0 and outcome.violations == []
+    assert outcome.status.counts()["done"] == 4
+    assert not (git_repo / ".gitrun/config.toml").exists()
+    log = (git_repo / ".git/gitrun/r/logs/t02.1.log").read_text()
+    assert "Read-only file system" in log, log
 
 
 def test_load_gate_holds_starts_while_the_machine_is_busy(

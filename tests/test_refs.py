@@ -79,7 +79,10 @@ def test_a_ref_lock_held_mid_run_is_reported_as_a_lock(git_repo: Path) -> None:
         "r",
         [{"id": "t1", "outputs": ["out/t1.json"]}],
         {
-            "executor": {"command": ["sh", "-c", f': > "{lock}"; echo "{{}}" > "$GITRUN_OUTPUTS"']},
+            "executor": {
+                "command": ["sh", "-c", f': > "{lock}"; echo "{{}}" > "$GITRUN_OUTPUTS"'],
+                "isolation": "none",  # the worker itself takes the ref's lock
+            },
         },
     )
     git(git_repo, "add", "-A")

@@ -42,7 +42,9 @@ def _gated_run(repo: Path, gates: Path) -> None:
         "r",
         [{"id": t, "outputs": [f"out/{t}.json"]} for t in TASKS],
         {
-            "executor": {"command": ["sh", "-c", script]},
+            # Unconfined: a confined attempt whose output directory the stash
+            # takes away is interrupted and runs again (tests/test_sandbox.py).
+            "executor": {"command": ["sh", "-c", script], "isolation": "none"},
             "limits": {"concurrency": 4, "timeout": "120s"},
         },
     )

@@ -146,6 +146,7 @@ def test_a_violation_and_a_halt_recorded_while_driving_are_in_the_summary(
         2,
         {"default": "stray"},
         {"ownership": {"strict": True}, "limits": {"canary": 0}},
+        isolation="none",  # a confined worker's stray write fails: no violation to halt for
     )
     reads = count_reads(monkeypatch)
     outcome = start_run(git_repo, "r", quiet)

@@ -40,7 +40,8 @@ def _no_raw(text: str) -> None:
 def hostile(git_repo: Path) -> Path:
     table = [{"id": "t1", "outputs": ["out/t1.json"]}]
     packet = {
-        "executor": {"kind": "command", "preset": "shell", "shell": WORKER},
+        # Unconfined, so that its stray write lands and the audit reports it.
+        "executor": {"kind": "command", "preset": "shell", "shell": WORKER, "isolation": "none"},
         "limits": {"timeout": "60s", "max_attempts": 2, "max_spawns": 10},
     }
     write_run(git_repo, "r", table, packet)

@@ -296,7 +296,10 @@ def test_a_run_driven_in_a_linked_work_tree_audits_the_shared_hooks_and_config(
         git_repo,
         "r",
         [{"id": "t1", "outputs": ["out/t1.json"]}],
-        {"executor": {"command": [sys.executable, str(planter)]}, "limits": {"canary": 0}},
+        {
+            "executor": {"command": [sys.executable, str(planter)], "isolation": "none"},
+            "limits": {"canary": 0},
+        },
     )
     commit_all(git_repo, "define r")
     tree = _linked(git_repo)

@@ -405,6 +405,10 @@ class Executor(Strict):
     # repository read-only (Linux needs bubblewrap and socat), "deny" takes
     # Bash away, "detect" leaves it and relies on the stray-write audit.
     bash: Literal["sandbox", "deny", "detect"] = "sandbox"
+    # How a command-mode attempt is confined (gitrun.workers.sandbox): "sandbox"
+    # under bubblewrap, the repository read-only but the task's own paths;
+    # "none" as it is, with the stray-write audit; "auto" sandbox where it works.
+    isolation: Literal["auto", "sandbox", "none"] = "auto"
 
 
 @dataclass(frozen=True, slots=True)

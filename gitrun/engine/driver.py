@@ -63,6 +63,7 @@ from gitrun.visible import last_lines, visible
 from gitrun.workers.attempt import AttemptEnd, Monitor, Runner, RunningAttempt
 from gitrun.workers.executor import command_template, render_command
 from gitrun.workers.pointer import attempt_values
+from gitrun.workers.sandbox import Confined, Isolation, Plan, isolation_of, plan_of
 
 HEARTBEAT = 2.0  # seconds between owner-record heartbeats
 TICK = 0.5  # longest wait before the loop looks at deadlines and signals again
@@ -159,10 +160,55 @@ class Driver:
         if not reaper.HAS_PROC:  # pragma: no cover - macOS and the BSDs
             import psutil  # noqa: F401
 
+        # Confinement (gitrun.workers.sandbox): decided as driving begins; each
+        # task's plan made at its first launch; each running attempt's own.
+        self.isolation = Isolation(False)
+        self.plans: dict[str, Plan] = {}
+        self.confined: dict[str, Confined] = {}
         self.audit: Audit | None = None
         self.audit_due = False  # an attempt ended since the last audit
         self.violations: list[Violation] = []
         self.at_start: dict[str, Signature] = {}  # the audit's first look (drive)
+
+    def _isolate(self) -> None:
+        """Decide how this driver's attempts are confined, and say so; a
+        sandbox asked for and not to be had here halts the run (running
+        its workers unconfined instead is the user's choice, not gitrun's)."""
+        # What a dead driver's confined attempts left: none of it counts.
+        shutil.rmtree(self.local.sandboxes, ignore_errors=True)
+        self.isolation = isolation_of(self.run, self.base_env)
+        if self.isolation.problem:
+            self.governor.stop_for(
+                Halt(
+                    ENVIRONMENT,
+                    f"environment fault: {self.isolation.problem}; then `gitrun retry "
+                    f"{self.run.id}` and `gitrun resume {self.run.id}`",
+                )
+            )
+        elif self.isolation.said:
+            self.report(
+                self.isolation.said if self.isolation.confined else f"notice: {self.isolation.said}"
+            )
+
+    def _confine(self, task: Task, attempt_id: str) -> list[str]:
+        """The command that starts an attempt of ``task`` confined (nothing
+        when attempts are not)."""
+        if not self.isolation.confined:
+            return []
+        plan = self.plans.get(task.id)
+        if plan is None:
+            plan = self.plans[task.id] = plan_of(self.run, task)
+        git_dirs = {self.local.root.parent.parent, self.local.here.parent.parent}
+        confined = Confined(
+            self.repo,
+            plan,
+            self.local.sandboxes / attempt_id,
+            tuple(self.run.owns_of(task)),
+            tuple(d for d in sorted(git_dirs) if not d.is_relative_to(self.repo)),
+            (self.local.logs,),
+        )
+        self.confined[task.id] = confined
+        return confined.prefix()
 
     def _runner(self) -> Runner:
         """Where attempts run: child processes here, or tasks on a Ray cluster
@@ -198,6 +244,7 @@ class Driver:
     def drive(self) -> RunOutcome:
         # Orphans are handled (recover_orphans) before a new journal begins.
         self.journal = Journal(self.local)
+        self._isolate()
         self.audit = Audit(self.run)
         # The work tree's changes as driving began: an output that is not as
         # it was then appeared while this driver's attempts ran.
@@ -457,8 +504,9 @@ class Driver:
         )
         self.journal.write(ahead)
         crash_point("launch.ahead")
+        confine = self._confine(task, attempt_id)
         attempt = self.monitor.launch(
-            task.id, number, argv, env, self.repo, log, self.limits.timeout
+            task.id, number, argv, env, self.repo, log, self.limits.timeout, confine
         )
         crash_point("launch.spawned")
         self.running[task.id] = attempt
@@ -502,6 +550,8 @@ class Driver:
         before = self.before.pop(end.task, None)
         made_from = self.made_from.pop(end.task, None)
         throttles = self.throttles.pop(end.task, 0)
+        confined = self.confined.pop(end.task, None)
+        refused = self._strays(end, confined) if confined else None
         check = check_task(self.run, task, before, self.committer.object_format)
         outcome, reason = check.outcome, check.reason
         if outcome == "invalid":
@@ -509,7 +559,17 @@ class Driver:
         if outcome != "valid":
             if end.refused:  # an output too big to bring back from its node
                 outcome, reason = ledger.INVALID, end.refused
-            if end.unstarted:  # its program is not there: no worker ran
+            if confined and confined.displaced and not refused:
+                # Someone else took its directory away as it ran: not the task's failure.
+                outcome = ledger.INTERRUPTED
+                reason = (
+                    f"{', '.join(visible(d) for d in confined.displaced)} was removed or replaced "
+                    "in the work tree while it ran"
+                )
+            elif refused and not end.unstarted:  # bubblewrap could not start the worker
+                self.governor.stop_for(Halt(ENVIRONMENT, refused))
+                outcome, reason = ledger.UNSTARTED, last_line(end.tail)
+            elif end.unstarted:  # its program is not there: no worker ran
                 outcome, reason = ledger.UNSTARTED, end.unstarted
                 self.governor.stop_for(
                     Halt(
@@ -580,6 +640,44 @@ class Driver:
         if os.path.exists(log):
             detail += f" (log: {shown(log)})"
         self.report(f"{end.task} attempt {end.attempt}: {outcome} ({how}){detail} — {verdict}")
+
+    def _strays(self, end: AttemptEnd, confined: Confined) -> str | None:
+        """Bring a confined attempt's own files into the work tree, and record
+        what it wrote outside its own paths (kept out of the work tree); when
+        bubblewrap itself refused to start it, the environment fault to halt with."""
+        strays = confined.finish()
+        for line in confined.unmoved:
+            self.report(f"{end.task} attempt {end.attempt}: could not bring back {visible(line)}")
+        if strays:
+            record = {
+                "event": "stray",
+                "task": end.task,
+                "attempt": end.attempt,
+                "paths": strays,
+                "at": ledger.iso(time.time()),
+            }
+            self.engine.write(self.ledger, record)
+            shown_paths = ", ".join(visible(p) for p in strays[:5])
+            more = f" and {len(strays) - 5} more" if len(strays) > 5 else ""
+            self.report(
+                f"{end.task} attempt {end.attempt} wrote {shown_paths}{more}, which it does "
+                "not own: kept out of the work tree"
+            )
+        first = end.tail.lstrip().partition("\n")[0]
+        if end.exit_code != 1 or not first.startswith("bwrap: "):
+            return None
+        if "execvp" in first:  # the program is not there: as when it cannot start
+            return (
+                f"environment fault: the worker cannot start: {first.removeprefix('bwrap: ')}; "
+                "install it or fix [executor] command (`gitrun check` says), then `gitrun retry` "
+                "and `gitrun resume`"
+            )
+        return (
+            f"environment fault: bubblewrap could not confine an attempt ({visible(first)}); "
+            'run where it can (user namespaces allowed), or set [executor] isolation = "none" '
+            f"to run workers unconfined, then `gitrun retry {self.run.id}` and "
+            f"`gitrun resume {self.run.id}`"
+        )
 
     def _stage_still_proven(self, stage: str) -> bool:
         """Before a later stage starts, make the symlink proof again for its

@@ -51,6 +51,7 @@ from gitrun.workers.executor import (
     uses_model,
 )
 from gitrun.workers.pointer import attempt_values, render_pointer
+from gitrun.workers.sandbox import isolation_of
 
 RESERVED = (".git", GITRUN_DIR)
 # Files whose every copy, at any depth, changes what git does with the files near it.
@@ -69,6 +70,7 @@ class CheckReport:
     # a start does not dispatch them.
     up_to_date: list[str] = field(default_factory=list)
     version: str = ""  # what the preset's CLI answered to --version
+    isolation: str = ""  # how its attempts are confined, as a clause
 
     @property
     def summary(self) -> str:
@@ -79,6 +81,8 @@ class CheckReport:
         )
         if self.version:
             text += f"; workers run {self.version}"
+        if self.isolation:
+            text += f"; {self.isolation}"
         if self.up_to_date:
             fresh = len(self.up_to_date)
             text += (
@@ -145,6 +149,9 @@ def _check_run(
     program = program_check(run)
     problems += program.problems
     problems += client_problems(run)
+    isolation = isolation_of(run)
+    if isolation.problem:
+        problems.append(Problem("isolation", f"{isolation.problem}"))
     return CheckReport(
         problems=problems,
         tasks=len(run.tasks),
@@ -156,6 +163,7 @@ def _check_run(
             up_to_date(run, fork, git.object_format(run.repo)) if freshness and not problems else []
         ),
         version=program.version,
+        isolation=isolation.said,
     )
 
 

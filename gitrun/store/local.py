@@ -189,6 +189,11 @@ class LocalPaths:
     def quarantine(self) -> Path:
         return self.root / "quarantine"
 
+    @property
+    def sandboxes(self) -> Path:
+        """The confined attempts' own folders (gitrun.workers.sandbox), one per attempt id."""
+        return self.root / "sandbox"
+
     def log_of(self, task: str, attempt: int) -> Path:
         return self.logs / f"{task}.{attempt}.log"
 

@@ -1,0 +1,387 @@
+"""Confinement of one attempt: the repository read-only but for the task's own paths.
+
+``[executor] isolation = "sandbox"`` starts each attempt of a command-mode run
+under bubblewrap (``bwrap``, from the distribution's packages), in a mount
+namespace where:
+
+- the whole machine is as it is (network, HOME, the agent CLIs' own config),
+  except the repository and its git directory, which are read-only;
+- a directory the task owns whole (``work/t1/``, ``work/t1/**``) or the
+  nearest literal directory of a glob it owns (``out/`` of ``out/*.json``) is
+  writable as it is: writes there outside the task's patterns are judged
+  after, by the stray-write audit, as without confinement;
+- the directory of a literal output (``out/`` of ``out/t1.json``), shared
+  with other tasks' outputs as a rule, is a staging directory of the attempt:
+  everything the real one holds is there as a link to a read-only view (so a
+  worker reads its neighbours' files and cannot change them), and new files
+  land in the staging directory. When the attempt ends, the files the task
+  owns move into the work tree and nothing else does: a worker that wrote its
+  neighbour's output wrote it nowhere that counts, and gitrun names it;
+- ``TMPDIR`` is a private directory of the attempt, removed after it;
+- the run's logs directory is writable (the worker's ``GITRUN_USAGE`` file).
+
+A write anywhere else fails with the file system's own error (read-only
+file system), so the worker learns it at once.
+
+``"none"`` runs workers as they are, with the audit; ``"auto"`` (the
+default) is ``sandbox`` where bubblewrap works, for a plain command or the
+shell preset, and ``none`` otherwise, said once by ``check`` and ``start``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import secrets
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gitrun.definition.load import RunDef
+from gitrun.definition.schema import Task
+from gitrun.ownership.patterns import PatternError, literal_path, matches, parse
+from gitrun.processes.proc import clean_env
+from gitrun.workers.executor import command_template
+
+BWRAP = "bwrap"
+_WILD = re.compile(r"[*?\[\\]")  # a pattern that is not a literal path
+INSTALL = "apt-get install bubblewrap (or your distribution's bubblewrap package)"
+PROBE_TIMEOUT = 10.0
+# Presets whose CLI was run confined by the test suite; "auto" confines
+# these and plain commands only (the claude preset has its own sandbox).
+AUTO_PRESETS = (None, "shell")
+
+
+class Unconfinable(Exception):
+    """A task whose owned paths cannot be made writable alone; the message says why."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which directories of the repository an attempt of one task may write
+    (relative to the repository root, "" for the root itself)."""
+
+    writable: tuple[str, ...]  # bound writable as they are
+    staged: tuple[str, ...]  # replaced by a staging directory of the attempt
+
+
+def plan_of(run: RunDef, task: Task) -> Plan:
+    """The directories ``task``'s attempts may write. Raises
+    :class:`Unconfinable` for a glob with no literal directory (``*.md``):
+    making it writable would make the root writable."""
+    outputs = set(run.output_paths(task))
+    writable: set[str] = set()
+    staged: set[str] = set()
+    for text in run.owns_of(task):
+        try:
+            pattern = parse(text)
+        except PatternError as exc:  # check refuses these before a launch
+            raise Unconfinable(f"task {task.id} owns {text!r}: {exc.reason}") from None
+        path = literal_path(pattern)
+        if path is not None:
+            if path in outputs or os.path.isfile(run.repo / path):
+                staged.add(path.rpartition("/")[0])
+            else:  # a directory it owns whole, or will make
+                writable.add(path)
+            continue
+        prefix = "/".join(pattern.literal_prefix)  # the names before its first wildcard
+        if not prefix:
+            raise Unconfinable(_rootless(task.id, text))
+        writable.add(prefix)
+    # A directory inside one that is writable as it is needs nothing more.
+    writable = {d for d in writable if not any(_inside(d, w) for w in writable if w != d)}
+    staged = {d for d in staged if not any(_inside(d, w) for w in writable)}
+    return Plan(tuple(sorted(writable, key=_depth)), tuple(sorted(staged, key=_depth)))
+
+
+def _inside(path: str, directory: str) -> bool:
+    return directory == "" or path == directory or path.startswith(directory + "/")
+
+
+def _depth(path: str) -> tuple[int, str]:
+    return (path.count("/") + 1 if path else 0, path)
+
+
+@dataclass
+class Confined:
+    """One attempt's confinement: the command that starts it, and what
+    comes back into the work tree when it ends."""
+
+    repo: Path
+    plan: Plan
+    folder: Path  # the attempt's own folder (staging directories, TMPDIR)
+    owns: tuple[str, ...]  # the task's owned patterns
+    read_only: tuple[Path, ...]  # the git directory, when outside the repository
+    writable_extra: tuple[Path, ...]  # the run's logs directory
+    # Per staging directory: the names linked to the real directory, and the
+    # own files copied in (name -> stat signature after the copy).
+    unmoved: list[str] = field(default_factory=list)  # own files that could not come back
+    # Directories removed or replaced in the work tree while it ran (git stash -u,
+    # git clean): their binds went with them, so the worker could not write there.
+    displaced: list[str] = field(default_factory=list)
+    _dirs: dict[str, tuple[int, int]] = field(default_factory=dict)
+    _links: dict[str, set[str]] = field(default_factory=dict)
+    _copies: dict[str, dict[str, tuple[int, int, int]]] = field(default_factory=dict)
+
+    def prefix(self) -> list[str]:
+        """The ``bwrap`` arguments that start a command confined (the command follows)."""
+        repo = str(self.repo)
+        view = self.folder / "view"
+        tmp = self.folder / "tmp"
+        view.mkdir(parents=True)
+        tmp.mkdir()
+        # (writable, host source, where the attempt sees it), made outermost first.
+        binds = [(False, self.repo, self.repo), (False, self.repo, view)]
+        binds += [(False, path, path) for path in self.read_only]
+        for directory in self.plan.writable:
+            (self.repo / directory).mkdir(parents=True, exist_ok=True)
+            binds.append((True, self.repo / directory, self.repo / directory))
+        for number, directory in enumerate(self.plan.staged):
+            (self.repo / directory).mkdir(parents=True, exist_ok=True)
+            stage = self.folder / f"stage{number}"
+            self._stage(stage, directory, view)
+            binds.append((True, stage, self.repo / directory))
+        if "" in self.plan.staged:  # the root staged: its git directory stays itself
+            binds.append((False, self.repo / ".git", self.repo / ".git"))
+        binds += [(True, path, path) for path in self.writable_extra]
+        binds.append((True, tmp, tmp))
+        for directory in (*self.plan.writable, *self.plan.staged):
+            self._dirs[directory] = _identity(self.repo / directory)
+        args = [BWRAP, "--dev-bind", "/", "/"]
+        for writable, source, target in sorted(binds, key=lambda b: len(b[2].parts)):
+            if writable and not source.exists():
+                source.mkdir(parents=True)
+            args += ["--bind" if writable else "--ro-bind", str(source), str(target)]
+        args += ["--setenv", "TMPDIR", str(tmp), "--chdir", repo, "--"]
+        return args
+
+    def _stage(self, stage: Path, directory: str, view: Path) -> None:
+        """Fill ``stage`` as the attempt sees ``directory``: a link per entry
+        of the real one, an empty directory where another bind goes, and a
+        copy of each own file already there (the worker may edit it)."""
+        stage.mkdir()
+        real = self.repo / directory
+        mounts = self._mounts_in(directory)
+        links: set[str] = set()
+        copies: dict[str, tuple[int, int, int]] = {}
+        with os.scandir(real) as entries:
+            for entry in entries:
+                name = entry.name
+                rel = f"{directory}/{name}" if directory else name
+                if name in mounts:
+                    os.mkdir(stage / name)
+                elif entry.is_file(follow_symlinks=False) and self._owned(rel):
+                    shutil.copy2(entry.path, stage / name)
+                    copies[name] = _signature(stage / name)
+                else:
+                    os.symlink(view / rel, stage / name)
+                    links.add(name)
+        for name in mounts:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(stage / name)  # where a deeper bind goes
+        self._links[str(stage)] = links
+        self._copies[str(stage)] = copies
+
+    def _mounts_in(self, directory: str) -> set[str]:
+        """The names in ``directory`` under which another of the plan's binds goes."""
+        names = {_child(d, directory) for d in (*self.plan.writable, *self.plan.staged)}
+        if directory == "":
+            names.add(".git")
+        return {name for name in names if name}
+
+    def _owned(self, rel: str) -> bool:
+        return any(matches(parse(text), rel) for text in self.owns)
+
+    def finish(self) -> list[str]:
+        """The attempt ended: move the files it made that the task owns into
+        the work tree, and return the paths it wrote that the task does not
+        own (left out, never in the work tree). The attempt's folder goes."""
+        strays: list[str] = []
+        self.displaced = [
+            d for d, identity in self._dirs.items() if _identity(self.repo / d) != identity
+        ]
+        try:
+            for number, directory in enumerate(self.plan.staged):
+                stage = self.folder / f"stage{number}"
+                if stage.is_dir():
+                    strays += self._bring_back(stage, directory)
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
+        return sorted(strays)
+
+    def _bring_back(self, stage: Path, directory: str) -> list[str]:
+        links = self._links.get(str(stage), set())
+        copies = self._copies.get(str(stage), {})
+        mounts = self._mounts_in(directory)
+        strays: list[str] = []
+        present: set[str] = set()
+        for top, dirs, files in os.walk(stage):
+            here = os.path.relpath(top, stage)
+            inner = "" if here == "." else here
+            if not inner:
+                dirs[:] = [d for d in dirs if d not in mounts]
+            for name in files + [d for d in dirs if os.path.islink(os.path.join(top, d))]:
+                local = f"{inner}/{name}" if inner else name
+                present.add(local)
+                source = stage / local
+                if not inner and name in links and _is_our_link(source, self.folder / "view"):
+                    continue
+                if not inner and name in copies and _signature(source) == copies[name]:
+                    continue
+                rel = f"{directory}/{local}" if directory else local
+                if not self._owned(rel):
+                    strays.append(rel)
+                    continue
+                try:
+                    _move(source, self.repo / rel)
+                except OSError as exc:  # judged as not written; said, never a crash
+                    self.unmoved.append(f"{rel} ({exc.strerror or exc})")
+        for name in copies:
+            if name not in present:  # the worker removed its own file
+                rel = f"{directory}/{name}" if directory else name
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.repo / rel)
+        return strays
+
+
+def _move(source: Path, target: Path) -> None:
+    """Move ``source`` to ``target`` whole: a rename, or across file systems
+    a copy beside the target under a client temporary's name (the audit
+    judges it as the target) renamed into place."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(source, target)
+        return
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+    draft = target.with_name(f"{target.name}.tmp.{os.getpid()}.{secrets.token_hex(4)}")
+    try:
+        shutil.copy2(source, draft, follow_symlinks=False)
+        os.replace(draft, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(draft)
+        raise
+    os.unlink(source)
+
+
+def _child(path: str, directory: str) -> str | None:
+    """The name in ``directory`` that ``path`` lies at or under, if it lies inside."""
+    if path == directory or (directory and not path.startswith(directory + "/")):
+        return None
+    rest = path[len(directory) + 1 :] if directory else path
+    return rest.partition("/")[0] or None
+
+
+def _is_our_link(path: Path, view: Path) -> bool:
+    try:
+        return os.readlink(path).startswith(str(view) + "/")
+    except OSError:
+        return False
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    """Which directory is at ``path`` (device, inode; zeros when none is)."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return 0, 0
+    return st.st_dev, st.st_ino
+
+
+def _signature(path: Path) -> tuple[int, int, int]:
+    st = os.stat(path, follow_symlinks=False)
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """What a run's attempts get: confined or not, in one clause for
+    ``check`` and ``start``, or the problem of a sandbox asked for and not had."""
+
+    confined: bool
+    said: str = ""
+    problem: str = ""
+
+
+def isolation_of(run: RunDef, env: dict[str, str] | None = None) -> Isolation:
+    """How ``run``'s attempts are isolated on this machine (``env``: the
+    workers' environment, for the PATH bubblewrap is found on)."""
+    executor = run.packet.executor
+    if executor.kind != "command" or executor.isolation == "none":
+        return Isolation(False)
+    auto = executor.isolation == "auto"
+    if executor.preset == "claude":  # its own sandbox and gitrun's hooks hold it to its paths
+        if auto:
+            return Isolation(False)
+        return Isolation(
+            False,
+            problem='[executor] isolation = "sandbox" cannot confine the claude preset yet (its '
+            "write hooks keep records in the git directory, which the sandbox makes read-only); "
+            'leave isolation = "auto": its own sandbox ([executor] bash = "sandbox") and '
+            "gitrun's hooks hold it to its paths",
+        )
+    if auto and executor.preset not in AUTO_PRESETS:
+        return Isolation(
+            False,
+            f"workers are not confined (the {executor.preset} preset is confined only when "
+            '[executor] isolation = "sandbox" says so)',
+        )
+    template = command_template(executor)
+    if auto and template and os.path.basename(template[0]) == "srun":
+        return Isolation(False, "workers are not confined: srun runs each attempt on a Slurm node")
+    why = probe(env) or _unconfinable(run)
+    if why is None:
+        return Isolation(True, "each attempt is confined to its own paths (bubblewrap)")
+    if auto:
+        return Isolation(False, f"workers are not confined: {why}")
+    fix = "" if "isolation" in why else '; or set [executor] isolation = "none" to run unconfined'
+    return Isolation(False, problem=f'[executor] isolation = "sandbox", but {why}{fix}')
+
+
+def _unconfinable(run: RunDef) -> str | None:
+    """Why some task cannot be confined (a glob with no literal directory), or None."""
+    for task in run.tasks:
+        for text in run.owns_of(task):
+            if _WILD.search(text) is None:
+                continue  # a literal path: always confinable
+            try:
+                if not parse(text).literal_prefix:
+                    return str(Unconfinable(_rootless(task.id, text)))
+            except PatternError:
+                continue  # check names the pattern itself
+    return None
+
+
+def _rootless(task_id: str, text: str) -> str:
+    return (
+        f"task {task_id} owns {text!r}, which names no directory to make writable (only the "
+        "whole repository holds it); put those files in a directory of their own, or set "
+        '[executor] isolation = "none"'
+    )
+
+
+def probe(env: dict[str, str] | None = None) -> str | None:
+    """Why bubblewrap cannot confine a command here (None: it can)."""
+    program = shutil.which(BWRAP, path=(env or os.environ).get("PATH"))
+    if program is None:
+        return f"bubblewrap (`{BWRAP}`) is not installed: {INSTALL}"
+    try:
+        done = subprocess.run(
+            [program, "--dev-bind", "/", "/", "--", "true"],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT,
+            env=clean_env(),
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap cannot start here ({exc})"
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        return f"bubblewrap cannot make a sandbox here ({said})"
+    return None

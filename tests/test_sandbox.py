@@ -1,0 +1,351 @@
+"""Every attempt confined to its own paths, with the real bubblewrap.
+
+A careless worker's writes outside its task's paths fail at once or stay in
+its staging directory; only the task's own files reach the work tree; a
+neighbour's task is done only by its own attempt. Skipped, with the reason,
+where bubblewrap cannot make a sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from gitrun.commands.session import resume_run, start_run
+from gitrun.definition.load import load_run
+from gitrun.proof.check import check_run
+from gitrun.workers.attempt import Monitor
+from gitrun.workers.sandbox import Confined, Plan, plan_of, probe
+from tests.helpers import (
+    build_tree,
+    commit_all,
+    git,
+    gitrun_process,
+    ledger_records,
+    write_run,
+)
+
+REFUSAL = probe()
+pytestmark = pytest.mark.skipif(REFUSAL is not None, reason=str(REFUSAL))
+
+quiet = lambda _line: None  # noqa: E731
+
+# A careless worker: its own output, then its neighbour's (t2's, before t2
+# ran), a protected file and the repository's git config.
+CARELESS = """
+mkdir -p out
+printf '{"task": "%s"}\\n' "$GITRUN_TASK" > "out/$GITRUN_TASK.json"
+if [ "$GITRUN_TASK" = t1 ]; then
+  printf '{"clobbered": true}\\n' > out/t2.json || echo "t2: refused"
+  echo leaked >> SECRET.txt || echo "secret: refused"
+  echo '[alias] x = !touch pwned' >> .git/config || echo "config: refused"
+fi
+"""
+
+
+def _shell_run(repo: Path, script: str, tasks: list[dict[str, object]], **limits: object) -> None:
+    packet = {
+        "executor": {"preset": "shell", "shell": script, "isolation": "sandbox"},
+        "limits": {"canary": 0, "timeout": "60s", **limits},
+        "ownership": {"protected": ["SECRET.txt"]},
+    }
+    write_run(repo, "r", tasks, packet)
+    commit_all(repo, "run r")
+
+
+def _tasks(*ids: str) -> list[dict[str, object]]:
+    return [{"id": t, "outputs": [f"out/{t}.json"]} for t in ids]
+
+
+def test_a_careless_worker_changes_nothing_of_anyone_else(git_repo: Path) -> None:
+    build_tree(git_repo, {"SECRET.txt": "mine\n"})
+    commit_all(git_repo, "secret")
+    config = (git_repo / ".git/config").read_bytes()
+    _shell_run(git_repo, CARELESS, _tasks("t1", "t2"), concurrency=1)
+    said: list[str] = []
+    outcome = start_run(git_repo, "r", said.append)
+    assert outcome.exit_code == 0 and outcome.violations == []
+    # The neighbour's task is done by its own attempt, with its own content.
+    assert git(git_repo, "show", "gitrun/r:out/t2.json") == '{"task": "t2"}\n'
+    t2 = [r for r in ledger_records(git_repo) if r.get("task") == "t2" and "outcome" in r]
+    assert [r["outcome"] for r in t2] == ["valid"]
+    # The protected file and the git config failed at once, as the worker saw.
+    assert (git_repo / "SECRET.txt").read_text() == "mine\n"
+    assert (git_repo / ".git/config").read_bytes() == config
+    log = (git_repo / ".git/gitrun/r/logs/t1.1.log").read_text()
+    assert "secret: refused" in log and "config: refused" in log
+    assert "Read-only file system" in log
+    # The neighbour's file it wrote stayed in its staging directory, named.
+    [stray] = [r for r in ledger_records(git_repo) if r.get("event") == "stray"]
+    assert stray["task"] == "t1" and stray["paths"] == ["out/t2.json"]
+    assert any("t1 attempt 1 wrote out/t2.json, which it does not own" in s for s in said)
+    assert not list((git_repo / ".git/gitrun/r").glob("sandbox/*"))  # nothing left behind
+
+
+def test_an_existing_neighbour_is_readable_and_never_writable(git_repo: Path) -> None:
+    script = (
+        'if [ "$GITRUN_TASK" = t2 ]; then cat out/t1.json > /dev/null || exit 9; '
+        'printf x > out/t1.json && echo "wrote t1"; fi; '
+        'printf \'{"task": "%s"}\\n\' "$GITRUN_TASK" > "out/$GITRUN_TASK.json"'
+    )
+    _shell_run(git_repo, script, _tasks("t1", "t2"), concurrency=1)
+    assert start_run(git_repo, "r", quiet).exit_code == 0
+    assert (git_repo / "out/t1.json").read_text() == '{"task": "t1"}\n'
+    assert "Read-only file system" in (git_repo / ".git/gitrun/r/logs/t2.1.log").read_text()
+
+
+def test_careful_writes_work_confined(git_repo: Path) -> None:
+    """An atomic write (a temporary beside the output, renamed over it), an
+    output edited in place, a subdirectory of a directory the task owns
+    whole, an output at the repository's root and the private TMPDIR."""
+    build_tree(git_repo, {"out/e.json": '{"n": 1}\n'})
+    commit_all(git_repo, "an output to edit")
+    script = """
+import json, os, pathlib, tempfile
+task = os.environ["GITRUN_TASK"]
+assert os.environ["TMPDIR"] != "/tmp" and tempfile.mkstemp()
+if task == "a":
+    with open("out/a.json.part", "w") as f:
+        json.dump({"task": task}, f)
+    os.replace("out/a.json.part", "out/a.json")
+elif task == "e":
+    n = json.loads(pathlib.Path("out/e.json").read_text())["n"]
+    pathlib.Path("out/e.json").write_text(json.dumps({"n": n + 1}))
+elif task == "w":
+    pathlib.Path("work/w/deep/er").mkdir(parents=True, exist_ok=True)
+    pathlib.Path("work/w/deep/er/x.json").write_text("{}")
+else:
+    pathlib.Path("top.json").write_text("{}")
+"""
+    (git_repo.parent / "careful.py").write_text(script)
+    tasks = [
+        {"id": "a", "outputs": ["out/a.json"]},
+        {"id": "e", "outputs": ["out/e.json"], "edits": True},
+        {"id": "w", "owns": ["work/w/**"], "outputs": ["work/w/deep/er/x.json"]},
+        {"id": "r", "outputs": ["top.json"]},
+    ]
+    packet = {
+        "executor": {
+            "command": [sys.executable, str(git_repo.parent / "careful.py")],
+            "isolation": "sandbox",
+        },
+        "limits": {"canary": 0, "timeout": "60s"},
+    }
+    write_run(git_repo, "r", tasks, packet)
+    commit_all(git_repo, "run r")
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.status.counts()["done"] == 4, outcome.status.tasks
+    assert json.loads(git(git_repo, "show", "gitrun/r:out/e.json")) == {"n": 2}
+    assert not (git_repo / "out/a.json.part").exists()
+    assert git(git_repo, "show", "gitrun/r:top.json") == "{}"
+
+
+def test_a_plan_binds_each_task_s_directories(git_repo: Path) -> None:
+    tasks = [
+        {"id": "a", "outputs": ["out/a.json", "out/sub/b.json"]},
+        {"id": "g", "owns": ["logs/*.txt"], "outputs": ["logs/g.txt"]},
+        {"id": "w", "owns": ["work/w/"], "outputs": ["work/w/x.json"]},
+    ]
+    write_run(git_repo, "r", tasks)
+    run = load_run(git_repo, "r", environ={})
+    plans = {t.id: plan_of(run, t) for t in run.tasks}
+    assert plans["a"] == Plan(writable=(), staged=("out", "out/sub"))
+    assert plans["g"] == Plan(writable=("logs",), staged=())  # judged after, as unconfined
+    assert plans["w"] == Plan(writable=("work/w",), staged=())
+
+
+def test_a_glob_at_the_root_cannot_be_confined_and_check_says_so(git_repo: Path) -> None:
+    tasks = [{"id": "t1", "owns": ["*.md"], "outputs": ["notes.md"]}]
+    write_run(git_repo, "r", tasks, {"executor": {"command": ["true"], "isolation": "sandbox"}})
+    commit_all(git_repo, "run r")
+    [problem] = [p for p in check_run(load_run(git_repo, "r")).problems if p.code == "isolation"]
+    assert "task t1 owns '*.md', which names no directory to make writable" in problem.message
+    write_run(git_repo, "r", tasks, {"executor": {"command": ["true"]}})  # auto: said, not refused
+    report = check_run(load_run(git_repo, "r"))
+    assert not [p for p in report.problems if p.code == "isolation"]
+    assert "workers are not confined: task t1 owns '*.md'" in report.summary
+
+
+def test_without_bubblewrap_a_sandbox_is_a_problem_and_auto_says_so(
+    git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"  # git and true as they are, and no bwrap
+    bin_dir.mkdir()
+    for name in ("git", "true"):
+        found = shutil.which(name)
+        assert found is not None
+        os.symlink(found, bin_dir / name)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    write_run(git_repo, "r", _tasks("t1"), {"executor": {"command": ["true"]}})
+    assert "workers are not confined: bubblewrap (`bwrap`) is not installed: apt-get install " in (
+        check_run(load_run(git_repo, "r"), check_dirty=False).summary
+    )
+    packet = {"executor": {"command": ["true"], "isolation": "sandbox"}}
+    write_run(git_repo, "r", _tasks("t1"), packet)
+    [problem] = [
+        p
+        for p in check_run(load_run(git_repo, "r"), check_dirty=False).problems
+        if p.code == "isolation"
+    ]
+    assert problem.message.startswith('[executor] isolation = "sandbox", but bubblewrap')
+    assert "apt-get install bubblewrap" in problem.message
+
+
+def test_bubblewrap_refusing_an_attempt_halts_as_an_environment_fault(
+    git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bubblewrap that passes the probe but cannot confine a real attempt
+    (no user namespaces for this command, say): one sentence, no attempt used."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "bwrap"
+    fake.write_text(
+        '#!/bin/sh\nfor a; do last="$a"; done\n[ "$last" = true ] && exit 0\n'
+        'echo "bwrap: No permissions to creating new namespace" >&2\nexit 1\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    _shell_run(git_repo, CARELESS, _tasks("t1", "t2"))
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.exit_code == 3 and outcome.halt is not None
+    assert outcome.halt.kind == "environment fault"
+    assert "bubblewrap could not confine an attempt (bwrap: No permissions" in outcome.halt.message
+    assert 'isolation = "none"' in outcome.halt.message
+    assert all(t.attempts == 0 for t in outcome.status.tasks.values())
+
+
+def test_a_directory_taken_away_mid_attempt_interrupts_it_and_uses_no_attempt(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    script = (
+        f'[ -e "{gate}.seen" ] || {{ touch "{gate}.seen"; '
+        f'while [ ! -e "{gate}" ]; do sleep 0.02; done; }}; '
+        'printf \'{"task": "%s"}\\n\' "$GITRUN_TASK" > "out/$GITRUN_TASK.json"'
+    )
+    _shell_run(git_repo, script, _tasks("t1"), max_attempts=1)
+    driver = gitrun_process(git_repo, "start", "r", capture=False)
+    try:
+        deadline = time.monotonic() + 60
+        while not Path(f"{gate}.seen").exists():
+            assert time.monotonic() < deadline and driver.poll() is None
+            time.sleep(0.02)
+        os.rmdir(git_repo / "out")  # as `git stash -u` or `git clean -fd` would
+        gate.touch()
+        assert driver.wait(timeout=60) == 0
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    outcomes = [r["outcome"] for r in ledger_records(git_repo) if "outcome" in r]
+    assert outcomes == ["interrupted", "valid"]  # max_attempts 1: the first used none
+    [first] = [r for r in ledger_records(git_repo) if r.get("outcome") == "interrupted"]
+    assert first["reason"] == "out was removed or replaced in the work tree while it ran"
+
+
+def test_kill_9_of_the_driver_then_resume_leaves_nothing_of_the_dead_attempt(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    started = tmp_path / "started"
+    script = (
+        f'touch "{started}.$GITRUN_TASK"; '
+        f'[ -e "{tmp_path}/resumed" ] || sleep 30; '
+        'printf \'{"task": "%s"}\\n\' "$GITRUN_TASK" > "out/$GITRUN_TASK.json"; '
+        "printf x > out/stray.json"
+    )
+    _shell_run(git_repo, script, _tasks("t1", "t2"))
+    driver = gitrun_process(git_repo, "start", "r", capture=False)
+    deadline = time.monotonic() + 60
+    while not all(Path(f"{started}.{t}").exists() for t in ("t1", "t2")):
+        assert time.monotonic() < deadline and driver.poll() is None
+        time.sleep(0.02)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    (tmp_path / "resumed").touch()
+    said: list[str] = []
+    outcome = resume_run(git_repo, "r", said.append)
+    assert outcome.exit_code == 0, said
+    assert outcome.status.counts()["done"] == 2
+    assert not (git_repo / "out/stray.json").exists()
+    assert not list((git_repo / ".git/gitrun/r").glob("sandbox/*"))
+    strays = [r for r in ledger_records(git_repo) if r.get("event") == "stray"]
+    assert sorted(str(r["task"]) for r in strays) == ["t1", "t2"]
+
+
+def test_a_stray_name_is_shown_escaped(git_repo: Path) -> None:
+    script = (
+        "printf x > \"out/evil$(printf '\\033]0;PWNED\\007')\"; "
+        'printf \'{"task": "%s"}\\n\' "$GITRUN_TASK" > "out/$GITRUN_TASK.json"'
+    )
+    _shell_run(git_repo, script, _tasks("t1"))
+    said: list[str] = []
+    start_run(git_repo, "r", said.append)
+    [line] = [s for s in said if "which it does not own" in s]
+    assert "\x1b" not in line and "out/evil\\x1b]0;PWNED\\x07" in line
+
+
+def test_a_terminated_worker_keeps_its_grace_under_bubblewrap(tmp_path: Path) -> None:
+    """SIGTERM ends bubblewrap at once; the worker it started still shuts
+    down in its grace period, and its group is killed only after."""
+    done = tmp_path / "graceful"
+    monitor = Monitor(kill_grace=5.0)
+    script = f"trap 'sleep 0.3; echo ok > {done}; exit 0' TERM; sleep 60 & wait"
+    attempt = monitor.launch(
+        "t1",
+        1,
+        ["sh", "-c", script],
+        dict(os.environ),
+        tmp_path,
+        tmp_path / "t1.log",
+        60,
+        ["bwrap", "--dev-bind", "/", "/", "--"],
+    )
+    time.sleep(0.3)
+    attempt.stop()
+    deadline = time.monotonic() + 30
+    ended = []
+    while not ended:
+        assert time.monotonic() < deadline, "the attempt never ended"
+        ended = monitor.poll(0.1)
+        for running in monitor.running:
+            running.escalate(time.time())
+    monitor.close()
+    assert done.read_text() == "ok\n"
+    assert ended[0].signal == signal.SIGTERM  # bubblewrap's own end
+
+
+def test_confined_files_come_back_across_file_systems(tmp_path: Path) -> None:
+    """The staging directory may lie on another file system than the work
+    tree: an own file then comes back by a copy renamed into place."""
+    repo = tmp_path / "repo"
+    (repo / "out").mkdir(parents=True)
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("no second file system at /dev/shm")
+    folder = Path(tempfile.mkdtemp(dir=shm, prefix="gitrun-test-"))
+    confined = Confined(repo, Plan((), ("out",)), folder / "a", ("out/t1.json",), (), ())
+    prefix = confined.prefix()
+    subprocess.run([*prefix, "sh", "-c", "echo '{}' > out/t1.json"], check=True, timeout=60)
+    assert confined.finish() == [] and confined.unmoved == []
+    assert (repo / "out/t1.json").read_text() == "{}\n"
+    assert not (folder / "a").exists()
+    folder.rmdir()
+
+
+def test_the_claude_preset_keeps_its_own_sandbox(git_repo: Path) -> None:
+    write_run(git_repo, "r", _tasks("t1"), {"executor": {"preset": "claude"}})
+    assert "confined" not in check_run(load_run(git_repo, "r"), check_dirty=False).summary
+    packet = {"executor": {"preset": "claude", "isolation": "sandbox"}}
+    write_run(git_repo, "r", _tasks("t1"), packet)
+    problems = check_run(load_run(git_repo, "r"), check_dirty=False).problems
+    [problem] = [p for p in problems if p.code == "isolation"]
+    assert "cannot confine the claude preset yet" in problem.message
