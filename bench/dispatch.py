@@ -410,7 +410,7 @@ def record(table: Table, got: dict[str, list[Took]], label: str = "") -> None:
 def isolation(bench: Bench, table: Table, n: int, repeat: int, has_parallel: bool) -> None:
     """Confinement's cost: ``n`` tasks at -j4, each attempt under bubblewrap
     and not, interleaved; what it adds to one attempt is the difference in
-    wall time times the four slots over the tasks (and the same of CPU)."""
+    the run's wall time (and CPU) over the tasks."""
     from gitrun.workers.sandbox import probe
 
     refusal = probe()
@@ -426,7 +426,7 @@ def isolation(bench: Bench, table: Table, n: int, repeat: int, has_parallel: boo
     got = interleaved(repeat, tools)
     confined = med(got["confined"], lambda s: s.wall)
     unconfined = med(got["unconfined"], lambda s: s.wall)
-    added = (confined - unconfined) * 4 / n * 1000
+    added = (confined - unconfined) / n * 1000
     table.rows.append(
         Row(
             f"{n} tasks, -j4: wall confined / unconfined (median s)",

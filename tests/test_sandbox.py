@@ -91,16 +91,32 @@ def test_a_careless_worker_changes_nothing_of_anyone_else(git_repo: Path) -> Non
     assert not list((git_repo / ".git/gitrun/r").glob("sandbox/*"))  # nothing left behind
 
 
-def test_an_existing_neighbour_is_readable_and_never_writable(git_repo: Path) -> None:
+def test_an_input_beside_the_output_is_readable_and_never_writable(git_repo: Path) -> None:
+    """In the directory of its outputs a confined worker sees its own files
+    and its declared inputs (read-only), and nothing else there."""
     script = (
-        'if [ "$GITRUN_TASK" = t2 ]; then cat out/t1.json > /dev/null || exit 9; '
+        'if [ "$GITRUN_TASK" = sum ]; then cat out/t1.json > /dev/null || exit 9; '
+        "[ -e out/t2.json ] && exit 8; "
         'printf x > out/t1.json && echo "wrote t1"; fi; '
         'printf \'{"task": "%s"}\\n\' "$GITRUN_TASK" > "out/$GITRUN_TASK.json"'
     )
-    _shell_run(git_repo, script, _tasks("t1", "t2"), concurrency=1)
-    assert start_run(git_repo, "r", quiet).exit_code == 0
+    tasks: list[dict[str, object]] = [
+        {"id": "t1", "stage": "one", "outputs": ["out/t1.json"]},
+        {"id": "t2", "stage": "one", "outputs": ["out/t2.json"]},
+        {"id": "sum", "stage": "two", "inputs": ["out/t1.json"], "outputs": ["out/sum.json"]},
+    ]
+    packet = {
+        "executor": {"preset": "shell", "shell": script, "isolation": "sandbox"},
+        "limits": {"canary": 0, "timeout": "60s"},
+        "stages": [{"name": "one"}, {"name": "two"}],
+    }
+    write_run(git_repo, "r", tasks, packet)
+    commit_all(git_repo, "run r")
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.status.counts()["done"] == 3, outcome.status.tasks["sum"]
     assert (git_repo / "out/t1.json").read_text() == '{"task": "t1"}\n'
-    assert "Read-only file system" in (git_repo / ".git/gitrun/r/logs/t2.1.log").read_text()
+    log = (git_repo / ".git/gitrun/r/logs/sum.1.log").read_text()
+    assert "Read-only file system" in log and "wrote t1" not in log
 
 
 def test_careful_writes_work_confined(git_repo: Path) -> None:
@@ -332,7 +348,9 @@ def test_confined_files_come_back_across_file_systems(tmp_path: Path) -> None:
     if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
         pytest.skip("no second file system at /dev/shm")
     folder = Path(tempfile.mkdtemp(dir=shm, prefix="gitrun-test-"))
-    confined = Confined(repo, Plan((), ("out",)), folder / "a", ("out/t1.json",), (), ())
+    confined = Confined(
+        repo, Plan((), ("out",)), folder / "a", ("out/t1.json",), ("out/t1.json",), (), (), ()
+    )
     prefix = confined.prefix()
     subprocess.run([*prefix, "sh", "-c", "echo '{}' > out/t1.json"], check=True, timeout=60)
     assert confined.finish() == [] and confined.unmoved == []
@@ -349,3 +367,22 @@ def test_the_claude_preset_keeps_its_own_sandbox(git_repo: Path) -> None:
     problems = check_run(load_run(git_repo, "r"), check_dirty=False).problems
     [problem] = [p for p in problems if p.code == "isolation"]
     assert "cannot confine the claude preset yet" in problem.message
+
+
+def test_a_directory_reached_through_a_link_stays_read_only(tmp_path: Path) -> None:
+    """A link at a task's own directory would bind where it points (the git
+    directory, say): the place stays read-only and the move back refuses it."""
+    repo = tmp_path / "repo"
+    (repo / ".git/hooks").mkdir(parents=True)
+    os.symlink(".git/hooks", repo / "out")
+    confined = Confined(
+        repo, Plan((), ("out",)), tmp_path / "a", ("out/post-commit",), (), (), (), ()
+    )
+    prefix = confined.prefix()
+    assert confined.unbound == ["out"]
+    ran = subprocess.run(
+        [*prefix, "sh", "-c", "echo x > out/post-commit"], capture_output=True, text=True
+    )
+    assert ran.returncode != 0 and "Read-only file system" in ran.stderr
+    confined.finish()
+    assert not (repo / ".git/hooks/post-commit").exists()

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gitrun.definition.inputs import bundle_paths
 from gitrun.definition.load import RunDef, Task
 from gitrun.definition.outputs import check_task, prepare_outputs, prior_in_tree, quarantine
 from gitrun.definition.provenance import Provenance
@@ -190,9 +191,9 @@ class Driver:
                 self.isolation.said if self.isolation.confined else f"notice: {self.isolation.said}"
             )
 
-    def _confine(self, task: Task, attempt_id: str) -> list[str]:
+    def _confine(self, task: Task, attempt_id: str, inputs: str) -> list[str]:
         """The command that starts an attempt of ``task`` confined (nothing
-        when attempts are not)."""
+        when attempts are not); ``inputs``: the files it is told it reads."""
         if not self.isolation.confined:
             return []
         plan = self.plans.get(task.id)
@@ -204,11 +205,19 @@ class Driver:
             plan,
             self.local.sandboxes / attempt_id,
             tuple(self.run.owns_of(task)),
+            tuple(self.run.output_paths(task)),
+            (*inputs.splitlines(), *(bundle_paths(self.run, task) if task.bundle else ())),
             tuple(d for d in sorted(git_dirs) if not d.is_relative_to(self.repo)),
             (self.local.logs,),
         )
         self.confined[task.id] = confined
-        return confined.prefix()
+        prefix = confined.prefix()
+        for directory in confined.unbound:
+            self.report(
+                f"{task.id}: {visible(directory)} is reached through a link, so it stays "
+                "read-only for the attempt (remove the link)"
+            )
+        return prefix
 
     def _runner(self) -> Runner:
         """Where attempts run: child processes here, or tasks on a Ray cluster
@@ -504,7 +513,7 @@ class Driver:
         )
         self.journal.write(ahead)
         crash_point("launch.ahead")
-        confine = self._confine(task, attempt_id)
+        confine = self._confine(task, attempt_id, values["inputs"])
         attempt = self.monitor.launch(
             task.id, number, argv, env, self.repo, log, self.limits.timeout, confine
         )

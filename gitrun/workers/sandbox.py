@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import re
 import secrets
@@ -42,7 +43,7 @@ from pathlib import Path
 
 from gitrun.definition.load import RunDef
 from gitrun.definition.schema import Task
-from gitrun.ownership.patterns import PatternError, literal_path, matches, parse
+from gitrun.ownership.patterns import Pattern, PatternError, literal_path, matches, parse
 from gitrun.processes.proc import clean_env
 from gitrun.workers.executor import command_template
 
@@ -114,6 +115,8 @@ class Confined:
     plan: Plan
     folder: Path  # the attempt's own folder (staging directories, TMPDIR)
     owns: tuple[str, ...]  # the task's owned patterns
+    own: tuple[str, ...]  # its outputs and other literal owned paths
+    inputs: tuple[str, ...]  # the files it reads, as its attempt is told them
     read_only: tuple[Path, ...]  # the git directory, when outside the repository
     writable_extra: tuple[Path, ...]  # the run's logs directory
     # Per staging directory: the names linked to the real directory, and the
@@ -122,6 +125,7 @@ class Confined:
     # Directories removed or replaced in the work tree while it ran (git stash -u,
     # git clean): their binds went with them, so the worker could not write there.
     displaced: list[str] = field(default_factory=list)
+    unbound: list[str] = field(default_factory=list)  # own directories behind a link: read-only
     _dirs: dict[str, tuple[int, int]] = field(default_factory=dict)
     _links: dict[str, set[str]] = field(default_factory=dict)
     _copies: dict[str, dict[str, tuple[int, int, int]]] = field(default_factory=dict)
@@ -131,10 +135,9 @@ class Confined:
         repo = str(self.repo)
         view = self.folder / "view"
         tmp = self.folder / "tmp"
-        view.mkdir(parents=True)
-        tmp.mkdir()
+        tmp.mkdir(parents=True)
         # (writable, host source, where the attempt sees it), made outermost first.
-        binds = [(False, self.repo, self.repo), (False, self.repo, view)]
+        binds = [(False, self.repo, self.repo)]
         binds += [(False, path, path) for path in self.read_only]
         for directory in self.plan.writable:
             (self.repo / directory).mkdir(parents=True, exist_ok=True)
@@ -144,44 +147,57 @@ class Confined:
             stage = self.folder / f"stage{number}"
             self._stage(stage, directory, view)
             binds.append((True, stage, self.repo / directory))
+        if any(self._links.values()):  # what the links of the staging directories show
+            view.mkdir()
+            binds.append((False, self.repo, view))
         if "" in self.plan.staged:  # the root staged: its git directory stays itself
             binds.append((False, self.repo / ".git", self.repo / ".git"))
-        binds += [(True, path, path) for path in self.writable_extra]
+        for path in self.writable_extra:
+            path.mkdir(parents=True, exist_ok=True)
+            binds.append((True, path, path))
         binds.append((True, tmp, tmp))
         for directory in (*self.plan.writable, *self.plan.staged):
             self._dirs[directory] = _identity(self.repo / directory)
         args = [BWRAP, "--dev-bind", "/", "/"]
         for writable, source, target in sorted(binds, key=lambda b: len(b[2].parts)):
-            if writable and not source.exists():
-                source.mkdir(parents=True)
+            if writable and target.is_relative_to(self.repo) and _linked(self.repo, target):
+                # A link on the way would bind where it points (inside the
+                # repository: its git directory, say): the place stays read-only.
+                self.unbound.append(str(target.relative_to(self.repo)))
+                continue
             args += ["--bind" if writable else "--ro-bind", str(source), str(target)]
         args += ["--setenv", "TMPDIR", str(tmp), "--chdir", repo, "--"]
         return args
 
     def _stage(self, stage: Path, directory: str, view: Path) -> None:
-        """Fill ``stage`` as the attempt sees ``directory``: a link per entry
-        of the real one, an empty directory where another bind goes, and a
-        copy of each own file already there (the worker may edit it)."""
+        """Fill ``stage`` as the attempt sees ``directory``: its own files
+        already there (copies: the worker may edit them), its inputs there
+        (links into the read-only view), and an empty directory where
+        another bind goes. Nothing else of the real directory is shown, so
+        that a directory of 100,000 outputs costs an attempt nothing."""
         stage.mkdir()
-        real = self.repo / directory
         mounts = self._mounts_in(directory)
         links: set[str] = set()
         copies: dict[str, tuple[int, int, int]] = {}
-        with os.scandir(real) as entries:
-            for entry in entries:
-                name = entry.name
-                rel = f"{directory}/{name}" if directory else name
-                if name in mounts:
-                    os.mkdir(stage / name)
-                elif entry.is_file(follow_symlinks=False) and self._owned(rel):
-                    shutil.copy2(entry.path, stage / name)
-                    copies[name] = _signature(stage / name)
-                else:
-                    os.symlink(view / rel, stage / name)
-                    links.add(name)
         for name in mounts:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(stage / name)  # where a deeper bind goes
+            os.mkdir(stage / name)  # where a deeper bind goes
+        for path in self.own:
+            mine = _child(path, directory)
+            if mine is None or "/" in path[len(directory) + 1 if directory else 0 :]:
+                continue  # not directly in this directory
+            name = mine
+            real = self.repo / path
+            if real.is_file() and not real.is_symlink() and name not in mounts:
+                shutil.copy2(real, stage / name)
+                copies[name] = _signature(stage / name)
+        for path in self.inputs:
+            read = _child(path, directory)
+            if read is None or read in mounts or read in copies or read in links:
+                continue
+            name = read
+            if os.path.lexists(self.repo / directory / name):
+                os.symlink(view / directory / name, stage / name)
+                links.add(name)
         self._links[str(stage)] = links
         self._copies[str(stage)] = copies
 
@@ -193,7 +209,11 @@ class Confined:
         return {name for name in names if name}
 
     def _owned(self, rel: str) -> bool:
-        return any(matches(parse(text), rel) for text in self.owns)
+        return any(matches(pattern, rel) for pattern in self._patterns)
+
+    @functools.cached_property
+    def _patterns(self) -> list[Pattern]:
+        return [parse(text) for text in self.owns]
 
     def finish(self) -> list[str]:
         """The attempt ended: move the files it made that the task owns into
@@ -236,7 +256,7 @@ class Confined:
                     strays.append(rel)
                     continue
                 try:
-                    _move(source, self.repo / rel)
+                    _move(source, self.repo / rel, self.repo)
                 except OSError as exc:  # judged as not written; said, never a crash
                     self.unmoved.append(f"{rel} ({exc.strerror or exc})")
         for name in copies:
@@ -247,11 +267,19 @@ class Confined:
         return strays
 
 
-def _move(source: Path, target: Path) -> None:
+def _linked(repo: Path, path: Path) -> bool:
+    """Whether a link lies on the way from ``repo`` to ``path`` inside it (or is ``path``)."""
+    inside = os.path.relpath(path, repo)
+    return os.path.realpath(path) != os.path.normpath(os.path.join(os.path.realpath(repo), inside))
+
+
+def _move(source: Path, target: Path, repo: Path) -> None:
     """Move ``source`` to ``target`` whole: a rename, or across file systems
     a copy beside the target under a client temporary's name (the audit
-    judges it as the target) renamed into place."""
+    judges it as the target) renamed into place; never through a link."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    if _linked(repo, target.parent):
+        raise OSError(errno.ELOOP, "a link lies on the way to it")
     try:
         os.replace(source, target)
         return
