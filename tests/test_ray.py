@@ -751,7 +751,7 @@ def test_sixty_tasks_on_three_nodes_survive_losing_one(git_repo: Path, cluster: 
         if driver.poll() is None:
             driver.kill()
             driver.wait()
-    assert driver.returncode == 0, err[-3000:]
+    assert driver.returncode == 0, (err[-3000:], out[-3000:])
     assert json.loads(out)["exit_code"] == 0
     commits = _tasks_in_commits(git_repo)
     assert sorted(commits) == [f"t{i:02d}" for i in range(1, 61)]
