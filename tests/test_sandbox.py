@@ -297,6 +297,43 @@ def test_kill_9_of_the_driver_then_resume_leaves_nothing_of_the_dead_attempt(
     assert sorted(str(r["task"]) for r in strays) == ["t1", "t2"]
 
 
+def test_an_output_written_before_its_driver_died_is_brought_back_by_resume(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    """An orphaned confined worker wrote its output into its staging
+    directory: resume brings it into the work tree, the attempt is valid,
+    nothing is dispatched again, and what it wrote of another's is named."""
+    wrote = tmp_path / "wrote"
+    script = (
+        'printf \'{"task": "%s"}\\n\' "$GITRUN_TASK" > "out/$GITRUN_TASK.json"; '
+        "printf x > out/stray.json; "
+        f'echo "$GITRUN_ATTEMPT" >> "{wrote}.$GITRUN_TASK"; sleep 60'
+    )
+    _shell_run(git_repo, script, _tasks("t1", "t2"))
+    driver = gitrun_process(git_repo, "start", "r", capture=False)
+    deadline = time.monotonic() + 60
+    while not all(Path(f"{wrote}.{t}").exists() for t in ("t1", "t2")):
+        assert time.monotonic() < deadline and driver.poll() is None
+        time.sleep(0.02)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    assert not (git_repo / "out/t1.json").exists()  # still in its staging directory
+    said: list[str] = []
+    outcome = resume_run(git_repo, "r", said.append)
+    assert outcome.exit_code == 0, said
+    assert outcome.status.counts()["done"] == 2
+    for task in ("t1", "t2"):
+        assert Path(f"{wrote}.{task}").read_text() == "1\n"  # one attempt each, never again
+        assert git(git_repo, "show", f"gitrun/r:out/{task}.json") == f'{{"task": "{task}"}}\n'
+    outcomes = [(r["task"], r["outcome"]) for r in ledger_records(git_repo) if "outcome" in r]
+    assert sorted(outcomes) == [("t1", "valid"), ("t2", "valid")]
+    assert not (git_repo / "out/stray.json").exists()
+    strays = [r for r in ledger_records(git_repo) if r.get("event") == "stray"]
+    assert sorted(str(r["task"]) for r in strays) == ["t1", "t2"]
+    assert any("t1 attempt 1 wrote out/stray.json, which it does not own" in s for s in said)
+    assert not list((git_repo / ".git/gitrun/r").glob("sandbox/*"))
+
+
 def test_a_stray_name_is_shown_escaped(git_repo: Path) -> None:
     script = (
         "printf x > \"out/evil$(printf '\\033]0;PWNED\\007')\"; "

@@ -37,7 +37,7 @@ from gitrun.engine.budget import Budget
 from gitrun.engine.committer import CommitQueue, Committed, Committer, Landing
 from gitrun.engine.crashpoints import crash_point
 from gitrun.engine.governor import ENVIRONMENT, STRICT, Halt, is_throttled, last_line
-from gitrun.engine.recovery import reconcile, recover_orphans
+from gitrun.engine.recovery import bring_back, reconcile, recover_orphans
 from gitrun.engine.states import (
     COMPLETE,
     DONE,
@@ -175,7 +175,8 @@ class Driver:
         """Decide how this driver's attempts are confined, and say so; a
         sandbox asked for and not to be had here halts the run (running
         its workers unconfined instead is the user's choice, not gitrun's)."""
-        # What a dead driver's confined attempts left: none of it counts.
+        # What a dead driver's confined attempts left (their own files were
+        # brought back by recover_orphans): none of the rest counts.
         shutil.rmtree(self.local.sandboxes, ignore_errors=True)
         self.isolation = isolation_of(self.run, self.base_env)
         if self.isolation.problem:
@@ -654,24 +655,7 @@ class Driver:
         """Bring a confined attempt's own files into the work tree, and record
         what it wrote outside its own paths (kept out of the work tree); when
         bubblewrap itself refused to start it, the environment fault to halt with."""
-        strays = confined.finish()
-        for line in confined.unmoved:
-            self.report(f"{end.task} attempt {end.attempt}: could not bring back {visible(line)}")
-        if strays:
-            record = {
-                "event": "stray",
-                "task": end.task,
-                "attempt": end.attempt,
-                "paths": strays,
-                "at": ledger.iso(time.time()),
-            }
-            self.engine.write(self.ledger, record)
-            shown_paths = ", ".join(visible(p) for p in strays[:5])
-            more = f" and {len(strays) - 5} more" if len(strays) > 5 else ""
-            self.report(
-                f"{end.task} attempt {end.attempt} wrote {shown_paths}{more}, which it does "
-                "not own: kept out of the work tree"
-            )
+        bring_back(confined, self.engine, self.ledger, end.task, end.attempt, self.report)
         first = end.tail.lstrip().partition("\n")[0]
         if end.exit_code != 1 or not first.startswith("bwrap: "):
             return None

@@ -2,7 +2,9 @@
 
 ``recover_orphans`` stops the workers a dead driver's journal names (by pid,
 create time and command line, or by attempt id when it died before the
-spawn's record) and records their attempts once; ``reconcile`` commits valid
+spawn's record), brings a confined one's own files into the work tree
+(``bring_back``, as its driver would have) and records their attempts once;
+``reconcile`` commits valid
 outputs that are on disk but not on the branch and quarantines invalid ones.
 """
 
@@ -19,6 +21,8 @@ from gitrun.engine.states import COMPLETE, Ended, Engine
 from gitrun.processes.reaper import kill_attempt_processes, kill_leftovers, kill_recorded_group
 from gitrun.store import ledger
 from gitrun.store.journal import read_journal, running_records
+from gitrun.visible import visible
+from gitrun.workers.sandbox import Confined, left_by
 
 Reporter = Callable[[str], None]
 
@@ -40,6 +44,11 @@ def recover_orphans(
         task = run.tasks_by_id.get(tid)
         if task is None or (tid, entry.attempt, entry.throttles) in engine.recorded:
             continue  # not this run's task, or recorded already (its end not journaled)
+        confined = (
+            left_by(local.sandboxes / entry.attempt_id, run.repo) if entry.attempt_id else None
+        )
+        if confined is not None:  # stopped now: what it wrote of its own counts
+            bring_back(confined, engine, writer, tid, entry.attempt, report)
         check = check_task(run, task, entry.before, object_format)
         outcome = ledger.VALID if check.outcome == ledger.VALID else ledger.ABANDONED
         if check.outcome == ledger.INVALID:
@@ -64,6 +73,37 @@ def recover_orphans(
         report(f"{tid} attempt {entry.attempt}: left by a dead driver; {how} ({outcome})")
     for pid in kill_leftovers(run.id, ids):
         report(f"stopped pid {pid}, left behind by an attempt of a dead driver")
+
+
+def bring_back(
+    confined: Confined,
+    engine: Engine,
+    writer: ledger.LedgerWriter,
+    task: str,
+    attempt: int,
+    report: Reporter,
+) -> None:
+    """Move an ended confined attempt's own files into the work tree; record
+    and say what it wrote that its task does not own (kept out of it)."""
+    strays = confined.finish()
+    for line in confined.unmoved:
+        report(f"{task} attempt {attempt}: could not bring back {visible(line)}")
+    if not strays:
+        return
+    record = {
+        "event": "stray",
+        "task": task,
+        "attempt": attempt,
+        "paths": strays,
+        "at": ledger.iso(time.time()),
+    }
+    engine.write(writer, record)
+    shown_paths = ", ".join(visible(p) for p in strays[:5])
+    more = f" and {len(strays) - 5} more" if len(strays) > 5 else ""
+    report(
+        f"{task} attempt {attempt} wrote {shown_paths}{more}, which it does "
+        "not own: kept out of the work tree"
+    )
 
 
 def reconcile(

@@ -23,6 +23,12 @@ namespace where:
 A write anywhere else fails with the file system's own error (read-only
 file system), so the worker learns it at once.
 
+What ``finish`` needs is written in the attempt's folder as it starts
+(``state.json``), so that a driver killed while the attempt ran leaves it to
+the next one: ``left_by`` reads it back, and a resume brings the attempt's own
+files into the work tree as if its driver had lived (a worker that wrote its
+output, orphaned, is done, not dispatched again).
+
 ``"none"`` runs workers as they are, with the audit; ``"auto"`` (the
 default) is ``sandbox`` where bubblewrap works, for a plain command or the
 shell preset, and ``none`` otherwise, said once by ``check`` and ``start``.
@@ -33,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import json
 import os
 import re
 import secrets
@@ -51,6 +58,9 @@ BWRAP = "bwrap"
 _WILD = re.compile(r"[*?\[\\]")  # a pattern that is not a literal path
 INSTALL = "apt-get install bubblewrap (or your distribution's bubblewrap package)"
 PROBE_TIMEOUT = 10.0
+STATE = "state.json"  # in an attempt's folder: what finishing it needs
+STATE_DRAFT = "state.json.new"
+Signature = tuple[int, int, int]  # a file's inode, size and mtime (ns)
 # Presets whose CLI was run confined by the test suite; "auto" confines
 # these and plain commands only (the claude preset has its own sandbox).
 AUTO_PRESETS = (None, "shell")
@@ -119,8 +129,6 @@ class Confined:
     inputs: tuple[str, ...]  # the files it reads, as its attempt is told them
     read_only: tuple[Path, ...]  # the git directory, when outside the repository
     writable_extra: tuple[Path, ...]  # the run's logs directory
-    # Per staging directory: the names linked to the real directory, and the
-    # own files copied in (name -> stat signature after the copy).
     unmoved: list[str] = field(default_factory=list)  # own files that could not come back
     # Directories removed or replaced in the work tree while it ran (git stash -u,
     # git clean): their binds went with them, so the worker could not write there.
@@ -128,7 +136,9 @@ class Confined:
     unbound: list[str] = field(default_factory=list)  # own directories behind a link: read-only
     _dirs: dict[str, tuple[int, int]] = field(default_factory=dict)
     _links: dict[str, set[str]] = field(default_factory=dict)
-    _copies: dict[str, dict[str, tuple[int, int, int]]] = field(default_factory=dict)
+    # Per staging directory, the own files copied in: name -> (the copy's
+    # signature after the copy, the work tree file's as it was copied).
+    _copies: dict[str, dict[str, tuple[Signature, Signature]]] = field(default_factory=dict)
 
     def prefix(self) -> list[str]:
         """The ``bwrap`` arguments that start a command confined (the command follows)."""
@@ -167,7 +177,23 @@ class Confined:
                 continue
             args += ["--bind" if writable else "--ro-bind", str(source), str(target)]
         args += ["--setenv", "TMPDIR", str(tmp), "--chdir", repo, "--"]
+        self._save()
         return args
+
+    def _save(self) -> None:
+        """Write what :meth:`finish` needs into the attempt's folder (read-only
+        to the attempt: it lies in the git directory), for a later driver."""
+        state = {
+            "writable": self.plan.writable,
+            "staged": self.plan.staged,
+            "owns": self.owns,
+            "dirs": self._dirs,
+            "links": {stage: sorted(names) for stage, names in self._links.items()},
+            "copies": self._copies,
+        }
+        draft = self.folder / STATE_DRAFT
+        draft.write_text(json.dumps(state))
+        os.replace(draft, self.folder / STATE)
 
     def _stage(self, stage: Path, directory: str, view: Path) -> None:
         """Fill ``stage`` as the attempt sees ``directory``: its own files
@@ -178,7 +204,7 @@ class Confined:
         stage.mkdir()
         mounts = self._mounts_in(directory)
         links: set[str] = set()
-        copies: dict[str, tuple[int, int, int]] = {}
+        copies: dict[str, tuple[Signature, Signature]] = {}
         for name in mounts:
             os.mkdir(stage / name)  # where a deeper bind goes
         for path in self.own:
@@ -189,7 +215,7 @@ class Confined:
             real = self.repo / path
             if real.is_file() and not real.is_symlink() and name not in mounts:
                 shutil.copy2(real, stage / name)
-                copies[name] = _signature(stage / name)
+                copies[name] = (_signature(stage / name), _signature(real))
         for path in self.inputs:
             read = _child(path, directory)
             if read is None or read in mounts or read in copies or read in links:
@@ -198,8 +224,8 @@ class Confined:
             if os.path.lexists(self.repo / directory / name):
                 os.symlink(view / directory / name, stage / name)
                 links.add(name)
-        self._links[str(stage)] = links
-        self._copies[str(stage)] = copies
+        self._links[stage.name] = links
+        self._copies[stage.name] = copies
 
     def _mounts_in(self, directory: str) -> set[str]:
         """The names in ``directory`` under which another of the plan's binds goes."""
@@ -233,8 +259,8 @@ class Confined:
         return sorted(strays)
 
     def _bring_back(self, stage: Path, directory: str) -> list[str]:
-        links = self._links.get(str(stage), set())
-        copies = self._copies.get(str(stage), {})
+        links = self._links.get(stage.name, set())
+        copies = self._copies.get(stage.name, {})
         mounts = self._mounts_in(directory)
         strays: list[str] = []
         present: set[str] = set()
@@ -249,7 +275,7 @@ class Confined:
                 source = stage / local
                 if not inner and name in links and _is_our_link(source, self.folder / "view"):
                     continue
-                if not inner and name in copies and _signature(source) == copies[name]:
+                if not inner and name in copies and _signature(source) == copies[name][0]:
                     continue
                 rel = f"{directory}/{local}" if directory else local
                 if not self._owned(rel):
@@ -259,12 +285,38 @@ class Confined:
                     _move(source, self.repo / rel, self.repo)
                 except OSError as exc:  # judged as not written; said, never a crash
                     self.unmoved.append(f"{rel} ({exc.strerror or exc})")
-        for name in copies:
+        for name, (_, was) in copies.items():
             if name not in present:  # the worker removed its own file
                 rel = f"{directory}/{name}" if directory else name
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.repo / rel)
+                with contextlib.suppress(OSError):  # (not if it changed since: moved here)
+                    if _signature(self.repo / rel) == was:
+                        os.unlink(self.repo / rel)
         return strays
+
+
+def left_by(folder: Path, repo: Path) -> Confined | None:
+    """The confinement of an attempt in ``repo`` whose driver died while it
+    ran, read from its folder (None when it never started confined, or its
+    state is unreadable: then nothing of it is brought back, as of any stray
+    write)."""
+    try:
+        state = json.loads((folder / STATE).read_text())
+        plan = Plan(tuple(state["writable"]), tuple(state["staged"]))
+        confined = Confined(repo, plan, folder, tuple(state["owns"]), (), (), (), ())
+        confined._dirs = {d: (int(dev), int(ino)) for d, (dev, ino) in state["dirs"].items()}
+        confined._links = {stage: set(names) for stage, names in state["links"].items()}
+        confined._copies = {
+            stage: {name: (_sig(now), _sig(was)) for name, (now, was) in files.items()}
+            for stage, files in state["copies"].items()
+        }
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return confined
+
+
+def _sig(value: list[int]) -> Signature:
+    ino, size, mtime = value
+    return int(ino), int(size), int(mtime)
 
 
 def _linked(repo: Path, path: Path) -> bool:
@@ -321,7 +373,7 @@ def _identity(path: Path) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def _signature(path: Path) -> tuple[int, int, int]:
+def _signature(path: Path) -> Signature:
     st = os.stat(path, follow_symlinks=False)
     return st.st_ino, st.st_size, st.st_mtime_ns
 
