@@ -192,7 +192,7 @@ class Confined:
             "copies": self._copies,
         }
         draft = self.folder / STATE_DRAFT
-        draft.write_text(json.dumps(state))
+        draft.write_text(json.dumps(state, allow_nan=False))
         os.replace(draft, self.folder / STATE)
 
     def _stage(self, stage: Path, directory: str, view: Path) -> None:
