@@ -20,6 +20,7 @@ from gitrun.engine import governor
 from tests.helpers import build_tree, commit_all, git, ledger_records, write_run
 from tests.realclient.clis import client_binary, gitrun, offline_env, private_bin
 from tests.realclient.openai_mock import OpenAIMock, whole_file
+from tests.realclient.scripted import Reply
 
 pytestmark = pytest.mark.realclient
 
@@ -131,3 +132,47 @@ def test_a_refused_connection_is_an_environment_fault_not_a_throttle(
     assert outcomes == ["missing"]
     halts = [r for r in ledger_records(git_repo) if r.get("event") == "halt"]
     assert [h["kind"] for h in halts] == [governor.ENVIRONMENT]
+
+
+def test_a_careless_aider_worker_confined_changes_nothing_of_anyone_else(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    """Under bubblewrap, the files aider writes outside its task's paths
+    fail or stay in its staging directory."""
+    from tests.realclient.careless import (
+        SECRET,
+        assert_nothing_of_anyone_else_changed,
+        careless_run,
+        needs_bubblewrap,
+    )
+
+    client_binary("aider")
+    needs_bubblewrap()
+    config = careless_run(git_repo, "aider", "openai/gpt-mock")
+
+    def listing(*files: tuple[str, str]) -> Reply:
+        return Reply(
+            "Here are the files.\n\n"
+            + "".join(f"{path}\n```\n{content}\n```\n\n" for path, content in files)
+        )
+
+    # aider stops writing at the first file it cannot write: the protected
+    # file in t1's answer, the git config in t2's.
+    script = [
+        listing(
+            ("out/t1.json", '{"task": "t1"}'),
+            ("out/t2.json", '{"clobbered": true}'),
+            (SECRET, "leaked"),
+        ),
+        listing(("out/t2.json", '{"task": "t2"}'), (".git/config", "[alias] x = !touch pwned")),
+    ]
+    with OpenAIMock(script) as api:
+        done = gitrun(git_repo, _aider_env(tmp_path, api.url + "/v1"), "start", "r")
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert_nothing_of_anyone_else_changed(git_repo, config, said)
+    for task, refused in (("t1", SECRET), ("t2", ".git/config")):
+        log = (git_repo / f".git/gitrun/r/logs/{task}.1.log").read_text()
+        assert "Unable to write file" in log and "Read-only file system" in log, log
+        assert refused in log.rpartition("Unable to write file")[2], log
+    assert "t1 attempt 1 wrote out/t2.json, which it does not own" in done.stderr

@@ -243,9 +243,13 @@ def test_gitrun_start_with_the_claude_preset_confines_bash_and_commits_the_owned
         proc = _start_with_claude(repo, model.url)
         assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
         shell, stray, owned = model.tool_use_ids()
+        # The stray Bash write is stopped by the client's own sandbox (its
+        # bubblewrap, the repository read-only), the stray Write by gitrun's hook.
         is_error, text = model.tool_result(shell)
         assert is_error and "Read-only file system" in text, text
-        assert model.tool_result(stray)[0] and not model.tool_result(owned)[0]
+        is_error, text = model.tool_result(stray)
+        assert is_error and "src/stray.py is not among them" in text, text
+        assert not model.tool_result(owned)[0]
     assert not (repo / "stray.txt").exists() and not (repo / "src/stray.py").exists()
     committed = subprocess.run(
         ["git", "show", "gitrun/c:out/c1.json"], cwd=repo, capture_output=True, text=True

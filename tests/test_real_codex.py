@@ -143,3 +143,33 @@ def test_the_tokens_codex_reported_reach_the_ledger_with_the_cached_input_apart(
     )
     totals = usage_totals(committed_ledger(git_repo))
     assert totals.unknown_cost == 1 and totals.spent_usd == 0
+
+
+def test_a_careless_codex_worker_confined_changes_nothing_of_anyone_else(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    """Under bubblewrap, codex's shell writes outside its task's paths fail
+    or stay in its staging directory (codex's own sandbox runs inside)."""
+    from tests.realclient.careless import (
+        CARELESS,
+        assert_nothing_of_anyone_else_changed,
+        careless_run,
+        needs_bubblewrap,
+    )
+
+    client_binary("codex")
+    needs_bubblewrap()
+    config = careless_run(git_repo, "codex", "gpt-mock")
+    script = [shell(CARELESS), Reply("Done."), shell(CARELESS), Reply("Done.")]
+    with OpenAIMock(script) as api:
+        done = gitrun(git_repo, _codex_env(tmp_path, api.url + "/v1"), "start", "r")
+        outputs = api.function_outputs()
+    said = done.stdout + done.stderr + json.dumps(outputs)
+    assert done.returncode == 0, said
+    assert_nothing_of_anyone_else_changed(git_repo, config, said)
+    # What codex's command was told: the protected file and the git config
+    # refused at once; the neighbour's file written where it does not count.
+    told = outputs[min(outputs)]  # t1's command (t2's id comes later)
+    assert "Read-only file system" in told
+    assert "secret: refused" in told and "config: refused" in told, told
+    assert "t2: refused" not in told

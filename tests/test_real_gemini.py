@@ -124,3 +124,41 @@ def test_an_authentication_error_halts_after_one_attempt(git_repo: Path, tmp_pat
     assert [(r["task"], r["exit"]) for r in records] == [("t1", 41)]
     halts = [r for r in ledger_records(git_repo) if r.get("event") == "halt"]
     assert [h["kind"] for h in halts] == [governor.ENVIRONMENT]
+
+
+def test_a_careless_gemini_worker_confined_changes_nothing_of_anyone_else(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    """Under bubblewrap, gemini's shell tool writes outside its task's paths
+    fail or stay in its staging directory; so does its write_file tool."""
+    from tests.realclient.careless import (
+        CARELESS,
+        assert_nothing_of_anyone_else_changed,
+        careless_run,
+        needs_bubblewrap,
+    )
+    from tests.realclient.gemini_mock import run_shell
+
+    client_binary("gemini")
+    needs_bubblewrap()
+    config = careless_run(git_repo, "gemini", "gemini-mock")
+    script = [
+        run_shell(CARELESS),
+        write_file("SECRET.txt", "overwritten"),
+        Reply("Done."),
+        run_shell(CARELESS),
+        Reply("Done."),
+    ]
+    with GeminiMock(script) as api:
+        done = gitrun(git_repo, _gemini_env(tmp_path, api.url), "start", "r")
+        responses = api.function_responses()
+    said = done.stdout + done.stderr + json.dumps(responses)
+    assert done.returncode == 0, said
+    assert_nothing_of_anyone_else_changed(git_repo, config, said)
+    # What gemini's tools were told: the protected file and the git config
+    # refused at once, by the shell and by write_file alike.
+    told = json.dumps(responses[:2])
+    assert "secret: refused" in told and "config: refused" in told, told
+    assert "t2: refused" not in told
+    assert "read-only file system" in json.dumps(responses[1]).lower(), responses[1]
+    assert "t1 attempt 1 wrote out/t2.json, which it does not own" in done.stderr

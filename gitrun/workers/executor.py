@@ -115,6 +115,11 @@ def command_template(executor: Executor) -> list[str] | None:
         base = ["sh", "-c", executor.shell]
     elif executor.preset in PRESETS:
         base = list(PRESETS[executor.preset]) + preset_extras(executor)
+        if executor.preset == "codex" and executor.isolation == "sandbox":
+            # codex's own sandbox cannot nest in gitrun's: it makes mount points
+            # (.agents, .codex) in the repository, which is read-only there.
+            # gitrun's bubblewrap alone holds its writes to the task's paths.
+            base[base.index("workspace-write")] = "danger-full-access"
     else:
         return None
     return base + list(executor.args)
