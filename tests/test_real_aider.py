@@ -174,5 +174,5 @@ def test_a_careless_aider_worker_confined_changes_nothing_of_anyone_else(
     for task, refused in (("t1", SECRET), ("t2", ".git/config")):
         log = (git_repo / f".git/gitrun/r/logs/{task}.1.log").read_text()
         assert "Unable to write file" in log and "Read-only file system" in log, log
-        assert refused in log.rpartition("Unable to write file")[2], log
+        assert refused in log.rpartition("Unable to write file")[2].replace("\n", ""), log
     assert "t1 attempt 1 wrote out/t2.json, which it does not own" in done.stderr

@@ -235,7 +235,7 @@ def test_bubblewrap_refusing_an_attempt_halts_as_an_environment_fault(
     assert outcome.exit_code == 3 and outcome.halt is not None
     assert outcome.halt.kind == "environment fault"
     assert "bubblewrap could not confine an attempt (bwrap: No permissions" in outcome.halt.message
-    assert 'isolation = "none"' in outcome.halt.message
+    assert 'isolation = "scratch"' in outcome.halt.message and 'or "none"' in outcome.halt.message
     assert all(t.attempts == 0 for t in outcome.status.tasks.values())
 
 

@@ -407,8 +407,10 @@ class Executor(Strict):
     bash: Literal["sandbox", "deny", "detect"] = "sandbox"
     # How a command-mode attempt is confined (gitrun.workers.sandbox): "sandbox"
     # under bubblewrap, the repository read-only but the task's own paths;
-    # "none" as it is, with the stray-write audit; "auto" sandbox where it works.
-    isolation: Literal["auto", "sandbox", "none"] = "auto"
+    # "scratch" in a directory of its own holding its inputs, only its outputs
+    # brought back (gitrun.workers.scratch); "none" as it is, with the
+    # stray-write audit; "auto" sandbox where it works.
+    isolation: Literal["auto", "sandbox", "scratch", "none"] = "auto"
 
 
 @dataclass(frozen=True, slots=True)

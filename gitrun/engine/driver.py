@@ -64,7 +64,16 @@ from gitrun.visible import last_lines, visible
 from gitrun.workers.attempt import AttemptEnd, Monitor, Runner, RunningAttempt
 from gitrun.workers.executor import command_template, render_command
 from gitrun.workers.pointer import attempt_values
-from gitrun.workers.sandbox import Confined, Isolation, Plan, isolation_of, plan_of
+from gitrun.workers.sandbox import (
+    Confined,
+    Isolated,
+    Isolation,
+    Plan,
+    isolation_of,
+    left_by,
+    plan_of,
+)
+from gitrun.workers.scratch import AttemptFiles, Scratch
 
 HEARTBEAT = 2.0  # seconds between owner-record heartbeats
 TICK = 0.5  # longest wait before the loop looks at deadlines and signals again
@@ -161,11 +170,12 @@ class Driver:
         if not reaper.HAS_PROC:  # pragma: no cover - macOS and the BSDs
             import psutil  # noqa: F401
 
-        # Confinement (gitrun.workers.sandbox): decided as driving begins; each
-        # task's plan made at its first launch; each running attempt's own.
-        self.isolation = Isolation(False)
+        # Isolation (gitrun.workers.sandbox, .scratch): decided as driving
+        # begins; each task's plan made at its first launch; each running
+        # attempt's own.
+        self.isolation = Isolation()
         self.plans: dict[str, Plan] = {}
-        self.confined: dict[str, Confined] = {}
+        self.confined: dict[str, Isolated] = {}
         self.audit: Audit | None = None
         self.audit_due = False  # an attempt ended since the last audit
         self.violations: list[Violation] = []
@@ -175,8 +185,13 @@ class Driver:
         """Decide how this driver's attempts are confined, and say so; a
         sandbox asked for and not to be had here halts the run (running
         its workers unconfined instead is the user's choice, not gitrun's)."""
-        # What a dead driver's confined attempts left (their own files were
+        # What a dead driver's isolated attempts left (their own files were
         # brought back by recover_orphans): none of the rest counts.
+        sandboxes = self.local.sandboxes
+        for folder in os.listdir(sandboxes) if sandboxes.is_dir() else ():
+            left = left_by(sandboxes / folder, self.repo)
+            if isinstance(left, Scratch):
+                left.discard()  # its scratch directory lies outside the git directory
         shutil.rmtree(self.local.sandboxes, ignore_errors=True)
         self.isolation = isolation_of(self.run, self.base_env)
         if self.isolation.problem:
@@ -192,22 +207,34 @@ class Driver:
                 self.isolation.said if self.isolation.confined else f"notice: {self.isolation.said}"
             )
 
-    def _confine(self, task: Task, attempt_id: str, inputs: str) -> list[str]:
-        """The command that starts an attempt of ``task`` confined (nothing
-        when attempts are not); ``inputs``: the files it is told it reads."""
-        if not self.isolation.confined:
-            return []
+    def _place(self, task: Task, attempt_id: str, values: dict[str, str]) -> tuple[list[str], Path]:
+        """Where an attempt of ``task`` runs: the command that starts it
+        confined (nothing when attempts are not) and its working directory,
+        the repository or its scratch directory (then ``values`` tell the
+        worker so: ``{repo}`` and ``$GITRUN_REPO`` name it)."""
+        mode = self.isolation.mode
+        if mode == "scratch":
+            outputs = tuple(self.run.output_paths(task))
+            cap = self.limits.max_output_bytes
+            scratch = Scratch(self.repo, self.local.sandboxes / attempt_id, outputs, cap)
+            self.confined[task.id] = scratch
+            place = scratch.start(self.attempt_files.files_of(task))
+            values["repo"] = str(place)
+            return [], place
+        if mode != "sandbox":
+            return [], self.repo
         plan = self.plans.get(task.id)
         if plan is None:
             plan = self.plans[task.id] = plan_of(self.run, task)
         git_dirs = {self.local.root.parent.parent, self.local.here.parent.parent}
+        inputs = values["inputs"].splitlines()
         confined = Confined(
             self.repo,
             plan,
             self.local.sandboxes / attempt_id,
             tuple(self.run.owns_of(task)),
             tuple(self.run.output_paths(task)),
-            (*inputs.splitlines(), *(bundle_paths(self.run, task) if task.bundle else ())),
+            (*inputs, *(bundle_paths(self.run, task) if task.bundle else ())),
             tuple(d for d in sorted(git_dirs) if not d.is_relative_to(self.repo)),
             (self.local.logs,),
         )
@@ -218,7 +245,12 @@ class Driver:
                 f"{task.id}: {visible(directory)} is reached through a link, so it stays "
                 "read-only for the attempt (remove the link)"
             )
-        return prefix
+        return prefix, self.repo
+
+    @functools.cached_property
+    def attempt_files(self) -> AttemptFiles:
+        """What a scratch attempt takes with it (as a Ray node's does)."""
+        return AttemptFiles(self.run, self.engine.base)
 
     def _runner(self) -> Runner:
         """Where attempts run: child processes here, or tasks on a Ray cluster
@@ -490,6 +522,7 @@ class Driver:
         attempt_id = self._next_attempt_id()
         self.attempt_ids.add(attempt_id)
         self.id_of[task.id] = attempt_id
+        confine, cwd = self._place(task, attempt_id, values)
         env = {**self.base_env, **{_env_name(k): v for k, v in values.items()}}
         env.update(self.run.packet.executor.env)
         env["GITRUN_ATTEMPT_ID"] = attempt_id
@@ -514,9 +547,8 @@ class Driver:
         )
         self.journal.write(ahead)
         crash_point("launch.ahead")
-        confine = self._confine(task, attempt_id, values["inputs"])
         attempt = self.monitor.launch(
-            task.id, number, argv, env, self.repo, log, self.limits.timeout, confine
+            task.id, number, argv, env, cwd, log, self.limits.timeout, confine
         )
         crash_point("launch.spawned")
         self.running[task.id] = attempt
@@ -567,8 +599,9 @@ class Driver:
         if outcome == "invalid":
             quarantine(self.repo, self.local.quarantine_of(end.task, end.attempt), check.outputs)
         if outcome != "valid":
-            if end.refused:  # an output too big to bring back from its node
-                outcome, reason = ledger.INVALID, end.refused
+            not_back = end.refused or (confined.refused if isinstance(confined, Scratch) else "")
+            if not_back:  # an output too big (or a link) to bring back from its node or scratch
+                outcome, reason = ledger.INVALID, not_back
             if confined and confined.displaced and not refused:
                 # Someone else took its directory away as it ran: not the task's failure.
                 outcome = ledger.INTERRUPTED
@@ -651,12 +684,14 @@ class Driver:
             detail += f" (log: {shown(log)})"
         self.report(f"{end.task} attempt {end.attempt}: {outcome} ({how}){detail} — {verdict}")
 
-    def _strays(self, end: AttemptEnd, confined: Confined) -> str | None:
-        """Bring a confined attempt's own files into the work tree, and record
+    def _strays(self, end: AttemptEnd, confined: Isolated) -> str | None:
+        """Bring an isolated attempt's own files into the work tree, and record
         what it wrote outside its own paths (kept out of the work tree); when
         bubblewrap itself refused to start it, the environment fault to halt with."""
         bring_back(confined, self.engine, self.ledger, end.task, end.attempt, self.report)
         first = end.tail.lstrip().partition("\n")[0]
+        if not isinstance(confined, Confined):
+            return None
         if end.exit_code != 1 or not first.startswith("bwrap: "):
             return None
         if "execvp" in first:  # the program is not there: as when it cannot start
@@ -667,8 +702,9 @@ class Driver:
             )
         return (
             f"environment fault: bubblewrap could not confine an attempt ({visible(first)}); "
-            'run where it can (user namespaces allowed), or set [executor] isolation = "none" '
-            f"to run workers unconfined, then `gitrun retry {self.run.id}` and "
+            "run where it can (user namespaces allowed), or set [executor] isolation = "
+            '"scratch" (a scratch directory per attempt, no namespaces) or "none", then '
+            f"`gitrun retry {self.run.id}` and "
             f"`gitrun resume {self.run.id}`"
         )
 

@@ -22,7 +22,7 @@ from gitrun.processes.reaper import kill_attempt_processes, kill_leftovers, kill
 from gitrun.store import ledger
 from gitrun.store.journal import read_journal, running_records
 from gitrun.visible import visible
-from gitrun.workers.sandbox import Confined, left_by
+from gitrun.workers.sandbox import Isolated, left_by
 
 Reporter = Callable[[str], None]
 
@@ -76,15 +76,15 @@ def recover_orphans(
 
 
 def bring_back(
-    confined: Confined,
+    confined: Isolated,
     engine: Engine,
     writer: ledger.LedgerWriter,
     task: str,
     attempt: int,
     report: Reporter,
 ) -> None:
-    """Move an ended confined attempt's own files into the work tree; record
-    and say what it wrote that its task does not own (kept out of it)."""
+    """Move an ended confined (or scratch) attempt's own files into the work
+    tree; record and say what it wrote that its task does not own (kept out of it)."""
     strays = confined.finish()
     for line in confined.unmoved:
         report(f"{task} attempt {attempt}: could not bring back {visible(line)}")

@@ -53,11 +53,18 @@ from gitrun.definition.schema import Task
 from gitrun.ownership.patterns import Pattern, PatternError, literal_path, matches, parse
 from gitrun.processes.proc import clean_env
 from gitrun.workers.executor import command_template
+from gitrun.workers.scratch import KIND as SCRATCH
+from gitrun.workers.scratch import Scratch
 
 BWRAP = "bwrap"
 _WILD = re.compile(r"[*?\[\\]")  # a pattern that is not a literal path
 INSTALL = "apt-get install bubblewrap (or your distribution's bubblewrap package)"
 PROBE_TIMEOUT = 10.0
+# What to choose where bubblewrap cannot confine.
+FALLBACK = (
+    '; or set [executor] isolation = "scratch" (a scratch directory per attempt, no '
+    'namespaces) or "none" to run unconfined'
+)
 STATE = "state.json"  # in an attempt's folder: what finishing it needs
 STATE_DRAFT = "state.json.new"
 Signature = tuple[int, int, int]  # a file's inode, size and mtime (ns)
@@ -294,13 +301,18 @@ class Confined:
         return strays
 
 
-def left_by(folder: Path, repo: Path) -> Confined | None:
-    """The confinement of an attempt in ``repo`` whose driver died while it
-    ran, read from its folder (None when it never started confined, or its
-    state is unreadable: then nothing of it is brought back, as of any stray
-    write)."""
+Isolated = Confined | Scratch  # an attempt's isolation, what finishing it needs
+
+
+def left_by(folder: Path, repo: Path) -> Isolated | None:
+    """The isolation of an attempt in ``repo`` whose driver died while it
+    ran (confined, or in a scratch directory), read from its folder (None
+    when it had none, or its state is unreadable: then nothing of it is
+    brought back, as of any stray write)."""
     try:
         state = json.loads((folder / STATE).read_text())
+        if isinstance(state, dict) and state.get("kind") == SCRATCH:
+            return Scratch.of_state(state, repo, folder)
         plan = Plan(tuple(state["writable"]), tuple(state["staged"]))
         confined = Confined(repo, plan, folder, tuple(state["owns"]), (), (), (), ())
         confined._dirs = {d: (int(dev), int(ino)) for d, (dev, ino) in state["dirs"].items()}
@@ -380,12 +392,17 @@ def _signature(path: Path) -> Signature:
 
 @dataclass(frozen=True)
 class Isolation:
-    """What a run's attempts get: confined or not, in one clause for
-    ``check`` and ``start``, or the problem of a sandbox asked for and not had."""
+    """What a run's attempts get: confined, in a scratch directory or
+    neither, in one clause for ``check`` and ``start``, or the problem of an
+    isolation asked for and not to be had."""
 
-    confined: bool
+    mode: str = "none"  # "sandbox", "scratch" or "none"
     said: str = ""
     problem: str = ""
+
+    @property
+    def confined(self) -> bool:
+        return self.mode == "sandbox"
 
 
 def isolation_of(run: RunDef, env: dict[str, str] | None = None) -> Isolation:
@@ -393,13 +410,29 @@ def isolation_of(run: RunDef, env: dict[str, str] | None = None) -> Isolation:
     workers' environment, for the PATH bubblewrap is found on)."""
     executor = run.packet.executor
     if executor.kind != "command" or executor.isolation == "none":
-        return Isolation(False)
+        return Isolation()
+    template = command_template(executor)
+    srun = template is not None and bool(template) and os.path.basename(template[0]) == "srun"
+    if executor.isolation == "scratch":
+        if executor.preset == "claude" and executor.command is None:
+            return Isolation(
+                problem='[executor] isolation = "scratch" cannot run the claude preset: its '
+                "write hooks read the repository, which a scratch directory is not (every "
+                'write would be refused); leave isolation = "auto"'
+            )
+        if srun:
+            return Isolation(
+                problem='[executor] isolation = "scratch" makes each scratch directory on '
+                "this machine, and srun runs the attempt on a Slurm node; set isolation = "
+                '"none" there'
+            )
+        said = "each attempt runs in a scratch directory of its own; only its outputs come back"
+        return Isolation(SCRATCH, said)
     auto = executor.isolation == "auto"
     if executor.preset == "claude":  # its own sandbox and gitrun's hooks hold it to its paths
         if auto:
-            return Isolation(False)
+            return Isolation()
         return Isolation(
-            False,
             problem='[executor] isolation = "sandbox" cannot confine the claude preset yet (its '
             "write hooks keep records in the git directory, which the sandbox makes read-only); "
             'leave isolation = "auto": its own sandbox ([executor] bash = "sandbox") and '
@@ -407,20 +440,18 @@ def isolation_of(run: RunDef, env: dict[str, str] | None = None) -> Isolation:
         )
     if auto and executor.preset not in AUTO_PRESETS:
         return Isolation(
-            False,
-            f"workers are not confined (the {executor.preset} preset is confined only when "
+            said=f"workers are not confined (the {executor.preset} preset is confined only when "
             '[executor] isolation = "sandbox" says so)',
         )
-    template = command_template(executor)
-    if auto and template and os.path.basename(template[0]) == "srun":
-        return Isolation(False, "workers are not confined: srun runs each attempt on a Slurm node")
+    if auto and srun:
+        return Isolation(said="workers are not confined: srun runs each attempt on a Slurm node")
     why = probe(env) or _unconfinable(run)
     if why is None:
-        return Isolation(True, "each attempt is confined to its own paths (bubblewrap)")
+        return Isolation("sandbox", "each attempt is confined to its own paths (bubblewrap)")
     if auto:
-        return Isolation(False, f"workers are not confined: {why}")
-    fix = "" if "isolation" in why else '; or set [executor] isolation = "none" to run unconfined'
-    return Isolation(False, problem=f'[executor] isolation = "sandbox", but {why}{fix}')
+        return Isolation(said=f"workers are not confined: {why}")
+    fix = "" if "isolation" in why else FALLBACK
+    return Isolation(problem=f'[executor] isolation = "sandbox", but {why}{fix}')
 
 
 def _unconfinable(run: RunDef) -> str | None:
@@ -441,7 +472,7 @@ def _rootless(task_id: str, text: str) -> str:
     return (
         f"task {task_id} owns {text!r}, which names no directory to make writable (only the "
         "whole repository holds it); put those files in a directory of their own, or set "
-        '[executor] isolation = "none"'
+        '[executor] isolation = "scratch" or "none"'
     )
 
 

@@ -40,11 +40,12 @@ from gitrun.errors import GitrunError
 from gitrun.problem import Problem
 from gitrun.store.usage import Usage
 from gitrun.visible import visible
+from gitrun.workers import carry
 from gitrun.workers.attempt import AttemptEnd, usage_file
 from gitrun.workers.clients import UnreachableWatch, client_signs
 from gitrun.workers.clientusage import MAX_FILE, USAGE_ENV, attempt_usage, usage_reader
 from gitrun.workers.ray import node as raynode
-from gitrun.workers.ray.files import AttemptFiles
+from gitrun.workers.scratch import AttemptFiles
 
 INSTALL = "pip install 'gitrun[ray]'"
 # Seconds a node has, past the deadline and the kill grace, to report an
@@ -177,6 +178,7 @@ class RayRunner:
         self._said: deque[str] = deque(maxlen=100)
         self._restore = _route_messages(self._said.append)
         # The node function goes to the cluster by value: a node needs Ray, not gitrun.
+        self.ray.cloudpickle.register_pickle_by_value(carry)
         self.ray.cloudpickle.register_pickle_by_value(raynode)
         self._remote = self.ray.remote(max_retries=0)(raynode.run_attempt)
         found = (getattr(self.ray.exceptions, name, None) for name in LOST_ERRORS)

@@ -2,6 +2,8 @@
 
 This module imports nothing but the standard library, and :mod:`gitrun.workers.ray.executor`
 ships it to the cluster by value: a node needs Ray and Python, not gitrun.
+Its scratch directory is filled and emptied by :mod:`gitrun.workers.carry`
+(shipped with it, by value), as a local scratch attempt's is.
 
 :func:`run_attempt` runs the attempt's command in its own process group, in a
 scratch directory holding the task's inputs (or, in shared-filesystem mode,
@@ -26,6 +28,8 @@ import sys
 import tempfile
 import time
 from typing import Any
+
+from gitrun.workers.carry import collect, materialize
 
 LOG_LIMIT = 1 << 20  # bytes kept from the start of a worker's output
 LOG_TAIL = 64 << 10  # bytes kept from its end once the limit is passed
@@ -83,12 +87,10 @@ def run_attempt(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         if cwd is None:
             scratch = tempfile.mkdtemp(prefix="gitrun-attempt-")
-            _materialize(scratch, spec["files"])
-            for path in spec["outputs"]:  # as locally: workers should not have to
-                os.makedirs(os.path.join(scratch, *_parts(path)[:-1]), exist_ok=True)
+            materialize(scratch, spec["files"], spec["outputs"])
             cwd = env["GITRUN_REPO"] = scratch
         result = _run(spec, cwd, env)
-        outputs, refused = ({}, {}) if scratch is None else _collect(scratch, spec)
+        outputs, refused = ({}, {}) if scratch is None else collect(scratch, spec)
         if usage and usage_dir:
             result["usage_file"] = _read_at_most(env[usage["env"]], int(usage["max"]) + 1)
     finally:
@@ -224,61 +226,6 @@ def _has_exited(pid: int) -> bool:
 def _signal_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-
-
-def _materialize(root: str, files: dict[str, bytes]) -> None:
-    for path, data in files.items():
-        target = os.path.join(root, *_parts(path))
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        with open(target, "wb") as handle:
-            handle.write(data)
-
-
-def _parts(path: str) -> list[str]:
-    parts = path.split("/")
-    if path.startswith("/") or any(p in ("", ".", "..") for p in parts):
-        raise ValueError(f"{path!r} is not a relative path inside the repository")
-    return parts
-
-
-def _collect(root: str, spec: dict[str, Any]) -> tuple[dict[str, bytes], dict[str, str]]:
-    """The declared outputs' bytes, and why the others cannot come back."""
-    cap = int(spec["max_output_bytes"])
-    outputs: dict[str, bytes] = {}
-    refused: dict[str, str] = {}
-    for path in spec["outputs"]:
-        try:
-            fd = _open_beneath(root, _parts(path))
-        except FileNotFoundError:
-            continue  # not written: the driver's check says "does not exist"
-        except OSError:
-            refused[path] = "is or passes through a symlink on the node, so it was not brought back"
-            continue
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                refused[path] = "is not a regular file on the node, so it was not brought back"
-            elif info.st_size > cap:
-                refused[path] = (
-                    f"is {info.st_size:,} bytes on the node, over limits.max_output_bytes "
-                    f"({cap:,}), so it was not brought back; write less or raise the limit"
-                )
-            else:
-                outputs[path] = handle.read(cap + 1)
-    return outputs, refused
-
-
-def _open_beneath(root: str, parts: list[str]) -> int:
-    """Open ``parts`` under ``root`` without following a symlink on the way."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for name in parts[:-1]:
-            step = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = step
-        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
-    finally:
-        os.close(fd)
 
 
 def _node_address() -> str:
