@@ -9,6 +9,7 @@ or clean away.
 
 from __future__ import annotations
 
+import json
 import signal
 import tempfile
 import time
@@ -180,3 +181,24 @@ def test_check_refuses_scratch_for_the_claude_preset(git_repo: Path) -> None:
     problems = check_run(load_run(git_repo, "r"), check_dirty=False).problems
     [problem] = [p for p in problems if p.code == "isolation"]
     assert "its write hooks read the repository" in problem.message
+
+
+def test_a_forged_state_never_removes_what_gitrun_did_not_make(
+    git_repo: Path, tmp_path: Path, scratch_root: Path
+) -> None:
+    """A worker that is not confined can write the git directory: a state
+    naming another directory is unreadable, and nothing of it is touched."""
+    from gitrun.store.local import LocalPaths
+
+    _shell_run(git_repo, 'printf "{}" > "out/$GITRUN_TASK.json"', _tasks("t1"))
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "keep.txt").write_text("mine")
+    folder = LocalPaths.of(git_repo, "r").sandboxes / "forged01"
+    folder.mkdir(parents=True)
+    state = {"kind": "scratch", "place": str(precious), "outputs": [], "max_output_bytes": 1}
+    (folder / "state.json").write_text(json.dumps({**state, "given": {}, "given_outputs": {}}))
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.exit_code == 0
+    assert (precious / "keep.txt").read_text() == "mine"
+    assert _left(scratch_root, git_repo) == []

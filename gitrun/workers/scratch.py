@@ -51,6 +51,8 @@ KIND = "scratch"  # in state.json, beside a sandbox's
 
 
 class AttemptFiles:
+    """What the attempts of one run take with them into a scratch directory."""
+
     def __init__(self, run: RunDef, base: str | None) -> None:
         self.run = run
         self.repo = run.repo
@@ -204,8 +206,12 @@ class Scratch:
             and isinstance(given_outputs, dict)
         ):
             raise TypeError("not a scratch attempt's state")
+        place = Path(str(state["place"]))
+        if not (place.is_absolute() and place.name.startswith(PREFIX)):
+            # Only a directory gitrun made is emptied and removed, whatever the state says.
+            raise TypeError(f"{place} is not a scratch directory")
         scratch = cls(repo, folder, tuple(str(p) for p in outputs), int(str(cap)))
-        scratch.place = Path(str(state["place"]))
+        scratch.place = place
         scratch.given = {str(p): (int(s), int(m)) for p, (s, m) in given.items()}
         scratch.given_outputs = {str(p): str(d) for p, d in given_outputs.items()}
         return scratch
