@@ -28,9 +28,10 @@ alone (repositories are set up before it).
   (the 2-second stray-write audit aside). Target: <= 6 git processes (one
   check-ignore for the batch, then the five that build and publish it).
 - isolation (only when asked for): the throughput case with every attempt
-  confined under bubblewrap (isolation = "sandbox") and not ("none"),
-  interleaved with parallel. Targets: confinement adds <= 20 ms to an
-  attempt; confined, gitrun <= 0.6 x parallel's wall time.
+  confined under bubblewrap (isolation = "sandbox"), in a scratch directory
+  ("scratch") and neither ("none"), interleaved with parallel. Targets:
+  confinement adds <= 20 ms to an attempt; confined, gitrun <= 0.6 x
+  parallel's wall time. The scratch rows are shown for scale.
 - phases (only when asked for): where the wall time of one 1,000-task
   `gitrun start` goes, from the parent's spawn to the process being gone,
   marked by wrapping gitrun's own functions in the child (medians). No peer.
@@ -419,6 +420,7 @@ def isolation(bench: Bench, table: Table, n: int, repeat: int, has_parallel: boo
         return
     tools: dict[str, Callable[[], Took]] = {
         "confined": lambda: bench.gitrun(n, 4, isolation="sandbox"),
+        "scratch": lambda: bench.gitrun(n, 4, isolation="scratch"),
         "unconfined": lambda: bench.gitrun(n, 4, isolation="none"),
     }
     if has_parallel:
@@ -445,6 +447,15 @@ def isolation(bench: Bench, table: Table, n: int, repeat: int, has_parallel: boo
     )
     cpu = (med(got["confined"], lambda s: s.cpu) - med(got["unconfined"], lambda s: s.cpu)) / n
     table.rows.append(Row("confinement: CPU added per attempt (ms)", f"{cpu * 1000:.1f}"))
+    scratch = med(got["scratch"], lambda s: s.wall)
+    table.rows.append(
+        Row(
+            f"{n} tasks, -j4: wall in scratch / unconfined (median s)",
+            f"{scratch:.2f}",
+            f"{unconfined:.2f}",
+            f"{scratch / unconfined:.2f}",
+        )
+    )
     if has_parallel:
         theirs = med(got["parallel"], lambda s: s.wall)
         table.rows.append(
