@@ -46,7 +46,8 @@ def _run(repo: Path, command: list[str] | None = None) -> None:
     build_tree(repo, {"docs/a.md": "Alpha chapter text.\n", "docs/b.md": "Beta chapter text.\n"})
     executor: dict[str, object] = {"kind": "command", "preset": "aider"}
     if command is not None:
-        executor["command"] = command
+        # Unconfined, to show what the old flags write (confined, aider cannot).
+        executor.update(command=command, isolation="none")
     write_run(
         repo,
         "r",

@@ -423,3 +423,28 @@ def test_a_directory_reached_through_a_link_stays_read_only(tmp_path: Path) -> N
     assert ran.returncode != 0 and "Read-only file system" in ran.stderr
     confined.finish()
     assert not (repo / ".git/hooks/post-commit").exists()
+
+
+def test_auto_confines_every_preset_but_those_with_a_sandbox_of_their_own(
+    git_repo: Path,
+) -> None:
+    """gemini and aider have none by default and run confined (their real
+    CLIs do, tests/test_real_*.py); codex's cannot nest in gitrun's, so auto
+    leaves it its own, and only an explicit sandbox takes its place."""
+    from gitrun.workers.executor import command_template
+    from gitrun.workers.sandbox import isolation_of
+
+    said = {}
+    for preset in ("shell", "gemini", "aider", "codex", "claude"):
+        executor: dict[str, object] = {"preset": preset}
+        if preset == "shell":
+            executor["shell"] = "true"
+        write_run(git_repo, "r", _tasks("t1"), {"executor": executor})
+        said[preset] = isolation_of(load_run(git_repo, "r"))
+    assert [p for p, i in said.items() if i.confined] == ["shell", "gemini", "aider"]
+    assert "codex's own sandbox holds them" in said["codex"].said
+    assert said["claude"] == said["claude"].__class__()  # its own sandbox, said nowhere
+    write_run(git_repo, "r", _tasks("t1"), {"executor": {"preset": "codex"}})
+    executor = load_run(git_repo, "r").packet.executor
+    assert "workspace-write" in (command_template(executor) or [])
+    assert "danger-full-access" in (command_template(executor, confined=True) or [])

@@ -194,6 +194,7 @@ class Driver:
                 left.discard()  # its scratch directory lies outside the git directory
         shutil.rmtree(self.local.sandboxes, ignore_errors=True)
         self.isolation = isolation_of(self.run, self.base_env)
+        self.template = command_template(self.run.packet.executor, self.isolation.confined)
         if self.isolation.problem:
             self.governor.stop_for(
                 Halt(

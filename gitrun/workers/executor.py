@@ -100,8 +100,9 @@ _MODEL_FLAG = re.compile(r"(?:^|\s)--model(?:=|\s+)(\S+)")
 _FROM_CONFIG = {"{model}", "$GITRUN_MODEL", "${GITRUN_MODEL}"}
 
 
-def command_template(executor: Executor) -> list[str] | None:
-    """The argv template for a command executor; None when there is none.
+def command_template(executor: Executor, confined: bool = False) -> list[str] | None:
+    """The argv template for a command executor; None when there is none;
+    ``confined``: its attempts run under gitrun's sandbox.
 
     `command` replaces the preset entirely; `args` are appended either way.
     The claude preset also gets gitrun's write-time hooks through
@@ -115,7 +116,7 @@ def command_template(executor: Executor) -> list[str] | None:
         base = ["sh", "-c", executor.shell]
     elif executor.preset in PRESETS:
         base = list(PRESETS[executor.preset]) + preset_extras(executor)
-        if executor.preset == "codex" and executor.isolation == "sandbox":
+        if executor.preset == "codex" and confined:
             # codex's own sandbox cannot nest in gitrun's: it makes mount points
             # (.agents, .codex) in the repository, which is read-only there.
             # gitrun's bubblewrap alone holds its writes to the task's paths.

@@ -30,8 +30,9 @@ files into the work tree as if its driver had lived (a worker that wrote its
 output, orphaned, is done, not dispatched again).
 
 ``"none"`` runs workers as they are, with the audit; ``"auto"`` (the
-default) is ``sandbox`` where bubblewrap works, for a plain command or the
-shell preset, and ``none`` otherwise, said once by ``check`` and ``start``.
+default) is ``sandbox`` where bubblewrap works (but for the claude and
+codex presets, which keep their own sandboxes), and ``none`` otherwise, said
+once by ``check`` and ``start``.
 """
 
 from __future__ import annotations
@@ -68,9 +69,6 @@ FALLBACK = (
 STATE = "state.json"  # in an attempt's folder: what finishing it needs
 STATE_DRAFT = "state.json.new"
 Signature = tuple[int, int, int]  # a file's inode, size and mtime (ns)
-# Presets whose CLI was run confined by the test suite; "auto" confines
-# these and plain commands only (the claude preset has its own sandbox).
-AUTO_PRESETS = (None, "shell")
 
 
 class Unconfinable(Exception):
@@ -438,10 +436,13 @@ def isolation_of(run: RunDef, env: dict[str, str] | None = None) -> Isolation:
             'leave isolation = "auto": its own sandbox ([executor] bash = "sandbox") and '
             "gitrun's hooks hold it to its paths",
         )
-    if auto and executor.preset not in AUTO_PRESETS:
+    if auto and executor.preset == "codex" and executor.command is None:
+        # Its own sandbox cannot run inside gitrun's (see command_template):
+        # confined by gitrun, its commands would get the network it keeps from them.
         return Isolation(
-            said=f"workers are not confined (the {executor.preset} preset is confined only when "
-            '[executor] isolation = "sandbox" says so)',
+            said="workers are not confined by gitrun: codex's own sandbox holds them "
+            '(isolation = "sandbox" confines codex by gitrun\'s alone, which cannot keep the '
+            "network from its commands)",
         )
     if auto and srun:
         return Isolation(said="workers are not confined: srun runs each attempt on a Slurm node")
