@@ -112,8 +112,8 @@ def test_next_collect_loop_until_done(git_repo: Path, tmp_path: Path) -> None:
     assert counts["t3"] == 2 and counts["t4"] == 2
     assert counts["t5"] >= 2  # throttled once, then nothing, then valid
     assert counts["t2"] == 1  # wrote, then reported failure: done
-    # The throttle shrank the batch after it.
-    assert throttle_batch <= 2
+    # The throttle shrank the batch after it: just under the load the API refused.
+    assert throttle_batch <= 3
     # Everything committed exactly once.
     names = git(git_repo, "log", "--format=", "--name-only", "HEAD..gitrun/r").split()
     per_path = Counter(n for n in names if n.startswith("out/"))
@@ -210,7 +210,8 @@ def test_governor_state_outlives_a_call_and_damage_to_it_is_a_warning(git_repo: 
     assert collected.returncode == 0, collected.stderr
     state = LocalPaths.of(git_repo, "e").governor
     saved = json.loads(state.read_text())
-    assert saved["v"] == 1 and saved["concurrency"] == 2 and saved["throttles"] == 1
+    # Four leased at once, one throttled: just under the four the API refused.
+    assert saved["v"] == 1 and saved["concurrency"] == 3 and saved["ceiling"] == 4
     # The backoff's length is random (jitter): make it last, then it must be read back.
     state.write_text(json.dumps({**saved, "backoff_until": time.time() + 3600}))
     held = _gitrun(git_repo, "next", "e")  # the backoff, read back from disk, holds it

@@ -512,7 +512,7 @@ def test_concurrency_replays_the_governor_over_the_ledger() -> None:
     assert (10, 4) in c.allowed  # the canary passed: the fan-out widens
     assert (12, 2) in c.allowed  # halved by the throttle, as the ledger says
     assert c.allowed[-1][1] == 4  # grown back one valid ending at a time
-    assert c.backoffs == [(12, 12.5)]  # the ceiling (13) cut short by the next start
+    assert c.backoffs == [(12, 12.5)]  # its wait (two throttles long) cut short by the next start
     assert [a.task for a in c.throttles] == ["c"]
     assert canary_attempts(attempts, 1) == {("a", 1, 0)}
     assert canary_attempts(attempts, 0) == set()

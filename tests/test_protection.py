@@ -285,20 +285,68 @@ def _facts(
     return EndFacts("t", outcome, duration, 1, None, wrote_nothing, said)
 
 
-def test_backoff_is_full_jitter_under_an_exponential_ceiling() -> None:
+def _throttle(gov: Governor, task: str, started: float, now: float) -> None:
+    gov.ended(EndFacts(task, "throttled", now - started, 1, None, True, "", started), now)
+
+
+def _valid(gov: Governor, task: str, started: float, now: float) -> None:
+    gov.ended(EndFacts(task, "valid", now - started, 0, None, False, "", started), now)
+
+
+def test_one_decrease_per_congestion_event_to_just_under_the_load_refused() -> None:
     limits = Limits(concurrency=8, backoff_base=1.0, backoff_cap=5.0, grow_after=2)
-    gov = Governor(limits, tasks=10, spawns=0, canary=[], rng=random.Random(1))
-    waits = []
-    for _ in range(5):
-        gov.backoff_until = 0
-        gov.ended(_facts("throttled"), now=100.0)
-        waits.append(gov.backoff_until - 100.0)
-    ceilings = [1, 2, 4, 5, 5]
-    assert all(0 <= w <= c for w, c in zip(waits, ceilings, strict=True))
-    assert gov.concurrency == 1  # 8 -> 4 -> 2 -> 1 -> 1
-    for _ in range(4):
-        gov.ended(_facts("valid"), now=200.0)
-    assert gov.concurrency == 3  # one step per two valid completions
+    gov = Governor(limits, tasks=40, spawns=0, canary=[], rng=random.Random(1))
+    for i in range(8):  # started together: one burst, each of level 8
+        gov.started(f"t{i}", now=10.0)
+    _throttle(gov, "t0", 10.0, now=10.1)
+    assert (gov.ceiling, gov.concurrency) == (8, 7)
+    waited = gov.backoff_until
+    assert 10.1 <= waited <= 10.1 + 0.2  # the ceiling found: a short wait, two throttles long
+    _throttle(gov, "t1", 10.0, now=10.2)  # started before the decrease: the same event
+    assert (gov.ceiling, gov.concurrency, gov.backoff_until) == (8, 7, waited)
+    # Under the ceiling, concurrency stays; after grow_after rounds a probe goes above.
+    for i in range(2, 8):
+        _valid(gov, f"t{i}", 10.0, now=11.0)
+    for n in range(2 * 7 - 6):
+        gov.started(f"v{n}", now=12.0 + n)
+        _valid(gov, f"v{n}", 12.0 + n, now=12.5 + n)
+    assert gov.concurrency == 8  # the probe
+    for i in range(7):
+        gov.started(f"w{i}", now=30.0)
+    gov.started("probe", now=31.0)
+    _throttle(gov, "probe", 31.0, now=31.1)
+    assert (gov.ceiling, gov.concurrency, gov.probe_failures) == (8, 7, 1)
+    assert gov.backoff_until <= 31.1 + 0.2  # a failed probe: back under, a short wait
+    # Refused below the ceiling, not probing: the API takes fewer now.
+    for i in range(7):
+        _valid(gov, f"w{i}", 30.0, now=32.0)
+    for i in range(4):
+        gov.started(f"x{i}", now=40.0)
+    _throttle(gov, "x3", 40.0, now=40.1)
+    assert (gov.ceiling, gov.concurrency) == (4, 3)
+    assert 40.1 <= gov.backoff_until <= 41.1  # a jittered wait under backoff_base
+    gov.backoff_until = 0
+    for i in range(3):
+        _valid(gov, f"x{i}", 40.0, now=41.0)
+    gov.started("y", now=50.0)
+    _throttle(gov, "y", 50.0, now=50.1)  # refused alone: wait, and longer each time
+    assert gov.concurrency == 1 and 50.1 <= gov.backoff_until <= 52.1
+
+
+def test_starts_above_the_level_known_to_work_are_spaced_out() -> None:
+    gov = Governor(Limits(concurrency=8), tasks=40, spawns=0, canary=[])
+    gov.started("c", now=0.0)
+    _valid(gov, "c", 0.0, now=1.6)  # the canary: 1.6 s, level 1
+    gap = gov.pace_gap()
+    assert gap == pytest.approx(0.1)  # at most BLIND_GAP: 1.6 / (2 x 8) = 0.1
+    assert gov.slots(0, now=2.0) == 1 and gov.held == "pacing"  # one probe, alone
+    gov.started("p1", now=2.0)
+    assert gov.slots(1, now=2.05) == 0 and gov.next_wake(2.05) == pytest.approx(2.0 + gap)
+    assert gov.slots(1, now=2.0 + gap) == 1
+    # Once a throttle came back, the gap is as long as it took.
+    gov.started("p2", now=2.2)
+    _throttle(gov, "p2", 2.2, now=2.5)
+    assert gov.pace_gap() == pytest.approx(0.3)
 
 
 def test_breaker_needs_one_repeated_diagnostic() -> None:

@@ -139,6 +139,9 @@ class External:
         self.tip = tip
         self.engine = Engine(run, local, tip, running=self.leases)
         self.governor = self.engine.governor
+        # Each batch costs the lead a turn: its leases go out together, unpaced
+        # (a throttle among them still finds the ceiling, as one burst).
+        self.governor.paced = False
         self.limits = run.limits
         self._restore_governor()
         self._said = self._restore_said(afresh)
@@ -254,6 +257,13 @@ class External:
         if held == "throttled":
             wait = max(1.0, round(self.governor.backoff_until - now))
             return held, wait, f"throttled: wait {wait:.0f} s, then `gitrun next {self.run.id}`"
+        if held == "pacing":
+            wait = max(1.0, round(self.governor.last_start + self.governor.pace_gap() - now))
+            return (
+                held,
+                wait,
+                f"{self._held_by(held)}: wait {wait:.0f} s, then `gitrun next {self.run.id}`",
+            )
         if held == "load" and not self.leases:
             return held, LOAD_WAIT, f"{self._held_by(held)}: wait {LOAD_WAIT:.0f} s and ask again"
         if held in ("canary running", "budget", "load", "failing fast") and self.leases:
@@ -273,6 +283,8 @@ class External:
             "whether it is an environment fault",
             "spawn budget": "the spawn budget (limits.max_spawns) allows no more",
             "budget": "the spend budget allows no more at once",
+            "pacing": "starts above the level the API took are spaced while gitrun finds its "
+            "ceiling",
             "max": "--max",
         }.get(held, held)
 

@@ -261,7 +261,7 @@ class Engine:
         """An attempt of ``tid`` starts (its number and throttles are the
         history's ``upcoming`` until its record is written)."""
         self._set(tid, RUNNING)
-        self.governor.started()
+        self.governor.started(tid, time.time())
 
     def mark_done(self, tid: str) -> None:
         """``tid``'s valid outputs are on disk without an attempt to record
@@ -285,6 +285,7 @@ class Engine:
             ended.signal,
             ended.wrote_nothing,
             ended.diagnostic,
+            ended.started,
         )
         in_canary = bool(self.governor.canary)
         self.governor.ended(facts, time.time(), failed_for_good)
@@ -299,7 +300,11 @@ class Engine:
             self._set(tid, FAILED)
         else:
             self._set(tid, PENDING)
-            self.queues[self.run.stage_of(self.tasks[tid])].append(tid)
+            queue = self.queues[self.run.stage_of(self.tasks[tid])]
+            if ended.outcome == ledger.THROTTLED:
+                queue.appendleft(tid)  # not its fault: first again, not after the rest
+            else:
+                queue.append(tid)
         return self.status[tid]
 
     def record(

@@ -199,7 +199,7 @@ def concurrency_over_time(attempts: list[Attempt], limits: Limits, tasks: int) -
             governor = _replay_governor(limits, tasks, canary=not seen_valid)
         else:
             facts = EndFacts(attempt.task, attempt.outcome, attempt.end - attempt.start,
-                             attempt.exit, attempt.signal, False, "")  # fmt: skip
+                             attempt.exit, attempt.signal, False, "", attempt.start)  # fmt: skip
             governor.ended(facts, at)
             if attempt.outcome == ledger.VALID:
                 seen_valid = True
@@ -207,7 +207,8 @@ def concurrency_over_time(attempts: list[Attempt], limits: Limits, tasks: int) -
                 if attempt.concurrency is not None:
                     governor.concurrency = attempt.concurrency
                 until = min([governor.backoff_until, *_next(starts, at)])
-                backoffs.append((at, until))
+                if until > at:  # (finding the ceiling needs no wait)
+                    backoffs.append((at, until))
         value = _cap(governor)
         if allowed and allowed[-1][0] == at:
             allowed[-1] = (at, value)
