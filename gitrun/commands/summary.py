@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from gitrun.engine.budget import spend_text, tokens_text
@@ -136,6 +137,12 @@ def format_status(status: RunStatus, limit: int | None = 20) -> str:
     if status.halt:
         lines.append(
             f"  halted: {status.halt['message']} (`gitrun retry {status.run}` lifts the halt)"
+        )
+    if status.parked_until:
+        when = time.strftime("%H:%M UTC", time.gmtime(status.parked_until))
+        lines.append(
+            f"  parked until {when} ({status.park_reason}): no new starts until the reset; "
+            "a driver goes on by itself then"
         )
     for violation in status.violations[:10]:
         who = ", ".join(violation.get("tasks") or []) or "no task"

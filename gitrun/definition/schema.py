@@ -109,6 +109,24 @@ DEFAULT_THROTTLE_PATTERNS = (
     r"overloaded",
     r"\b529\b",
 )
+# limits.quota_patterns and limits.billing_patterns (gitrun.workers.refusals):
+# what Claude Code, codex, gemini and the APIs say of a usage limit with a
+# reset, and of a billing refusal or spend cap.
+DEFAULT_QUOTA_PATTERNS = (
+    r"usage_limit_reached",
+    r"you'?ve hit your (\S+ )?(usage )?limit",
+    r"you have (hit|reached) your (\S+ )?(usage )?limit",
+    r"usage limit reached",
+    r"\bquota exceeded\b",
+    r'"status"\s*:\s*"rejected"',
+)
+DEFAULT_BILLING_PATTERNS = (
+    r"credit balance is too low",
+    r"insufficient_quota",
+    r"exceeded your current quota",
+    r"billing (details|hard limit)",
+    r"spend(ing)? (cap|limit) (reached|exceeded)",
+)
 
 # Shared tracking files, and files that change how git or the agents behave
 # (a task rewriting .claude/ could rewrite the hooks that confine it).
@@ -255,6 +273,15 @@ class Limits(Strict):
     throttle_patterns: Annotated[list[str], After(_check_patterns)] = field(
         default_factory=lambda: list(DEFAULT_THROTTLE_PATTERNS)
     )
+    # A usage limit with a reset time: the run parks until the reset (no
+    # attempt used); a billing refusal or spend cap: it halts at once.
+    quota_patterns: Annotated[list[str], After(_check_patterns)] = field(
+        default_factory=lambda: list(DEFAULT_QUOTA_PATTERNS)
+    )
+    billing_patterns: Annotated[list[str], After(_check_patterns)] = field(
+        default_factory=lambda: list(DEFAULT_BILLING_PATTERNS)
+    )
+    park_default: Duration = 1800.0  # how long to park when the reset cannot be read
     backoff_base: Duration = 2.0
     backoff_cap: Duration = 300.0
     grow_after: PositiveInt = 3  # valid completions before concurrency grows by one

@@ -36,7 +36,7 @@ from gitrun.engine.audit import signature as audit_signature
 from gitrun.engine.budget import Budget
 from gitrun.engine.committer import CommitQueue, Committed, Committer, Landing
 from gitrun.engine.crashpoints import crash_point
-from gitrun.engine.governor import ENVIRONMENT, STRICT, Halt, is_throttled, last_line
+from gitrun.engine.governor import BILLING, ENVIRONMENT, STRICT, Halt, is_throttled, last_line
 from gitrun.engine.recovery import bring_back, reconcile, recover_orphans
 from gitrun.engine.states import (
     COMPLETE,
@@ -64,6 +64,8 @@ from gitrun.visible import last_lines, visible
 from gitrun.workers.attempt import AttemptEnd, Monitor, Runner, RunningAttempt
 from gitrun.workers.executor import command_template, render_command
 from gitrun.workers.pointer import attempt_values
+from gitrun.workers.refusals import BILLING as BILLING_REFUSAL
+from gitrun.workers.refusals import refusal_of
 from gitrun.workers.sandbox import (
     Confined,
     Isolated,
@@ -627,6 +629,8 @@ class Driver:
                 outcome, reason = ledger.LOST, end.lost
             elif end.fault:  # the client showed an environment fault (gitrun.workers.clients)
                 self.governor.stop_for(Halt(ENVIRONMENT, end.fault))
+            elif refusal := self._refusal(end):
+                outcome, reason = refusal
             elif is_throttled(end.exit_code, end.tail, self.limits.throttle_patterns):
                 outcome = ledger.THROTTLED
             elif end.stopped and not end.timed_out:
@@ -684,6 +688,45 @@ class Driver:
         if os.path.exists(log):
             detail += f" (log: {shown(log)})"
         self.report(f"{end.task} attempt {end.attempt}: {outcome} ({how}){detail} — {verdict}")
+
+    def _refusal(self, end: AttemptEnd) -> tuple[str, str] | None:
+        """An attempt the API refused for a usage limit (the run parks until
+        its reset; a throttle, no attempt used) or for billing (the run
+        halts at once, no attempt used): its outcome and reason, else None."""
+        now = time.time()
+        limits = self.limits
+        refusal = refusal_of(end.tail, limits.quota_patterns, limits.billing_patterns, now)
+        if refusal is None:
+            return None
+        client = os.path.basename(self.template[0]) if self.template else "the worker"
+        if refusal.kind == BILLING_REFUSAL:
+            self.governor.stop_for(
+                Halt(
+                    BILLING,
+                    f"billing: {client} said {refusal.said!r}: the API will not serve more "
+                    "until credit is added or the spend cap raised; then "
+                    f"`gitrun retry {self.run.id}` and `gitrun resume {self.run.id}`",
+                )
+            )
+            return ledger.UNSTARTED, f"the API refused to bill: {refusal.said}"
+        until = refusal.until
+        guessed = until is None
+        if until is None:
+            until = now + limits.park_default
+        reason = f"usage limit of {client}"
+        if until > self.governor.parked_until:
+            self.engine.record_park(self.ledger, until, reason)
+            when = time.strftime("%H:%M UTC", time.gmtime(until))
+            read = (
+                f" (its reset could not be read from {refusal.said!r}: limits.park_default)"
+                if guessed
+                else ""
+            )
+            self.report(
+                f"parked until {when} ({reason}){read}: no new starts, running attempts "
+                "finish, and the run goes on by itself at the reset"
+            )
+        return ledger.THROTTLED, refusal.said
 
     def _strays(self, end: AttemptEnd, confined: Isolated) -> str | None:
         """Bring an isolated attempt's own files into the work tree, and record

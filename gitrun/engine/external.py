@@ -257,6 +257,17 @@ class External:
         if held == "throttled":
             wait = max(1.0, round(self.governor.backoff_until - now))
             return held, wait, f"throttled: wait {wait:.0f} s, then `gitrun next {self.run.id}`"
+        if held == "parked":
+            wait = max(1.0, round(self.governor.parked_until - now))
+            when = time.strftime("%H:%M UTC", time.gmtime(self.governor.parked_until))
+            return (
+                held,
+                wait,
+                (
+                    f"parked until {when} ({self.governor.park_reason}): wait {wait:.0f} s, then "
+                    f"`gitrun next {self.run.id}`"
+                ),
+            )
         if held == "pacing":
             wait = max(1.0, round(self.governor.last_start + self.governor.pace_gap() - now))
             return (

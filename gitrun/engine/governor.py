@@ -51,11 +51,12 @@ BUDGET = "spawn budget"
 POLICY = "halt policy"
 STRICT = "ownership violation"
 SPEND = "spend budget"  # max_cost_usd or max_tokens, or the canary's projection
+BILLING = "billing"  # the API refused to bill: no credit, or a spend cap reached
 # Halts that the facts do not undo by themselves: they are written to the
 # ledger, hold every later start/resume/next (exit 3), and `gitrun retry`
 # lifts them (a spend halt with --budget or --tokens raising the budget).
 # Spawn budget and policy halts are recomputed from the ledger instead.
-PERSISTENT = (CANARY, ENVIRONMENT, STRICT, SPEND)
+PERSISTENT = (CANARY, ENVIRONMENT, STRICT, SPEND, BILLING)
 
 
 def choose_canary(candidates: list[str], size: int, any_done: bool) -> list[str]:
@@ -125,6 +126,9 @@ class Governor:
     # "canary running", "failing fast", "spawn budget" or "budget"; "" for nothing.
     held: str = ""
     halt: Halt | None = None
+    # Parked until a usage limit resets (epoch seconds; 0: not parked), and why.
+    parked_until: float = 0.0
+    park_reason: str = ""
     _throttles: int = 0  # congestion events since the last valid completion
     _valid_run: int = 0  # valid completions since the last change of concurrency
     # Congestion control. The level of an attempt is how many of this
@@ -157,6 +161,9 @@ class Governor:
         ``held`` says what kept it below the concurrency."""
         self.held = ""
         if self.halt is not None:
+            return 0
+        if now < self.parked_until:
+            self.held = "parked"
             return 0
         if now < self.backoff_until:
             self.held = "throttled"
@@ -210,6 +217,8 @@ class Governor:
         """When starting may become possible again without an attempt ending."""
         if self.halt is not None:
             return None
+        if now < self.parked_until:
+            return self.parked_until
         if now < self.backoff_until:
             return self.backoff_until
         if self.held == "pacing":
@@ -264,7 +273,8 @@ class Governor:
             self._valid_durations = [*self._valid_durations[-(VALID_KEPT - 1) :], facts.duration]
             self._grow(level, facts.started)
         elif facts.outcome == "throttled":
-            self._throttled(facts, level, now)
+            if now >= self.parked_until:  # (a usage limit is no congestion)
+                self._throttled(facts, level, now)
         elif facts.outcome in ("lost", "abandoned"):
             self._note_loss(facts)
         elif facts.outcome != "interrupted":
@@ -420,6 +430,11 @@ class Governor:
         """What the spend budget has to say (a stage's projection, a budget it
         cannot enforce) since the last call."""
         return self.spend.take_notices() if self.spend is not None else []
+
+    def park(self, until: float, reason: str) -> None:
+        """No starts until ``until`` (a usage limit's reset): running attempts finish."""
+        if until > self.parked_until:
+            self.parked_until, self.park_reason = until, reason
 
     def stop_for(self, halt: Halt) -> None:
         if self.halt is None:

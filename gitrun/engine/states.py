@@ -203,6 +203,9 @@ class Engine:
             halt=Halt(**self.summary.halt) if self.summary.halt else None,
         )
         self.halt_recorded = self.summary.halt is not None
+        park = self.summary.park
+        if park is not None:  # a usage limit's reset, from the ledger: any driver waits for it
+            self.governor.park(float(park["until"]), str(park["reason"]))
         # What the run's attempts cost so far (kept current as attempts end),
         # and its budget: the packet's, as `gitrun retry --budget` raised it.
         self.usage = ledger.usage_totals(self.records)
@@ -347,6 +350,13 @@ class Engine:
         writer.write(record)
         self.records.append(record)
         ledger.note(self.summary, record)
+
+    def record_park(self, writer: ledger.LedgerWriter, until: float, reason: str) -> None:
+        """Park the run until ``until`` (a usage limit's reset), in the ledger:
+        a resume, even on another clone, waits for it too."""
+        self.governor.park(until, reason)
+        record = {"event": ledger.PARK, "until": ledger.iso(until), "reason": reason}
+        self.write(writer, {**record, "at": ledger.iso(time.time())})
 
     def record_halt(self, writer: ledger.LedgerWriter) -> None:
         """A halt only a person can lift holds every later resume, next and

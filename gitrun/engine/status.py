@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +79,8 @@ class RunStatus:
     driver: Owner | None = None
     violations: list[dict[str, Any]] = field(default_factory=list)
     halt: dict[str, str] | None = None  # a halt that holds the run until `gitrun retry`
+    parked_until: float | None = None  # a usage limit's reset, while it is ahead
+    park_reason: str = ""
     damaged: bool = False  # the branch names a commit whose objects are missing
     usage: UsageTotals = field(default_factory=UsageTotals)  # what its attempts cost
     budget: Budget = field(default_factory=Budget)  # its spend budget now
@@ -125,6 +128,11 @@ class RunStatus:
             "driver": self.driver.to_json() if self.driver else None,
             "violations": self.violations,
             "halt": self.halt,
+            "parked": (
+                {"until": ledger.iso(self.parked_until), "reason": self.park_reason}
+                if self.parked_until
+                else None
+            ),
             "spend": spend_json(self.usage, self.usable, self.budget),
             "tasks": {tid: task.to_json() for tid, task in self.tasks.items()},
         }
@@ -200,6 +208,8 @@ def status_of(
         driver=driver,
         violations=engine.violations(),
         halt=engine.summary.halt,
+        parked_until=parked if (parked := engine.governor.parked_until) > time.time() else None,
+        park_reason=engine.governor.park_reason,
         usage=engine.usage,
         budget=engine.budget,
     )

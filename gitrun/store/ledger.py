@@ -26,7 +26,7 @@ import os
 import re
 import threading
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,6 +62,7 @@ UNSTARTED = "unstarted"
 COUNTED = (MISSING, INVALID)
 # Run-level events.
 HALT = "halt"
+PARK = "park"  # the run waits for a usage limit's reset (gitrun.workers.refusals)
 LIFT = "lift"
 START = "start"
 RETRY = "retry"
@@ -109,6 +110,8 @@ class LedgerSummary:
     tasks: dict[str, TaskHistory] = field(default_factory=dict)
     # The last halt not lifted since: {"kind": ..., "message": ...}.
     halt: dict[str, str] | None = None
+    # The last park (a usage limit): {"until": epoch seconds, "reason": ...}.
+    park: dict[str, Any] | None = None
 
     @property
     def spawns(self) -> int:
@@ -141,6 +144,11 @@ def note(summary: LedgerSummary, record: dict[str, Any]) -> None:
         return
     if event == LIFT:
         summary.halt = None
+        return
+    if event == PARK and isinstance(record.get("until"), str):
+        with suppress(ValueError):
+            until = datetime.fromisoformat(record["until"]).timestamp()
+            summary.park = {"until": until, "reason": str(record.get("reason") or "")}
         return
     if event == START:
         fresh = record.get("up_to_date")

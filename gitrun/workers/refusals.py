@@ -1,0 +1,116 @@
+"""Three kinds of "no" from an API, told apart by what the client said.
+
+- a **throttle** (the server is busy: ``limits.throttle_patterns``): back
+  off and shrink the fan-out (gitrun.engine.governor);
+- a **quota with a reset time** (a usage limit: ``limits.quota_patterns``):
+  the run parks until the reset: no new starts, no attempt used;
+- a **billing refusal or spend cap** (``limits.billing_patterns``): the run
+  halts at once, with the client's sentence; retrying cannot help.
+
+Billing is judged first (OpenAI's hard cap is a 429 that says "exceeded
+your current quota ... billing details"), then the quota, then the throttle.
+The reset time is read from the clients' own words and structured output:
+Claude Code's ``rate_limit_event`` (``"resetsAt": <unix seconds>``) and its
+result sentence ("You've hit your 5-hour limit · resets 10:51pm (UTC)"),
+codex's "try again at 3:05 PM" or "try again in 2 hours", an HTTP
+``retry-after``. A reset that cannot be read parks the run for
+``limits.park_default`` and says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import re
+from dataclasses import dataclass
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from gitrun.visible import last_lines
+
+QUOTA = "quota"
+BILLING = "billing"
+
+_EPOCH = re.compile(r'"resets_?at"\s*:\s*"?(\d{9,11})', re.IGNORECASE)
+_CLOCK = re.compile(
+    r"(?:resets?|try again)\s+(?:at\s+)?(\d{1,2})(?::(\d{2}))?\s*([ap]\.?m\.?)?"
+    r"(?:\s*\(([A-Za-z_+\-/0-9]+)\))?",
+    re.IGNORECASE,
+)
+_IN = re.compile(
+    r"(?:try again|resets?|retry) in\s+(\d{1,6})\s*(second|sec|s|minute|min|m|hour|hr|h|day|d)s?\b",
+    re.IGNORECASE,
+)
+_RETRY_AFTER = re.compile(r"retry[-_ ]after[\"':\s]+(\d{1,6})\b", re.IGNORECASE)
+_UNIT = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60}
+_UNIT.update({"h": 3600, "hr": 3600, "hour": 3600, "d": 86400, "day": 86400})
+
+
+@dataclass(frozen=True)
+class Refusal:
+    kind: str  # QUOTA or BILLING
+    said: str  # the client's sentence
+    until: float | None = None  # the reset (epoch seconds), when it could be read
+
+
+def refusal_of(
+    output: str, quota: list[str], billing: list[str], now: float, local: dt.tzinfo | None = None
+) -> Refusal | None:
+    """The quota or billing refusal ``output`` shows, or None (a throttle, or no refusal)."""
+    for kind, patterns in ((BILLING, billing), (QUOTA, quota)):
+        for line in reversed(output.splitlines()):
+            if any(re.search(p, line, re.IGNORECASE) for p in patterns):
+                until = reset_of(output, now, local) if kind == QUOTA else None
+                return Refusal(kind, _sentence(line), until)
+    return None
+
+
+def reset_of(output: str, now: float, local: dt.tzinfo | None = None) -> float | None:
+    """When the quota ``output`` speaks of resets (epoch seconds, later than ``now``), or None."""
+    epoch = _EPOCH.search(output)
+    if epoch and float(epoch[1]) > now:
+        return float(epoch[1])
+    wait = _IN.search(output)
+    if wait:
+        return now + int(wait[1]) * _UNIT[wait[2].lower()]
+    after = _RETRY_AFTER.search(output)
+    if after:
+        return now + int(after[1])
+    clock = _CLOCK.search(output)
+    if clock:
+        return _next_clock(clock, now, local)
+    return None
+
+
+def _next_clock(found: re.Match[str], now: float, local: dt.tzinfo | None) -> float | None:
+    """The next moment after ``now`` showing the clock time ``found`` names."""
+    hour, minute = int(found[1]), int(found[2] or 0)
+    half = (found[3] or "").lower().replace(".", "")
+    if half:
+        if not 1 <= hour <= 12:
+            return None
+        hour = hour % 12 + (12 if half == "pm" else 0)
+    if hour > 23 or minute > 59:
+        return None
+    zone: dt.tzinfo | None = local
+    if found[4]:
+        try:
+            zone = dt.UTC if found[4].upper() == "UTC" else ZoneInfo(found[4])
+        except (ZoneInfoNotFoundError, ValueError):
+            zone = local
+    at = dt.datetime.fromtimestamp(now, zone or dt.UTC)
+    reset = at.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    if reset.timestamp() <= now:
+        reset += dt.timedelta(days=1)
+    return reset.timestamp()
+
+
+def _sentence(line: str) -> str:
+    """The client's sentence: from a JSON result, its ``result`` text."""
+    found = re.search(r'"result"\s*:\s*"((?:[^"\\]|\\.)*)"', line)
+    text = line
+    if found:
+        with contextlib.suppress(ValueError):
+            text = str(json.loads(f'"{found[1]}"'))
+    said = last_lines(text.strip(), 1)
+    return said[0][:300] if said else ""

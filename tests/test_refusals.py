@@ -1,0 +1,210 @@
+"""Three kinds of "no": a throttle backs off, a usage limit parks, billing halts.
+
+The words are the clients' own (claude-code 2.1.332 against a mock of the
+API, codex 0.171); the parked run waits for the reset in this driver, in a
+driver started after kill -9, and in `next` of an external run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gitrun.commands.session import resume_run, start_run
+from gitrun.definition.schema import Limits
+from gitrun.engine import governor
+from gitrun.workers.refusals import BILLING, QUOTA, refusal_of, reset_of
+from tests.helpers import commit_all, gitrun_process, ledger_records, write_run
+
+quiet = lambda _line: None  # noqa: E731
+LIMITS = Limits()
+NOW = dt.datetime(2026, 12, 3, 20, 0, tzinfo=dt.UTC).timestamp()
+CLAUDE_QUOTA = (
+    '{"type":"result","subtype":"success","is_error":true,"api_error_status":429,'
+    '"api_error":"usage_limit_reached","result":"You\'ve hit your 5-hour limit · resets '
+    '10:51pm (UTC)"}'
+)
+CLAUDE_EVENT = (
+    '{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":%d,'
+    '"rateLimitType":"five_hour"}}'
+)
+CLAUDE_BILLING = '{"type":"result","is_error":true,"result":"Credit balance is too low"}'
+
+
+def _refusal(text: str) -> object:
+    return refusal_of(text, LIMITS.quota_patterns, LIMITS.billing_patterns, NOW, dt.UTC)
+
+
+def test_each_client_s_words_are_told_apart() -> None:
+    quota = _refusal(CLAUDE_QUOTA)
+    assert quota is not None and quota.kind == QUOTA  # type: ignore[attr-defined]
+    assert quota.said == "You've hit your 5-hour limit · resets 10:51pm (UTC)"  # type: ignore[attr-defined]
+    reset = dt.datetime(2026, 12, 3, 22, 51, tzinfo=dt.UTC).timestamp()
+    assert quota.until == reset  # type: ignore[attr-defined]
+    event = _refusal(CLAUDE_EVENT % (NOW + 600))
+    assert event is not None and event.until == NOW + 600  # type: ignore[attr-defined]
+    codex = _refusal("You've hit your usage limit. Try again at 3:05 PM.")
+    assert codex is not None and codex.kind == QUOTA  # type: ignore[attr-defined]
+    # 15:05 has passed today: tomorrow's.
+    assert codex.until == dt.datetime(2026, 12, 4, 15, 5, tzinfo=dt.UTC).timestamp()  # type: ignore[attr-defined]
+    billing = _refusal(CLAUDE_BILLING)
+    assert billing is not None and billing.kind == BILLING  # type: ignore[attr-defined]
+    openai = _refusal("429: You exceeded your current quota, please check your plan and billing")
+    assert openai is not None and openai.kind == BILLING  # type: ignore[attr-defined]
+    # A throttle is neither, though it names the usage limit it is not.
+    throttle = "API Error: Server is temporarily limiting requests (not your usage limit)"
+    assert _refusal(throttle) is None and _refusal("API Error: 529 overloaded") is None
+
+
+def test_a_reset_is_read_from_every_form_or_not_at_all() -> None:
+    assert reset_of("try again in 2 hours", NOW) == NOW + 7200
+    assert reset_of("usage limit; retry-after: 30", NOW) == NOW + 30
+    assert reset_of("resets 3pm (Europe/Berlin)", NOW) == (
+        dt.datetime(2026, 12, 4, 15, 0, tzinfo=dt.UTC).timestamp() - 3600
+    )
+    assert reset_of("You've hit your limit", NOW) is None
+    assert reset_of("resets 25:99", NOW) is None
+
+
+def _script(reset_in: float, text: str = CLAUDE_EVENT) -> str:
+    """t1's first try prints the refusal (and, for a quota, its reset in
+    ``reset_in`` s, written once to a file so every try reads the same);
+    every other try writes its output."""
+    return (
+        'stamp=".git/reset-at"; [ -e "$stamp" ] || '
+        f"{sys.executable} -c 'import time; print(int(time.time() + {reset_in}))' > \"$stamp\"; "
+        'if [ "$GITRUN_TASK" = t1 ] && [ ! -e .git/refused ]; then touch .git/refused; '
+        f'printf \'%s\\n\' "$(printf \'{text}\' "$(cat "$stamp")")"; exit 1; fi; '
+        'mkdir -p out && printf \'{"task": "%s"}\' "$GITRUN_TASK" > "out/$GITRUN_TASK.json"'
+    )
+
+
+def _run(repo: Path, script: str, tasks: int = 4) -> None:
+    table = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(1, tasks + 1)]
+    packet = {
+        "executor": {"preset": "shell", "shell": script, "isolation": "none"},
+        "limits": {"canary": 0, "concurrency": 1, "max_attempts": 1, "timeout": "60s"},
+    }
+    write_run(repo, "r", table, packet)
+    commit_all(repo, "run r")
+
+
+def _starts(repo: Path) -> list[tuple[str, float]]:
+    records = [r for r in ledger_records(repo) if "outcome" in r]
+    return sorted(
+        (str(r["task"]), dt.datetime.fromisoformat(str(r["started"])).timestamp()) for r in records
+    )
+
+
+def test_a_usage_limit_parks_the_run_until_its_reset_and_uses_no_attempt(git_repo: Path) -> None:
+    _run(git_repo, _script(3))
+    said: list[str] = []
+    outcome = start_run(git_repo, "r", said.append)
+    assert outcome.exit_code == 0, said
+    assert outcome.status.counts()["done"] == 4
+    [park] = [r for r in ledger_records(git_repo) if r.get("event") == "park"]
+    assert park["reason"] == "usage limit of sh"
+    until = dt.datetime.fromisoformat(str(park["until"])).timestamp()
+    assert any(line.startswith("parked until ") for line in said), said
+    # Nothing started between the refusal and the reset; max_attempts 1 and
+    # t1 done: the refused try used no attempt.
+    refused_at = dt.datetime.fromisoformat(str(park["at"])).timestamp()
+    assert not [t for t, at in _starts(git_repo) if refused_at < at < until]
+    t1 = [r for r in ledger_records(git_repo) if r.get("task") == "t1" and "outcome" in r]
+    assert [r["outcome"] for r in t1] == ["throttled", "valid"]
+
+
+def test_a_driver_killed_while_parked_leaves_the_park_to_the_next(git_repo: Path) -> None:
+    _run(git_repo, _script(6))
+    driver = gitrun_process(git_repo, "start", "r", capture=False)
+    deadline = time.monotonic() + 60
+    while not [r for r in ledger_records(git_repo) if r.get("event") == "park"]:
+        assert time.monotonic() < deadline and driver.poll() is None
+        time.sleep(0.05)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    [park] = [r for r in ledger_records(git_repo) if r.get("event") == "park"]
+    until = dt.datetime.fromisoformat(str(park["until"])).timestamp()
+    status = subprocess.run(
+        [sys.executable, "-m", "gitrun", "status", "r"],
+        cwd=git_repo,
+        capture_output=True,
+        text=True,
+    )
+    assert "parked until " in status.stdout and "(usage limit of sh)" in status.stdout
+    assert (
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-m", "gitrun", "status", "r", "--json"],
+                cwd=git_repo,
+                capture_output=True,
+                text=True,
+            ).stdout
+        )["parked"]["reason"]
+        == "usage limit of sh"
+    )
+    outcome = resume_run(git_repo, "r", quiet)
+    assert outcome.exit_code == 0 and outcome.status.counts()["done"] == 4
+    assert time.time() >= until
+    refused_at = dt.datetime.fromisoformat(str(park["at"])).timestamp()
+    assert not [t for t, at in _starts(git_repo) if refused_at < at < until]
+
+
+def test_a_billing_refusal_halts_at_once_and_holds(git_repo: Path) -> None:
+    _run(git_repo, _script(0, CLAUDE_BILLING.replace("%", "%%")))
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.exit_code == 3 and outcome.halt is not None
+    assert outcome.halt.kind == governor.BILLING
+    assert "'Credit balance is too low'" in outcome.halt.message
+    records = [r for r in ledger_records(git_repo) if "outcome" in r]
+    assert [(r["task"], r["outcome"]) for r in records] == [("t1", "unstarted")]
+    again = resume_run(git_repo, "r", quiet)
+    assert again.exit_code == 3 and again.status.spawns == 1  # held until `gitrun retry`
+
+
+def test_an_external_run_s_next_waits_out_a_park(git_repo: Path) -> None:
+    from gitrun.store import ledger as ledger_mod
+
+    table = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(1, 3)]
+    packet = {"executor": {"kind": "external"}, "limits": {"canary": 0, "concurrency": 1}}
+    write_run(git_repo, "e", table, packet)
+    commit_all(git_repo, "run e")
+
+    def gitrun(*args: str) -> dict[str, object]:
+        done = subprocess.run(
+            [sys.executable, "-m", "gitrun", *args, "--json"],
+            cwd=git_repo,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+    assert [b["task"] for b in gitrun("start", "e")["leased"]] == ["t1"]  # type: ignore[attr-defined]
+    # t1's subagent met a usage limit: the park is in the ledger, as a driver writes it.
+    until = time.time() + 3600
+    record = {"event": "park", "until": ledger_mod.iso(until), "reason": "usage limit of codex"}
+    ledger_mod.LedgerWriter(git_repo / ".gitrun/runs/e").write(
+        {**record, "at": ledger_mod.iso(time.time())}
+    )
+    (git_repo / "out/t1.json").write_text("{}")
+    gitrun("collect", "e")
+    batch = gitrun("next", "e")
+    assert batch["leased"] == [] and batch["why"] == "parked", batch
+    assert 3500 < float(batch["wait_s"]) <= 3600  # type: ignore[arg-type]
+    assert "usage limit of codex" in str(batch["reason"])
+
+
+@pytest.mark.parametrize("word", ["usage_limit_reached", "credit balance is too low"])
+def test_the_patterns_are_the_packet_s_to_change(word: str) -> None:
+    limits = Limits(quota_patterns=["out of juice"], billing_patterns=["no money"])
+    assert refusal_of(word, limits.quota_patterns, limits.billing_patterns, NOW) is None
+    found = refusal_of("out of juice", limits.quota_patterns, limits.billing_patterns, NOW)
+    assert found is not None and found.kind == QUOTA and found.until is None
