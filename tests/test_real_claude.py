@@ -319,3 +319,119 @@ def _start_with_claude(repo: Path, url: str) -> subprocess.CompletedProcess[str]
     env = claude_env(repo.parent / "home", url)
     env["PATH"] = os.pathsep.join([str(INSTALLED.parent), env["PATH"]])
     return gitrun(repo, env, "start", "c")
+
+
+# --- the three kinds of "no", as claude -p reports them -------------------------------
+
+RESET_HEADERS = (
+    ("anthropic-ratelimit-unified-status", "rejected"),
+    ("anthropic-ratelimit-unified-5h-status", "rejected"),
+    ("anthropic-ratelimit-unified-representative-claim", "five_hour"),
+)
+
+
+def _refusal_run(repo: Path, tasks: int = 2) -> None:
+    (repo / ".claude/settings.json").unlink()  # only what the preset passes
+    (repo / ".claude/settings.local.json").unlink(missing_ok=True)
+    packet = {
+        "executor": {"preset": "claude"},
+        "model": {"default": "claude-mock-1"},
+        "limits": {"canary": 0, "concurrency": 1, "max_attempts": 1, "timeout": "60s"},
+    }
+    table = [{"id": f"t{i}", "outputs": [f"out/c{i}.json"]} for i in range(1, tasks + 1)]
+    write_run(repo, "c", table, packet)
+    commit_all(repo, "run c")
+
+
+def test_a_throttle_from_claude_uses_no_attempt_and_the_task_goes_out_again(
+    repo: Path,
+) -> None:
+    """A 429 that is no usage limit: claude says "Request rejected (429) ·
+    Server is temporarily limiting requests"; gitrun backs off, no attempt used."""
+    from tests.realclient.mockmodel import Failure
+
+    sandbox_or_skip()
+    _refusal_run(repo, tasks=1)
+    throttle = Failure(headers=(("retry-after", "120"),))  # over a minute: claude gives up
+    script = [throttle, write(str(repo / "out/c1.json"), '{"ok": 1}'), say("done")]
+    with MockModel(script) as model:
+        proc = _start_with_claude(repo, model.url)
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
+    records = [r for r in ledger_records(repo, "c") if "outcome" in r]
+    assert [(r["attempt"], r["outcome"]) for r in records] == [(1, "throttled"), (1, "valid")]
+    assert not [r for r in ledger_records(repo, "c") if r.get("event") in ("park", "halt")]
+
+
+def test_a_usage_limit_from_claude_parks_the_run_until_its_reset(repo: Path) -> None:
+    """Signed in with a subscription, a rejected unified rate limit: claude
+    says "You've hit your 5-hour limit · resets 5:45pm (UTC)"; the run parks
+    until then, starts nothing, uses no attempt, and status says so."""
+    import time
+
+    from tests.realclient.claude import INSTALLED
+    from tests.realclient.mockmodel import Failure
+
+    sandbox_or_skip()
+    _refusal_run(repo)
+    reset = int(time.time()) + 3600
+    headers = (*RESET_HEADERS, ("anthropic-ratelimit-unified-reset", str(reset)))
+    quota = Failure(429, "rate_limit_error", "Rate limited", headers)
+    with MockModel([quota]) as model:
+        env = claude_env(
+            repo.parent / "home", model.url, CLAUDE_CODE_OAUTH_TOKEN="sk-ant-oat01-mock"
+        )
+        env.pop("ANTHROPIC_API_KEY")
+        env["PATH"] = os.pathsep.join([str(INSTALLED.parent), env["PATH"]])
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "gitrun", "start", "c"],
+            cwd=repo,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 90
+            while not [r for r in ledger_records(repo, "c") if r.get("event") == "park"]:
+                assert time.monotonic() < deadline and driver.poll() is None
+                time.sleep(0.1)
+            time.sleep(1.0)  # parked: nothing more starts
+            status = subprocess.run(
+                [sys.executable, "-m", "gitrun", "status", "c"],
+                cwd=repo,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            asked = len(model.requests)
+        finally:
+            driver.terminate()
+            driver.wait(timeout=60)
+    [park] = [r for r in ledger_records(repo, "c") if r.get("event") == "park"]
+    assert park["reason"] == "usage limit of claude"
+    shown = time.strftime("%H:%M", time.gmtime(reset))  # claude states minutes
+    assert str(park["until"])[11:16] == shown, park
+    assert f"parked until {shown} UTC (usage limit of claude)" in status.stdout, status.stdout
+    records = [r for r in ledger_records(repo, "c") if "outcome" in r]
+    assert [(r["task"], r["outcome"]) for r in records][:1] == [("t1", "throttled")]
+    assert "You've hit your 5-hour limit" in str(records[0].get("reason")), records[0]
+    assert asked == 1  # t2 never went out
+
+
+def test_a_billing_refusal_from_claude_halts_the_run_at_once(repo: Path) -> None:
+    """A 400 with x-should-retry: false: claude says "Credit balance is too
+    low"; the run halts with that sentence after one attempt, none used."""
+    from tests.realclient.mockmodel import Failure
+
+    sandbox_or_skip()
+    _refusal_run(repo)
+    message = "Your credit balance is too low to access the Anthropic API."
+    billing = Failure(400, "invalid_request_error", message, (("x-should-retry", "false"),))
+    with MockModel([billing, billing]) as model:
+        proc = _start_with_claude(repo, model.url)
+        asked = len(model.requests)
+    assert proc.returncode == 3, (proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "billing: claude said 'Credit balance is too low'" in proc.stdout
+    records = [r for r in ledger_records(repo, "c") if "outcome" in r]
+    assert [(r["task"], r["outcome"]) for r in records] == [("t1", "unstarted")]
+    [halt] = [r for r in ledger_records(repo, "c") if r.get("event") == "halt"]
+    assert halt["kind"] == "billing" and asked == 1

@@ -173,3 +173,90 @@ def test_a_careless_codex_worker_confined_changes_nothing_of_anyone_else(
     assert "Read-only file system" in told
     assert "secret: refused" in told and "config: refused" in told, told
     assert "t2: refused" not in told
+
+
+# --- the three kinds of "no", as codex exec reports them -----------------------------
+
+
+def _refusing_env(tmp_path: Path, base_url: str) -> dict[str, str]:
+    """codex against the mock, retrying nothing itself (gitrun decides)."""
+    env = _codex_env(tmp_path, base_url)
+    config = Path(env["CODEX_HOME"]) / "config.toml"
+    config.write_text(config.read_text() + "request_max_retries = 0\nstream_max_retries = 0\n")
+    return env
+
+
+def test_a_throttle_from_codex_uses_no_attempt(git_repo: Path, tmp_path: Path) -> None:
+    from tests.realclient.scripted import Refuse
+
+    client_binary("codex")
+    _run(git_repo)
+    busy = Refuse(429, {"error": {"type": "rate_limit_exceeded", "message": "Rate limit reached"}})
+    write = shell(f"mkdir -p out && printf '%s' '{{\"done\": true}}' > {OUTPUT}")
+    with OpenAIMock([busy, write, Reply("Wrote it.")]) as api:
+        done = gitrun(git_repo, _refusing_env(tmp_path, api.url + "/v1"), "start", "r")
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = [r for r in ledger_records(git_repo) if "outcome" in r]
+    assert [(r["attempt"], r["outcome"]) for r in records] == [(1, "throttled"), (1, "valid")]
+    assert "429 Too Many Requests" in str(records[0].get("said")), records[0]
+
+
+def test_a_usage_limit_from_codex_parks_the_run_until_its_reset(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    """codex says "You've hit your usage limit ... try again at 5:47 PM"
+    (the machine's time): the run parks until then and uses no attempt."""
+    import subprocess
+    import sys
+
+    from tests.realclient.scripted import Refuse
+
+    client_binary("codex")
+    _run(git_repo)
+    reset = int(time.time()) + 3600
+    error = {"type": "usage_limit_reached", "message": "The usage limit has been reached"}
+    quota = Refuse(429, {"error": {**error, "plan_type": "plus", "resets_at": reset}})
+    with OpenAIMock([quota]) as api:
+        env = _refusing_env(tmp_path, api.url + "/v1")
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "gitrun", "start", "r"],
+            cwd=git_repo,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 90
+            while not [r for r in ledger_records(git_repo) if r.get("event") == "park"]:
+                assert time.monotonic() < deadline and driver.poll() is None
+                time.sleep(0.1)
+        finally:
+            driver.terminate()
+            driver.wait(timeout=60)
+    [park] = [r for r in ledger_records(git_repo) if r.get("event") == "park"]
+    assert park["reason"] == "usage limit of codex"
+    from datetime import datetime
+
+    until = datetime.fromisoformat(str(park["until"])).timestamp()
+    assert reset - 60 <= until <= reset, (park, reset)  # codex states the minute
+    records = [r for r in ledger_records(git_repo) if "outcome" in r]
+    assert [(r["attempt"], r["outcome"]) for r in records][:1] == [(1, "throttled")]
+
+
+def test_a_billing_refusal_from_codex_halts_the_run_at_once(git_repo: Path, tmp_path: Path) -> None:
+    from tests.realclient.scripted import Refuse
+
+    client_binary("codex")
+    _run(git_repo)
+    message = "You exceeded your current quota, please check your plan and billing details."
+    billing = Refuse(429, {"error": {"type": "insufficient_quota", "message": message}})
+    with OpenAIMock([billing, billing]) as api:
+        done = gitrun(git_repo, _refusing_env(tmp_path, api.url + "/v1"), "start", "r")
+        asked = len(api.requests)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "billing: codex said 'turn failed: Quota exceeded. Check your plan and billing" in (
+        done.stdout
+    )
+    records = [r for r in ledger_records(git_repo) if "outcome" in r]
+    assert [(r["attempt"], r["outcome"]) for r in records] == [(1, "unstarted")]
+    assert asked == 1

@@ -114,7 +114,7 @@ DEFAULT_THROTTLE_PATTERNS = (
 # reset, and of a billing refusal or spend cap.
 DEFAULT_QUOTA_PATTERNS = (
     r"usage_limit_reached",
-    r"you'?ve hit your (\S+ )?(usage )?limit",
+    r"you['\u2019]?ve hit your (\S+ )?(usage )?limit",
     r"you have (hit|reached) your (\S+ )?(usage )?limit",
     r"usage limit reached",
     r"\bquota exceeded\b",

@@ -98,7 +98,12 @@ def _next_clock(found: re.Match[str], now: float, local: dt.tzinfo | None) -> fl
             zone = dt.UTC if found[4].upper() == "UTC" else ZoneInfo(found[4])
         except (ZoneInfoNotFoundError, ValueError):
             zone = local
-    at = dt.datetime.fromtimestamp(now, zone or dt.UTC)
+    # No zone named: the machine's own, which the client printed it in.
+    at = (
+        dt.datetime.fromtimestamp(now, zone)
+        if zone
+        else dt.datetime.fromtimestamp(now).astimezone()
+    )
     reset = at.replace(hour=hour, minute=minute, second=0, microsecond=0)
     if reset.timestamp() <= now:
         reset += dt.timedelta(days=1)
@@ -106,8 +111,9 @@ def _next_clock(found: re.Match[str], now: float, local: dt.tzinfo | None) -> fl
 
 
 def _sentence(line: str) -> str:
-    """The client's sentence: from a JSON result, its ``result`` text."""
-    found = re.search(r'"result"\s*:\s*"((?:[^"\\]|\\.)*)"', line)
+    """The client's sentence: from a JSON line, its ``result`` (claude) or
+    ``message`` (codex) text."""
+    found = re.search(r'"(?:result|message)"\s*:\s*"((?:[^"\\]|\\.)*)"', line)
     text = line
     if found:
         with contextlib.suppress(ValueError):

@@ -83,6 +83,7 @@ class Failure:
     status: int = 429
     type: str = "rate_limit_error"
     message: str = "Server is temporarily limiting requests (not your usage limit)"
+    headers: tuple[tuple[str, str], ...] = ()  # e.g. retry-after, x-should-retry
 
 
 def write(path: str, content: str) -> Turn:
@@ -436,8 +437,16 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 state.requests.append(request)
             return request
 
-        def _send(self, status: int, body: bytes, content_type: str) -> None:
+        def _send(
+            self,
+            status: int,
+            body: bytes,
+            content_type: str,
+            headers: tuple[tuple[str, str], ...] = (),
+        ) -> None:
             self.send_response(status)
+            for name, value in headers:
+                self.send_header(name, value)
             self.send_header("content-type", content_type)
             self.send_header("content-length", str(len(body)))
             self.end_headers()
@@ -478,7 +487,9 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             turn = self._next_turn(request)
             if isinstance(turn, Failure):
                 error = {"type": "error", "error": {"type": turn.type, "message": turn.message}}
-                return self._json(turn.status, error)
+                return self._send(
+                    turn.status, json.dumps(error).encode(), "application/json", turn.headers
+                )
             with state.lock:
                 state.ids += 1
                 message_id = f"msg_mock_{state.ids:04d}"

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from tests.realclient.scripted import Answer, Call, Reply, Request, ScriptedServer, Turn
+from tests.realclient.scripted import Answer, Call, Refuse, Reply, Request, ScriptedServer, Turn
 
 MODEL = "gpt-mock"
 
@@ -69,6 +69,10 @@ class OpenAIMock(ScriptedServer):
             return Answer.json({"object": "list", "data": []})
         if request.method == "POST" and path.endswith("/responses"):
             turn = self.next_turn() if body.get("tools") else Reply("none")
+            if isinstance(turn, Refuse):
+                return Answer(
+                    turn.status, "application/json", json.dumps(turn.body).encode(), turn.headers
+                )
             return Answer.sse(self._response_events(turn))
         if request.method == "POST" and path.endswith("/chat/completions"):
             turn = self.next_turn()

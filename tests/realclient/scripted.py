@@ -37,7 +37,16 @@ class Reply:
     text: str
 
 
-Turn = Call | Reply
+@dataclass(frozen=True)
+class Refuse:
+    """The API refuses this request: ``status``, a JSON ``body``, ``headers``."""
+
+    status: int
+    body: dict[str, Any]
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+Turn = Call | Reply | Refuse
 
 
 @dataclass
@@ -53,6 +62,7 @@ class Answer:
     status: int
     content_type: str
     body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def json(cls, data: Any, status: int = 200) -> Answer:
@@ -181,6 +191,8 @@ def _handler(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
             else:
                 answer = server.answer(request)
             self.send_response(answer.status)
+            for name, value in answer.headers:
+                self.send_header(name, value)
             self.send_header("content-type", answer.content_type)
             self.send_header("content-length", str(len(answer.body)))
             self.end_headers()
