@@ -208,3 +208,44 @@ def test_the_patterns_are_the_packet_s_to_change(word: str) -> None:
     assert refusal_of(word, limits.quota_patterns, limits.billing_patterns, NOW) is None
     found = refusal_of("out of juice", limits.quota_patterns, limits.billing_patterns, NOW)
     assert found is not None and found.kind == QUOTA and found.until is None
+
+
+def test_a_park_moves_with_the_branch_to_a_fresh_clone(git_repo: Path, tmp_path: Path) -> None:
+    """The park is committed as it happens: a resume on another clone, after
+    the first driver died with kill -9, waits for the same reset."""
+    from tests.helpers import committed_ledger, git
+
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(git_repo, "remote", "add", "origin", str(remote))
+    _run(git_repo, _script(8))
+    git(git_repo, "push", "-q", "origin", "HEAD")
+    driver = gitrun_process(git_repo, "start", "r", capture=False)
+    try:
+        deadline = time.monotonic() + 60
+        while not [r for r in committed_ledger(git_repo) if r.get("event") == "park"]:
+            assert time.monotonic() < deadline and driver.poll() is None
+            time.sleep(0.05)
+        git(git_repo, "push", "-q", "origin", "gitrun/r")
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+    [park] = [r for r in committed_ledger(git_repo) if r.get("event") == "park"]
+    until = dt.datetime.fromisoformat(str(park["until"])).timestamp()
+    clone = tmp_path / "elsewhere"
+    git(tmp_path, "clone", "-q", str(remote), str(clone))
+    (clone / ".git/reset-at").write_text((git_repo / ".git/reset-at").read_text())
+    (clone / ".git/refused").touch()  # (the worker's own memory of its one refusal)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "gitrun", "resume", "r"],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert "parked until " in resumed.stderr, resumed.stderr
+    assert time.time() >= until
+    refused_at = dt.datetime.fromisoformat(str(park["at"])).timestamp()
+    assert not [t for t, at in _starts(clone) if refused_at < at < until]
+    assert len([r for r in ledger_records(clone) if r.get("outcome") == "valid"]) == 4

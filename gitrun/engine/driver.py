@@ -290,6 +290,12 @@ class Driver:
         # Orphans are handled (recover_orphans) before a new journal begins.
         self.journal = Journal(self.local)
         self._isolate()
+        if self.governor.parked_until > time.time():  # from the ledger: a usage limit's reset
+            when = time.strftime("%H:%M UTC", time.gmtime(self.governor.parked_until))
+            self.report(
+                f"parked until {when} ({self.governor.park_reason}): nothing starts before the "
+                "reset, and the run goes on by itself then"
+            )
         self.audit = Audit(self.run)
         # The work tree's changes as driving began: an output that is not as
         # it was then appeared while this driver's attempts ran.
@@ -716,6 +722,8 @@ class Driver:
         reason = f"usage limit of {client}"
         if until > self.governor.parked_until:
             self.engine.record_park(self.ledger, until, reason)
+            if self.commits is not None:  # on the branch now: a move to another clone waits too
+                self.commits.flush()
             when = time.strftime("%H:%M UTC", time.gmtime(until))
             read = (
                 f" (its reset could not be read from {refusal.said!r}: limits.park_default)"
