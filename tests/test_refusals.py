@@ -69,6 +69,7 @@ def test_a_reset_is_read_from_every_form_or_not_at_all() -> None:
     assert reset_of("resets 3pm (Europe/Berlin)", NOW) == (
         dt.datetime(2026, 12, 4, 15, 0, tzinfo=dt.UTC).timestamp() - 3600
     )
+    assert reset_of("Quota exceeded. Please retry in 41.220713462s.", NOW) == NOW + 41  # gemini
     assert reset_of("You've hit your limit", NOW) is None
     assert reset_of("resets 25:99", NOW) is None
 
@@ -128,6 +129,11 @@ def test_a_driver_killed_while_parked_leaves_the_park_to_the_next(git_repo: Path
     while not [r for r in ledger_records(git_repo) if r.get("event") == "park"]:
         assert time.monotonic() < deadline and driver.poll() is None
         time.sleep(0.05)
+    # A parked driver is healthy: it beats on while it waits.
+    watchdog = subprocess.run(
+        [sys.executable, "-m", "gitrun", "watchdog"], cwd=git_repo, capture_output=True, text=True
+    )
+    assert watchdog.returncode == 0, watchdog.stdout + watchdog.stderr
     driver.send_signal(signal.SIGKILL)
     driver.wait()
     [park] = [r for r in ledger_records(git_repo) if r.get("event") == "park"]

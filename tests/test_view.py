@@ -42,3 +42,23 @@ def test_live_view_shows_counts_running_tasks_concurrency_backoff_and_eta() -> N
     )
     assert text.index("t0006 #1  1m15s") < text.index("t0005 #2  12s")  # longest-running first
     assert "throttled; concurrency now 2" in text
+
+
+def test_live_view_says_until_when_a_parked_run_waits() -> None:
+    view = LiveView("summaries")
+    view.progress(
+        Progress(
+            counts={"done": 3, "running": 0, "pending": 5, "failed": 0},
+            running=[],
+            concurrency=2,
+            max_concurrency=4,
+            backoff=0.0,
+            waiting_for_load=False,
+            canary=[],
+            spawns=4,
+            usable=3,
+            eta=None,
+            parked="parked until 22:51 UTC (usage limit of claude)",
+        )
+    )
+    assert "concurrency 2/4 · parked until 22:51 UTC (usage limit of claude) ·" in _render(view)

@@ -98,7 +98,9 @@ class LiveView:
             (f"{c['failed']} failed", "red" if c["failed"] else ""),
         )
         state = [f"concurrency {p.concurrency}/{p.max_concurrency}"]
-        if p.backoff > 0:
+        if p.parked:
+            state.append(p.parked)
+        elif p.backoff > 0:
             state.append(f"backing off {p.backoff:.0f}s")
         if p.waiting_for_load:
             state.append("waiting for load")

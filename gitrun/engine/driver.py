@@ -101,6 +101,7 @@ class Progress:
     eta: float | None
     usage: UsageTotals | None = None  # what the run's attempts cost so far
     budget: Budget | None = None
+    parked: str = ""  # "parked until 15:00 UTC (usage limit of claude)" while it is
 
 
 @dataclass
@@ -290,11 +291,10 @@ class Driver:
         # Orphans are handled (recover_orphans) before a new journal begins.
         self.journal = Journal(self.local)
         self._isolate()
-        if self.governor.parked_until > time.time():  # from the ledger: a usage limit's reset
-            when = time.strftime("%H:%M UTC", time.gmtime(self.governor.parked_until))
+        parked = self._parked_text(time.time())  # from the ledger: a usage limit's reset
+        if parked:
             self.report(
-                f"parked until {when} ({self.governor.park_reason}): nothing starts before the "
-                "reset, and the run goes on by itself then"
+                f"{parked}: nothing starts before the reset, and the run goes on by itself then"
             )
         self.audit = Audit(self.run)
         # The work tree's changes as driving began: an output that is not as
@@ -724,15 +724,14 @@ class Driver:
             self.engine.record_park(self.ledger, until, reason)
             if self.commits is not None:  # on the branch now: a move to another clone waits too
                 self.commits.flush()
-            when = time.strftime("%H:%M UTC", time.gmtime(until))
             read = (
                 f" (its reset could not be read from {refusal.said!r}: limits.park_default)"
                 if guessed
                 else ""
             )
             self.report(
-                f"parked until {when} ({reason}){read}: no new starts, running attempts "
-                "finish, and the run goes on by itself at the reset"
+                f"{self._parked_text(now)}{read}: no new starts, running attempts finish, and "
+                "the run goes on by itself at the reset"
             )
         return ledger.THROTTLED, refusal.said
 
@@ -856,7 +855,15 @@ class Driver:
             eta=left / rate if rate > 0 and self.finished_here >= 3 else None,
             usage=self.engine.usage,
             budget=self.engine.budget,
+            parked=self._parked_text(now),
         )
+
+    def _parked_text(self, now: float) -> str:
+        until = self.governor.parked_until
+        if until <= now:
+            return ""
+        when = time.strftime("%H:%M UTC", time.gmtime(until))
+        return f"parked until {when} ({self.governor.park_reason})"
 
     def _own_files(self) -> dict[str, bytes]:
         # What the committer last published is what the branch holds (else

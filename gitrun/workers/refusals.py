@@ -38,7 +38,8 @@ _CLOCK = re.compile(
     re.IGNORECASE,
 )
 _IN = re.compile(
-    r"(?:try again|resets?|retry) in\s+(\d{1,6})\s*(second|sec|s|minute|min|m|hour|hr|h|day|d)s?\b",
+    r"(?:try again|resets?|retry) in\s+(\d{1,6})(?:\.\d+)?\s*"
+    r"(second|sec|s|minute|min|m|hour|hr|h|day|d)s?\b",
     re.IGNORECASE,
 )
 _RETRY_AFTER = re.compile(r"retry[-_ ]after[\"':\s]+(\d{1,6})\b", re.IGNORECASE)
