@@ -138,16 +138,26 @@ class LocalCluster:
         return self._start(name, ip, args)
 
     def kill_node(self, node: Node) -> None:
-        """Lose the machine: SIGKILL every process of the node at once, its
-        daemons (one group) and its Ray workers and what they run (which may
-        have left the group) alike."""
+        """Lose the machine: every process of the node at once, its daemons
+        (one group) and its Ray workers and what they run (which may have
+        left the group) alike. All are stopped (SIGSTOP) before any is
+        killed: a machine that dies takes them together, and none may see
+        another die first (a Ray worker whose command was killed before it
+        would report that as the attempt's own exit, not as a lost node)."""
+        _signal_group(node.pgid, signal.SIGSTOP)
+        frozen = self.processes(node.name)
+        for proc in frozen:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.send_signal(signal.SIGSTOP)
+        frozen += [p for p in self.processes(node.name) if p not in frozen]
         _signal_group(node.pgid, signal.SIGKILL)
-        for proc in self.processes(node.name):
+        for proc in frozen:
             with contextlib.suppress(psutil.NoSuchProcess):
                 proc.kill()
 
     def processes(self, node: str | None = None) -> list[psutil.Process]:
-        """Live processes carrying this cluster's marker (of one node, or all)."""
+        """Live processes carrying this cluster's marker (of one node, or all;
+        stopped ones too)."""
         found = []
         for proc in psutil.process_iter():
             try:
