@@ -11,6 +11,12 @@ times `python -c pass`, for scale; medians, the first round dropped (it
 writes the bytecode). Target: each <= 35x `python -c pass` (a lead session
 waits on them once a batch; they are a person's command, not a hot path).
 
+Then the bytes a lead reads: a run of ``--tasks`` tasks driven to its end
+as a lead does it, `start --json`, then `collect --json` and `next --json`
+for every batch (at concurrency ``--concurrency``), every byte gitrun
+printed counted. Target: <= 200 bytes per task (what gitrun adds to the
+lead's context; the pointers are most of it).
+
 ``--against DIR`` runs the same calls from another source tree (e.g. `git
 worktree add /tmp/before <commit>`) on a run of its own, in the same rounds,
 and adds its rows: before and after side by side.
@@ -32,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Row, Table, git_env, make_repo, write_bench_run
 
 TARGET = 35.0  # x python -c pass, for next and for collect
+TARGET_BYTES = 200  # of gitrun's output in a lead's context, per task
 
 
 def _timed(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
@@ -66,11 +73,7 @@ class Orchestrator:
 
     def _write(self, stdout: str) -> None:
         """What the subagents of a batch do: write their outputs."""
-        for item in json.loads(stdout):
-            for output in item["outputs"]:
-                path = self.repo / output
-                path.parent.mkdir(exist_ok=True)
-                path.write_text(json.dumps({"task": item["task"]}) + "\n")
+        write_outputs(self.repo, stdout)
 
     def round(self) -> tuple[float, float]:
         """(collect, next) of one batch, in seconds."""
@@ -80,11 +83,54 @@ class Orchestrator:
         return collected, leased
 
 
+def write_outputs(repo: Path, stdout: str) -> None:
+    """What the subagents of a batch (``next --json``'s output) do: write
+    their outputs (the bench's tasks write out/<task>.json)."""
+    for task in json.loads(stdout).get("leased", {}):  # task -> its pointer
+        path = repo / "out" / f"{task}.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps({"task": task}) + "\n")
+
+
+def lead_bytes(root: Path, n: int, concurrency: int) -> tuple[int, int]:
+    """(bytes gitrun printed, calls) over a whole external run of ``n`` tasks led batch by batch."""
+    repo = make_repo(root)
+    env = {k: v for k, v in git_env().items() if not k.startswith("GITRUN_")}
+    env["GITRUN_MAX_LOAD"] = "1000000"
+    tasks: list[dict[str, object]] = [
+        {"id": f"t{i:04d}", "outputs": [f"out/t{i:04d}.json"]} for i in range(n)
+    ]
+    write_bench_run(repo, tasks, {"kind": "external"}, concurrency=concurrency)
+    for argv in (["add", "-A"], ["commit", "-qm", "define"]):
+        subprocess.run(["git", *argv], cwd=repo, env=env, check=True)
+    gitrun = [sys.executable, "-m", "gitrun"]
+    printed, calls = 0, 0
+
+    def call(*args: str) -> str:
+        nonlocal printed, calls
+        proc = subprocess.run([*gitrun, *args], cwd=repo, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(args)}: exit {proc.returncode}: {proc.stderr}")
+        printed += len(proc.stdout.encode()) + len(proc.stderr.encode())
+        calls += 1
+        return proc.stdout
+
+    batch = call("start", "bench", "--json")
+    for _ in range(4 * n):
+        if json.loads(batch).get("done"):
+            return printed, calls
+        write_outputs(repo, batch)
+        call("collect", "bench", "--json")
+        batch = call("next", "bench", "--json")
+    raise SystemExit("the run never finished")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--against", metavar="DIR", help="also run gitrun from this source tree")
+    parser.add_argument("--concurrency", type=int, default=16, help="for the bytes a lead reads")
     args = parser.parse_args()
     samples: dict[str, list[float]] = {}
     loads: list[float] = []
@@ -115,6 +161,17 @@ def main() -> int:
             row.ratio, row.target = f"{median / base:.1f}x", f"<= {TARGET:g}x"
             row.ok = median / base <= TARGET
         table.rows.append(row)
+    with tempfile.TemporaryDirectory() as tmp:
+        printed, calls = lead_bytes(Path(tmp) / "lead", args.tasks, args.concurrency)
+    per_task = printed / args.tasks
+    table.rows.append(
+        Row(
+            f"bytes a lead reads, {args.tasks} tasks at -j{args.concurrency} ({calls} calls)",
+            f"{per_task:.0f} B/task",
+            target=f"<= {TARGET_BYTES} B/task",
+            ok=per_task <= TARGET_BYTES,
+        )
+    )
     table.print()
     return 0
 

@@ -198,16 +198,16 @@ def test_next_refuses_to_lease_past_the_budget_and_halts(git_repo: Path) -> None
             out.write_text('{"ok": 1}')
             Path(item["usage"]).write_text(json.dumps({"output": 10, "cost_usd": 0.3}))
 
-    first = _gitrun(git_repo, "start", "e", "--json")
+    first = _gitrun(git_repo, "start", "e", "--json", "--full")
     batch = json.loads(first.stdout)["leased"]
     assert [b["task"] for b in batch] == ["t1"]  # nothing known yet: one at a time
     again = _gitrun(git_repo, "next", "e")
     assert again.returncode == 0 and "(t1)" in again.stdout  # leased, no more beside it: a wait
     work(batch)
     assert _gitrun(git_repo, "collect", "e").returncode == 0
-    second = json.loads(_gitrun(git_repo, "next", "e", "--json").stdout)["leased"]
+    second = json.loads(_gitrun(git_repo, "next", "e", "--json", "--full").stdout)["leased"]
     assert [b["task"] for b in second] == ["t2", "t3"]  # $0.30 + 2 x $0.30 <= $1.00
-    refused = _gitrun(git_repo, "next", "e", "--json")
+    refused = _gitrun(git_repo, "next", "e", "--json", "--full")
     assert refused.returncode == 0  # the run is healthy: it waits for what is out
     said = json.loads(refused.stdout)
     assert said["leased"] == [] and said["why"] == "budget" and said["wait_s"] is None
@@ -223,7 +223,7 @@ def test_next_refuses_to_lease_past_the_budget_and_halts(git_repo: Path) -> None
     assert usage_totals(records).spent_usd == pytest.approx(0.9)
     assert _gitrun(git_repo, "next", "e").returncode == 3  # it holds
     assert _gitrun(git_repo, "retry", "e", "--budget", "5").returncode == 0
-    third = json.loads(_gitrun(git_repo, "next", "e", "--json").stdout)["leased"]
+    third = json.loads(_gitrun(git_repo, "next", "e", "--json", "--full").stdout)["leased"]
     assert [b["task"] for b in third] == ["t4", "t5", "t6"]
 
 

@@ -42,7 +42,7 @@ def _said(proc: Any, text: str = COST) -> int:
 
 def _round(repo: Path) -> tuple[Any, Any]:
     """One `next` (its batch worked at once) and one `collect`."""
-    batch = _gitrun(repo, "next", "e", "--json")
+    batch = _gitrun(repo, "next", "e", "--json", "--full")
     assert batch.returncode == 0, batch.stdout + batch.stderr
     _work(repo, json.loads(batch.stdout)["leased"])
     collected = _gitrun(repo, "collect", "e")
@@ -52,7 +52,7 @@ def _round(repo: Path) -> tuple[Any, Any]:
 
 def test_next_and_collect_say_an_unenforceable_budget_once_per_run(git_repo: Path) -> None:
     _external_run(git_repo)
-    first = _gitrun(git_repo, "start", "e", "--json")
+    first = _gitrun(git_repo, "start", "e", "--json", "--full")
     assert first.returncode == 0 and _said(first) == 0  # no attempt has ended yet
     _work(git_repo, json.loads(first.stdout)["leased"])
     assert _said(_gitrun(git_repo, "collect", "e")) == 0
@@ -78,7 +78,7 @@ def test_another_machine_and_a_lost_marker_say_it_again_never_an_error(
     git_repo: Path, tmp_path: Path
 ) -> None:
     _external_run(git_repo)
-    first = _gitrun(git_repo, "start", "e", "--json")
+    first = _gitrun(git_repo, "start", "e", "--json", "--full")
     _work(git_repo, json.loads(first.stdout)["leased"])
     assert _gitrun(git_repo, "collect", "e").returncode == 0
     batch, _ = _round(git_repo)
@@ -87,7 +87,7 @@ def test_another_machine_and_a_lost_marker_say_it_again_never_an_error(
     # The same run on another machine: a clone with the branch, resumed there.
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", str(git_repo), str(clone))
-    resumed = _gitrun(clone, "resume", "e", "--json")
+    resumed = _gitrun(clone, "resume", "e", "--json", "--full")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert _said(resumed) == 1
     _work(clone, json.loads(resumed.stdout)["leased"])
@@ -103,10 +103,10 @@ def test_another_machine_and_a_lost_marker_say_it_again_never_an_error(
             said.unlink()
         else:
             said.write_text(damage)
-        again = _gitrun(git_repo, "next", "e", "--json")
+        again = _gitrun(git_repo, "next", "e", "--json", "--full")
         assert again.returncode == 0, again.stdout + again.stderr
         assert _said(again) == 1 and again.stderr.count("warning") == 1, again.stderr
         _work(git_repo, json.loads(again.stdout)["leased"])
         assert _gitrun(git_repo, "collect", "e").returncode == 0
-        assert _said(_gitrun(git_repo, "next", "e", "--json")) == 0
+        assert _said(_gitrun(git_repo, "next", "e", "--json", "--full")) == 0
         assert _gitrun(git_repo, "collect", "e").returncode == 0

@@ -66,7 +66,7 @@ def test_next_collect_loop_until_done(git_repo: Path, tmp_path: Path) -> None:
             }
         )
     )
-    started = _gitrun(git_repo, "start", "r", "--json")
+    started = _gitrun(git_repo, "start", "r", "--json", "--full")
     assert started.returncode == 0, started.stderr
     batch = json.loads(started.stdout)["leased"]
     assert [b["task"] for b in batch] == ["t1"]  # the canary, alone
@@ -82,14 +82,16 @@ def test_next_collect_loop_until_done(git_repo: Path, tmp_path: Path) -> None:
         # t5's first attempt is reported by its agent as rate-limited.
         throttle = ["t5"] if not throttled_once and any(b["task"] == "t5" for b in batch) else []
         throttled_once = throttled_once or bool(throttle)
-        args = ["collect", "r", "--json"] + [a for t in throttle for a in ("--throttled", t)]
+        args = ["collect", "r", "--json", "--full"] + [
+            a for t in throttle for a in ("--throttled", t)
+        ]
         collected = _gitrun(git_repo, *args)
         assert collected.returncode == 0, collected.stderr
         result = json.loads(collected.stdout)
         collected_done |= set(result["done"])
         if throttle:
             assert result["throttled"] == ["t5"]
-        nxt = _gitrun(git_repo, "next", "r", "--json")
+        nxt = _gitrun(git_repo, "next", "r", "--json", "--full")
         assert nxt.returncode == 0, nxt.stdout + nxt.stderr  # waiting is no error
         got = json.loads(nxt.stdout)
         if got["done"]:
@@ -101,7 +103,7 @@ def test_next_collect_loop_until_done(git_repo: Path, tmp_path: Path) -> None:
             import time
 
             time.sleep(got["wait_s"] + 0.5)
-            batch = json.loads(_gitrun(git_repo, "next", "r", "--json").stdout)["leased"]
+            batch = json.loads(_gitrun(git_repo, "next", "r", "--json", "--full").stdout)["leased"]
         if throttle:
             throttle_batch = len(batch)
     else:
@@ -144,7 +146,7 @@ def test_next_names_the_one_worker_agent_and_writes_no_agent_files(git_repo: Pat
     )
     started = _gitrun(git_repo, "start", "e", "--json")
     assert started.returncode == 0, started.stderr
-    assert {b["agent"] for b in json.loads(started.stdout)["leased"]} == {"gitrun-worker"}
+    assert json.loads(started.stdout)["agent"] == "gitrun-worker"  # once per batch
     assert not (git_repo / ".claude/agents").exists()
     assert _gitrun(git_repo, "next", "e", "--agents").returncode == 2  # the option is gone
 
@@ -178,7 +180,7 @@ def test_a_failed_canary_halts_external_mode_until_retry(git_repo: Path) -> None
     tasks = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(1, 4)]
     limits = {"canary": 1, "max_attempts": 1, "concurrency": 2}
     write_run(git_repo, "e", tasks, {"executor": {"kind": "external"}, "limits": limits})
-    started = _gitrun(git_repo, "start", "e", "--json")
+    started = _gitrun(git_repo, "start", "e", "--json", "--full")
     assert [b["task"] for b in json.loads(started.stdout)["leased"]] == ["t1"]
     collected = _gitrun(git_repo, "collect", "e")  # the canary wrote nothing
     assert collected.returncode == 3, collected.stdout + collected.stderr
@@ -191,7 +193,7 @@ def test_a_failed_canary_halts_external_mode_until_retry(git_repo: Path) -> None
     assert "halted: canary failed" in status.stdout and "gitrun retry e" in status.stdout
     retried = _gitrun(git_repo, "retry", "e")
     assert retried.returncode == 0 and "lifted the halt" in retried.stdout
-    batch = _gitrun(git_repo, "next", "e", "--json")
+    batch = _gitrun(git_repo, "next", "e", "--json", "--full")
     assert batch.returncode == 0, batch.stderr
     assert [b["task"] for b in json.loads(batch.stdout)["leased"]] == ["t1"]  # the canary, alone
 
@@ -236,7 +238,7 @@ def test_external_runs_get_the_stray_write_audit(git_repo: Path) -> None:
     # A subagent writes its output and a file no task owns.
     (git_repo / "out/t1.json").write_text('{"ok": true}')  # out/ exists: gitrun made it
     (git_repo / "stray.txt").write_text("not mine to write\n")
-    proc = _gitrun(git_repo, "collect", "e", "--json")
+    proc = _gitrun(git_repo, "collect", "e", "--json", "--full")
     assert proc.returncode == 0, proc.stderr
     collected = json.loads(proc.stdout)
     assert collected["done"] == ["t1"]
@@ -249,7 +251,7 @@ def test_external_runs_get_the_stray_write_audit(git_repo: Path) -> None:
     (git_repo / "notes.md").write_text("the lead's notes\n")
     nxt = _gitrun(git_repo, "next", "e")
     assert nxt.returncode == 0 and "violation" not in nxt.stderr, nxt.stderr
-    again = json.loads(_gitrun(git_repo, "collect", "e", "--json").stdout)
+    again = json.loads(_gitrun(git_repo, "collect", "e", "--json", "--full").stdout)
     assert again["violations"] == []  # each change is reported once
 
 
@@ -293,7 +295,7 @@ def test_a_busy_machine_is_a_wait_with_its_reason(git_repo: Path, monkeypatch: M
     monkeypatch.setattr(governor, "read_load", lambda: 9.0)
     monkeypatch.delenv("GITRUN_MAX_LOAD")  # the suite's own, which no load reaches
     _external(git_repo, 3, canary=0, concurrency=4, max_load=4.0)
-    code, out = _invoke(git_repo, "start", "e", "--json")
+    code, out = _invoke(git_repo, "start", "e", "--json", "--full")
     batch = json.loads(out)
     assert code == 0 and [b["task"] for b in batch["leased"]] == ["t1"]  # one at a time
     assert batch["why"] == "load"
@@ -303,7 +305,7 @@ def test_a_busy_machine_is_a_wait_with_its_reason(git_repo: Path, monkeypatch: M
     assert "so one attempt at a time; 1 leased (t1): wait for them, then `gitrun collect e`" in out
     assert _invoke(git_repo, "collect", "e")[0] == 0  # t1 wrote nothing: released
     monkeypatch.setattr(governor, "read_load", lambda: 0.5)
-    code, out = _invoke(git_repo, "next", "e", "--json")
+    code, out = _invoke(git_repo, "next", "e", "--json", "--full")
     batch = json.loads(out)
     assert code == 0 and len(batch["leased"]) == 3 and batch["why"] is None and not batch["reason"]
 
@@ -313,12 +315,12 @@ def test_the_canary_and_a_throttle_are_waits(git_repo: Path, monkeypatch: Monkey
 
     monkeypatch.setattr(governor, "read_load", lambda: 0.0)
     _external(git_repo, 3, canary=1, concurrency=2)
-    code, out = _invoke(git_repo, "start", "e", "--json")
+    code, out = _invoke(git_repo, "start", "e", "--json", "--full")
     batch = json.loads(out)
     assert code == 0 and [b["task"] for b in batch["leased"]] == ["t1"]
     assert batch["why"] == "canary running"
     assert batch["reason"] == "leased 1 of 2 free: the canary (t1) runs alone first"
-    code, out = _invoke(git_repo, "next", "e", "--json")
+    code, out = _invoke(git_repo, "next", "e", "--json", "--full")
     batch = json.loads(out)
     assert code == 0 and batch["leased"] == [] and batch["wait_s"] is None
     assert batch["why"] == "canary running" and "wait for them, then `gitrun collect e`" in out
@@ -326,7 +328,7 @@ def test_the_canary_and_a_throttle_are_waits(git_repo: Path, monkeypatch: Monkey
     monkeypatch.setattr(random.Random, "uniform", lambda _self, _low, high: high)
     code, _ = _invoke(git_repo, "collect", "e", "--throttled", "t1")
     assert code == 0
-    code, out = _invoke(git_repo, "next", "e", "--json")
+    code, out = _invoke(git_repo, "next", "e", "--json", "--full")
     batch = json.loads(out)
     assert code == 0 and batch["leased"] == [] and batch["why"] == "throttled", batch
     assert batch["wait_s"] >= 1 and f"wait {batch['wait_s']:.0f} s" in batch["reason"]
@@ -352,9 +354,46 @@ def test_a_full_concurrency_is_a_wait_said_not_a_silent_exit_1(
 
     monkeypatch.setattr(governor, "read_load", lambda: 0.0)
     _external(git_repo, 3, canary=0, concurrency=2)
-    code, out = _invoke(git_repo, "start", "e", "--json")
+    code, out = _invoke(git_repo, "start", "e", "--json", "--full")
     assert code == 0 and len(json.loads(out)["leased"]) == 2
-    code, out = _invoke(git_repo, "next", "e", "--json")
+    code, out = _invoke(git_repo, "next", "e", "--json", "--full")
     batch = json.loads(out)
     assert code == 0 and batch["leased"] == [] and batch["why"] == "leased", batch
     assert "2 leased (t1, t2): wait for their subagents, then `gitrun collect e`" in batch["reason"]
+
+
+def test_a_lead_reads_at_most_200_bytes_of_gitrun_per_task(git_repo: Path) -> None:
+    """The compact form a lead reads: each task once (its pointer), what a
+    batch shares once, no field that says nothing; over a whole 64-task run
+    led batch by batch, at most 200 bytes of gitrun's output per task."""
+    tasks = [{"id": f"t{i:04d}", "outputs": [f"out/t{i:04d}.json"]} for i in range(64)]
+    packet = {"executor": {"kind": "external"}, "limits": {"concurrency": 16, "max_load": 1e6}}
+    write_run(git_repo, "e", tasks, packet)
+    git(git_repo, "add", ".gitrun")
+    git(git_repo, "commit", "-qm", "define e")
+    printed = 0
+
+    def lead(*args: str) -> dict[str, object]:
+        nonlocal printed
+        proc = _gitrun(git_repo, *args)
+        assert proc.returncode == 0, proc.stderr
+        printed += len(proc.stdout.encode()) + len(proc.stderr.encode())
+        assert proc.stdout.count("\n") == 1  # one line
+        return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+    batch = lead("start", "e", "--json")
+    assert batch["why"] == "canary running"  # and nothing that says nothing:
+    assert set(batch) == {"leased", "agent", "model", "expires", "usage", "why", "reason"}
+    assert list(batch["leased"]) == ["t0000"]  # the canary: task -> its pointer
+    assert batch["agent"] == "gitrun-worker"
+    assert batch["usage"] == ".git/gitrun/e/logs/{task}.{attempt}.usage.json"
+    for _ in range(20):
+        if batch.get("done"):
+            break
+        for task in batch.get("leased", {}):  # type: ignore[union-attr]
+            (git_repo / f"out/{task}.json").write_text('{"ok": true}')
+        collected = lead("collect", "e", "--json")
+        assert "missing" not in collected  # (an empty list is left out)
+        batch = lead("next", "e", "--json")
+    assert batch.get("done"), batch
+    assert printed / len(tasks) <= 200, printed / len(tasks)

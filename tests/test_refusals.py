@@ -185,7 +185,7 @@ def test_an_external_run_s_next_waits_out_a_park(git_repo: Path) -> None:
 
     def gitrun(*args: str) -> dict[str, object]:
         done = subprocess.run(
-            [sys.executable, "-m", "gitrun", *args, "--json"],
+            [sys.executable, "-m", "gitrun", *args, "--json", "--full"],
             cwd=git_repo,
             capture_output=True,
             text=True,

@@ -197,7 +197,7 @@ def test_external_mode_collects_through_a_stash_and_its_pop(git_repo: Path) -> N
     commit_all(git_repo, "define r")
 
     def handed(*args: str) -> list[str]:
-        proc = run_gitrun(git_repo, *args, "--json")
+        proc = run_gitrun(git_repo, *args, "--json", "--full")
         assert proc.returncode == 0, proc.stderr
         said = json.loads(proc.stdout)
         batch = said["leased"] if isinstance(said, dict) else said  # one object, or the list
@@ -206,7 +206,7 @@ def test_external_mode_collects_through_a_stash_and_its_pop(git_repo: Path) -> N
         return [str(item["task"]) for item in batch]
 
     def collect() -> None:
-        proc = run_gitrun(git_repo, "collect", "r", "--json")
+        proc = run_gitrun(git_repo, "collect", "r", "--json", "--full")
         assert proc.returncode == 0, proc.stderr
 
     assert handed("start", "r") == ["t01"]  # the canary

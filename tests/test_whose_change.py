@@ -78,7 +78,7 @@ def test_a_task_whose_lead_session_keeps_dying_is_abandoned_not_failed(git_repo:
         },
     )
     commit_all(git_repo, "run e")
-    started = json.loads(run_gitrun(git_repo, "start", "e", "--json").stdout)
+    started = json.loads(run_gitrun(git_repo, "start", "e", "--json", "--full").stdout)
     assert [item["task"] for item in started["leased"]] == ["t1"]
     for death in range(3):  # the lead dies; a new one resumes
         resumed = run_gitrun(git_repo, "resume", "e")
@@ -87,7 +87,7 @@ def test_a_task_whose_lead_session_keeps_dying_is_abandoned_not_failed(git_repo:
         assert "gitrun run e, task t1" in resumed.stdout, f"not handed out again ({death})"
     (git_repo / "out").mkdir(exist_ok=True)
     (git_repo / "out/t1.json").write_text("{}\n")
-    collected = json.loads(run_gitrun(git_repo, "collect", "e", "--json").stdout)
+    collected = json.loads(run_gitrun(git_repo, "collect", "e", "--json", "--full").stdout)
     assert collected["done"] == ["t1"] and collected["failed"] == []
     status = json.loads(run_gitrun(git_repo, "status", "e", "--json").stdout)
     outcomes = [r["outcome"] for r in status["tasks"]["t1"]["records"]]

@@ -129,11 +129,11 @@ def test_external_next_in_a_linked_work_tree_leases_nothing_twice(git_repo: Path
     write_run(git_repo, "x", tasks, packet)
     commit_all(git_repo, "define x")
     linked = _linked(git_repo)
-    started = run_gitrun(git_repo, "start", "x", "--json")
+    started = run_gitrun(git_repo, "start", "x", "--json", "--full")
     assert started.returncode == 0, started.stderr
     first = [b["task"] for b in json.loads(started.stdout)["leased"]]
     assert first == ["t00", "t01", "t02"]
-    nxt = run_gitrun(linked, "next", "x", "--json")
+    nxt = run_gitrun(linked, "next", "x", "--json", "--full")
     assert "Traceback" not in nxt.stderr, nxt.stderr
     again = [b["task"] for b in json.loads(nxt.stdout)["leased"]]
     assert not set(again) & set(first), (first, again)
@@ -303,7 +303,7 @@ def test_a_run_driven_in_a_linked_work_tree_audits_the_shared_hooks_and_config(
     )
     commit_all(git_repo, "define r")
     tree = _linked(git_repo)
-    started = run_gitrun(tree, "start", "r", "--json")
+    started = run_gitrun(tree, "start", "r", "--json", "--full")
     violations = {v["path"] for v in json.loads(started.stdout)["violations"]}
     assert {".git/hooks/post-checkout", ".git/config"} <= violations, started.stdout
 

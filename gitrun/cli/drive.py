@@ -27,13 +27,19 @@ def _drive(
     resume: bool,
     rerun_all: bool = False,
     take_edits: bool = False,
+    full: bool = False,
 ) -> None:
     from gitrun.commands.drive import drive
 
-    raise typer.Exit(drive(_repo(ctx), run, as_json, quiet, resume, rerun_all, take_edits))
+    raise typer.Exit(drive(_repo(ctx), run, as_json, quiet, resume, rerun_all, take_edits, full))
 
 
 _QUIET = typer.Option("--quiet", "-q", help="Print only the summary at the end.")
+_FULL = typer.Option(
+    "--full",
+    help="An external run's batch with every item whole (attempt, stage, outputs, model, "
+    "expiry, usage file), not the lead's compact form.",
+)
 
 
 @app.command(epilog=EXIT_CODES_HELP)
@@ -53,6 +59,7 @@ def start(
             help="Run every task, also those up to date (made before from the same inputs).",
         ),
     ] = False,
+    full: Annotated[bool, _FULL] = False,
 ) -> None:
     """Check a run, create its branch gitrun/RUN, and drive it to the end.
 
@@ -66,7 +73,7 @@ def start(
     HEAD starts again as a new round; any other started run is refused
     (resume it).
     """
-    _drive(ctx, run, as_json, quiet, resume=False, rerun_all=rerun_all)
+    _drive(ctx, run, as_json, quiet, resume=False, rerun_all=rerun_all, full=full)
 
 
 @app.command(epilog=EXIT_CODES_HELP)
@@ -87,6 +94,7 @@ def resume(
             "(without it, resume refuses such a definition: a worker could have written it).",
         ),
     ] = False,
+    full: Annotated[bool, _FULL] = False,
 ) -> None:
     """Continue a run after any pause, crash or move to another machine.
 
@@ -96,7 +104,7 @@ def resume(
     fresh clone it picks the run up from origin's gitrun/RUN. A definition
     edited while the run was driven is taken only with --take-edits.
     """
-    _drive(ctx, run, as_json, quiet, resume=True, take_edits=take_edits)
+    _drive(ctx, run, as_json, quiet, resume=True, take_edits=take_edits, full=full)
 
 
 @app.command()

@@ -26,7 +26,16 @@ def next_batch(
         bool,
         typer.Option(
             "--json",
-            help='Print {"leased": [...], "done", "halted", "why", "wait_s", "reason"} as JSON.',
+            help='Print {"leased": [{"task", "pointer"}...], "agent", "model", "expires", '
+            '"usage", "done", "halted", "why", "wait_s", "reason"} as one line of JSON.',
+        ),
+    ] = False,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="With --json, every item whole (attempt, stage, outputs, model, expiry, "
+            "usage file), indented.",
         ),
     ] = False,
 ) -> None:
@@ -42,7 +51,7 @@ def next_batch(
     """
     from gitrun.commands.external import next_batch
 
-    raise typer.Exit(next_batch(_repo(ctx), run, max_tasks, as_json))
+    raise typer.Exit(next_batch(_repo(ctx), run, max_tasks, as_json, full))
 
 
 @app.command()
@@ -62,7 +71,16 @@ def collect(
             "--throttled", help="A leased task whose subagent was rate-limited (repeatable)."
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the result as one line of JSON, the lists that are empty left out.",
+        ),
+    ] = False,
+    full: Annotated[
+        bool, typer.Option("--full", help="With --json, every field, empty or not, indented.")
+    ] = False,
 ) -> None:
     """Judge every leased task from the disk: commit what validated, release the rest.
 
@@ -71,4 +89,4 @@ def collect(
     """
     from gitrun.commands.external import collect
 
-    raise typer.Exit(collect(_repo(ctx), run, list(throttled or []), as_json))
+    raise typer.Exit(collect(_repo(ctx), run, list(throttled or []), as_json, full))

@@ -51,6 +51,7 @@ def drive(
     resume: bool,
     rerun_all: bool = False,
     take_edits: bool = False,
+    full: bool = False,
 ) -> int:
     """``gitrun start`` or ``resume``: its exit code. A command-mode run is
     driven to its end; an external run prints its first batch. ``rerun_all``
@@ -66,7 +67,7 @@ def drive(
     if loaded.executor_kind == "external":
         from gitrun.commands.external import drive_external
 
-        return drive_external(repo, run, as_json, resume, event, rerun_all, take_edits)
+        return drive_external(repo, run, as_json, resume, event, rerun_all, take_edits, full)
     # resume loads the definition again under the lock, after restoring it
     drive_run = (
         partial(resume_run, take_edits=take_edits)

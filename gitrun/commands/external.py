@@ -32,6 +32,7 @@ def drive_external(
     event: Callable[[str], None],
     rerun_all: bool = False,
     take_edits: bool = False,
+    full: bool = False,
 ) -> int:
     """start/resume of an external run: the branch (start), a collect (resume),
     a batch; ``event`` says what the start or resume did."""
@@ -45,10 +46,12 @@ def drive_external(
             if not as_json:
                 print_collected(collected)
         batch = ext.next_batch(None)
-    return print_batch(run, batch, as_json)
+    return print_batch(run, batch, as_json, full)
 
 
-def next_batch(repo: Path, run: str, max_tasks: int | None, as_json: bool) -> int:
+def next_batch(
+    repo: Path, run: str, max_tasks: int | None, as_json: bool, full: bool = False
+) -> int:
     """``gitrun next``: lease a batch and print its pointers."""
     from gitrun.engine.external import external_run
 
@@ -58,10 +61,10 @@ def next_batch(repo: Path, run: str, max_tasks: int | None, as_json: bool) -> in
         raise UsageError("--max must be 1 or more")
     with external_run(repo, run) as ext:
         batch = ext.next_batch(max_tasks)
-    return print_batch(run, batch, as_json)
+    return print_batch(run, batch, as_json, full)
 
 
-def collect(repo: Path, run: str, throttled: list[str], as_json: bool) -> int:
+def collect(repo: Path, run: str, throttled: list[str], as_json: bool, full: bool = False) -> int:
     """``gitrun collect``: judge every leased task from the disk."""
     from gitrun.engine.external import external_run
     from gitrun.store import git
@@ -70,13 +73,21 @@ def collect(repo: Path, run: str, throttled: list[str], as_json: bool) -> int:
     with external_run(repo, run) as ext:
         collected = ext.collect(throttled)
     if as_json:
-        _out(json.dumps(collected.to_json(), indent=2, allow_nan=False))
+        data = collected.to_json()
+        _out(json.dumps(data, indent=2, allow_nan=False) if full else _compact(data))
     else:
         print_collected(collected)
     return EXIT_HALTED if collected.halted else EXIT_DONE
 
 
-def print_batch(run: str, batch: Batch, as_json: bool) -> int:
+def _compact(data: dict[str, object]) -> str:
+    """JSON for a lead's context: one line, no spaces, and no field that says
+    nothing (empty, false or null: each byte is read by a model)."""
+    said = {k: v for k, v in data.items() if v not in (None, False, "", [], {})}
+    return json.dumps(said, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def print_batch(run: str, batch: Batch, as_json: bool, full: bool = False) -> int:
     """Print a batch; its exit code: 0 with tasks leased, every task done, or
     a healthy run waiting (``why`` says for what), 3 halted, 1 when nothing is
     left to hand out but some task failed for good."""
@@ -87,7 +98,8 @@ def print_batch(run: str, batch: Batch, as_json: bool) -> int:
     for notice in batch.notices:  # the spend budget's
         _err(notice)
     if as_json:
-        _out(json.dumps(batch.to_json(), indent=2, allow_nan=False))
+        data = batch.to_json(full)
+        _out(json.dumps(data, indent=2, allow_nan=False) if full else _compact(data))
         return code
     for item in batch.leased:
         _out(item["pointer"] + "\n")

@@ -62,9 +62,31 @@ class Batch:
     violations: list[str] = field(default_factory=list)  # found by this call's audit
     notices: list[str] = field(default_factory=list)  # the spend budget's (gitrun.engine.budget)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, full: bool = False) -> dict[str, Any]:
+        """The batch for a lead: ``leased`` maps each task to its pointer, and
+        what every item shares is said once (the attempts of tasks not on
+        their first); ``full``: a list of every item whole (attempt, stage,
+        outputs, model, expiry, usage file)."""
+        shared: dict[str, Any] = {}
+        leased: Any = [
+            {k: v for k, v in item.items() if k != "usage_template"} for item in self.leased
+        ]
+        if not full:
+            leased = {item["task"]: item["pointer"] for item in self.leased}
+        if not full and self.leased:
+            first = self.leased[0]
+            shared = {
+                "agent": first["agent"],
+                "model": first["model"],
+                "expires": max(item["expires"] for item in self.leased),
+                "usage": first["usage_template"],
+            }
+            later = {item["task"]: item["attempt"] for item in self.leased if item["attempt"] != 1}
+            if later:
+                shared["attempts"] = later  # of tasks not on their first attempt
         return {
-            "leased": self.leased,
+            "leased": leased,
+            **shared,
             "done": self.done,
             "halted": self.halted,
             "why": self.why,
@@ -107,6 +129,12 @@ class Collected:
             "violations": self.violations,
             "notices": self.notices,
         }
+
+
+def _from_repo(path: Path, repo: Path) -> str:
+    """``path`` relative to the repository when it lies inside it (a shorter
+    line in the lead's context), else whole (a linked work tree's git directory)."""
+    return str(path.relative_to(repo)) if path.is_relative_to(repo) else str(path)
 
 
 class External:
@@ -330,6 +358,9 @@ class External:
             # Where the orchestrator may write what the subagent used (the JSON
             # object of $GITRUN_USAGE); collect puts it in the attempt's record.
             "usage": str(usage),
+            # The same for every task of a batch (gitrun.workers.attempt.usage_file's
+            # names), from the repository root, where the lead runs.
+            "usage_template": _from_repo(usage.parent / "{task}.{attempt}.usage.json", self.repo),
         }
         return item
 
