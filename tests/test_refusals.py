@@ -255,3 +255,18 @@ def test_a_park_moves_with_the_branch_to_a_fresh_clone(git_repo: Path, tmp_path:
     refused_at = dt.datetime.fromisoformat(str(park["at"])).timestamp()
     assert not [t for t, at in _starts(clone) if refused_at < at < until]
     assert len([r for r in ledger_records(clone) if r.get("outcome") == "valid"]) == 4
+
+
+def test_a_reset_that_cannot_be_read_parks_for_the_default_and_says_so(git_repo: Path) -> None:
+    _run(git_repo, _script(0, "You have hit your usage limit."))
+    packet = git_repo / ".gitrun/runs/r/packet.toml"
+    packet.write_text(packet.read_text().replace("[limits]\n", '[limits]\npark_default = "2s"\n'))
+    commit_all(git_repo, "park for 2 s")
+    said: list[str] = []
+    began = time.time()
+    outcome = start_run(git_repo, "r", said.append)
+    assert outcome.exit_code == 0 and outcome.status.counts()["done"] == 4, said
+    assert time.time() - began >= 2
+    [line] = [s for s in said if s.startswith("parked until ")]
+    assert "its reset could not be read from 'You have hit your usage limit.'" in line
+    assert "limits.park_default" in line

@@ -718,6 +718,8 @@ class Driver:
         until = refusal.until
         guessed = until is None
         if until is None:
+            if self.governor.parked_until > now:  # parked already: a guess adds nothing
+                return ledger.THROTTLED, refusal.said
             until = now + limits.park_default
         reason = f"usage limit of {client}"
         if until > self.governor.parked_until:
