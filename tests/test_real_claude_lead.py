@@ -134,6 +134,10 @@ def test_a_p_lead_dispatches_two_subagents_in_one_turn_and_each_is_held_to_its_t
         assert not model.tool_result(t1_call)[0] and not model.tool_result(t2_call)[0]
         descriptions = _descriptions(repo.parent / "home")
         assert sorted(descriptions) == ["gitrun r t1", "gitrun r t2"]
+        # A worker has no Agent tool: no fan-out of its own outside gitrun's accounting.
+        offered = {name for r in model.conversation("task t1:") for name in r.tool_names}
+        assert "Agent" not in offered and {"Write", "Edit", "Read"} <= offered, offered
+        assert "Agent" in {name for r in model.requests for name in r.tool_names}  # the lead's
     assert json.loads((repo / "out/t2.json").read_text()) == {"task": "t2"}
     assert not (repo / "out/t3.json").exists() and not (repo / "stray.txt").exists()
     done = _gitrun(repo, "collect", "r", "--json", "--full")
