@@ -397,3 +397,35 @@ def test_a_lead_reads_at_most_200_bytes_of_gitrun_per_task(git_repo: Path) -> No
         batch = lead("next", "e", "--json")
     assert batch.get("done"), batch
     assert printed / len(tasks) <= 200, printed / len(tasks)
+
+
+def test_next_never_hands_a_claude_lead_more_than_its_client_starts(git_repo: Path) -> None:
+    """Claude Code refuses Agent calls past CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS
+    running subagents (20 by default) and tells the model not to retry: a lead's
+    `next` (its Bash tool runs gitrun with CLAUDECODE=1) hands out no more."""
+    packet = {"executor": {"kind": "external"}, "limits": {"canary": 0, "concurrency": 30}}
+    for run in ("e", "f"):
+        tasks = [{"id": f"t{i:02d}", "outputs": [f"{run}/t{i:02d}.json"]} for i in range(40)]
+        write_run(git_repo, run, tasks, packet)
+    git(git_repo, "add", ".gitrun")
+    git(git_repo, "commit", "-qm", "define e and f")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITRUN_", "CLAUDE"))}
+    env["GITRUN_MAX_LOAD"] = "1000000"
+
+    def start(run: str, **extra: str) -> dict[str, object]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "gitrun", "start", run, "--json"],
+            cwd=git_repo,
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+    batch = start("e", CLAUDECODE="1")
+    assert len(batch["leased"]) == 20 and batch["why"] == "client", batch  # type: ignore[arg-type]
+    assert "leased 20 of 30 free" in str(batch["reason"])
+    assert "CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS" in str(batch["reason"])
+    batch = start("f", CLAUDECODE="1", CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS="25")
+    assert len(batch["leased"]) == 25  # type: ignore[arg-type]

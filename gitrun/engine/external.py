@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -129,6 +130,23 @@ class Collected:
             "violations": self.violations,
             "notices": self.notices,
         }
+
+
+# Claude Code refuses Agent calls past this many running subagents (its
+# default 20), telling the model not to retry. A lead's Bash tool runs
+# gitrun with the session's environment, CLAUDECODE=1 among it.
+CLIENT_LIMIT_ENV = "CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS"
+CLIENT_LIMIT_DEFAULT = 20
+
+
+def client_subagent_limit() -> int | None:
+    """How many subagents the lead's client starts at once (None: not run by Claude Code)."""
+    if os.environ.get("CLAUDECODE") != "1":
+        return None
+    try:
+        return max(1, int(os.environ.get(CLIENT_LIMIT_ENV, CLIENT_LIMIT_DEFAULT)))
+    except ValueError:
+        return CLIENT_LIMIT_DEFAULT
 
 
 def _from_repo(path: Path, repo: Path) -> str:
@@ -261,6 +279,11 @@ class External:
         held = self.governor.held
         if limit is not None and limit < slots:
             slots, held = limit, "max"
+        client = client_subagent_limit()
+        if client is not None and client - len(self.leases) < slots:
+            # More than the lead's client starts at once would be refused by
+            # it, and the model told not to retry: never hand them out.
+            slots, held = max(0, client - len(self.leases)), "client"
         for task_id in pending:
             if slots <= 0:
                 break
@@ -324,6 +347,8 @@ class External:
             "budget": "the spend budget allows no more at once",
             "pacing": "starts above the level the API took are spaced while gitrun finds its "
             "ceiling",
+            "client": f"Claude Code starts at most {client_subagent_limit()} subagents at once "
+            f"(raise {CLIENT_LIMIT_ENV} to the run's concurrency, {self.limits.concurrency})",
             "max": "--max",
         }.get(held, held)
 
