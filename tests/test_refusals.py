@@ -61,6 +61,7 @@ def test_each_client_s_words_are_told_apart() -> None:
     # A throttle is neither, though it names the usage limit it is not.
     throttle = "API Error: Server is temporarily limiting requests (not your usage limit)"
     assert _refusal(throttle) is None and _refusal("API Error: 529 overloaded") is None
+    assert _refusal('{"review": {"status": "rejected"}}') is None  # a task's own words
 
 
 def test_a_reset_is_read_from_every_form_or_not_at_all() -> None:

@@ -118,7 +118,7 @@ DEFAULT_QUOTA_PATTERNS = (
     r"you have (hit|reached) your (\S+ )?(usage )?limit",
     r"usage limit reached",
     r"\bquota exceeded\b",
-    r'"status"\s*:\s*"rejected"',
+    r'"rate_limit_info"\s*:\s*\{[^}]*"status"\s*:\s*"rejected"',  # claude's rate_limit_event
 )
 DEFAULT_BILLING_PATTERNS = (
     r"credit balance is too low",
