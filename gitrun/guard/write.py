@@ -185,10 +185,25 @@ def subagent_stop(stdin: str, environ: dict[str, str]) -> HookResult:
         return HookResult(0)
     cwd = data.get("cwd") if isinstance(data.get("cwd"), str) else None
     repo = repo_of(cwd)
-    try:
-        context = task_context(repo, data, environ)
-    except Exception:  # an unknown subagent: outputs are judged on disk anyway
-        return HookResult(0)
+    import time
+
+    from gitrun.guard.subagents import is_subagent, meta_path
+
+    # A subagent that made no tool call may stop before the client has
+    # written its meta file, which names its task: give the client a moment.
+    deadline = time.monotonic() + META_WAIT
+    while True:
+        try:
+            context = task_context(repo, data, environ)
+            break
+        except Exception:  # an unknown subagent: outputs are judged on disk anyway
+            try:
+                pending = is_subagent(data) and not os.path.lexists(meta_path(data))
+            except Exception:  # its input names no meta file at all
+                pending = False
+            if not pending or time.monotonic() >= deadline:
+                return HookResult(0)
+            time.sleep(0.05)
     if context is None:
         return HookResult(0)
     from pathlib import Path
@@ -215,6 +230,8 @@ def subagent_stop(stdin: str, environ: dict[str, str]) -> HookResult:
     return HookResult(0, json.dumps({"decision": "block", "reason": reason}, allow_nan=False))
 
 
+# Seconds a SubagentStop hook waits for the client to write the subagent's meta file.
+META_WAIT = 5.0
 # Bytes of a subagent's last messages kept in its attempt's log.
 MAX_WORDS_BYTES = 1 << 20
 # The line before each message there: what follows the last one is what it said last.
