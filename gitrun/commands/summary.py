@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from gitrun.engine.budget import spend_text, tokens_text
@@ -139,10 +138,11 @@ def format_status(status: RunStatus, limit: int | None = 20) -> str:
             f"  halted: {status.halt['message']} (`gitrun retry {status.run}` lifts the halt)"
         )
     if status.parked_until:
-        when = time.strftime("%H:%M UTC", time.gmtime(status.parked_until))
+        from gitrun.engine.governor import parked_clause
+
         lines.append(
-            f"  parked until {when} ({status.park_reason}): no new starts until the reset; "
-            "a driver goes on by itself then"
+            f"  {parked_clause(status.parked_until, status.park_reason)}: no new starts until "
+            "the reset; a driver goes on by itself then"
         )
     for violation in status.violations[:10]:
         who = ", ".join(violation.get("tasks") or []) or "no task"

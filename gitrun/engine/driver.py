@@ -291,7 +291,7 @@ class Driver:
         # Orphans are handled (recover_orphans) before a new journal begins.
         self.journal = Journal(self.local)
         self._isolate()
-        parked = self._parked_text(time.time())  # from the ledger: a usage limit's reset
+        parked = self.governor.parked_text(time.time())  # from the ledger: a usage limit's reset
         if parked:
             self.report(
                 f"{parked}: nothing starts before the reset, and the run goes on by itself then"
@@ -732,7 +732,7 @@ class Driver:
                 else ""
             )
             self.report(
-                f"{self._parked_text(now)}{read}: no new starts, running attempts finish, and "
+                f"{self.governor.parked_text(now)}{read}: no new starts, running attempts finish, and "
                 "the run goes on by itself at the reset"
             )
         return ledger.THROTTLED, refusal.said
@@ -857,15 +857,8 @@ class Driver:
             eta=left / rate if rate > 0 and self.finished_here >= 3 else None,
             usage=self.engine.usage,
             budget=self.engine.budget,
-            parked=self._parked_text(now),
+            parked=self.governor.parked_text(now),
         )
-
-    def _parked_text(self, now: float) -> str:
-        until = self.governor.parked_until
-        if until <= now:
-            return ""
-        when = time.strftime("%H:%M UTC", time.gmtime(until))
-        return f"parked until {when} ({self.governor.park_reason})"
 
     def _own_files(self) -> dict[str, bytes]:
         # What the committer last published is what the branch holds (else

@@ -305,27 +305,11 @@ class External:
         until the leased subagents return), and the sentence."""
         collect = f"`gitrun collect {self.run.id}`"
         leased = f"{len(self.leases)} leased ({', '.join(sorted(self.leases))})"
-        if held == "throttled":
-            wait = max(1.0, round(self.governor.backoff_until - now))
-            return held, wait, f"throttled: wait {wait:.0f} s, then `gitrun next {self.run.id}`"
-        if held == "parked":
-            wait = max(1.0, round(self.governor.parked_until - now))
-            when = time.strftime("%H:%M UTC", time.gmtime(self.governor.parked_until))
-            return (
-                held,
-                wait,
-                (
-                    f"parked until {when} ({self.governor.park_reason}): wait {wait:.0f} s, then "
-                    f"`gitrun next {self.run.id}`"
-                ),
-            )
-        if held == "pacing":
-            wait = max(1.0, round(self.governor.last_start + self.governor.pace_gap() - now))
-            return (
-                held,
-                wait,
-                f"{self._held_by(held)}: wait {wait:.0f} s, then `gitrun next {self.run.id}`",
-            )
+        if held in ("throttled", "parked", "pacing"):  # a wait the governor knows the end of
+            wait = max(1.0, round((self.governor.next_wake(now) or now) - now))
+            said = {"throttled": held, "parked": self.governor.parked_text(now)}
+            what = said.get(held) or self._held_by(held)
+            return held, wait, f"{what}: wait {wait:.0f} s, then `gitrun next {self.run.id}`"
         if held == "load" and not self.leases:
             return held, LOAD_WAIT, f"{self._held_by(held)}: wait {LOAD_WAIT:.0f} s and ask again"
         if held in ("canary running", "budget", "load", "failing fast") and self.leases:

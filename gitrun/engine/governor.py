@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +95,11 @@ class EndFacts:
 class Halt:
     kind: str
     message: str
+
+
+def parked_clause(until: float, reason: str) -> str:
+    """How a park is said everywhere (driver, live view, status, next)."""
+    return f"parked until {time.strftime('%H:%M UTC', time.gmtime(until))} ({reason})"
 
 
 def is_throttled(exit_code: int | None, output: str, patterns: list[str]) -> bool:
@@ -430,6 +436,10 @@ class Governor:
         """What the spend budget has to say (a stage's projection, a budget it
         cannot enforce) since the last call."""
         return self.spend.take_notices() if self.spend is not None else []
+
+    def parked_text(self, now: float) -> str:
+        """ "parked until 22:51 UTC (usage limit of claude)" while parked, else ""."""
+        return parked_clause(self.parked_until, self.park_reason) if self.parked_until > now else ""
 
     def park(self, until: float, reason: str) -> None:
         """No starts until ``until`` (a usage limit's reset): running attempts finish."""
