@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import tomli_w
@@ -172,6 +173,16 @@ def gitrun_process(repo: Path, *args: str, capture: bool = True) -> subprocess.P
     return subprocess.Popen(
         [sys.executable, "-m", "gitrun", *args], cwd=repo, stdout=where, stderr=where, text=True
     )
+
+
+def wait_until(
+    driver: subprocess.Popen[str], ready: Callable[[], object], timeout: float = 60.0
+) -> None:
+    """Wait until ``ready()`` while ``driver`` still runs, for ``timeout`` seconds at most."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline and driver.poll() is None, "it never got there"
+        time.sleep(0.02)
 
 
 def ledger_records(repo: Path, run_id: str = "r") -> list[dict[str, object]]:

@@ -21,7 +21,7 @@ from gitrun.commands.session import resume_run, start_run
 from gitrun.definition.schema import Limits
 from gitrun.engine import governor
 from gitrun.workers.refusals import BILLING, QUOTA, refusal_of, reset_of
-from tests.helpers import commit_all, gitrun_process, ledger_records, write_run
+from tests.helpers import commit_all, gitrun_process, ledger_records, wait_until, write_run
 
 quiet = lambda _line: None  # noqa: E731
 LIMITS = Limits()
@@ -126,10 +126,7 @@ def test_a_usage_limit_parks_the_run_until_its_reset_and_uses_no_attempt(git_rep
 def test_a_driver_killed_while_parked_leaves_the_park_to_the_next(git_repo: Path) -> None:
     _run(git_repo, _script(6))
     driver = gitrun_process(git_repo, "start", "r", capture=False)
-    deadline = time.monotonic() + 60
-    while not [r for r in ledger_records(git_repo) if r.get("event") == "park"]:
-        assert time.monotonic() < deadline and driver.poll() is None
-        time.sleep(0.05)
+    wait_until(driver, lambda: [r for r in ledger_records(git_repo) if r.get("event") == "park"])
     # A parked driver is healthy: it beats on while it waits.
     watchdog = subprocess.run(
         [sys.executable, "-m", "gitrun", "watchdog"], cwd=git_repo, capture_output=True, text=True
@@ -229,10 +226,9 @@ def test_a_park_moves_with_the_branch_to_a_fresh_clone(git_repo: Path, tmp_path:
     git(git_repo, "push", "-q", "origin", "HEAD")
     driver = gitrun_process(git_repo, "start", "r", capture=False)
     try:
-        deadline = time.monotonic() + 60
-        while not [r for r in committed_ledger(git_repo) if r.get("event") == "park"]:
-            assert time.monotonic() < deadline and driver.poll() is None
-            time.sleep(0.05)
+        wait_until(
+            driver, lambda: [r for r in committed_ledger(git_repo) if r.get("event") == "park"]
+        )
         git(git_repo, "push", "-q", "origin", "gitrun/r")
     finally:
         driver.send_signal(signal.SIGKILL)

@@ -31,6 +31,7 @@ from tests.helpers import (
     git,
     gitrun_process,
     ledger_records,
+    wait_until,
     write_run,
 )
 
@@ -251,10 +252,7 @@ def test_a_directory_taken_away_mid_attempt_interrupts_it_and_uses_no_attempt(
     _shell_run(git_repo, script, _tasks("t1"), max_attempts=1)
     driver = gitrun_process(git_repo, "start", "r", capture=False)
     try:
-        deadline = time.monotonic() + 60
-        while not Path(f"{gate}.seen").exists():
-            assert time.monotonic() < deadline and driver.poll() is None
-            time.sleep(0.02)
+        wait_until(driver, lambda: Path(f"{gate}.seen").exists())
         os.rmdir(git_repo / "out")  # as `git stash -u` or `git clean -fd` would
         gate.touch()
         assert driver.wait(timeout=60) == 0
@@ -280,10 +278,7 @@ def test_kill_9_of_the_driver_then_resume_leaves_nothing_of_the_dead_attempt(
     )
     _shell_run(git_repo, script, _tasks("t1", "t2"))
     driver = gitrun_process(git_repo, "start", "r", capture=False)
-    deadline = time.monotonic() + 60
-    while not all(Path(f"{started}.{t}").exists() for t in ("t1", "t2")):
-        assert time.monotonic() < deadline and driver.poll() is None
-        time.sleep(0.02)
+    wait_until(driver, lambda: all(Path(f"{started}.{t}").exists() for t in ("t1", "t2")))
     driver.send_signal(signal.SIGKILL)
     driver.wait()
     (tmp_path / "resumed").touch()
@@ -311,10 +306,7 @@ def test_an_output_written_before_its_driver_died_is_brought_back_by_resume(
     )
     _shell_run(git_repo, script, _tasks("t1", "t2"))
     driver = gitrun_process(git_repo, "start", "r", capture=False)
-    deadline = time.monotonic() + 60
-    while not all(Path(f"{wrote}.{t}").exists() for t in ("t1", "t2")):
-        assert time.monotonic() < deadline and driver.poll() is None
-        time.sleep(0.02)
+    wait_until(driver, lambda: all(Path(f"{wrote}.{t}").exists() for t in ("t1", "t2")))
     driver.send_signal(signal.SIGKILL)
     driver.wait()
     assert not (git_repo / "out/t1.json").exists()  # still in its staging directory

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import signal
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,15 @@ import pytest
 from gitrun.commands.session import resume_run, start_run
 from gitrun.definition.load import load_run
 from gitrun.proof.check import check_run
-from tests.helpers import build_tree, commit_all, git, gitrun_process, ledger_records, write_run
+from tests.helpers import (
+    build_tree,
+    commit_all,
+    git,
+    gitrun_process,
+    ledger_records,
+    wait_until,
+    write_run,
+)
 from tests.test_sandbox import CARELESS
 
 quiet = lambda _line: None  # noqa: E731
@@ -137,10 +144,7 @@ def test_kill_9_of_the_driver_then_resume_brings_back_what_the_orphan_wrote(
     )
     _shell_run(git_repo, script, _tasks("t1", "t2"))
     driver = gitrun_process(git_repo, "start", "r", capture=False)
-    deadline = time.monotonic() + 60
-    while not all(Path(f"{wrote}.{t}").exists() for t in ("t1", "t2")):
-        assert time.monotonic() < deadline and driver.poll() is None
-        time.sleep(0.02)
+    wait_until(driver, lambda: all(Path(f"{wrote}.{t}").exists() for t in ("t1", "t2")))
     driver.send_signal(signal.SIGKILL)
     driver.wait()
     assert not (git_repo / "out/t1.json").exists()  # still in its scratch directory
