@@ -1,4 +1,4 @@
-"""Files shipped with gitrun: templates/ and hooks/.
+"""Files shipped with gitrun: templates/, hooks/ and claude-plugin/.
 
 In a wheel they live inside the package (``gitrun/_data/``, see
 pyproject.toml); in a checkout or an editable install they are the

@@ -274,9 +274,12 @@ def test_a_pointer_names_its_run_and_task_exactly(
     assert pointers_in(f"Please do this:\n{pointer}\nThanks.") == [(run_id, task_id)]
 
 
-def test_the_worker_agent_is_installed_before_the_lead_starts(git_repo: Path) -> None:
-    """By `gitrun new --executor external` (and `gitrun hooks install`): one
-    generic agent, never a file per task."""
+def test_a_new_external_run_writes_no_agent_file_and_says_how_to_lead_it(
+    git_repo: Path,
+) -> None:
+    """`gitrun new --executor external` leaves .claude/ alone: the worker
+    agent comes from the plugin (or `gitrun hooks install`), and a batch
+    names the type the repository has."""
     proc = subprocess.run(
         [sys.executable, "-m", "gitrun", "new", "e", "--executor", "external"],
         cwd=git_repo,
@@ -285,10 +288,15 @@ def test_the_worker_agent_is_installed_before_the_lead_starts(git_repo: Path) ->
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
+    assert not (git_repo / ".claude").exists()
+    assert "`gitrun plugin install` once, and `/gitrun:lead e`" in proc.stdout
+    from gitrun.guard.agents import install_worker_agent, worker_agent_type
+
+    assert worker_agent_type(git_repo) == "gitrun:gitrun-worker"
+    assert "installed the gitrun-worker agent" in install_worker_agent(git_repo)
     agent = git_repo / ".claude/agents/gitrun-worker.md"
     assert agent.read_text().startswith("---\nname: gitrun-worker\n")
-    assert "installed the gitrun-worker agent" in proc.stdout
-    assert [p.name for p in agent.parent.iterdir()] == ["gitrun-worker.md"]
+    assert worker_agent_type(git_repo) == "gitrun-worker"
 
 
 def test_a_subagent_s_last_words_reach_collect_and_its_log(lead: Path, tmp_path: Path) -> None:

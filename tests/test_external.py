@@ -146,7 +146,7 @@ def test_next_names_the_one_worker_agent_and_writes_no_agent_files(git_repo: Pat
     )
     started = _gitrun(git_repo, "start", "e", "--json")
     assert started.returncode == 0, started.stderr
-    assert json.loads(started.stdout)["agent"] == "gitrun-worker"  # once per batch
+    assert json.loads(started.stdout)["agent"] == "gitrun:gitrun-worker"  # the plugin's, once
     assert not (git_repo / ".claude/agents").exists()
     assert _gitrun(git_repo, "next", "e", "--agents").returncode == 2  # the option is gone
 
@@ -385,7 +385,7 @@ def test_a_lead_reads_at_most_200_bytes_of_gitrun_per_task(git_repo: Path) -> No
     assert batch["why"] == "canary running"  # and nothing that says nothing:
     assert set(batch) == {"leased", "agent", "model", "expires", "usage", "why", "reason"}
     assert list(batch["leased"]) == ["t0000"]  # the canary: task -> its pointer
-    assert batch["agent"] == "gitrun-worker"
+    assert batch["agent"] == "gitrun:gitrun-worker"  # the plugin's: no agent file here
     assert batch["usage"] == ".git/gitrun/e/logs/{task}.{attempt}.usage.json"
     for _ in range(20):
         if batch.get("done"):

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.guard.install import install_claude, install_git, uninstall_claude, uninstall_git
+from gitrun.guard.install import (
+    claude_hooks,
+    install_claude,
+    install_git,
+    uninstall_claude,
+    uninstall_git,
+)
 from tests.helpers import build_tree, git, write_run
 
 WORKER = {"GITRUN_RUN": "r", "GITRUN_TASK": "t1"}
@@ -18,6 +24,13 @@ TASKS = [
     {"id": "t1", "outputs": ["out/t1.json"], "owns": ["out/t1.json", "notes/t1/**"]},
     {"id": "t2", "outputs": ["out/t2.json"]},
 ]
+
+
+def fail_closed(command: str) -> str:
+    """``command`` in the place of gitrun's write hook, wrapped the way the
+    plugin's hooks.json wraps it: blocking on any failure."""
+    written = claude_hooks("gitrun")["PreToolUse"][0]["hooks"][0]["command"]
+    return command + written[len("gitrun hook pre-write") :]
 
 
 def _hook_command(repo: Path, event: str) -> str:
@@ -372,9 +385,7 @@ def test_install_falls_back_to_python3_m_gitrun_and_refuses_when_neither_runs(
     broken = _bin_dir(tmp_path / "broken", python3="exit 1", gitrun="exit 1")
     monkeypatch.setenv("PATH", os.pathsep.join([broken, system]))
     for install in (install_claude, install_git):
-        with pytest.raises(
-            GitrunError, match=r"put gitrun on PATH .* `gitrun hooks install` again"
-        ):
+        with pytest.raises(GitrunError, match=r"put gitrun on PATH .*, then install again"):
             install(git_repo)
     cli = subprocess.run(
         [sys.executable, "-m", "gitrun", "hooks", "install"],
@@ -393,8 +404,6 @@ def test_a_write_hook_that_cannot_start_blocks_with_exit_2(hooked: Path, tmp_pat
     """Claude Code blocks only on exit 2: the command gitrun installed before
     (no wrapper) exited 127 when gitrun was not on PATH, and every write went
     through. Now every failure to start, or to run at all, is exit 2."""
-    from gitrun.guard.install import fail_closed
-
     command = _settings_command(hooked)
     payload = _pre_tool_use(hooked, "out/t2.json")
     empty = _bin_dir(tmp_path / "empty")
@@ -501,8 +510,6 @@ def test_hooks_status_runs_the_installed_hooks_and_says_whether_they_block(git_r
     assert stale.returncode == 1
     assert "does not run, and Claude Code lets every write through (status 127" in stale.stdout
     # The fail-closed form of the same stale command blocks every write.
-    from gitrun.guard.install import fail_closed
-
     _set_write_hook(git_repo, fail_closed("/gone/venv/bin/python -m gitrun hook pre-write"))
     closed = _status(git_repo, "--claude")
     assert closed.returncode == 1 and "blocks even a write the task owns" in closed.stdout

@@ -223,13 +223,21 @@ def complete_run(ctx: typer.Context, incomplete: str) -> list[str]:
     return [run_id for run_id in run_ids(found.root) if run_id.startswith(incomplete)]
 
 
-def _orchestrator_guide() -> str:
-    from gitrun.resources import template_text
+def lead_guide() -> str:
+    """How to lead an external run: the body of the plugin's lead skill, the
+    one text a lead reads, from Claude Code or from any other session."""
+    from gitrun.guard.install import plugin_dir
 
     try:
-        return template_text("orchestrator.md")
-    except FileNotFoundError:  # pragma: no cover - a broken installation
+        text = (plugin_dir() / "skills" / "lead" / "SKILL.md").read_text(encoding="utf-8")
+    except (OSError, FileNotFoundError):  # pragma: no cover - a broken installation
         return ""
+    return text.split("---\n", 2)[-1].strip()
+
+
+def lead_guide_epilog() -> str:
+    """:func:`lead_guide` as a command's epilog, its lines kept as written."""
+    return "\n\n".join(f"\b\n{block}" for block in lead_guide().split("\n\n"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from gitrun.cli.app import _orchestrator_guide, _repo, app, capped, complete_run
+from gitrun.cli.app import _repo, app, capped, complete_run
 
 
 @app.command()
@@ -69,14 +69,13 @@ def new(
         typer.echo(f"  {path}")
     if len(result.paths) > 5:
         typer.echo(f"  ... and {len(result.paths) - 5} more")
-    if executor == "external":
-        from gitrun.guard.agents import install_worker_agent
-
-        # Before the lead starts: agent files are read when a session starts.
-        typer.echo(install_worker_agent(_repo(ctx)))
     typer.echo(f"next: edit the packet's [rules], then `gitrun check {run}`")
     if executor == "external":
-        typer.echo("\n" + _orchestrator_guide())
+        typer.echo(
+            f"then lead it from Claude Code: `gitrun plugin install` once, and `/gitrun:lead {run}` "
+            "in a session started after it (or `gitrun hooks install` to keep the hooks and the "
+            f"worker agent in the repository); any other lead: `gitrun next --help`"
+        )
 
 
 @app.command()

@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from gitrun.cli.app import _orchestrator_guide, _repo, app, complete_run
+from gitrun.cli.app import _repo, app, complete_run, lead_guide_epilog
 
 
-@app.command("next", epilog=_orchestrator_guide())
+@app.command("next", epilog=lead_guide_epilog())
 def next_batch(
     ctx: typer.Context,
     run: Annotated[
@@ -26,8 +26,8 @@ def next_batch(
         bool,
         typer.Option(
             "--json",
-            help='Print {"leased": [{"task", "pointer"}...], "agent", "model", "expires", '
-            '"usage", "done", "halted", "why", "wait_s", "reason"} as one line of JSON.',
+            help='Print {"leased": {TASK: POINTER}, "agent", "model", "expires", "usage", '
+            '"done", "halted", "why", "wait_s", "reason"} as one line of JSON.',
         ),
     ] = False,
     full: Annotated[

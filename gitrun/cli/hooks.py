@@ -1,7 +1,10 @@
-"""The hooks gitrun installs, and installing them: hook ..., hooks install/uninstall."""
+"""The hooks gitrun installs, and installing them: hook ..., hooks install/uninstall,
+and the Claude Code plugin that carries them: plugin install/uninstall/path."""
 
 from __future__ import annotations
 
+from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -137,3 +140,77 @@ def hooks_status(
     for status in statuses:
         typer.echo(f"{'ok' if status.ok else 'FAIL'}  {status.where}: {status.says}")
     raise typer.Exit(0 if all(s.ok for s in statuses) else 1)
+
+
+plugin_app = typer.Typer(
+    cls=_Group,
+    help="The gitrun plugin for Claude Code: the lead skill, the gitrun-worker agent and "
+    "gitrun's hooks, without files in the repository.",
+    no_args_is_help=True,
+)
+app.add_typer(plugin_app, name="plugin")
+
+
+class Scope(StrEnum):
+    user = "user"
+    project = "project"
+    local = "local"
+
+
+_Scope = Annotated[
+    Scope,
+    typer.Option(
+        "--scope",
+        "-s",
+        help="user: every session of yours; project: this repository, for everyone "
+        "(.claude/settings.json); local: this repository, for you.",
+    ),
+]
+_PluginSandbox = Annotated[
+    bool,
+    typer.Option(
+        "--sandbox",
+        help="Also run Bash in Claude Code's sandbox with this repository read-only "
+        "(.claude/settings.local.json), for every session here, yours included.",
+    ),
+]
+
+
+@plugin_app.command("install")
+def plugin_install(
+    ctx: typer.Context, scope: _Scope = Scope.user, sandbox: _PluginSandbox = False
+) -> None:
+    """Install the gitrun plugin with `claude plugin install` over the folder gitrun ships.
+
+    Claude Code loads it in place from there, so upgrading gitrun upgrades
+    it; installing twice changes nothing. Its hooks and its lead call
+    `gitrun`, which must run from PATH. Start the lead session after this,
+    then `/gitrun:lead RUN` (a `claude -p` lead also needs
+    `--permission-mode acceptEdits`).
+    """
+    from gitrun.guard.plugin import install
+
+    where = _repo(ctx) if scope is not Scope.user or sandbox else Path.cwd()
+    for line in install(where, scope.value, sandbox):
+        typer.echo(line)
+
+
+@plugin_app.command("uninstall")
+def plugin_uninstall(
+    ctx: typer.Context, scope: _Scope = Scope.user, sandbox: _PluginSandbox = False
+) -> None:
+    """Uninstall the gitrun plugin from a scope (and gitrun's Bash sandbox with --sandbox)."""
+    from gitrun.guard.plugin import uninstall
+
+    where = _repo(ctx) if scope is not Scope.user or sandbox else Path.cwd()
+    for line in uninstall(where, scope.value, sandbox):
+        typer.echo(line)
+
+
+@plugin_app.command("path")
+def plugin_path() -> None:
+    """Print the plugin's folder: `claude --plugin-dir "$(gitrun plugin path)"` loads it
+    for one session, with nothing installed."""
+    from gitrun.guard.install import plugin_dir
+
+    typer.echo(str(plugin_dir()))

@@ -31,7 +31,7 @@ from gitrun.engine.governor import STRICT, GovernorState, Halt
 from gitrun.engine.states import COMPLETE, FAILED, Ended, Engine
 from gitrun.errors import GitrunError
 from gitrun.guard import rules
-from gitrun.guard.agents import WORKER_AGENT
+from gitrun.guard.agents import worker_agent_type
 from gitrun.layout import branch_ref
 from gitrun.store import git, ledger
 from gitrun.store.branches import find_tip
@@ -363,7 +363,7 @@ class External:
             "outputs": outputs,
             "model": self.run.packet.model_for(stage),
             "expires": ledger.iso(now + self.limits.timeout),
-            "agent": WORKER_AGENT,  # the subagent type to dispatch it with
+            "agent": worker_agent_type(self.repo),  # the subagent type to dispatch it with
             # Where the orchestrator may write what the subagent used (the JSON
             # object of $GITRUN_USAGE); collect puts it in the attempt's record.
             "usage": str(usage),

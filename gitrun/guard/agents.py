@@ -1,4 +1,8 @@
-"""The one worker agent type of external runs: ``.claude/agents/gitrun-worker.md``.
+"""The one worker agent type of external runs: ``gitrun-worker``.
+
+It comes from the gitrun plugin (``gitrun:gitrun-worker``), or from
+``.claude/agents/gitrun-worker.md`` for a repository set up with
+``gitrun hooks install``; both are the plugin's ``agents/gitrun-worker.md``.
 
 Claude Code loads the agent files of ``.claude/agents/`` when a turn starts:
 a file written during the lead's turn is not found in that turn, and in
@@ -14,23 +18,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gitrun.guard.install import PLUGIN, plugin_dir
 from gitrun.guard.subagents import PREFIX
-from gitrun.resources import template_text
 from gitrun.store.tomlfile import write_atomic
 
 AGENTS_DIR = ".claude/agents"
 WORKER_AGENT = "gitrun-worker"
-WORKER_TEMPLATE = "agent.md"
 
 
 def worker_agent_path(repo: Path) -> Path:
     return repo / AGENTS_DIR / f"{WORKER_AGENT}.md"
 
 
+def worker_agent_type(repo: Path) -> str:
+    """The subagent type a lead in ``repo`` starts a worker as: the
+    repository's own agent file when there is one, else the plugin's
+    (Claude Code names a plugin's agents ``plugin:agent``)."""
+    return WORKER_AGENT if worker_agent_path(repo).is_file() else f"{PLUGIN}:{WORKER_AGENT}"
+
+
 def install_worker_agent(repo: Path) -> str:
     """Write (or bring up to date) the ``gitrun-worker`` agent; one line saying what it did."""
     path = worker_agent_path(repo)
-    text = template_text(WORKER_TEMPLATE)
+    text = (plugin_dir() / "agents" / f"{WORKER_AGENT}.md").read_text(encoding="utf-8")
     shown = f"{AGENTS_DIR}/{WORKER_AGENT}.md"
     try:
         if path.read_text(encoding="utf-8") == text:

@@ -32,10 +32,14 @@ from gitrun.store.tomlfile import write_atomic
 MARKER = "gitrun-managed-hook"
 CHAINED = "pre-commit.gitrun-chained"
 SETTINGS = ".claude/settings.json"
-# Writes are judged against the task's owns; Agent (Task, its former name)
-# is where the lead dispatches a pointer and gitrun learns the subagent's
-# task; Bash is where a worker is kept from running gitrun.
-PRE_TOOL_MATCHER = "Write|Edit|MultiEdit|NotebookEdit|Agent|Task|Bash"
+# The plugin's folder in this installation, the plugin's name (also its
+# marketplace's), and how its hooks call gitrun. The write hook matches
+# Write and Edit (judged against the task's owns), Agent (Task, its former
+# name: where the lead dispatches a pointer and gitrun learns the
+# subagent's task) and Bash (where a worker is kept from running gitrun).
+PLUGIN_FOLDER = "claude-plugin"
+PLUGIN = "gitrun"
+PLUGIN_CALL = "gitrun"
 PORTABLE_COMMANDS = ("gitrun", "python3 -m gitrun")
 _ENTRY_COMMANDS = (" hook pre-write", " hook subagent-stop")
 
@@ -47,17 +51,17 @@ def running_gitrun() -> str:
     return f"{shlex.quote(sys.executable)} -m gitrun"
 
 
-def portable_gitrun() -> str:
-    """How installed hooks call gitrun: the first of ``gitrun`` and
-    ``python3 -m gitrun`` that runs from PATH here.
+def portable_gitrun(commands: tuple[str, ...] = PORTABLE_COMMANDS) -> str:
+    """How installed hooks call gitrun: the first of ``commands`` (``gitrun``,
+    then ``python3 -m gitrun``) that runs from PATH here.
 
     An absolute interpreter path (a venv's python) breaks in every clone and
     after every rebuild of the venv, and an installed write hook that cannot
-    start blocks every write (:func:`fail_closed`), so the command is run
+    start blocks every write (:func:`claude_hooks`), so the command is run
     once before it is written anywhere.
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}
-    for command in PORTABLE_COMMANDS:
+    for command in commands:
         argv = command.split()
         if shutil.which(argv[0], path=env.get("PATH")) is None:
             continue
@@ -75,49 +79,44 @@ def portable_gitrun() -> str:
             continue
         if proc.returncode == 0 and proc.stdout.startswith("gitrun "):
             return command
+    tried = " nor ".join(f"`{command}`" for command in commands)
+    runs = f"neither {tried} runs" if len(commands) > 1 else f"{tried} does not run"
     raise GitrunError(
-        "neither `gitrun` nor `python3 -m gitrun` runs from PATH here, and an installed hook "
-        "that cannot start blocks every write; put gitrun on PATH (activate its virtual "
-        "environment, or `pipx install` it), then run `gitrun hooks install` again"
+        f"{runs} from PATH here, and an installed hook that cannot start blocks every write; "
+        "put gitrun on PATH (activate its virtual environment, or `pipx install` it), then "
+        "install again"
     )
 
 
-def fail_closed(command: str) -> str:
-    """``command`` as a Claude Code hook command that blocks on any failure.
-
-    Claude Code blocks a tool call only when its hook exits 2; any other
-    non-zero status, even 127 from a hook that cannot start, lets the call
-    through (seen with the real client). Claude Code runs a hook
-    command with ``/bin/sh -c``: here every status but 0 becomes 2, and one
-    that is not gitrun's own block says why on stderr, which the model reads.
-    """
-    why = (  # fixed text: nothing in it that sh would expand but the status
-        "gitrun: gitrun's hook could not run (status $s), so this call is blocked; "
-        f"make gitrun runnable in this session, or remove gitrun's hooks from {SETTINGS}"
-    )
-    return f'{command} || {{ s=$?; [ $s -eq 2 ] || echo "{why}" >&2; exit 2; }}'
+def plugin_dir() -> Path:
+    """The gitrun plugin for Claude Code that this installation ships
+    (``claude-plugin/gitrun``): its ``hooks/hooks.json`` is the one
+    definition of gitrun's Claude Code hooks, whoever installs them."""
+    return data_dir(PLUGIN_FOLDER) / PLUGIN
 
 
 def claude_hooks(command: str | None = None) -> dict[str, list[dict[str, Any]]]:
     """gitrun's Claude Code hook entries, calling gitrun as ``command``
-    (default: this installation, for `claude -p --settings`).
+    (default: this installation, for `claude -p --settings`): the plugin's
+    hooks, whose commands call ``gitrun`` from PATH.
 
-    The write hook fails closed. The stop hook does not: a SubagentStop hook
-    that exits 2 keeps the subagent from stopping, so one that cannot start
-    would hold every subagent, and outputs are judged on disk anyway.
+    The write hook fails closed. Claude Code blocks a tool call only when its
+    hook exits 2; any other non-zero status, even 127 from a hook that cannot
+    start, lets the call through (seen with the real client), so the command
+    turns every status but 0 into 2 and says why on stderr, which the model
+    reads. The stop hook does not: a SubagentStop hook that exits 2 keeps the
+    subagent from stopping, so one that cannot start would hold every
+    subagent, and outputs are judged on disk anyway.
     """
     prefix = command or running_gitrun()
-    return {
-        "PreToolUse": [
-            {
-                "matcher": PRE_TOOL_MATCHER,
-                "hooks": [{"type": "command", "command": fail_closed(f"{prefix} hook pre-write")}],
-            }
-        ],
-        "SubagentStop": [
-            {"hooks": [{"type": "command", "command": f"{prefix} hook subagent-stop"}]}
-        ],
-    }
+    events = json.loads((plugin_dir() / "hooks" / "hooks.json").read_text(encoding="utf-8"))
+    hooks: dict[str, list[dict[str, Any]]] = events["hooks"]
+    for entries in hooks.values():
+        for entry in entries:
+            for hook in entry["hooks"]:
+                assert hook["command"].startswith(PLUGIN_CALL), hook  # the shipped file
+                hook["command"] = prefix + hook["command"][len(PLUGIN_CALL) :]
+    return hooks
 
 
 def is_ours(entry: object) -> bool:
