@@ -3,9 +3,10 @@
 The lead runs ``gitrun next`` through Bash (allowed by ``--allowedTools``),
 then launches subagents with the pointers in one turn; the mock model
 answers each subagent from its own script, picked by the pointer in its
-first message. gitrun's hooks, installed by ``gitrun hooks install``, must
-identify each subagent without any per-task agent file. Skipped, with the
-reason, when the CLI is not installed (``.ci/install-clients``).
+first message. gitrun's hooks, installed by ``gitrun hooks install`` or
+carried by the gitrun plugin, must identify each subagent without any
+per-task agent file, and hold it to the same rules either way. Skipped,
+with the reason, when the CLI is not installed (``.ci/install-clients``).
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ TASKS = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in (1, 2, 3)]
 LEAD_TOOLS = ("--allowedTools", "Bash(gitrun next:*)", "Bash(gitrun collect:*)")
 
 
-def _gitrun(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PATH": os.pathsep.join([gitrun_bin_dir(), os.environ["PATH"]])}
+def _gitrun(repo: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    path = [gitrun_bin_dir(), str(Path(claude_binary()).parent), os.environ["PATH"]]
+    env = {**os.environ, "PATH": os.pathsep.join(path), **extra}
     return subprocess.run(
         [sys.executable, "-m", "gitrun", *args],
         cwd=repo,
@@ -50,11 +52,33 @@ def _gitrun(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def set_up(repo: Path, home: Path, how: str) -> str:
+    """gitrun's hooks, its worker agent and the Bash sandbox, installed
+    before the lead starts: by ``hooks install`` (files in the repository)
+    or as the plugin. The subagent type a lead starts workers as."""
+    home.mkdir(exist_ok=True)
+    if how == "hooks":
+        installed = _gitrun(repo, "hooks", "install", "--claude")
+    else:
+        installed = _gitrun(
+            repo, "plugin", "install", "--scope", "project", "--sandbox", HOME=str(home)
+        )
+    assert installed.returncode == 0, installed.stderr
+    assert (repo / ".claude/agents/gitrun-worker.md").exists() == (how == "hooks")
+    git(repo, "add", ".claude")
+    git(repo, "commit", "-q", "-m", f"gitrun {how}")
+    return "gitrun-worker" if how == "hooks" else "gitrun:gitrun-worker"
+
+
+@pytest.fixture(params=["hooks", "plugin"])
+def setup(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture
-def repo(git_repo: Path, tmp_path: Path) -> Path:
-    """Run r in external mode (t1 and t2 leased together, t3 later), with
-    gitrun's hooks, its worker agent and the Bash sandbox installed before
-    the lead starts."""
+def repo(git_repo: Path, tmp_path: Path, setup: str) -> tuple[Path, str]:
+    """Run r in external mode (t1 and t2 leased together, t3 later), set up
+    one way or the other; and the worker's subagent type."""
     claude_binary()
     # max_load: never held back by the load average of a busy machine.
     packet = {
@@ -63,28 +87,23 @@ def repo(git_repo: Path, tmp_path: Path) -> Path:
     }
     write_run(git_repo, "r", TASKS, packet)
     commit_all(git_repo, "run r")
-    installed = _gitrun(git_repo, "hooks", "install", "--claude")
-    assert installed.returncode == 0, installed.stderr
-    assert (git_repo / ".claude/agents/gitrun-worker.md").exists()
-    git(git_repo, "add", ".claude")
-    git(git_repo, "commit", "-q", "-m", "gitrun hooks")
-    (tmp_path / "home").mkdir()
-    return git_repo
+    return git_repo, set_up(git_repo, tmp_path / "home", setup)
 
 
 def test_a_p_lead_dispatches_two_subagents_in_one_turn_and_each_is_held_to_its_task(
-    repo: Path,
+    repo: tuple[Path, str],
 ) -> None:
     sandbox_or_skip()
+    repo, kind = repo
     run = load_run(repo, "r")
     pointer = {task.id: render_pointer(run, task) for task in run.tasks}
     prepare_external(repo, "r", lambda _line: None, resume=False)  # started, nothing leased
     lead = [
         bash("gitrun next r", "Lease the next batch"),
         agents(
-            agent(pointer["t1"], "t1", "gitrun-worker"),
-            agent(pointer["t2"], "t2", "gitrun-worker"),
-            agent(pointer["t3"], "t3", "gitrun-worker"),  # not leased
+            agent(pointer["t1"], "t1", kind),
+            agent(pointer["t2"], "t2", kind),
+            agent(pointer["t3"], "t3", kind),  # not leased
         ),
         say("Waiting for the workers."),
         say("Waiting for the workers."),

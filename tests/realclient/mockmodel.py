@@ -14,6 +14,10 @@ at once, in an order no test controls. ``agents`` maps a key to the script
 of one subagent: a request whose first user message (the prompt the lead
 passed to its Agent tool) contains the key is answered from that script,
 every other request from the main one. Each script keeps its own place.
+A script may also be a :data:`Brain`: a function that picks each turn from
+the request itself (the whole conversation so far), for a lead that reacts
+to what gitrun printed; it runs under the server's lock, so it must not
+call back into the model.
 
 Everything received is recorded, so a test can read what the client sent
 back: :meth:`MockModel.tool_result` is what the model was told about one of
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -149,22 +153,28 @@ class Request:
         )
 
 
+Brain = Callable[[Request], "Turn | Failure"]
+
+
 @dataclass
 class _Script:
     turns: list[Turn | Failure]
     served: int = 0
     overrun: int = 0
+    brain: Brain | None = None  # picks each turn; ``turns`` then records them
+
+
+def _script(turns: Sequence[Turn | Failure] | Brain) -> _Script:
+    return _Script([], brain=turns) if callable(turns) else _Script(list(turns))
 
 
 @dataclass
 class _State:
-    script: list[Turn | Failure]
+    main: _Script
     max_requests: int
     side_text: str
     agents: dict[str, _Script] = field(default_factory=dict)
     requests: list[Request] = field(default_factory=list)
-    served_turns: int = 0
-    overrun: int = 0
     ids: int = 0
     # The usage of every message served (agent turns and side requests), by model.
     served: list[tuple[str, Usage]] = field(default_factory=list)
@@ -177,15 +187,15 @@ class MockModel:
 
     def __init__(
         self,
-        script: Sequence[Turn | Failure],
+        script: Sequence[Turn | Failure] | Brain,
         *,
-        agents: dict[str, Sequence[Turn | Failure]] | None = None,
+        agents: dict[str, Sequence[Turn | Failure] | Brain] | None = None,
         max_requests: int = 50,
         lifetime: float = 120.0,
         side_text: str = "none",
     ) -> None:
-        scripts = {key: _Script(list(turns)) for key, turns in (agents or {}).items()}
-        self._state = _State(list(script), max_requests, side_text, scripts)
+        scripts = {key: _script(turns) for key, turns in (agents or {}).items()}
+        self._state = _State(_script(script), max_requests, side_text, scripts)
         self._lifetime = lifetime
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self._state))
         self._server.daemon_threads = True
@@ -229,12 +239,12 @@ class MockModel:
     @property
     def served_turns(self) -> int:
         """How many scripted turns were answered."""
-        return self._state.served_turns
+        return self._state.main.served
 
     @property
     def overrun(self) -> int:
         """Agent-loop requests that came after the script ran out."""
-        return self._state.overrun
+        return self._state.main.overrun
 
     @property
     def served_usage(self) -> dict[str, Usage]:
@@ -282,12 +292,20 @@ class MockModel:
 
     def tool_use_ids(self) -> list[str]:
         """The ids of the tool calls served so far, in order."""
-        return _ids(self._state.script[: self._state.served_turns])
+        return self.tool_use_ids_of(None)
 
-    def tool_use_ids_of(self, key: str) -> list[str]:
-        """The ids of the tool calls served from the subagent script ``key``."""
-        script = self._state.agents[key]
-        return _ids(script.turns[: script.served])
+    def tool_use_ids_of(self, key: str | None) -> list[str]:
+        """The ids of the tool calls served from the subagent script ``key``
+        (None: the main one)."""
+        with self._state.lock:
+            script = self._state.main if key is None else self._state.agents[key]
+            return _ids(script.turns[: script.served])
+
+    def tool_uses(self) -> list[ToolUse]:
+        """The tool calls served from the main script, in order."""
+        with self._state.lock:
+            turns = self._state.main.turns[: self._state.main.served]
+        return [b for t in turns if isinstance(t, Turn) for b in t.blocks if isinstance(b, ToolUse)]
 
 
 def _ids(turns: Sequence[Turn | Failure]) -> list[str]:
@@ -508,22 +526,16 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 prompt = request.first_prompt
                 for key, script in state.agents.items():
                     if key in prompt:
-                        return _serve(script, state)
-                if state.served_turns >= len(state.script):
-                    state.overrun += 1
-                    return say("The script has ended.")
-                turn = state.script[state.served_turns]
-                if isinstance(turn, Turn):
-                    turn = _with_ids(turn, state)
-                    state.script[state.served_turns] = turn
-                state.served_turns += 1
-                return turn
+                        return _serve(script, state, request)
+                return _serve(state.main, state, request)
 
     return Handler
 
 
-def _serve(script: _Script, state: _State) -> Turn | Failure:
-    """The next turn of a subagent's script (the caller holds the lock)."""
+def _serve(script: _Script, state: _State, request: Request) -> Turn | Failure:
+    """The next turn of a script (the caller holds the lock)."""
+    if script.brain is not None:
+        script.turns.append(script.brain(request))
     if script.served >= len(script.turns):
         script.overrun += 1
         return say("The script has ended.")
