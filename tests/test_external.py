@@ -383,7 +383,7 @@ def test_a_lead_reads_at_most_200_bytes_of_gitrun_per_task(git_repo: Path) -> No
 
     batch = lead("start", "e", "--json")
     assert batch["why"] == "canary running"  # and nothing that says nothing:
-    assert set(batch) == {"leased", "agent", "model", "expires", "usage", "why", "reason"}
+    assert set(batch) == {"leased", "agent", "model", "usage", "why", "reason"}
     assert list(batch["leased"]) == ["t0000"]  # the canary: task -> its pointer
     assert batch["agent"] == "gitrun:gitrun-worker"  # the plugin's: no agent file here
     assert batch["usage"] == ".git/gitrun/e/logs/{task}.{attempt}.usage.json"

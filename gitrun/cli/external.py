@@ -26,7 +26,7 @@ def next_batch(
         bool,
         typer.Option(
             "--json",
-            help='Print {"leased": {TASK: POINTER}, "agent", "model", "expires", "usage", '
+            help='Print {"leased": {TASK: POINTER}, "agent", "model", "usage", '
             '"done", "halted", "why", "wait_s", "reason"} as one line of JSON.',
         ),
     ] = False,

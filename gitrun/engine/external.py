@@ -66,8 +66,9 @@ class Batch:
     def to_json(self, full: bool = False) -> dict[str, Any]:
         """The batch for a lead: ``leased`` maps each task to its pointer, and
         what every item shares is said once (the attempts of tasks not on
-        their first); ``full``: a list of every item whole (attempt, stage,
-        outputs, model, expiry, usage file)."""
+        their first); not the expiry, which no lead acts on (gitrun takes a
+        lapsed lease back itself). ``full``: a list of every item whole
+        (attempt, stage, outputs, model, expiry, usage file)."""
         shared: dict[str, Any] = {}
         leased: Any = [
             {k: v for k, v in item.items() if k != "usage_template"} for item in self.leased
@@ -79,7 +80,6 @@ class Batch:
             shared = {
                 "agent": first["agent"],
                 "model": first["model"],
-                "expires": max(item["expires"] for item in self.leased),
                 "usage": first["usage_template"],
             }
             later = {item["task"]: item["attempt"] for item in self.leased if item["attempt"] != 1}

@@ -31,6 +31,7 @@ Stdlib only.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -106,12 +107,18 @@ def say(text: str) -> Turn:
     return Turn((Text(text),))
 
 
-def agent(prompt: str, description: str = "Work on a task", kind: str = "") -> ToolUse:
+def agent(
+    prompt: str, description: str = "Work on a task", kind: str = "", *, wait: bool = False
+) -> ToolUse:
     """One Agent tool call (several in one :class:`Turn` run in parallel);
-    ``kind`` is the ``subagent_type`` (left out when empty)."""
-    tool_input = {"description": description, "prompt": prompt}
+    ``kind`` is the ``subagent_type`` (left out when empty). With ``wait``
+    the call returns when the subagent does (``run_in_background: false``)
+    instead of at once, with a notification when it ends."""
+    tool_input: dict[str, Any] = {"description": description, "prompt": prompt}
     if kind:
         tool_input["subagent_type"] = kind
+    if wait:
+        tool_input["run_in_background"] = False
     return ToolUse("Agent", tool_input)
 
 
@@ -181,6 +188,13 @@ class _State:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client killed mid-request (a test's SIGKILL) is no error of the mock's."""
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
+
 class MockModel:
     """``with MockModel([write(...), say("done")]) as model:`` then point the
     client at ``model.url``."""
@@ -197,7 +211,7 @@ class MockModel:
         scripts = {key: _script(turns) for key, turns in (agents or {}).items()}
         self._state = _State(_script(script), max_requests, side_text, scripts)
         self._lifetime = lifetime
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self._state))
+        self._server = _Server(("127.0.0.1", 0), _handler(self._state))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._serve, daemon=True)
 
