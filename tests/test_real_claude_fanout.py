@@ -22,6 +22,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -295,6 +296,13 @@ def test_sixty_tasks_led_with_only_the_plugin_through_throttles_and_a_killed_lea
     assert sorted(added) == sorted(f"out/{t}.json" for t in TASKS), added
     status = json.loads(_gitrun(git_repo, "status", "r", "--json").stdout)
     assert status["counts"]["done"] == 60 and not status.get("violations"), status
+    # Neither the throttles nor the killed lead's leases used up an attempt.
+    tasks = status["tasks"]
+    assert all(tasks[t]["attempts"] == 0 for t in TASKS), tasks
+    outcomes = Counter(r["outcome"] for t in TASKS for r in tasks[t]["records"])
+    assert set(outcomes) <= {"valid", "throttled", "abandoned"}, outcomes
+    assert outcomes["valid"] == 60 and outcomes["abandoned"] >= 1, outcomes
+    assert outcomes["throttled"] >= 1, outcomes  # a 429 in the killed batch is abandoned
     # What gitrun printed into the leads' context: every result of a gitrun command.
     printed = sum(len(text.encode()) for _command, text in gitrun_results)
     print(f"gitrun printed {printed} B into the leads' context: {printed / 60:.0f} B per task")
