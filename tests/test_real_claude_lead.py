@@ -57,20 +57,23 @@ def set_up(repo: Path, home: Path, how: str) -> str:
     before the lead starts: by ``hooks install`` (files in the repository)
     or as the plugin. The subagent type a lead starts workers as."""
     home.mkdir(exist_ok=True)
-    if how == "hooks":
+    if how in ("hooks", "both"):
         installed = _gitrun(repo, "hooks", "install", "--claude")
-    else:
+        assert installed.returncode == 0, installed.stderr
+    if how in ("plugin", "both"):
         installed = _gitrun(
             repo, "plugin", "install", "--scope", "project", "--sandbox", HOME=str(home)
         )
-    assert installed.returncode == 0, installed.stderr
-    assert (repo / ".claude/agents/gitrun-worker.md").exists() == (how == "hooks")
+        assert installed.returncode == 0, installed.stderr
+    assert (repo / ".claude/agents/gitrun-worker.md").exists() == (how != "plugin")
     git(repo, "add", ".claude")
     git(repo, "commit", "-q", "-m", f"gitrun {how}")
-    return "gitrun-worker" if how == "hooks" else "gitrun:gitrun-worker"
+    return "gitrun:gitrun-worker" if how == "plugin" else "gitrun-worker"
 
 
-@pytest.fixture(params=["hooks", "plugin"])
+# Both: a repository set up with hooks install before the plugin came (each
+# hook then runs twice, and must decide the same both times).
+@pytest.fixture(params=["hooks", "plugin", "both"])
 def setup(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
