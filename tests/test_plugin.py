@@ -184,3 +184,29 @@ def test_plugin_install_puts_it_in_the_scope_loaded_in_place_and_twice_changes_n
         "gitrun: error: `claude plugin uninstall gitrun@gitrun` failed (exit 1): "
     ), missing.stderr
     assert missing.stderr.count("\n") == 1
+
+
+def test_hooks_status_runs_the_plugin_s_hook_where_a_scope_enables_it(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    """A repository led with the plugin has no hook of gitrun's in its
+    settings: `hooks status` runs the plugin's write hook instead, where the
+    local, project or user settings enable it (the first that says wins)."""
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    env = {"HOME": str(home), "PATH": os.pathsep.join([gitrun_bin_dir(), "/usr/bin:/bin"])}
+    enabled = json.dumps({"enabledPlugins": {"gitrun@gitrun": True}})
+    (home / ".claude/settings.json").write_text(enabled)
+    user = _gitrun(git_repo, "hooks", "status", "--claude", **env)
+    assert user.returncode == 0, user.stdout
+    assert user.stdout.startswith(
+        f"ok  the gitrun plugin (enabled in {home}/.claude/settings.json)"
+    )
+    assert "allows an owned write, denies one outside the task's owns" in user.stdout
+    (git_repo / ".claude").mkdir()
+    (git_repo / ".claude/settings.local.json").write_text(
+        json.dumps({"enabledPlugins": {"gitrun@gitrun": False}})
+    )
+    off = _gitrun(git_repo, "hooks", "status", "--claude", **env)
+    assert off.returncode == 1
+    assert "no gitrun write hook; run `gitrun plugin install`" in off.stdout, off.stdout

@@ -9,18 +9,22 @@ local scope (``enabledPlugins``), and the Bash sandbox where it is asked for.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
 from gitrun.errors import GitrunError
 from gitrun.guard.install import (
+    LOCAL_SETTINGS,
     PLUGIN,
     PLUGIN_CALL,
     PLUGIN_FOLDER,
+    SETTINGS,
     install_sandbox,
     plugin_dir,
     portable_gitrun,
+    read_settings,
     uninstall_sandbox,
 )
 from gitrun.resources import data_dir
@@ -34,6 +38,26 @@ TIMEOUT = 120.0  # the client reads a local folder: seconds, unless it hangs
 
 def marketplace_dir() -> Path:
     return data_dir(PLUGIN_FOLDER)
+
+
+def enabled_by(repo: Path) -> str | None:
+    """The settings file that enables the gitrun plugin for sessions in
+    ``repo`` (the local, the project, then the user settings: the first that
+    says wins), or None when none does."""
+    user = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude") / "settings.json"
+    for path, shown in ((repo / LOCAL_SETTINGS, LOCAL_SETTINGS), (repo / SETTINGS, SETTINGS)):
+        said = _enables(path, shown)
+        if said is not None:
+            return shown if said else None
+    return str(user) if _enables(user, str(user)) else None
+
+
+def _enables(path: Path, shown: str) -> bool | None:
+    if not path.is_file():
+        return None
+    plugins = read_settings(path, shown).get("enabledPlugins")
+    said = plugins.get(PLUGIN_ID) if isinstance(plugins, dict) else None
+    return said if isinstance(said, bool) else None
 
 
 def install(repo: Path, scope: str, sandbox: bool) -> list[str]:

@@ -30,13 +30,16 @@ from gitrun.guard.install import (
     CHAINED,
     LOCAL_SETTINGS,
     MARKER,
+    PLUGIN_CALL,
     SETTINGS,
+    claude_hooks,
     gitrun_sandbox_place,
     hooks_dir,
     is_ours,
     read_settings,
     stale_sandbox,
 )
+from gitrun.guard.plugin import enabled_by
 
 SETTINGS_FILES = (SETTINGS, LOCAL_SETTINGS)
 PROBE_RUN = "hook-probe"
@@ -148,8 +151,13 @@ def _write_call(sample: Path, path: str) -> str:
 
 
 def _claude_commands(repo: Path) -> list[tuple[str, str]]:
-    """(where, command) of gitrun's PreToolUse write hooks in the settings files."""
+    """(where, command) of gitrun's PreToolUse write hooks: the plugin's
+    where a settings file enables it, and those in the settings files."""
     found: list[tuple[str, str]] = []
+    enabling = enabled_by(repo)
+    if enabling is not None:
+        command = claude_hooks(PLUGIN_CALL)["PreToolUse"][0]["hooks"][0]["command"]
+        found.append((f"the gitrun plugin (enabled in {enabling}) PreToolUse", command))
     for name in SETTINGS_FILES:
         path = repo / name
         if not path.exists():
@@ -260,7 +268,10 @@ def hook_statuses(repo: Path, claude: bool = True, git_hook: bool = True) -> lis
             if not commands:
                 statuses.append(
                     HookStatus(
-                        SETTINGS, False, "no gitrun write hook; run `gitrun hooks install --claude`"
+                        SETTINGS,
+                        False,
+                        "no gitrun write hook; run `gitrun plugin install` (or `gitrun hooks "
+                        "install --claude` for hooks in the repository)",
                     )
                 )
             for where, command in commands:
