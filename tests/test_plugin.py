@@ -88,6 +88,16 @@ def _gitrun(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[st
     )
 
 
+def _shipped(cwd: Path) -> Path:
+    """The plugin folder of the gitrun the commands run (the installed
+    package's, which is not this checkout's in CI)."""
+    said = _gitrun(cwd, "plugin", "path")
+    assert said.returncode == 0, said.stderr
+    folder = Path(said.stdout.strip())
+    assert (folder / ".claude-plugin/plugin.json").is_file()
+    return folder
+
+
 def test_install_without_claude_says_how_to_get_it_and_writes_nothing(
     git_repo: Path, tmp_path: Path
 ) -> None:
@@ -99,7 +109,8 @@ def test_install_without_claude_says_how_to_get_it_and_writes_nothing(
     )
     assert proc.returncode == 1 and proc.stdout == "", proc
     assert proc.stderr.startswith("gitrun: error: Claude Code (`claude`) is not on PATH; install")
-    assert f"claude --plugin-dir {plugin_dir()}" in proc.stderr and proc.stderr.count("\n") == 1
+    assert f"claude --plugin-dir {_shipped(git_repo)}" in proc.stderr
+    assert proc.stderr.count("\n") == 1
     assert not (git_repo / ".claude").exists()
 
 
@@ -168,7 +179,7 @@ def test_plugin_install_puts_it_in_the_scope_loaded_in_place_and_twice_changes_n
     )
     ours = [p for p in json.loads(listed.stdout) if p["id"] == "gitrun@gitrun"]
     assert [(p["scope"], p["enabled"]) for p in ours] == [(scope, True)], listed.stdout
-    assert Path(ours[0]["readFromFolder"]) == plugin_dir()
+    assert Path(ours[0]["readFromFolder"]) == _shipped(git_repo)
     where = {"user": home / ".claude/settings.json", "project": git_repo / ".claude/settings.json"}
     settings = where.get(scope, git_repo / ".claude/settings.local.json")
     assert json.loads(settings.read_text())["enabledPlugins"] == {"gitrun@gitrun": True}
