@@ -9,7 +9,11 @@ way the layers point, from what everything shares up to the command line.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gitrun"
 
@@ -27,6 +31,7 @@ FLOORS = [
     "gitrun.proof",
     "gitrun.engine",
     "gitrun.commands",
+    "gitrun.mcp",  # the MCP server: the command set again, for MCP clients
     "gitrun.cli",
 ]
 # `python -m gitrun` runs the command line: the one root module at the top.
@@ -173,6 +178,38 @@ def test_only_the_command_line_imports_typer() -> None:
         imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         assert not {m for m in imported if m.split(".")[0] == "typer"}, path
+
+
+def test_only_the_mcp_folder_imports_the_mcp_sdk() -> None:
+    for path in PACKAGE.rglob("*.py"):
+        if path.relative_to(PACKAGE).parts[0] == "mcp":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not {m for m in imported if m.split(".")[0] in ("mcp", "opentelemetry")}, path
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--version"], ["status"], ["hook", "pre-write"], ["next", "--help"]],
+    ids=["version", "status", "hook", "next-help"],
+)
+def test_the_base_commands_import_no_extra(git_repo: Path, args: list[str]) -> None:
+    """`gitrun mcp` costs the rest nothing: no command but it imports the
+    SDK (or an OpenTelemetry package), installed or not."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "gitrun", *args],
+        cwd=git_repo,
+        input="{}",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()]
+    assert "gitrun" in imported, proc.stderr[-2000:]  # the check read what it should
+    extras = [m for m in imported if m.split(".")[0] in ("mcp", "mcp_types", "opentelemetry")]
+    assert not extras, extras
 
 
 def test_every_package_init_is_empty() -> None:

@@ -94,25 +94,15 @@ def check(
     the model comes from configuration. Exit 0 when clean, 1 otherwise.
     """
     from gitrun.definition.load import load_run
-    from gitrun.errors import DefinitionError
-    from gitrun.proof.check import check_run
+    from gitrun.proof.check import check_named, check_run
 
     repo = _repo(ctx)
-    try:
-        run_def = load_run(repo, run)
-    except DefinitionError as exc:
-        if not as_json:
-            raise
-        problems: list[dict[str, object]] = [
-            {"code": "definition", "message": line, "tasks": [], "path": exc.path}
-            for line in exc.lines
-        ]
-        typer.echo(json.dumps(problems, indent=2, allow_nan=False))
-        raise typer.Exit(1) from None
-    report = check_run(run_def)
     if as_json:
-        typer.echo(json.dumps([p.to_json() for p in report.problems], indent=2, allow_nan=False))
-    elif report.problems:
+        problems, _ = check_named(repo, run)
+        typer.echo(json.dumps([p.to_json() for p in problems], indent=2, allow_nan=False))
+        raise typer.Exit(1 if problems else 0)
+    report = check_run(load_run(repo, run))  # a broken definition: its sentences, as an error
+    if report.problems:
         count = len(report.problems)
         typer.echo(f"run {run!r}: {count:,} problem{'s' * (count != 1)}:")
         lines = [f"[{problem.code}] {problem.message}" for problem in report.problems]

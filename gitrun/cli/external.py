@@ -90,3 +90,27 @@ def collect(
     from gitrun.commands.external import collect
 
     raise typer.Exit(collect(_repo(ctx), run, list(throttled or []), as_json, full))
+
+
+@app.command("mcp")
+def mcp_server(ctx: typer.Context) -> None:
+    """Serve this repository's runs to an MCP client on stdin and stdout.
+
+    Tools: status, check, next, collect, retry and report, each the same
+    call as its command (a lease made here is the lease `gitrun next`
+    makes); resource: gitrun://runs/RUN/packet.toml. Configure a client to
+    start `gitrun mcp` in the repository (or `gitrun -C REPO mcp`). Needs
+    the mcp extra: pip install 'gitrun[mcp]'.
+    """
+    repo = _repo(ctx)
+    try:
+        from gitrun.mcp.server import serve
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "mcp":
+            raise
+        from gitrun.errors import GitrunError
+
+        raise GitrunError(
+            "gitrun mcp needs the mcp extra, which is not installed here: pip install 'gitrun[mcp]'"
+        ) from None
+    serve(repo)

@@ -49,10 +49,8 @@ def drive_external(
     return print_batch(run, batch, as_json, full)
 
 
-def next_batch(
-    repo: Path, run: str, max_tasks: int | None, as_json: bool, full: bool = False
-) -> int:
-    """``gitrun next``: lease a batch and print its pointers."""
+def lease(repo: Path, run: str, max_tasks: int | None) -> Batch:
+    """Lease the next batch (``gitrun next``, and the MCP server's ``next``)."""
     from gitrun.engine.external import external_run
 
     if max_tasks is not None and max_tasks < 1:
@@ -60,18 +58,30 @@ def next_batch(
 
         raise UsageError("--max must be 1 or more")
     with external_run(repo, run) as ext:
-        batch = ext.next_batch(max_tasks)
-    return print_batch(run, batch, as_json, full)
+        return ext.next_batch(max_tasks)
 
 
-def collect(repo: Path, run: str, throttled: list[str], as_json: bool, full: bool = False) -> int:
-    """``gitrun collect``: judge every leased task from the disk."""
+def collect_leases(repo: Path, run: str, throttled: list[str]) -> Collected:
+    """Judge every leased task from the disk (``gitrun collect``, and the MCP
+    server's ``collect``)."""
     from gitrun.engine.external import external_run
     from gitrun.store import git
 
     git.prepare_writes()  # it commits what validated: the import overlaps the reads before
     with external_run(repo, run) as ext:
-        collected = ext.collect(throttled)
+        return ext.collect(throttled)
+
+
+def next_batch(
+    repo: Path, run: str, max_tasks: int | None, as_json: bool, full: bool = False
+) -> int:
+    """``gitrun next``: lease a batch and print its pointers."""
+    return print_batch(run, lease(repo, run, max_tasks), as_json, full)
+
+
+def collect(repo: Path, run: str, throttled: list[str], as_json: bool, full: bool = False) -> int:
+    """``gitrun collect``: judge every leased task from the disk."""
+    collected = collect_leases(repo, run, throttled)
     if as_json:
         data = collected.to_json()
         _out(json.dumps(data, indent=2, allow_nan=False) if full else _compact(data))

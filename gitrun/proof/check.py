@@ -11,12 +11,14 @@ import itertools
 from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from gitrun.collector import collector_paused
-from gitrun.definition.load import GITRUN_DIR, RunDef, Task
+from gitrun.definition.load import GITRUN_DIR, RunDef, Task, load_run
 from gitrun.definition.provenance import up_to_date
 from gitrun.definition.runfiles import run_file_problems
 from gitrun.definition.schema import BUILTIN_VALIDATORS
+from gitrun.errors import DefinitionError
 from gitrun.layout import branch_ref
 from gitrun.ownership.claims import OWNS, READS, Claim, OwnerIndex, find_meetings
 from gitrun.ownership.paths import canonical_problem
@@ -94,6 +96,18 @@ class CheckReport:
 
 def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'s' if n != 1 else ''}"
+
+
+def check_named(repo: Path, run_id: str) -> tuple[list[Problem], CheckReport | None]:
+    """``gitrun check RUN --json`` (and the MCP server's ``check``): every
+    problem of the run, a definition that does not load as one problem per
+    broken field (code ``definition``, and no report)."""
+    try:
+        run = load_run(repo, run_id)
+    except DefinitionError as exc:
+        return [Problem("definition", line, (), exc.path) for line in exc.lines], None
+    report = check_run(run)
+    return report.problems, report
 
 
 def check_run(

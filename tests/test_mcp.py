@@ -1,0 +1,253 @@
+"""``gitrun mcp`` driven by the official SDK's own client over stdio.
+
+Every tool, the packet resource, the arguments a client gets wrong, and a
+server killed in the middle of a call. Skipped, with the reason, without
+the mcp extra (``pip install '.[mcp]'``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import commit_all, git, write_run
+
+pytest.importorskip("mcp", reason="the mcp extra is not installed: pip install '.[mcp]'")
+
+import anyio
+from mcp.client import Client
+from mcp.client.stdio import StdioServerParameters
+
+TASKS = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(1, 5)]
+EXTERNAL = {"executor": {"kind": "external"}, "limits": {"canary": 0, "concurrency": 2}}
+
+
+@pytest.fixture
+def repo(git_repo: Path) -> Path:
+    write_run(git_repo, "r", TASKS, EXTERNAL)
+    commit_all(git_repo, "run r")
+    return git_repo
+
+
+@asynccontextmanager
+async def _client(repo: Path) -> AsyncIterator[Client]:
+    server = StdioServerParameters(
+        command=sys.executable, args=["-m", "gitrun", "mcp"], cwd=repo, env=dict(os.environ)
+    )
+    async with Client(server) as client:
+        yield client
+
+
+def _session(repo: Path, body: Callable[[Client], Awaitable[None]]) -> None:
+    async def main() -> None:
+        with anyio.fail_after(120):  # a server that hangs fails the test, not the suite
+            async with _client(repo) as client:
+                await body(client)
+
+    anyio.run(main)
+
+
+async def _call(client: Client, tool: str, **args: Any) -> tuple[bool, Any]:
+    """(is_error, the structured result or the error's text)."""
+    result = await client.call_tool(tool, args)
+    if result.is_error:
+        return True, " ".join(getattr(c, "text", "") for c in result.content)
+    return False, result.structured_content
+
+
+def _gitrun(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gitrun", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_tools_are_typed_and_a_lease_made_here_is_the_lease_of_gitrun_next(
+    repo: Path,
+) -> None:
+    """next and collect over MCP and on the command line share one engine:
+    a lease made through the server is collected by `gitrun collect`, and
+    the other way round."""
+    seen: dict[str, Any] = {}
+
+    async def body(client: Client) -> None:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(listed) == {"status", "check", "next", "collect", "retry", "report"}
+        for tool in listed.values():
+            assert tool.description and tool.input_schema["required"] == ["run"], tool
+            assert tool.output_schema is not None and tool.output_schema["type"] == "object"
+        assert listed["next"].input_schema["properties"]["max"]["anyOf"][0]["minimum"] == 1
+        ok, check = await _call(client, "check", run="r")
+        assert not ok and check["ready"] and check["problems"] == [], check
+        assert "4 tasks in 1 stage" in check["summary"]
+        assert (await _call(client, "next", run="r"))[0]  # not started: the command's sentence
+        started = _gitrun(repo, "start", "r", "--json")  # the command line starts the run
+        assert started.returncode == 0, started.stderr
+        (repo / "out/t1.json").write_text('{"ok": 1}')
+        (repo / "out/t2.json").write_text('{"ok": 2}')
+        ok, collected = await _call(client, "collect", run="r")
+        assert not ok and collected["done"] == ["t1", "t2"], collected
+        assert "`gitrun next r`" in collected["next"]
+        ok, batch = await _call(client, "next", run="r", max=1)
+        assert not ok and list(batch["leased"]) == ["t3"] and batch["why"] == "max", batch
+        assert batch["agent"] == "gitrun:gitrun-worker" and batch["leased"]["t3"].startswith(
+            "gitrun run r, task t3: follow .gitrun/runs/r/packet.toml."
+        )
+        seen["batch"] = batch
+        ok, status = await _call(client, "status", run="r")
+        assert (
+            not ok
+            and status["counts"]["done"] == 2
+            and status["tasks"]["t3"]["status"] == ("running")
+        ), status
+        ok, retried = await _call(client, "retry", run="r")
+        assert not ok and retried == {
+            "tasks": [],
+            "lifted": None,
+            "max_cost_usd": None,
+            "max_tokens": None,
+        }
+        ok, raised = await _call(client, "retry", run="r", max_cost_usd=2.5)
+        assert not ok and raised["max_cost_usd"] == 2.5, raised
+        ok, report = await _call(client, "report", run="r", output="r.html")
+        assert not ok and Path(report["path"]) == repo / "r.html"
+        assert (repo / "r.html").read_text().lower().startswith("<!doctype html>")
+        packet = await client.read_resource("gitrun://runs/r/packet.toml")
+        assert packet.contents[0].text == (repo / ".gitrun/runs/r/packet.toml").read_text()
+
+    _session(repo, body)
+    # The lease the server made is gitrun's own: the command line collects it.
+    (repo / "out/t3.json").write_text('{"ok": 3}')
+    done = _gitrun(repo, "collect", "r", "--json")
+    assert json.loads(done.stdout)["done"] == ["t3"], done.stdout
+    added = git(repo, "log", "gitrun/r", "--format=", "--name-only", "--", "out/").split()
+    assert sorted(added) == ["out/t1.json", "out/t2.json", "out/t3.json"]
+
+
+def test_what_a_client_gets_wrong_is_the_command_s_sentence_as_a_tool_error(repo: Path) -> None:
+    async def body(client: Client) -> None:
+        error, said = await _call(client, "status", run="nosuch")
+        assert error and "no run 'nosuch'" in said and "gitrun new nosuch" in said, said
+        error, said = await _call(client, "next", run=3)
+        assert error and "run" in said and "valid string" in said, said
+        error, said = await _call(client, "next", run="r", max=0)
+        assert error and "greater than or equal to 1" in said, said
+        _gitrun(repo, "start", "r")
+        error, said = await _call(client, "collect", run="r", throttled=["t4"])
+        assert error and "--throttled names t4, which is not leased" in said, said
+        error, said = await _call(client, "retry", run="r", max_cost_usd=-1)
+        assert error and "budget" in said, said
+        error, said = await _call(client, "nosuch", run="r")
+        assert error, said
+        with pytest.raises(Exception, match="run 'nosuch' has no packet here"):
+            await client.read_resource("gitrun://runs/nosuch/packet.toml")
+        for uri in ("gitrun://runs/..%2Fx/packet.toml", "gitrun://runs/A%20B/packet.toml"):
+            # The SDK refuses a parameter that climbs out; gitrun, one that is no run id.
+            with pytest.raises(Exception, match=r"Unknown resource|is no run id"):
+                await client.read_resource(uri)
+        error, said = await _call(client, "check", run="broken")
+        assert error and "no run 'broken'" in said, said
+
+    _session(repo, body)
+
+
+def test_a_definition_that_does_not_load_is_a_list_of_problems(git_repo: Path) -> None:
+    write_run(git_repo, "b", TASKS, {**EXTERNAL, "limits": {"concurrency": "many"}})
+    commit_all(git_repo, "run b")
+
+    async def body(client: Client) -> None:
+        error, check = await _call(client, "check", run="b")
+        assert not error and not check["ready"] and check["summary"] == "", check
+        (problem,) = check["problems"]
+        assert problem["code"] == "definition" and "limits.concurrency" in problem["message"]
+
+    _session(git_repo, body)
+
+
+def test_a_linked_packet_is_not_served(repo: Path, tmp_path: Path) -> None:
+    """The resource reads a run's packet only as a regular file reached
+    without a link: a link could name any file of the machine."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the secret")
+    link_run = repo / ".gitrun/runs/l"
+    link_run.mkdir()
+    (link_run / "packet.toml").symlink_to(secret)
+
+    async def body(client: Client) -> None:
+        with pytest.raises(Exception, match="no packet here"):
+            await client.read_resource("gitrun://runs/l/packet.toml")
+
+    _session(repo, body)
+
+
+def _rpc(proc: subprocess.Popen[bytes], message: dict[str, Any]) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write((json.dumps(message) + "\n").encode())
+    proc.stdin.flush()
+
+
+def test_a_server_killed_in_the_middle_of_a_collect_leaves_nothing_half_written(
+    repo: Path,
+) -> None:
+    """SIGKILL at growing moments into a collect that commits: whenever it
+    lands, the run stays whole, and the next collect finishes the work with
+    every output committed once."""
+    assert _gitrun(repo, "start", "r").returncode == 0
+    for task in ("t1", "t2"):
+        (repo / f"out/{task}.json").write_text(json.dumps({"task": task}))
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"},
+        },
+    }
+    collect = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "collect", "arguments": {"run": "r"}},
+    }
+    for delay in (0.0, 0.05, 0.15, 0.3, 0.6):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gitrun", "mcp"],
+            cwd=repo,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            _rpc(proc, hello)
+            assert proc.stdout is not None and b'"id":1' in proc.stdout.readline()
+            _rpc(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+            _rpc(proc, collect)
+            time.sleep(delay)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)  # the server we started, and its children
+            proc.communicate(timeout=60)
+        status = _gitrun(repo, "status", "r", "--json")
+        assert status.returncode == 0, status.stderr
+    done = _gitrun(repo, "collect", "r", "--json")
+    assert done.returncode == 0, done.stderr
+    status = json.loads(_gitrun(repo, "status", "r", "--json").stdout)
+    assert status["tasks"]["t1"]["status"] == status["tasks"]["t2"]["status"] == "done", status
+    added = git(repo, "log", "gitrun/r", "--format=", "--name-only", "--", "out/").split()
+    assert sorted(added) == ["out/t1.json", "out/t2.json"], added
+    git(repo, "fsck", "--no-progress")  # fails the test on a broken object or ref
