@@ -85,7 +85,16 @@ def test_the_tools_are_typed_and_a_lease_made_here_is_the_lease_of_gitrun_next(
 
     async def body(client: Client) -> None:
         listed = {t.name: t for t in (await client.list_tools()).tools}
-        assert set(listed) == {"status", "check", "next", "collect", "retry", "report"}
+        assert set(listed) == {
+            "status",
+            "check",
+            "start",
+            "resume",
+            "next",
+            "collect",
+            "retry",
+            "report",
+        }
         for tool in listed.values():
             assert tool.description and tool.input_schema["required"] == ["run"], tool
             assert tool.output_schema is not None and tool.output_schema["type"] == "object"
@@ -93,9 +102,11 @@ def test_the_tools_are_typed_and_a_lease_made_here_is_the_lease_of_gitrun_next(
         ok, check = await _call(client, "check", run="r")
         assert not ok and check["ready"] and check["problems"] == [], check
         assert "4 tasks in 1 stage" in check["summary"]
-        assert (await _call(client, "next", run="r"))[0]  # not started: the command's sentence
-        started = _gitrun(repo, "start", "r", "--json")  # the command line starts the run
-        assert started.returncode == 0, started.stderr
+        error, said = await _call(client, "next", run="r")  # not started: the command's words
+        assert error and "run 'r' has not started; start it with `gitrun start r`" in said
+        ok, started = await _call(client, "start", run="r")
+        assert not ok and list(started["batch"]["leased"]) == ["t1", "t2"], started
+        assert started["collected"] is None and "started on branch gitrun/r" in started["said"][0]
         (repo / "out/t1.json").write_text('{"ok": 1}')
         (repo / "out/t2.json").write_text('{"ok": 2}')
         ok, collected = await _call(client, "collect", run="r")
@@ -135,6 +146,17 @@ def test_the_tools_are_typed_and_a_lease_made_here_is_the_lease_of_gitrun_next(
     assert json.loads(done.stdout)["done"] == ["t3"], done.stdout
     added = git(repo, "log", "gitrun/r", "--format=", "--name-only", "--", "out/").split()
     assert sorted(added) == ["out/t1.json", "out/t2.json", "out/t3.json"]
+    # And the other way: a lease of `gitrun next`, then a new lead resumes over MCP.
+    assert json.loads(_gitrun(repo, "next", "r", "--json").stdout)["leased"].keys() == {"t4"}
+
+    async def resumed(client: Client) -> None:
+        ok, again = await _call(client, "resume", run="r")
+        assert not ok and again["collected"]["abandoned"] == ["t4"], again
+        assert list(again["batch"]["leased"]) == ["t4"] and again["batch"]["attempts"] == {
+            "t4": 2
+        }, again
+
+    _session(repo, resumed)
 
 
 def test_what_a_client_gets_wrong_is_the_command_s_sentence_as_a_tool_error(repo: Path) -> None:
@@ -145,7 +167,7 @@ def test_what_a_client_gets_wrong_is_the_command_s_sentence_as_a_tool_error(repo
         assert error and "run" in said and "valid string" in said, said
         error, said = await _call(client, "next", run="r", max=0)
         assert error and "greater than or equal to 1" in said, said
-        _gitrun(repo, "start", "r")
+        assert not (await _call(client, "start", run="r"))[0]
         error, said = await _call(client, "collect", run="r", throttled=["t4"])
         assert error and "--throttled names t4, which is not leased" in said, said
         error, said = await _call(client, "retry", run="r", max_cost_usd=-1)
@@ -162,6 +184,18 @@ def test_what_a_client_gets_wrong_is_the_command_s_sentence_as_a_tool_error(repo
         assert error and "no run 'broken'" in said, said
 
     _session(repo, body)
+
+
+def test_a_run_gitrun_drives_itself_is_not_started_over_mcp(git_repo: Path) -> None:
+    write_run(git_repo, "c", TASKS)  # [executor] kind = "command"
+    commit_all(git_repo, "run c")
+
+    async def body(client: Client) -> None:
+        error, said = await _call(client, "start", run="c")
+        assert error and "run 'c' is not external" in said and "`gitrun start c`" in said, said
+
+    _session(git_repo, body)
+    assert "gitrun/c" not in git(git_repo, "branch", "--list", "gitrun/c")
 
 
 def test_a_definition_that_does_not_load_is_a_list_of_problems(git_repo: Path) -> None:

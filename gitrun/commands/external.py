@@ -36,17 +36,30 @@ def drive_external(
 ) -> int:
     """start/resume of an external run: the branch (start), a collect (resume),
     a batch; ``event`` says what the start or resume did."""
+    collected, batch = begin(repo, run, resume, event, rerun_all, take_edits)
+    if collected is not None and not as_json:
+        print_collected(collected)
+    return print_batch(run, batch, as_json, full)
+
+
+def begin(
+    repo: Path,
+    run: str,
+    resume: bool,
+    event: Callable[[str], None],
+    rerun_all: bool = False,
+    take_edits: bool = False,
+) -> tuple[Collected | None, Batch]:
+    """Start or resume an external run (``gitrun start``/``resume``, and the
+    MCP server's): what a resume collected (leases of a lead that is gone
+    come back abandoned, using no attempt), and the first batch."""
     from gitrun.commands.session import prepare_external
     from gitrun.engine.external import external_run
 
     prepare_external(repo, run, event, resume, rerun_all, take_edits)
     with external_run(repo, run, afresh=True) as ext:
-        if resume:
-            collected = ext.collect([], abandon=True)
-            if not as_json:
-                print_collected(collected)
-        batch = ext.next_batch(None)
-    return print_batch(run, batch, as_json, full)
+        collected = ext.collect([], abandon=True) if resume else None
+        return collected, ext.next_batch(None)
 
 
 def lease(repo: Path, run: str, max_tasks: int | None) -> Batch:

@@ -1,8 +1,9 @@
 """``gitrun mcp``: gitrun's lead commands as an MCP server on stdio.
 
 For leads in any agent client that speaks MCP (codex, Gemini CLI, Cursor,
-Claude Code, an Agent SDK program): ``status``, ``check``, ``next``,
-``collect``, ``retry`` and ``report`` are tools with typed input and output,
+Claude Code, an Agent SDK program): ``status``, ``check``, ``start`` and
+``resume`` (of an external run), ``next``, ``collect``, ``retry`` and
+``report`` are tools with typed input and output,
 each the very function its command calls, so a lease made here is the
 lease ``gitrun next`` makes (one engine, one record); a run's packet is the
 resource ``gitrun://runs/{run}/packet.toml``. A failure is the command's
@@ -23,6 +24,10 @@ from pydantic import BaseModel, Field
 
 import gitrun
 from gitrun.errors import GitrunError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gitrun.engine.external import Batch, Collected
 
 RunName = Annotated[str, Field(description="The run's id (its folder under .gitrun/runs/).")]
 _T = TypeVar("_T")
@@ -92,6 +97,23 @@ class ReportOut(BaseModel):
     path: str = Field(description="The HTML page written.")
 
 
+class StartedOut(BaseModel):
+    """An external run started or resumed."""
+
+    said: list[str] = Field(description="What the start or resume did, a line each.")
+    collected: CollectedOut | None = Field(description="What a resume collected.")
+    batch: BatchOut = Field(description="The first batch.")
+
+
+def _batch(batch: Batch) -> BatchOut:
+    data = {**batch.to_json(), "violations": batch.violations, "notices": batch.notices}
+    return BatchOut.model_validate(data)
+
+
+def _collected(collected: Collected) -> CollectedOut:
+    return CollectedOut.model_validate(collected.to_json())
+
+
 def build(repo: Path) -> MCPServer[Any]:
     """The server for the repository at ``repo``."""
     server: MCPServer[Any] = MCPServer(
@@ -128,6 +150,41 @@ def build(repo: Path) -> MCPServer[Any]:
             problems=[ProblemOut.model_validate(p.to_json()) for p in problems],
         )
 
+    def begun(run: str, resume: bool) -> StartedOut:
+        from gitrun.commands.external import begin
+        from gitrun.commands.session import bring_definition
+        from gitrun.definition.load import load_run
+
+        said: list[str] = []
+        if resume:
+            bring_definition(repo, run, said.append)  # a fresh clone: from the run's branch
+        if load_run(repo, run).executor_kind != "external":
+            raise GitrunError(
+                f"run {run!r} is not external (its [executor] kind runs the workers itself): "
+                f"drive it with `gitrun {'resume' if resume else 'start'} {run}`"
+            )
+        collected, batch = begin(repo, run, resume, said.append)
+        return StartedOut(
+            said=said,
+            collected=None if collected is None else _collected(collected),
+            batch=_batch(batch),
+        )
+
+    @server.tool(
+        description="Start an external run: check it, create its branch gitrun/RUN and lease "
+        "the first batch (the canary, which runs alone)."
+    )
+    def start(run: RunName) -> StartedOut:
+        return call(lambda: begun(run, resume=False))
+
+    @server.tool(
+        description="Resume an external run after a pause, a crash, another lead or another "
+        "machine: collect what reached the disk (the leases of a lead that is gone come back "
+        "abandoned, using no attempt) and lease the next batch."
+    )
+    def resume(run: RunName) -> StartedOut:
+        return call(lambda: begun(run, resume=True))
+
     @server.tool(
         name="next",
         description="Lease the next batch of an external run: a pointer per task, each the "
@@ -139,11 +196,7 @@ def build(repo: Path) -> MCPServer[Any]:
     ) -> BatchOut:
         from gitrun.commands.external import lease
 
-        batch = call(lambda: lease(repo, run, max))
-        data = batch.to_json()
-        return BatchOut.model_validate(
-            {**data, "violations": batch.violations, "notices": batch.notices}
-        )
+        return _batch(call(lambda: lease(repo, run, max)))
 
     @server.tool(
         description="Judge every leased task of an external run from the disk: commit what "
@@ -157,9 +210,7 @@ def build(repo: Path) -> MCPServer[Any]:
     ) -> CollectedOut:
         from gitrun.commands.external import collect_leases
 
-        return CollectedOut.model_validate(
-            call(lambda: collect_leases(repo, run, list(throttled))).to_json()
-        )
+        return _collected(call(lambda: collect_leases(repo, run, list(throttled))))
 
     @server.tool(
         description="Give failed tasks a fresh set of attempts and lift a halt; with "
@@ -218,7 +269,7 @@ def build(repo: Path) -> MCPServer[Any]:
             raise ResourceError(f"run {run!r} has no packet here ({RUNS_DIR}/{run}/{PACKET_NAME})")
         return data.decode("utf-8", errors="replace")
 
-    del status, check, next_batch, collect, retry, report, packet  # registered
+    del status, check, start, resume, next_batch, collect, retry, report, packet  # registered
     return server
 
 

@@ -112,6 +112,8 @@ class OpenAIMock(ScriptedServer):
                 "arguments": json.dumps(turn.args),
                 "status": "completed",
             }
+            if turn.namespace:
+                item["namespace"] = turn.namespace
         else:
             item = {
                 "type": "message",

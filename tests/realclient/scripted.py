@@ -25,11 +25,14 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Call:
-    """The model calls tool ``name`` with ``args``; ``id`` is made up when empty."""
+    """The model calls tool ``name`` with ``args``; ``id`` is made up when
+    empty; ``namespace``: the group of tools it is in (codex offers an MCP
+    server's tools as one namespace)."""
 
     name: str
     args: dict[str, Any]
     id: str = ""
+    namespace: str = ""
 
 
 @dataclass(frozen=True)
@@ -138,7 +141,7 @@ class ScriptedServer:
             turn = state.script[state.served]
             if isinstance(turn, Call) and not turn.id:
                 state.ids += 1
-                turn = Call(turn.name, turn.args, f"call_mock_{state.ids:04d}")
+                turn = Call(turn.name, turn.args, f"call_mock_{state.ids:04d}", turn.namespace)
                 state.script[state.served] = turn
             state.served += 1
             return turn
