@@ -1,0 +1,141 @@
+"""Real agent clients lead an external run through ``gitrun mcp``.
+
+codex 0.171, configured with gitrun's MCP server in a private
+``CODEX_HOME``, talks to the scripted Responses API on 127.0.0.1 (no
+network, no key). It offers the server's tools to the model as one
+namespace, ``mcp__gitrun``; the model starts the run, writes the outputs
+with its shell, names a task wrongly, collects and asks for the next batch.
+Claude Code, given the server with ``--mcp-config``, calls the same
+tools as ``mcp__gitrun__<tool>``. Skipped, with the reason, without the
+client (``.ci/install-clients``) or the mcp extra.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import commit_all, git, write_run
+from tests.realclient.clis import client_binary, gitrun, offline_env, private_bin
+from tests.realclient.openai_mock import OpenAIMock, shell
+from tests.realclient.scripted import Call, Reply
+
+pytestmark = pytest.mark.realclient
+pytest.importorskip("mcp", reason="the mcp extra is not installed: pip install '.[mcp]'")
+
+NAMESPACE = "mcp__gitrun"  # how codex offers an MCP server's tools
+TASKS = ["t1", "t2", "t3"]
+LEAD_ARGS = ["--ephemeral", "--json", "Lead the gitrun run r."]
+
+
+def _codex_env(tmp_path: Path, base_url: str, repo: Path) -> dict[str, str]:
+    codex_home = tmp_path / "home" / ".codex"
+    codex_home.mkdir(parents=True)
+    (codex_home / "config.toml").write_text(
+        'model_provider = "mock"\n'
+        "request_max_retries = 0\n\n"
+        "[model_providers.mock]\n"
+        'name = "mock"\n'
+        f'base_url = "{base_url}"\n'
+        'wire_api = "responses"\n'
+        'env_key = "OPENAI_API_KEY"\n\n'
+        # What the agent-clients page shows, with this interpreter's gitrun.
+        "[mcp_servers.gitrun]\n"
+        f"command = {json.dumps(sys.executable)}\n"
+        f'args = ["-m", "gitrun", "-C", {json.dumps(str(repo))}, "mcp"]\n'
+        'default_tools_approval_mode = "approve"\n'
+    )
+    scratch = tmp_path / "scratch"  # codex refuses its sandbox helper under TMPDIR
+    scratch.mkdir()
+    return offline_env(
+        tmp_path / "home",
+        private_bin(tmp_path, "codex"),
+        CODEX_HOME=str(codex_home),
+        OPENAI_API_KEY="sk-mock-not-a-key",
+        TMPDIR=str(scratch),
+    )
+
+
+def _tool(name: str, **args: Any) -> Call:
+    return Call(name, args, namespace=NAMESPACE)
+
+
+def _result(text: str) -> dict[str, Any]:
+    """The tool's structured result in what codex told the model."""
+    found = json.loads(text[text.index("{") : text.rindex("}") + 1])
+    assert isinstance(found, dict), text
+    return found
+
+
+def test_a_codex_lead_starts_collects_and_finishes_a_run_over_mcp(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    binary = client_binary("codex")
+    packet = {"executor": {"kind": "external"}, "limits": {"canary": 0, "concurrency": 3}}
+    write_run(git_repo, "r", [{"id": t, "outputs": [f"out/{t}.json"]} for t in TASKS], packet)
+    commit_all(git_repo, "run r")
+    writes = " && ".join(f'printf \'{{"task": "{t}"}}\' > out/{t}.json' for t in TASKS)
+    script = [
+        _tool("start", run="r"),
+        shell(f"mkdir -p out && {writes}"),
+        _tool("collect", run="r", throttled=["t9"]),  # no such lease: the tool says so
+        _tool("collect", run="r"),
+        _tool("next", run="r"),
+        Reply("Every task is done."),
+    ]
+    with OpenAIMock(script) as api:
+        env = _codex_env(tmp_path, api.url + "/v1", git_repo)
+        proc = subprocess.run(
+            [binary, "exec", "--model", "gpt-mock", "--sandbox", "workspace-write", *LEAD_ARGS],
+            cwd=git_repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            stdin=subprocess.DEVNULL,
+        )
+        assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
+        told = api.function_outputs()
+        start, write, wrong, collect, after = (told[i] for i in api.call_ids())
+    assert list(_result(start)["batch"]["leased"]) == TASKS, start
+    assert "unsupported call" not in write, write
+    assert "--throttled names t9, which is not leased" in wrong, wrong
+    assert _result(collect)["done"] == TASKS, collect
+    assert _result(after)["done"] is True, after
+    # The run's own record says the same: every output committed once.
+    added = git(git_repo, "log", "gitrun/r", "--format=", "--name-only", "--", "out/").split()
+    assert sorted(added) == [f"out/{t}.json" for t in TASKS], added
+    status = json.loads(gitrun(git_repo, env, "status", "r", "--json").stdout)
+    assert status["counts"]["done"] == 3 and not status["violations"], status
+
+
+def test_a_claude_code_lead_calls_gitrun_s_tools_over_mcp(git_repo: Path, tmp_path: Path) -> None:
+    from tests.realclient.claude import claude_binary, claude_env, run_claude
+    from tests.realclient.mockmodel import MockModel, ToolUse, Turn, say
+
+    claude_binary()
+    packet = {"executor": {"kind": "external"}, "limits": {"canary": 0, "concurrency": 3}}
+    write_run(git_repo, "r", [{"id": t, "outputs": [f"out/{t}.json"]} for t in TASKS], packet)
+    commit_all(git_repo, "run r")
+    server = {"command": sys.executable, "args": ["-m", "gitrun", "-C", str(git_repo), "mcp"]}
+    config = json.dumps({"mcpServers": {"gitrun": server}})
+    lead = [
+        Turn((ToolUse("mcp__gitrun__start", {"run": "r"}),)),
+        Turn((ToolUse("mcp__gitrun__status", {"run": "r"}),)),
+        say("Started."),
+    ]
+    (tmp_path / "home").mkdir()
+    with MockModel(lead) as model:
+        env = claude_env(tmp_path / "home", model.url)
+        proc = run_claude(
+            git_repo, "Lead r.", env, "--mcp-config", config, "--allowedTools", "mcp__gitrun"
+        )
+        assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
+        start, status = (model.tool_result(i) for i in model.tool_use_ids())
+    assert not start[0] and list(_result(start[1])["batch"]["leased"]) == TASKS, start
+    assert not status[0] and _result(status[1])["counts"]["running"] == 3, status
