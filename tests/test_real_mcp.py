@@ -139,3 +139,45 @@ def test_a_claude_code_lead_calls_gitrun_s_tools_over_mcp(git_repo: Path, tmp_pa
         start, status = (model.tool_result(i) for i in model.tool_use_ids())
     assert not start[0] and list(_result(start[1])["batch"]["leased"]) == TASKS, start
     assert not status[0] and _result(status[1])["counts"]["running"] == 3, status
+
+
+def test_a_gemini_cli_lead_calls_gitrun_s_tools_over_mcp(git_repo: Path, tmp_path: Path) -> None:
+    """gemini-cli 0.61 names an MCP server's tools mcp_<server>_<tool>, and
+    runs them without asking when the server is trusted."""
+    from tests.realclient.gemini_mock import GeminiMock
+
+    binary = client_binary("gemini")
+    packet = {"executor": {"kind": "external"}, "limits": {"canary": 0, "concurrency": 3}}
+    write_run(git_repo, "r", [{"id": t, "outputs": [f"out/{t}.json"]} for t in TASKS], packet)
+    commit_all(git_repo, "run r")
+    home = tmp_path / "home"
+    (home / ".gemini").mkdir(parents=True)
+    server = {"command": sys.executable, "args": ["-m", "gitrun", "-C", str(git_repo), "mcp"]}
+    settings = {
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "mcpServers": {"gitrun": {**server, "trust": True}},
+    }
+    (home / ".gemini" / "settings.json").write_text(json.dumps(settings))
+    script = [Call("mcp_gitrun_start", {"run": "r"}), Call("mcp_gitrun_status", {"run": "r"})]
+    with GeminiMock([*script, Reply("Started.")]) as api:
+        env = offline_env(
+            home,
+            private_bin(tmp_path, "gemini"),
+            GOOGLE_GEMINI_BASE_URL=api.url,
+            GEMINI_API_KEY="mock-not-a-key",
+        )
+        proc = subprocess.run(
+            [binary, "--model", "gemini-mock", "--skip-trust", "--output-format", "json", "--prompt", "Lead the gitrun run r."],
+            cwd=git_repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            stdin=subprocess.DEVNULL,
+        )
+        assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
+        told = {r["name"]: json.dumps(r["response"]) for r in api.function_responses()}
+    start = json.loads(told["mcp_gitrun_start"])["output"]
+    assert list(_result(start)["batch"]["leased"]) == TASKS, start
+    status = json.loads(told["mcp_gitrun_status"])["output"]
+    assert _result(status)["counts"]["running"] == 3, status
