@@ -167,7 +167,16 @@ def test_a_gemini_cli_lead_calls_gitrun_s_tools_over_mcp(git_repo: Path, tmp_pat
             GEMINI_API_KEY="mock-not-a-key",
         )
         proc = subprocess.run(
-            [binary, "--model", "gemini-mock", "--skip-trust", "--output-format", "json", "--prompt", "Lead the gitrun run r."],
+            [
+                binary,
+                "--model",
+                "gemini-mock",
+                "--skip-trust",
+                "--output-format",
+                "json",
+                "--prompt",
+                "Lead the gitrun run r.",
+            ],
             cwd=git_repo,
             env=env,
             capture_output=True,

@@ -50,6 +50,7 @@ from gitrun.engine.states import (
     committed_tasks,
 )
 from gitrun.engine.status import RunStatus, read_status, status_of
+from gitrun.engine.traces import NoTraces, Traces, open_traces
 from gitrun.errors import EXIT_DONE, EXIT_FAILED, EXIT_HALTED
 from gitrun.processes import reaper
 from gitrun.processes.proc import clean_env
@@ -134,6 +135,7 @@ class Driver:
         self.limits = run.limits
         self.tasks = run.tasks_by_id
         self.journal: Journal | None = None  # started when driving starts
+        self.traces: Traces = NoTraces()  # opened when driving starts (gitrun.engine.traces)
         # Nothing runs yet: the attempts a dead driver's journal names are
         # recovered (recover) before this driver starts its own.
         tip = committer.last_tip or git.rev_parse(self.repo, committer.ref)
@@ -290,6 +292,7 @@ class Driver:
     def drive(self) -> RunOutcome:
         # Orphans are handled (recover_orphans) before a new journal begins.
         self.journal = Journal(self.local)
+        self.traces = open_traces(self.run.id, len(self.tasks), self.report)
         self._isolate()
         parked = self.governor.parked_text(time.time())  # from the ledger: a usage limit's reset
         if parked:
@@ -314,8 +317,7 @@ class Driver:
                     halt = self.governor.halt
                     if halt is not None and not halted_reported:
                         halted_reported = True
-                        self.report(f"halted: {halt.message}")
-                        self.engine.record_halt(self.ledger)
+                        self._halted(halt)
                     if not self.stopping and halt is None:
                         self._launch_ready(now)
                         self._say_load_gate()
@@ -342,8 +344,7 @@ class Driver:
                 self._audit()  # before the last commit, so violations reach the ledger
                 halt = self.governor.halt
                 if halt is not None and not halted_reported:
-                    self.report(f"halted: {halt.message}")
-                    self.engine.record_halt(self.ledger)
+                    self._halted(halt)
             finally:
                 for attempt in self.running.values():
                     attempt.stop()
@@ -355,9 +356,15 @@ class Driver:
                 # to tell a later driver, which would read it all to find so.
                 self.journal.close(discard=not self.running)
                 self.ledger.close()
+                self.traces.close()
         if commits.error is not None:
             raise commits.error
         return self._outcome()
+
+    def _halted(self, halt: Halt) -> None:
+        self.report(f"halted: {halt.message}")
+        self.engine.record_halt(self.ledger)
+        self.traces.event("halt", {"gitrun.halt": halt.kind, "message": halt.message})
 
     def _handle_stops(self, commits: CommitQueue) -> None:
         if self.stopping:
@@ -535,6 +542,7 @@ class Driver:
         env = {**self.base_env, **{_env_name(k): v for k, v in values.items()}}
         env.update(self.run.packet.executor.env)
         env["GITRUN_ATTEMPT_ID"] = attempt_id
+        env.update(self.traces.attempt_started(task.id, number, time.time()))
         log = self.local.log_of(task.id, number)
         self.local.prune_logs(task.id, number)
         if not self.made_logs:
@@ -662,6 +670,7 @@ class Driver:
         )
         crash_point("end.judged")
         status = self.engine.end(self.ledger, ended)
+        self.traces.attempt_ended(ended)
         crash_point("end.recorded")
         assert self.journal is not None
         self.journal.write(JournalEntry(end.task, end.attempt, end=True, throttles=throttles))
@@ -724,6 +733,7 @@ class Driver:
         reason = f"usage limit of {client}"
         if until > self.governor.parked_until:
             self.engine.record_park(self.ledger, until, reason)
+            self.traces.event("park", {"gitrun.until": ledger.iso(until), "reason": reason})
             if self.commits is not None:  # on the branch now: a move to another clone waits too
                 self.commits.flush()
             read = (
