@@ -23,12 +23,13 @@ import pytest
 from tests.helpers import commit_all, git, write_run
 from tests.realclient.clis import client_binary, gitrun, offline_env, private_bin
 from tests.realclient.openai_mock import OpenAIMock, shell
-from tests.realclient.scripted import Call, Reply
+from tests.realclient.scripted import Answer, Call, Reply, Request
 
 pytestmark = pytest.mark.realclient
 pytest.importorskip("mcp", reason="the mcp extra is not installed: pip install '.[mcp]'")
 
 NAMESPACE = "mcp__gitrun"  # how codex offers an MCP server's tools
+WAITS = 120
 TASKS = ["t1", "t2", "t3"]
 LEAD_ARGS = ["--ephemeral", "--json", "Lead the gitrun run r."]
 
@@ -49,6 +50,10 @@ def _codex_env(tmp_path: Path, base_url: str, repo: Path) -> dict[str, str]:
         f"command = {json.dumps(sys.executable)}\n"
         f'args = ["-m", "gitrun", "-C", {json.dumps(str(repo))}, "mcp"]\n'
         'default_tools_approval_mode = "approve"\n'
+        # codex gives a server 10 s to start and a call 60 s by default: a
+        # machine under load must not fail the test.
+        "startup_timeout_sec = 120\n"
+        "tool_timeout_sec = 120\n"
     )
     scratch = tmp_path / "scratch"  # codex refuses its sandbox helper under TMPDIR
     scratch.mkdir()
@@ -61,12 +66,33 @@ def _codex_env(tmp_path: Path, base_url: str, repo: Path) -> dict[str, str]:
     )
 
 
+class CodexLead(OpenAIMock):
+    """The scripted lead, calling gitrun's tools only once codex offers them:
+    codex starts its MCP servers beside the session, and on a busy machine
+    its first requests come before the server is up. Until then each turn
+    waits a second in the shell, at most :data:`WAITS` times."""
+
+    waits = 0
+
+    def answer(self, request: Request) -> Answer:
+        body = request.body if isinstance(request.body, dict) else {}
+        tools = body.get("tools") or []
+        offered = any(isinstance(t, dict) and t.get("name") == NAMESPACE for t in tools)
+        if tools and not offered and request.path.split("?")[0].endswith("/responses"):
+            assert self.waits < WAITS, "codex never offered gitrun's tools"
+            self.waits += 1
+            wait = Call("exec_command", {"cmd": "sleep 1"}, f"call_wait_{self.waits}")
+            return Answer.sse(self._response_events(wait))
+        return super().answer(request)
+
+
 def _tool(name: str, **args: Any) -> Call:
     return Call(name, args, namespace=NAMESPACE)
 
 
 def _result(text: str) -> dict[str, Any]:
-    """The tool's structured result in what codex told the model."""
+    """The tool's structured result in what the client told the model."""
+    assert "{" in text, text
     found = json.loads(text[text.index("{") : text.rindex("}") + 1])
     assert isinstance(found, dict), text
     return found
@@ -88,7 +114,7 @@ def test_a_codex_lead_starts_collects_and_finishes_a_run_over_mcp(
         _tool("next", run="r"),
         Reply("Every task is done."),
     ]
-    with OpenAIMock(script) as api:
+    with CodexLead(script) as api:
         env = _codex_env(tmp_path, api.url + "/v1", git_repo)
         proc = subprocess.run(
             [binary, "exec", "--model", "gpt-mock", "--sandbox", "workspace-write", *LEAD_ARGS],

@@ -259,3 +259,26 @@ def test_a_halt_is_an_event_of_the_drive_and_makes_it_an_error(
     assert drive.status.code == 2 and "canary" in drive.status.message
     tried = [_attributes(s.attributes) for s in receiver.spans if s.name == "gitrun.attempt"]
     assert {(t["gitrun.task"], t["gitrun.outcome"]) for t in tried} == {("t1", "missing")}
+
+
+def test_a_park_is_an_event_of_the_drive(git_repo: Path, receiver: Receiver) -> None:
+    """A usage limit with its reset 2 s away: the drive's park event names
+    the reset the ledger records, and the run goes on after it."""
+    from tests.test_refusals import _run, _script
+
+    _run(git_repo, _script(2))
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
+    proc = subprocess.run(
+        [sys.executable, "-m", "gitrun", "start", "r"],
+        cwd=git_repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
+    (park,) = [r for r in ledger_records(git_repo) if r.get("event") == "park"]
+    (drive,) = [s for s in receiver.spans if s.name == "gitrun.drive"]
+    events = [(e.name, _attributes(e.attributes)) for e in drive.events if e.name == "park"]
+    assert events == [("park", {"gitrun.until": park["until"], "reason": "usage limit of sh"})]
+    assert drive.status.code == 0  # a park is no error
