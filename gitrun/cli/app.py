@@ -230,7 +230,7 @@ def lead_guide() -> str:
 
     try:
         text = (plugin_dir() / "skills" / "lead" / "SKILL.md").read_text(encoding="utf-8")
-    except (OSError, FileNotFoundError):  # pragma: no cover - a broken installation
+    except OSError:  # pragma: no cover - a broken installation
         return ""
     return text.split("---\n", 2)[-1].strip()
 
