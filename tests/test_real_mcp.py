@@ -31,6 +31,9 @@ pytest.importorskip("mcp", reason="the mcp extra is not installed: pip install '
 NAMESPACE = "mcp__gitrun"  # how codex offers an MCP server's tools
 WAITS = 120
 TASKS = ["t1", "t2", "t3"]
+# The client starts gitrun mcp with an environment of its own choosing, so the
+# packet keeps the load gate out of the way (a busy machine leases one at a time).
+LIMITS = {"canary": 0, "concurrency": 3, "max_load": 1e6}
 LEAD_ARGS = ["--ephemeral", "--json", "Lead the gitrun run r."]
 
 
@@ -102,7 +105,7 @@ def test_a_codex_lead_starts_collects_and_finishes_a_run_over_mcp(
     git_repo: Path, tmp_path: Path
 ) -> None:
     binary = client_binary("codex")
-    packet = {"executor": {"kind": "external"}, "limits": {"canary": 0, "concurrency": 3}}
+    packet = {"executor": {"kind": "external"}, "limits": LIMITS}
     write_run(git_repo, "r", [{"id": t, "outputs": [f"out/{t}.json"]} for t in TASKS], packet)
     commit_all(git_repo, "run r")
     writes = " && ".join(f'printf \'{{"task": "{t}"}}\' > out/{t}.json' for t in TASKS)
@@ -145,7 +148,7 @@ def test_a_claude_code_lead_calls_gitrun_s_tools_over_mcp(git_repo: Path, tmp_pa
     from tests.realclient.mockmodel import MockModel, ToolUse, Turn, say
 
     claude_binary()
-    packet = {"executor": {"kind": "external"}, "limits": {"canary": 0, "concurrency": 3}}
+    packet = {"executor": {"kind": "external"}, "limits": LIMITS}
     write_run(git_repo, "r", [{"id": t, "outputs": [f"out/{t}.json"]} for t in TASKS], packet)
     commit_all(git_repo, "run r")
     server = {"command": sys.executable, "args": ["-m", "gitrun", "-C", str(git_repo), "mcp"]}
@@ -173,7 +176,7 @@ def test_a_gemini_cli_lead_calls_gitrun_s_tools_over_mcp(git_repo: Path, tmp_pat
     from tests.realclient.gemini_mock import GeminiMock
 
     binary = client_binary("gemini")
-    packet = {"executor": {"kind": "external"}, "limits": {"canary": 0, "concurrency": 3}}
+    packet = {"executor": {"kind": "external"}, "limits": LIMITS}
     write_run(git_repo, "r", [{"id": t, "outputs": [f"out/{t}.json"]} for t in TASKS], packet)
     commit_all(git_repo, "run r")
     home = tmp_path / "home"
