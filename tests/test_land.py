@@ -394,6 +394,41 @@ def test_a_land_killed_at_each_tenth_of_its_time_is_finished_by_the_next(
         _assert_landed_whole(repo)
 
 
+def test_the_locks_an_update_ref_killed_with_the_land_left_are_cleared_by_the_next(
+    landable: Path, tmp_path: Path
+) -> None:
+    """A `git update-ref` of the checked-out branch holds the branch's lock
+    and HEAD.lock (for HEAD's reflog); killed with its land, it leaves both.
+    The next land clears them (made after the journal said the branch was
+    moving, open in no process) and finishes. Seen once as a flake of the
+    kill-at-each-tenth test above."""
+    repo = _as_the_user_has_it(landable, tmp_path / "repo")
+    proc = _land_process(repo, crash_at="land.moving:1")
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, err.decode()
+    branch = git(repo, "symbolic-ref", "HEAD").strip()
+    left = [repo / ".git" / f"{branch}.lock", repo / ".git/HEAD.lock"]
+    for lock in left:  # as the killed update-ref left them
+        lock.write_text(git(repo, "rev-parse", "HEAD"))
+    said = land_run(repo, "r")
+    assert "merged" in said, said
+    _assert_landed_whole(repo)
+    assert not any(lock.exists() for lock in left)
+
+
+def test_a_head_lock_nobody_s_land_made_is_named_and_left_alone(
+    landable: Path, tmp_path: Path
+) -> None:
+    """A HEAD.lock there before the land began is another git command's: the
+    land refuses with the file's name, and removes nothing."""
+    repo = _as_the_user_has_it(landable, tmp_path / "repo")
+    lock = repo / ".git/HEAD.lock"
+    lock.write_text("another git command's\n")
+    with pytest.raises(GitrunError, match=r"HEAD\.lock exists, and no `gitrun land` made it"):
+        land_run(repo, "r")
+    assert lock.read_text() == "another git command's\n"
+
+
 # Each plan: the crash points of successive lands, then one that finishes.
 CRASH_PLANS = [[f"{point}:1"] for point in LAND_POINTS] + [
     ["land.file:75"],  # half way through the files it writes

@@ -44,7 +44,7 @@ anyone sees or can be finished (or redone) from what is on disk:
 7. The journal is removed.
 
 The next ``land`` reads the journal first. Before step 4 it drops it (and
-the ref's lock a killed ``update-ref`` left, made after the journal said
+the ref's locks a killed ``update-ref`` left (the branch's and HEAD's), made after the journal said
 the branch was moving and held by no one) and lands afresh; once the branch
 holds the recorded commit it redoes steps 5 and 6, which are idempotent:
 each path is again checked to hold the old content, the run's, or nothing,
@@ -146,7 +146,7 @@ def _land(
         return f"run {run_id!r} is already landed in the current branch (its files are all here)"
     plan = refuse_what_is_in_the_way(where, changes, run_id)
     head_ref = checked_out_ref(repo)
-    for lock in (where.index_lock, where.ref_lock(head_ref)):
+    for lock in (where.index_lock, *where.ref_locks(head_ref)):
         wait_for_lock(lock)
     me = reaper.identity(os.getpid())
     now = time.time()
@@ -225,9 +225,9 @@ def _move_branch(where: Where, local: LocalPaths, journal: Landing) -> None:
                 f"{shown} moved while run {journal.run!r} was being landed; nothing was changed, "
                 "land again"
             ) from exc
-        lock = where.ref_lock(journal.head_ref)
-        if os.path.lexists(lock):
-            raise held(lock, reaper.openers(lock)) from exc
+        for lock in where.ref_locks(journal.head_ref):
+            if os.path.lexists(lock):
+                raise held(lock, reaper.openers(lock)) from exc
         raise GitrunError(
             f"landing run {journal.run!r} stopped and changed nothing: git could not move "
             f"{shown} ({git_says(exc)})"
@@ -268,8 +268,9 @@ def _resume(where: Where, local: LocalPaths) -> str | None:
     if journal.commit is None:
         drop_journal(local)  # it had not even made its commit
         return None
-    if journal.step == "moving":  # its update-ref may have died holding the ref's lock
-        clear_a_dead_ref_lock(where.ref_lock(journal.head_ref), journal.at)
+    if journal.step == "moving":  # its update-ref may have died holding the ref's locks
+        for lock in where.ref_locks(journal.head_ref):
+            clear_a_dead_ref_lock(lock, journal.at)
     now = git.rev_parse(repo, journal.head_ref)
     if now == journal.old:
         drop_journal(local)  # the branch never moved: land afresh

@@ -49,9 +49,14 @@ class Where:
         git_dir, common_dir = out.decode(errors="surrogateescape").splitlines()[:2]
         return cls(repo, Path(git_dir), Path(common_dir), git.object_format(repo))
 
-    def ref_lock(self, head_ref: str) -> Path:
-        """The lock file git makes while it updates ``head_ref``."""
-        return (self.git_dir if head_ref == "HEAD" else self.common_dir) / f"{head_ref}.lock"
+    def ref_locks(self, head_ref: str) -> list[Path]:
+        """The lock files git makes while it updates ``head_ref``, the ref
+        HEAD names: the ref's own and, for a branch, ``HEAD.lock`` too (git
+        logs the update in HEAD's reflog under it: an ``update-ref`` killed
+        with SIGKILL leaves both)."""
+        if head_ref == "HEAD":
+            return [self.git_dir / "HEAD.lock"]
+        return [self.common_dir / f"{head_ref}.lock", self.git_dir / "HEAD.lock"]
 
     @property
     def index_lock(self) -> Path:
