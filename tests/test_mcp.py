@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import commit_all, git, write_run
+from tests.helpers import commit_all, git, run_gitrun, write_run
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed: pip install '.[mcp]'")
 
@@ -63,16 +63,6 @@ async def _call(client: Client, tool: str, **args: Any) -> tuple[bool, Any]:
     if result.is_error:
         return True, " ".join(getattr(c, "text", "") for c in result.content)
     return False, result.structured_content
-
-
-def _gitrun(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gitrun", *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def test_the_tools_are_typed_and_a_lease_made_here_is_the_lease_of_gitrun_next(
@@ -142,12 +132,12 @@ def test_the_tools_are_typed_and_a_lease_made_here_is_the_lease_of_gitrun_next(
     _session(repo, body)
     # The lease the server made is gitrun's own: the command line collects it.
     (repo / "out/t3.json").write_text('{"ok": 3}')
-    done = _gitrun(repo, "collect", "r", "--json")
+    done = run_gitrun(repo, "collect", "r", "--json")
     assert json.loads(done.stdout)["done"] == ["t3"], done.stdout
     added = git(repo, "log", "gitrun/r", "--format=", "--name-only", "--", "out/").split()
     assert sorted(added) == ["out/t1.json", "out/t2.json", "out/t3.json"]
     # And the other way: a lease of `gitrun next`, then a new lead resumes over MCP.
-    assert json.loads(_gitrun(repo, "next", "r", "--json").stdout)["leased"].keys() == {"t4"}
+    assert json.loads(run_gitrun(repo, "next", "r", "--json").stdout)["leased"].keys() == {"t4"}
 
     async def resumed(client: Client) -> None:
         ok, again = await _call(client, "resume", run="r")
@@ -239,7 +229,7 @@ def test_a_server_killed_in_the_middle_of_a_collect_leaves_nothing_half_written(
     """SIGKILL at growing moments into a collect that commits: whenever it
     lands, the run stays whole, and the next collect finishes the work with
     every output committed once."""
-    assert _gitrun(repo, "start", "r").returncode == 0
+    assert run_gitrun(repo, "start", "r").returncode == 0
     for task in ("t1", "t2"):
         (repo / f"out/{task}.json").write_text(json.dumps({"task": task}))
     hello = {
@@ -276,11 +266,11 @@ def test_a_server_killed_in_the_middle_of_a_collect_leaves_nothing_half_written(
         finally:
             os.killpg(proc.pid, signal.SIGKILL)  # the server we started, and its children
             proc.communicate(timeout=60)
-        status = _gitrun(repo, "status", "r", "--json")
+        status = run_gitrun(repo, "status", "r", "--json")
         assert status.returncode == 0, status.stderr
-    done = _gitrun(repo, "collect", "r", "--json")
+    done = run_gitrun(repo, "collect", "r", "--json")
     assert done.returncode == 0, done.stderr
-    status = json.loads(_gitrun(repo, "status", "r", "--json").stdout)
+    status = json.loads(run_gitrun(repo, "status", "r", "--json").stdout)
     assert status["tasks"]["t1"]["status"] == status["tasks"]["t2"]["status"] == "done", status
     added = git(repo, "log", "gitrun/r", "--format=", "--name-only", "--", "out/").split()
     assert sorted(added) == ["out/t1.json", "out/t2.json"], added

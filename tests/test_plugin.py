@@ -21,6 +21,7 @@ import pytest
 import gitrun
 from gitrun.guard.install import claude_hooks, install_claude, plugin_dir
 from gitrun.guard.plugin import marketplace_dir
+from tests.helpers import run_gitrun
 from tests.realclient.claude import claude_binary, gitrun_bin_dir
 
 SKILL = plugin_dir() / "skills" / "lead" / "SKILL.md"
@@ -78,14 +79,7 @@ def test_next_help_is_the_lead_skill(git_repo: Path) -> None:
 
 
 def _gitrun(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gitrun", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**os.environ, **env},
-    )
+    return run_gitrun(cwd, *args, env=env)
 
 
 def _shipped(cwd: Path) -> Path:

@@ -30,7 +30,12 @@ from typing import Any
 import pytest
 
 from tests.helpers import commit_all, git, write_run
-from tests.realclient.claude import claude_binary, claude_env, gitrun_bin_dir, sandbox_or_skip
+from tests.realclient.claude import (
+    claude_binary,
+    claude_env,
+    gitrun_beside_claude,
+    sandbox_or_skip,
+)
 from tests.realclient.mockmodel import (
     Failure,
     MockModel,
@@ -203,18 +208,6 @@ def _start_lead(repo: Path, env: dict[str, str]) -> subprocess.Popen[str]:
     )
 
 
-def _gitrun(repo: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    path = [gitrun_bin_dir(), str(Path(claude_binary()).parent), os.environ["PATH"]]
-    return subprocess.run(
-        ["gitrun", *args],
-        cwd=repo,
-        env={**os.environ, "PATH": os.pathsep.join(path), **extra},
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-
-
 def test_sixty_tasks_led_with_only_the_plugin_through_throttles_and_a_killed_lead(
     git_repo: Path, tmp_path: Path
 ) -> None:
@@ -233,7 +226,7 @@ def test_sixty_tasks_led_with_only_the_plugin_through_throttles_and_a_killed_lea
     commit_all(git_repo, "run r")
     home = tmp_path / "home"
     home.mkdir()
-    installed = _gitrun(
+    installed = gitrun_beside_claude(
         git_repo, "plugin", "install", "--scope", "project", "--sandbox", HOME=str(home)
     )
     assert installed.returncode == 0, installed.stderr
@@ -294,7 +287,7 @@ def test_sixty_tasks_led_with_only_the_plugin_through_throttles_and_a_killed_lea
         assert json.loads((git_repo / f"out/{task}.json").read_text()) == {"task": task}
     added = git(git_repo, "log", "gitrun/r", "--format=", "--name-only", "--", "out/").split()
     assert sorted(added) == sorted(f"out/{t}.json" for t in TASKS), added
-    status = json.loads(_gitrun(git_repo, "status", "r", "--json").stdout)
+    status = json.loads(gitrun_beside_claude(git_repo, "status", "r", "--json").stdout)
     assert status["counts"]["done"] == 60 and not status.get("violations"), status
     # Neither the throttles nor the killed lead's leases used up an attempt.
     tasks = status["tasks"]

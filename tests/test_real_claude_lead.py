@@ -12,9 +12,6 @@ with the reason, when the CLI is not installed (``.ci/install-clients``).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,7 +23,7 @@ from tests.helpers import commit_all, git, write_run
 from tests.realclient.claude import (
     claude_binary,
     claude_env,
-    gitrun_bin_dir,
+    gitrun_beside_claude,
     run_claude,
     sandbox_or_skip,
 )
@@ -39,29 +36,16 @@ TASKS = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in (1, 2, 3)]
 LEAD_TOOLS = ("--allowedTools", "Bash(gitrun next:*)", "Bash(gitrun collect:*)")
 
 
-def _gitrun(repo: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    path = [gitrun_bin_dir(), str(Path(claude_binary()).parent), os.environ["PATH"]]
-    env = {**os.environ, "PATH": os.pathsep.join(path), **extra}
-    return subprocess.run(
-        [sys.executable, "-m", "gitrun", *args],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def set_up(repo: Path, home: Path, how: str) -> str:
     """gitrun's hooks, its worker agent and the Bash sandbox, installed
     before the lead starts: by ``hooks install`` (files in the repository)
     or as the plugin. The subagent type a lead starts workers as."""
     home.mkdir(exist_ok=True)
     if how in ("hooks", "both"):
-        installed = _gitrun(repo, "hooks", "install", "--claude")
+        installed = gitrun_beside_claude(repo, "hooks", "install", "--claude")
         assert installed.returncode == 0, installed.stderr
     if how in ("plugin", "both"):
-        installed = _gitrun(
+        installed = gitrun_beside_claude(
             repo, "plugin", "install", "--scope", "project", "--sandbox", HOME=str(home)
         )
         assert installed.returncode == 0, installed.stderr
@@ -162,7 +146,7 @@ def test_a_p_lead_dispatches_two_subagents_in_one_turn_and_each_is_held_to_its_t
         assert "Agent" in {name for r in model.requests for name in r.tool_names}  # the lead's
     assert json.loads((repo / "out/t2.json").read_text()) == {"task": "t2"}
     assert not (repo / "out/t3.json").exists() and not (repo / "stray.txt").exists()
-    done = _gitrun(repo, "collect", "r", "--json", "--full")
+    done = gitrun_beside_claude(repo, "collect", "r", "--json", "--full")
     assert sorted(json.loads(done.stdout)["done"]) == ["t1", "t2"], done.stdout
 
 
@@ -195,7 +179,7 @@ def test_a_p_lead_reads_a_worker_s_words_from_collect_and_waits_out_a_throttle(
     }
     write_run(git_repo, "r", TASKS, packet)
     commit_all(git_repo, "run r")
-    assert _gitrun(git_repo, "hooks", "install", "--claude").returncode == 0
+    assert gitrun_beside_claude(git_repo, "hooks", "install", "--claude").returncode == 0
     git(git_repo, "add", ".claude")
     git(git_repo, "commit", "-q", "-m", "gitrun hooks")
     (tmp_path / "home").mkdir()

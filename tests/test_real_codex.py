@@ -17,36 +17,13 @@ import pytest
 
 from gitrun.engine import governor
 from tests.helpers import commit_all, git, ledger_records, write_run
-from tests.realclient.clis import client_binary, gitrun, offline_env, private_bin
+from tests.realclient.clis import client_binary, codex_env, gitrun
 from tests.realclient.openai_mock import OpenAIMock, shell
 from tests.realclient.scripted import Reply
 
 pytestmark = pytest.mark.realclient
 
 OUTPUT = "out/t1.json"
-
-
-def _codex_env(tmp_path: Path, base_url: str) -> dict[str, str]:
-    codex_home = tmp_path / "home" / ".codex"
-    codex_home.mkdir(parents=True)
-    (codex_home / "config.toml").write_text(
-        'model_provider = "mock"\n\n'
-        "[model_providers.mock]\n"
-        'name = "mock"\n'
-        f'base_url = "{base_url}"\n'
-        'wire_api = "responses"\n'
-        'env_key = "OPENAI_API_KEY"\n'
-    )
-    # codex refuses to set up its sandbox helper under TMPDIR, so the two differ.
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    return offline_env(
-        tmp_path / "home",
-        private_bin(tmp_path, "codex"),
-        CODEX_HOME=str(codex_home),
-        OPENAI_API_KEY="sk-mock-not-a-key",
-        TMPDIR=str(scratch),
-    )
 
 
 def _run(repo: Path, **limits: object) -> None:
@@ -68,7 +45,7 @@ def test_the_owned_write_lands_and_is_committed(git_repo: Path, tmp_path: Path) 
     _run(git_repo)
     write = shell(f"mkdir -p out && printf '%s' '{{\"done\": true}}' > {OUTPUT}")
     with OpenAIMock([write, Reply("Wrote out/t1.json.")]) as api:
-        env = _codex_env(tmp_path, api.url + "/v1")
+        env = codex_env(tmp_path, api.url + "/v1")
         done = gitrun(git_repo, env, "start", "r")
         requests = api.requests
         outputs = api.function_outputs()
@@ -97,7 +74,7 @@ def test_an_unreachable_endpoint_halts_the_run_well_before_the_timeout(
     with socket.socket() as probe:  # a port nothing listens on: connections are refused
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = _codex_env(tmp_path, f"http://127.0.0.1:{port}/v1")
+    env = codex_env(tmp_path, f"http://127.0.0.1:{port}/v1")
     began = time.monotonic()
     done = gitrun(git_repo, env, "start", "r")
     took = time.monotonic() - began
@@ -128,7 +105,7 @@ def test_the_tokens_codex_reported_reach_the_ledger_with_the_cached_input_apart(
     write = shell(f"mkdir -p out && printf '%s' '{{\"done\": true}}' > {OUTPUT}")
     tokens = {"input_tokens": 900, "cached_tokens": 600, "output_tokens": 70}
     with OpenAIMock([write, Reply("Wrote out/t1.json.")], **tokens, reasoning_tokens=30) as api:
-        env = _codex_env(tmp_path, api.url + "/v1")
+        env = codex_env(tmp_path, api.url + "/v1")
         done = gitrun(git_repo, env, "start", "r")
         answered = api.answered
     assert done.returncode == 0, done.stdout + done.stderr
@@ -162,7 +139,7 @@ def test_a_careless_codex_worker_confined_changes_nothing_of_anyone_else(
     config = careless_run(git_repo, "codex", "gpt-mock")
     script = [shell(CARELESS), Reply("Done."), shell(CARELESS), Reply("Done.")]
     with OpenAIMock(script) as api:
-        done = gitrun(git_repo, _codex_env(tmp_path, api.url + "/v1"), "start", "r")
+        done = gitrun(git_repo, codex_env(tmp_path, api.url + "/v1"), "start", "r")
         outputs = api.function_outputs()
     said = done.stdout + done.stderr + json.dumps(outputs)
     assert done.returncode == 0, said
@@ -180,10 +157,7 @@ def test_a_careless_codex_worker_confined_changes_nothing_of_anyone_else(
 
 def _refusing_env(tmp_path: Path, base_url: str) -> dict[str, str]:
     """codex against the mock, retrying nothing itself (gitrun decides)."""
-    env = _codex_env(tmp_path, base_url)
-    config = Path(env["CODEX_HOME"]) / "config.toml"
-    config.write_text(config.read_text() + "request_max_retries = 0\nstream_max_retries = 0\n")
-    return env
+    return codex_env(tmp_path, base_url, "request_max_retries = 0\nstream_max_retries = 0\n")
 
 
 def test_a_throttle_from_codex_uses_no_attempt(git_repo: Path, tmp_path: Path) -> None:

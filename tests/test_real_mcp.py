@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import commit_all, git, write_run
-from tests.realclient.clis import client_binary, gitrun, offline_env, private_bin
+from tests.realclient.clis import client_binary, codex_env, gitrun, offline_env, private_bin
 from tests.realclient.openai_mock import OpenAIMock, shell
 from tests.realclient.scripted import Answer, Call, Reply, Request
 
@@ -38,16 +38,10 @@ LEAD_ARGS = ["--ephemeral", "--json", "Lead the gitrun run r."]
 
 
 def _codex_env(tmp_path: Path, base_url: str, repo: Path) -> dict[str, str]:
-    codex_home = tmp_path / "home" / ".codex"
-    codex_home.mkdir(parents=True)
-    (codex_home / "config.toml").write_text(
-        'model_provider = "mock"\n'
+    return codex_env(
+        tmp_path,
+        base_url,
         "request_max_retries = 0\n\n"
-        "[model_providers.mock]\n"
-        'name = "mock"\n'
-        f'base_url = "{base_url}"\n'
-        'wire_api = "responses"\n'
-        'env_key = "OPENAI_API_KEY"\n\n'
         # What the agent-clients page shows, with this interpreter's gitrun.
         "[mcp_servers.gitrun]\n"
         f"command = {json.dumps(sys.executable)}\n"
@@ -56,16 +50,7 @@ def _codex_env(tmp_path: Path, base_url: str, repo: Path) -> dict[str, str]:
         # codex gives a server 10 s to start and a call 60 s by default: a
         # machine under load must not fail the test.
         "startup_timeout_sec = 120\n"
-        "tool_timeout_sec = 120\n"
-    )
-    scratch = tmp_path / "scratch"  # codex refuses its sandbox helper under TMPDIR
-    scratch.mkdir()
-    return offline_env(
-        tmp_path / "home",
-        private_bin(tmp_path, "codex"),
-        CODEX_HOME=str(codex_home),
-        OPENAI_API_KEY="sk-mock-not-a-key",
-        TMPDIR=str(scratch),
+        "tool_timeout_sec = 120\n",
     )
 
 
@@ -89,6 +74,13 @@ class CodexLead(OpenAIMock):
         return super().answer(request)
 
 
+def _external_run(repo: Path) -> None:
+    """Run r: the three tasks, external, committed."""
+    packet = {"executor": {"kind": "external"}, "limits": LIMITS}
+    write_run(repo, "r", [{"id": t, "outputs": [f"out/{t}.json"]} for t in TASKS], packet)
+    commit_all(repo, "run r")
+
+
 def _tool(name: str, **args: Any) -> Call:
     return Call(name, args, namespace=NAMESPACE)
 
@@ -105,9 +97,7 @@ def test_a_codex_lead_starts_collects_and_finishes_a_run_over_mcp(
     git_repo: Path, tmp_path: Path
 ) -> None:
     binary = client_binary("codex")
-    packet = {"executor": {"kind": "external"}, "limits": LIMITS}
-    write_run(git_repo, "r", [{"id": t, "outputs": [f"out/{t}.json"]} for t in TASKS], packet)
-    commit_all(git_repo, "run r")
+    _external_run(git_repo)
     writes = " && ".join(f'printf \'{{"task": "{t}"}}\' > out/{t}.json' for t in TASKS)
     script = [
         _tool("start", run="r"),
@@ -148,9 +138,7 @@ def test_a_claude_code_lead_calls_gitrun_s_tools_over_mcp(git_repo: Path, tmp_pa
     from tests.realclient.mockmodel import MockModel, ToolUse, Turn, say
 
     claude_binary()
-    packet = {"executor": {"kind": "external"}, "limits": LIMITS}
-    write_run(git_repo, "r", [{"id": t, "outputs": [f"out/{t}.json"]} for t in TASKS], packet)
-    commit_all(git_repo, "run r")
+    _external_run(git_repo)
     server = {"command": sys.executable, "args": ["-m", "gitrun", "-C", str(git_repo), "mcp"]}
     config = json.dumps({"mcpServers": {"gitrun": server}})
     lead = [
@@ -176,9 +164,7 @@ def test_a_gemini_cli_lead_calls_gitrun_s_tools_over_mcp(git_repo: Path, tmp_pat
     from tests.realclient.gemini_mock import GeminiMock
 
     binary = client_binary("gemini")
-    packet = {"executor": {"kind": "external"}, "limits": LIMITS}
-    write_run(git_repo, "r", [{"id": t, "outputs": [f"out/{t}.json"]} for t in TASKS], packet)
-    commit_all(git_repo, "run r")
+    _external_run(git_repo)
     home = tmp_path / "home"
     (home / ".gemini").mkdir(parents=True)
     server = {"command": sys.executable, "args": ["-m", "gitrun", "-C", str(git_repo), "mcp"]}

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import commit_all, ledger_records, write_run
+from tests.helpers import commit_all, ledger_records, run_gitrun, write_run
 
 pytest.importorskip(
     "opentelemetry.exporter.otlp.proto.http",
@@ -134,15 +133,8 @@ def test_a_run_s_trace_holds_a_span_per_attempt_under_its_drive(
     }
     write_run(git_repo, "r", tasks, packet)
     commit_all(git_repo, "run r")
-    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": "batch"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "gitrun", "start", "r"],
-        cwd=git_repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": "batch"}
+    proc = run_gitrun(git_repo, "start", "r", env=env)
     assert proc.returncode == 1, (proc.stdout[-3000:], proc.stderr[-3000:])  # t07 failed
     assert "traces:" not in proc.stdout + proc.stderr
     spans = receiver.spans
@@ -211,18 +203,10 @@ def test_traces_configured_without_the_extra_say_so_and_the_run_goes_on(
     )
     commit_all(git_repo, "run r")
     env = {
-        **os.environ,
         "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
         "PYTHONPATH": os.pathsep.join([str(hide), str(Path(__file__).resolve().parents[1])]),
     }
-    proc = subprocess.run(
-        [sys.executable, "-m", "gitrun", "start", "r"],
-        cwd=git_repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_gitrun(git_repo, "start", "r", env=env)
     assert proc.returncode == 0, proc.stderr
     said = proc.stdout + proc.stderr
     assert (
@@ -242,15 +226,8 @@ def test_a_halt_is_an_event_of_the_drive_and_makes_it_an_error(
         {"executor": {"command": ["sh", "-c", "echo nothing to do"]}, "limits": {"canary": 1}},
     )
     commit_all(git_repo, "run r")
-    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
-    proc = subprocess.run(
-        [sys.executable, "-m", "gitrun", "start", "r"],
-        cwd=git_repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
+    proc = run_gitrun(git_repo, "start", "r", env=env)
     assert proc.returncode == 3, (proc.stdout[-2000:], proc.stderr[-2000:])
     (drive,) = [s for s in receiver.spans if s.name == "gitrun.drive"]
     (halt,) = [e for e in drive.events if e.name == "halt"]
@@ -267,15 +244,8 @@ def test_a_park_is_an_event_of_the_drive(git_repo: Path, receiver: Receiver) -> 
     from tests.test_refusals import _run, _script
 
     _run(git_repo, _script(2))
-    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
-    proc = subprocess.run(
-        [sys.executable, "-m", "gitrun", "start", "r"],
-        cwd=git_repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
+    proc = run_gitrun(git_repo, "start", "r", env=env)
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
     (park,) = [r for r in ledger_records(git_repo) if r.get("event") == "park"]
     (drive,) = [s for s in receiver.spans if s.name == "gitrun.drive"]

@@ -143,3 +143,12 @@ def run_claude(
         stdin=subprocess.DEVNULL,
         check=False,
     )
+
+
+def gitrun_beside_claude(repo: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``gitrun ARGS`` in ``repo`` with this gitrun and the claude CLI first
+    on PATH (``gitrun plugin`` runs ``claude plugin``), ``env`` on top."""
+    from tests.helpers import run_gitrun
+
+    path = [gitrun_bin_dir(), str(Path(claude_binary()).parent), os.environ["PATH"]]
+    return run_gitrun(repo, *args, env={"PATH": os.pathsep.join(path), **env})

@@ -123,3 +123,29 @@ def gitrun(repo: Path, env: dict[str, str], *args: str) -> subprocess.CompletedP
         stdin=subprocess.DEVNULL,
         check=False,
     )
+
+
+def codex_env(tmp_path: Path, base_url: str, config: str = "") -> dict[str, str]:
+    """The environment of codex against a mock Responses API at ``base_url``,
+    in a private ``CODEX_HOME`` whose config.toml selects it (``config``
+    follows the provider's table, so a bare key there is the provider's)."""
+    codex_home = tmp_path / "home" / ".codex"
+    codex_home.mkdir(parents=True)
+    (codex_home / "config.toml").write_text(
+        'model_provider = "mock"\n\n'
+        "[model_providers.mock]\n"
+        'name = "mock"\n'
+        f'base_url = "{base_url}"\n'
+        'wire_api = "responses"\n'
+        'env_key = "OPENAI_API_KEY"\n' + config
+    )
+    # codex refuses to set up its sandbox helper under TMPDIR, so the two differ.
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    return offline_env(
+        tmp_path / "home",
+        private_bin(tmp_path, "codex"),
+        CODEX_HOME=str(codex_home),
+        OPENAI_API_KEY="sk-mock-not-a-key",
+        TMPDIR=str(scratch),
+    )
