@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +36,16 @@ def _quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(governor, "read_load", lambda: 0.0)
     # gitrun run as a child process reads the real load: a bound no machine reaches.
     monkeypatch.setenv("GITRUN_MAX_LOAD", "1000000")
+
+
+@pytest.fixture
+def gitrun_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gitrun under test on PATH, first, as an activated virtual environment has it:
+    installed hooks call `gitrun` from PATH, and `hooks install` refuses where it does not
+    run. The suite itself runs unactivated (the README's command), so a test that needs it
+    asks for this fixture."""
+    bin_dir = str(Path(sys.executable).parent)
+    monkeypatch.setenv("PATH", os.pathsep.join([bin_dir, os.environ.get("PATH", "/usr/bin:/bin")]))
 
 
 @pytest.fixture

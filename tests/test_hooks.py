@@ -73,12 +73,7 @@ def _decision(proc: subprocess.CompletedProcess[str]) -> str | None:
     return str(json.loads(proc.stdout)["hookSpecificOutput"]["permissionDecision"])
 
 
-@pytest.fixture(autouse=True)
-def _gitrun_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Installed hooks call `gitrun` from PATH, as in an activated venv:
-    this installation comes first."""
-    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), _PATH]))
-
+pytestmark = pytest.mark.usefixtures("gitrun_on_path")
 
 _PATH = os.environ.get("PATH", "/usr/bin:/bin")
 

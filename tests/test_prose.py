@@ -69,3 +69,13 @@ def test_every_claude_print_command_shown_can_write() -> None:
                     shown.append(command)
                     assert "--permission-mode" in command, f"{page.name}: {command}"
     assert shown  # the check looked at something
+
+
+def test_ci_runs_the_readme_test_command_as_written() -> None:
+    """CI takes the README's test command from the README (the first line that runs the suite)
+    and runs it unactivated: that line must be the whole command a newcomer types."""
+    marker = ".venv/bin/python -m pytest"
+    first = next(line for line in (ROOT / "README.md").read_text().splitlines() if marker in line)
+    assert first.startswith("python3 -m venv .venv && ") and first.endswith(marker), first
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert f'grep -m 1 -F "{marker}" README.md' in ci and "bin/activate" not in ci

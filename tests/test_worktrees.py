@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.helpers import commit_all, fake_worker_run, git, gitrun_process, run_gitrun, write_run
 
@@ -308,6 +309,7 @@ def test_a_run_driven_in_a_linked_work_tree_audits_the_shared_hooks_and_config(
     assert {".git/hooks/post-checkout", ".git/config"} <= violations, started.stdout
 
 
+@pytest.mark.usefixtures("gitrun_on_path")
 def test_hooks_install_in_a_linked_work_tree_writes_where_git_runs_hooks(git_repo: Path) -> None:
     tree = _linked(git_repo)
     installed = run_gitrun(tree, "hooks", "install", "--git")
