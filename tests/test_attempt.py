@@ -24,7 +24,7 @@ def _run_all(monitor: Monitor, seconds: float = 30.0) -> list[AttemptEnd]:
         if time.monotonic() > deadline:
             for attempt in monitor.running:
                 attempt.stop()
-                attempt.escalate(time.time() + 60)
+                attempt.escalate(time.monotonic() + 60)
             deadline += 10
         ended += monitor.poll(0.1)
     return ended

@@ -362,7 +362,7 @@ def test_a_terminated_worker_keeps_its_grace_under_bubblewrap(tmp_path: Path) ->
         assert time.monotonic() < deadline, "the attempt never ended"
         ended = monitor.poll(0.1)
         for running in monitor.running:
-            running.escalate(time.time())
+            running.escalate(time.monotonic())
     monitor.close()
     assert done.read_text() == "ok\n"
     assert ended[0].signal == signal.SIGTERM  # bubblewrap's own end

@@ -347,7 +347,7 @@ def test_the_monitor_records_who_it_started(tmp_path: Path) -> None:
         assert attempt.create_time == psutil.Process(attempt.pid).create_time()
     finally:
         attempt.stop()
-        attempt.escalate(time.time() + 1)
+        attempt.escalate(time.monotonic() + 1)
         deadline = time.monotonic() + 10
         while monitor.running and time.monotonic() < deadline:
             monitor.poll(0.1)

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gitrun.clock import to_wall
 from gitrun.definition.inputs import bundle_paths
 from gitrun.definition.load import RunDef, Task
 from gitrun.definition.outputs import check_task, prepare_outputs, prior_in_tree, quarantine
@@ -140,7 +141,8 @@ class Driver:
         # recovered (recover) before this driver starts its own.
         tip = committer.last_tip or git.rev_parse(self.repo, committer.ref)
         self.ledger = open_ledger(run, tip)
-        self.engine = Engine(run, local, tip, running=())
+        # Its deadlines, backoff and holds on the monotonic clock (gitrun.clock).
+        self.engine = Engine(run, local, tip, running=(), clock=time.monotonic)
         self.governor = self.engine.governor
         self.running: dict[str, RunningAttempt] = {}
         self.before: dict[str, dict[str, str | None]] = {}
@@ -157,7 +159,7 @@ class Driver:
         self.stop_signal: int | None = None
         self.stopping = False
         self.template = command_template(run.packet.executor)
-        self.started_at = time.time()
+        self.started_at = time.monotonic()
         self.finished_here = 0
         self.load_held = False  # the load gate held starts at the last look
         self.proven_stage: str | None = None  # the stage whose symlink proof holds
@@ -294,7 +296,9 @@ class Driver:
         self.journal = Journal(self.local)
         self.traces = open_traces(self.run.id, len(self.tasks), self.report)
         self._isolate()
-        parked = self.governor.parked_text(time.time())  # from the ledger: a usage limit's reset
+        parked = self.governor.parked_text(
+            time.monotonic()
+        )  # from the ledger: a usage limit's reset
         if parked:
             self.report(
                 f"{parked}: nothing starts before the reset, and the run goes on by itself then"
@@ -312,7 +316,7 @@ class Driver:
         with _signals_to(self._on_signal):
             try:
                 while True:
-                    now = time.time()
+                    now = time.monotonic()
                     self._handle_stops(commits)
                     halt = self.governor.halt
                     if halt is not None and not halted_reported:
@@ -326,7 +330,7 @@ class Driver:
                     self._wait_and_finish(commits, now)
                     for line in self.governor.take_notices():  # the spend budget's
                         self.report(line)
-                    now = time.time()
+                    now = time.monotonic()
                     for attempt in self.running.values():
                         if now >= attempt.deadline:
                             attempt.expire()
@@ -399,7 +403,9 @@ class Driver:
         else:
             complete = sum(status.counts()[s] for s in COMPLETE)
             code = EXIT_DONE if complete == len(self.tasks) else EXIT_FAILED
-        held = self.load_held_for + (time.time() - self.load_held_since if self.load_held else 0)
+        held = self.load_held_for + (
+            time.monotonic() - self.load_held_since if self.load_held else 0
+        )
         return RunOutcome(status, code, stopped, halt, self.violations, held)
 
     def _summary(self) -> RunStatus:
@@ -435,7 +441,7 @@ class Driver:
         for end in self.monitor.poll(timeout):
             self._finish(end, commits)
         if self.progress is not None:
-            self.progress(self._progress(time.time()))
+            self.progress(self._progress(time.monotonic()))
 
     def _choose_canary(self) -> None:
         if self.engine.choose_canary():
@@ -586,7 +592,7 @@ class Driver:
                 attempt.pid,
                 attempt.create_time,
                 attempt.cmdline,
-                attempt.deadline,
+                to_wall(attempt.deadline),  # a later driver reads it
                 made_from=made_from,
                 throttles=throttles,
             )
@@ -667,6 +673,7 @@ class Driver:
             made_from=made_from,
             made=check.made if outcome == ledger.VALID else None,
             throttles=throttles,
+            span=end.span,
         )
         crash_point("end.judged")
         status = self.engine.end(self.ledger, ended)
@@ -708,7 +715,7 @@ class Driver:
         """An attempt the API refused for a usage limit (the run parks until
         its reset; a throttle, no attempt used) or for billing (the run
         halts at once, no attempt used): its outcome and reason, else None."""
-        now = time.time()
+        now = time.time()  # a reset the client announces is a wall-clock time
         limits = self.limits
         refusal = refusal_of(end.tail, limits.quota_patterns, limits.billing_patterns, now)
         if refusal is None:
@@ -742,7 +749,7 @@ class Driver:
                 else ""
             )
             self.report(
-                f"{self.governor.parked_text(now)}{read}: no new starts, running attempts finish, and "
+                f"{self.governor.parked_text(time.monotonic())}{read}: no new starts, running attempts finish, and "
                 "the run goes on by itself at the reset"
             )
         return ledger.THROTTLED, refusal.said
@@ -804,7 +811,7 @@ class Driver:
         if held == self.load_held:
             return
         self.load_held = held
-        now = time.time()
+        now = time.monotonic()
         if held:
             self.load_held_since = now
         else:
@@ -840,12 +847,14 @@ class Driver:
             concurrency=governor.concurrency,
             max_concurrency=self.limits.concurrency,
             kill_grace=self.limits.kill_grace,
-            backoff_until=governor.backoff_until or None,
+            # Read by other processes (status, watchdog): on the wall clock.
+            backoff_until=to_wall(governor.backoff_until) if governor.backoff_until else None,
             waiting_for_load=governor.waiting_for_load,
             canary=list(governor.canary),
             halt=governor.halt.message if governor.halt else None,
             running=[
-                LiveAttempt(a.task, a.number, a.started, a.deadline) for a in self.running.values()
+                LiveAttempt(a.task, a.number, a.started, to_wall(a.deadline))
+                for a in self.running.values()
             ],
         )
         self.lock.beat(state)
@@ -856,7 +865,7 @@ class Driver:
         left = counts[PENDING] + counts[RUNNING]
         return Progress(
             counts=counts,
-            running=[(a.task, a.number, now - a.started) for a in self.running.values()],
+            running=[(a.task, a.number, now - a.began) for a in self.running.values()],
             concurrency=self.governor.concurrency,
             max_concurrency=self.limits.concurrency,
             backoff=max(0.0, self.governor.backoff_until - now),

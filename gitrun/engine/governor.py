@@ -20,6 +20,11 @@ policies:
   a projection of each stage at its own rate (the canary's stage when the
   canary passes, a later stage at its first valid output);
 - a load gate: no starts while the machine is busy.
+
+Its times (``now``, backoff, pacing, a decrease) are on one clock, the
+caller's: a driver's monotonic clock (gitrun.clock), or the wall clock in
+external dispatch, whose state outlives each call's process. A park's reset
+is a wall-clock instant, converted to that clock once, when it is set.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import os
 import random
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -88,7 +94,7 @@ class EndFacts:
     signal: int | None
     wrote_nothing: bool  # no output file existed after the attempt
     diagnostic: str  # the last line of its output
-    started: float = 0.0  # when it started (epoch seconds)
+    started: float = 0.0  # when it started, on the governor's clock
 
 
 @dataclass(frozen=True)
@@ -132,9 +138,14 @@ class Governor:
     # "canary running", "failing fast", "spawn budget" or "budget"; "" for nothing.
     held: str = ""
     halt: Halt | None = None
-    # Parked until a usage limit resets (epoch seconds; 0: not parked), and why.
+    # Parked until a usage limit resets (epoch seconds, as said and recorded;
+    # 0: not parked), and why; ``park_ends``: the same instant on ``clock``.
     parked_until: float = 0.0
     park_reason: str = ""
+    park_ends: float = 0.0
+    # The clock every ``now`` given to the governor is read from: time.time
+    # (external dispatch) or time.monotonic (a driver).
+    clock: Callable[[], float] = time.time
     _throttles: int = 0  # congestion events since the last valid completion
     _valid_run: int = 0  # valid completions since the last change of concurrency
     # Congestion control. The level of an attempt is how many of this
@@ -168,7 +179,7 @@ class Governor:
         self.held = ""
         if self.halt is not None:
             return 0
-        if now < self.parked_until:
+        if now < self.park_ends:
             self.held = "parked"
             return 0
         if now < self.backoff_until:
@@ -223,8 +234,8 @@ class Governor:
         """When starting may become possible again without an attempt ending."""
         if self.halt is not None:
             return None
-        if now < self.parked_until:
-            return self.parked_until
+        if now < self.park_ends:
+            return self.park_ends
         if now < self.backoff_until:
             return self.backoff_until
         if self.held == "pacing":
@@ -279,7 +290,7 @@ class Governor:
             self._valid_durations = [*self._valid_durations[-(VALID_KEPT - 1) :], facts.duration]
             self._grow(level, facts.started)
         elif facts.outcome == "throttled":
-            if now >= self.parked_until:  # (a usage limit is no congestion)
+            if now >= self.park_ends:  # (a usage limit is no congestion)
                 self._throttled(facts, level, now)
         elif facts.outcome in ("lost", "abandoned"):
             self._note_loss(facts)
@@ -439,12 +450,14 @@ class Governor:
 
     def parked_text(self, now: float) -> str:
         """ "parked until 22:51 UTC (usage limit of claude)" while parked, else ""."""
-        return parked_clause(self.parked_until, self.park_reason) if self.parked_until > now else ""
+        return parked_clause(self.parked_until, self.park_reason) if self.park_ends > now else ""
 
     def park(self, until: float, reason: str) -> None:
-        """No starts until ``until`` (a usage limit's reset): running attempts finish."""
+        """No starts until ``until`` (a usage limit's reset, epoch seconds):
+        running attempts finish."""
         if until > self.parked_until:
             self.parked_until, self.park_reason = until, reason
+            self.park_ends = self.clock() + (until - time.time())
 
     def stop_for(self, halt: Halt) -> None:
         if self.halt is None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -116,6 +116,10 @@ class Ended:
     made_from: Mapping[str, str] | None = None
     made: Mapping[str, str] | None = None
     throttles: int = 0  # the tries of this attempt number the API throttled before it
+    # Its start and end on the engine's clock where that is not the wall
+    # clock (a driver's monotonic one), for the governor's arithmetic; None:
+    # ``started`` and ``ended`` serve.
+    span: tuple[float, float] | None = None
 
 
 class _Histories(dict[str, ledger.TaskHistory]):
@@ -144,6 +148,7 @@ class Engine:
     says; a driver about to recover a dead one's attempts passes none).
     ``records`` is the ledger (default: the one on disk; the report passes the
     one committed at ``tip``, which may be a remote's copy of the branch).
+    ``clock`` is the governor's (gitrun.engine.governor): a driver's is monotonic.
     """
 
     def __init__(
@@ -153,8 +158,10 @@ class Engine:
         tip: str | None,
         running: Collection[str] | None = None,
         records: list[dict[str, Any]] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.run = run
+        self.clock = clock
         self.local = local
         self.limits = run.limits
         self.tasks: Mapping[str, Task] = run.tasks_by_id
@@ -201,6 +208,7 @@ class Engine:
             failed=self.count(FAILED),
             usable=len(done),
             halt=Halt(**self.summary.halt) if self.summary.halt else None,
+            clock=clock,
         )
         self.halt_recorded = self.summary.halt is not None
         park = self.summary.park
@@ -264,7 +272,7 @@ class Engine:
         """An attempt of ``tid`` starts (its number and throttles are the
         history's ``upcoming`` until its record is written)."""
         self._set(tid, RUNNING)
-        self.governor.started(tid, time.time())
+        self.governor.started(tid, self.clock())
 
     def mark_done(self, tid: str) -> None:
         """``tid``'s valid outputs are on disk without an attempt to record
@@ -280,18 +288,19 @@ class Engine:
         history = self.history[tid]
         counted = ended.outcome in ledger.COUNTED
         failed_for_good = counted and history.used + 1 >= self.limits.max_attempts
+        began, finished = ended.span or (ended.started, ended.ended)
         facts = EndFacts(
             tid,
             ended.outcome,
-            ended.ended - ended.started,
+            finished - began,
             ended.exit_code,
             ended.signal,
             ended.wrote_nothing,
             ended.diagnostic,
-            ended.started,
+            began,
         )
         in_canary = bool(self.governor.canary)
-        self.governor.ended(facts, time.time(), failed_for_good)
+        self.governor.ended(facts, self.clock(), failed_for_good)
         backed_off = self.governor.concurrency if ended.outcome == ledger.THROTTLED else None
         self.record(writer, ended, backed_off)
         if ended.outcome == ledger.VALID:  # its cost is in self.usage now

@@ -8,7 +8,9 @@ One :class:`Monitor` watches every running attempt from the driver's thread
 with a selector over each worker's output pipe and, on Linux, a pidfd that
 becomes readable when the worker exits — no thread per attempt and no
 polling. Elsewhere exits are polled each tick. Deadlines and stops signal the
-whole process group, so no grandchild outlives its attempt.
+whole process group, so no grandchild outlives its attempt. Deadlines and
+graces are on the monotonic clock (gitrun.clock); an attempt's start and end
+are recorded on the wall clock as well.
 """
 
 from __future__ import annotations
@@ -80,10 +82,13 @@ class AttemptEnd:
     # What the worker's client reported it used (gitrun.workers.clientusage), or what
     # it wrote to $GITRUN_USAGE; None: nothing was reported, the cost is unknown.
     usage: Usage | None = None
+    # Its start and end on the monotonic clock (``started`` and ``ended`` are
+    # the wall clock's, for the ledger): what its duration is measured on.
+    span: tuple[float, float] = (0.0, 0.0)
 
     @property
     def duration(self) -> float:
-        return self.ended - self.started
+        return self.span[1] - self.span[0]
 
 
 class RunningAttempt(Protocol):
@@ -91,8 +96,9 @@ class RunningAttempt(Protocol):
 
     task: str
     number: int
-    started: float
-    deadline: float
+    started: float  # wall clock, for the records
+    began: float  # the same moment on the monotonic clock
+    deadline: float  # monotonic, as are next_event and escalate's now
     # A local worker's pid, create time and command line, for the running
     # journal (a later driver signals it only while all three match); 0 and
     # None for an attempt that has no process on this machine.
@@ -147,8 +153,9 @@ class Attempt:
         self.task = task
         self.kill_grace = kill_grace
         self.number = number
-        self.started = time.time()
-        self.deadline = self.started + timeout
+        self.started = time.time()  # for the ledger
+        self.began = time.monotonic()  # for its deadline and duration
+        self.deadline = self.began + timeout
         self.timed_out = False
         self.stopped = False
         self.proc: Process | None = None
@@ -159,7 +166,8 @@ class Attempt:
         self.create_time: float | None = None
         self.cmdline: list[str] | None = None
         self.status: int | None = None  # set once reaped
-        self.exited_at = 0.0
+        self.exited_at = 0.0  # monotonic
+        self.exited_wall = 0.0  # the same moment on the wall clock, for the ledger
         self.eof = False
         self._kill_at: float | None = None
         # The log is made when there is something to put in it: creating a
@@ -220,7 +228,7 @@ class Attempt:
 
     def _terminate(self) -> None:
         self.signal_group(signal.SIGTERM)
-        self._kill_at = time.time() + self.kill_grace
+        self._kill_at = time.monotonic() + self.kill_grace
 
     def signal_group(self, sig: int) -> None:
         """Signal the worker's group, only while the worker is not reaped: until
@@ -304,11 +312,12 @@ class Attempt:
             said = self._client[1].exit_fault(self._client[0], status)
             if said is not None:
                 self.fault = f"environment fault: {self.task} attempt {self.number}: {said}"
+        exited = self.exited_at or time.monotonic()
         return AttemptEnd(
             self.task,
             self.number,
             self.started,
-            self.exited_at or time.time(),
+            self.exited_wall or time.time(),
             status if status >= 0 else None,
             -status if status < 0 else None,
             self.timed_out,
@@ -317,7 +326,12 @@ class Attempt:
             self.fault,
             unstarted=self.failure or "",
             usage=self.usage,
+            span=(self.began, exited),
         )
+
+    def exited(self) -> None:
+        """Note the moment the worker ended, on both clocks."""
+        self.exited_at, self.exited_wall = time.monotonic(), time.time()
 
     def _tail_text(self) -> str:
         """The end of the output, or of the client's readable text where its
@@ -378,7 +392,7 @@ class Monitor:
             attempt._log_write(f"gitrun: cannot start the worker: {attempt.failure}\n".encode())
             attempt.close_log()
             attempt.status = 127
-            attempt.exited_at = time.time()
+            attempt.exited()
             self._failed.append(attempt)
             return attempt
         except BaseException:
@@ -446,7 +460,7 @@ class Monitor:
                 self._selector.unregister(key.fileobj)
                 os.close(key.fd)
                 self._reap(attempt)
-        now = time.time()
+        now = time.monotonic()
         for attempt in list(self._live):
             linger = attempt.linger_until
             if linger is not None and attempt.status is None and (attempt.eof or now >= linger):
@@ -491,11 +505,11 @@ class Monitor:
             return
         lingers = attempt.confined and not attempt.eof and attempt.linger_until is None
         if lingers and _killed(attempt.pid):  # not its worker's end: it may still shut down
-            attempt.linger_until = time.time() + attempt.kill_grace
+            attempt.linger_until = time.monotonic() + attempt.kill_grace
             return  # see Attempt.confined
         attempt.signal_group(signal.SIGKILL)
         attempt.status = attempt.proc.wait()
-        attempt.exited_at = time.time()
+        attempt.exited()
 
     def _finish(self, attempt: Attempt) -> None:
         self._live.discard(attempt)

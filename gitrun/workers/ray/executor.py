@@ -121,8 +121,9 @@ class RayAttempt:
         self.task = task
         self.number = number
         self.ref = ref
-        self.started = time.time()
-        self.deadline = self.started + timeout
+        self.started = time.time()  # for the ledger
+        self.began = time.monotonic()  # for its deadline and duration
+        self.deadline = self.began + timeout
         self.pid = 0  # no process of it runs on this machine (as far as gitrun knows)
         self.create_time: float | None = None
         self.cmdline: list[str] | None = None
@@ -158,9 +159,13 @@ class RayAttempt:
             self._cancel_at = None
             self.runner.cancel(self.ref, force=True)
 
+    def span(self) -> tuple[float, float]:
+        """Its start and now, on the monotonic clock (its duration, at its end)."""
+        return self.began, time.monotonic()
+
     def _give_until(self, seconds: float) -> None:
         if self._cancel_at is None and not self._forced:
-            self._cancel_at = time.time() + seconds
+            self._cancel_at = time.monotonic() + seconds
 
 
 class RayRunner:
@@ -285,7 +290,7 @@ class RayRunner:
             if result["dropped"]:
                 note = f"\n[gitrun: {result['dropped']} bytes dropped; the last ones follow]\n"
                 log.write(note.encode() + tail)
-            took = result["ended"] - result["started"]
+            took = result["took"]
             log.write(f"\n[gitrun: ran on node {result['node']} for {took:.1f} s]\n".encode())
         written = self.files.write_outputs(self._tasks[attempt.task], result["outputs"])
         refused = "; ".join(f"{path}: {why}" for path, why in result["refused"].items())
@@ -307,6 +312,7 @@ class RayRunner:
             _client_fault(attempt, tail, status, timed_out),
             refused=refused,
             dispatch="ray",
+            span=attempt.span(),
             usage=usage,
         )
 
@@ -430,6 +436,7 @@ def _failed(attempt: RayAttempt, text: str, log: bool = False) -> AttemptEnd:
         attempt.stopped,
         text,
         dispatch="ray",
+        span=attempt.span(),
     )
 
 
@@ -448,6 +455,7 @@ def _lost(attempt: RayAttempt, exc: BaseException) -> AttemptEnd:
         why,
         lost=f"the Ray node or worker running it was lost ({why})",
         dispatch="ray",
+        span=attempt.span(),
     )
 
 

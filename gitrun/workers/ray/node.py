@@ -75,7 +75,7 @@ sys.exit(code)
 
 def run_attempt(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one attempt as ``spec`` says; see :mod:`gitrun.workers.ray.executor` for its fields."""
-    started = time.time()
+    started, began = time.time(), time.monotonic()  # for the record; for the duration
     scratch = None
     cwd = spec.get("cwd")
     env = dict(os.environ)
@@ -97,7 +97,8 @@ def run_attempt(spec: dict[str, Any]) -> dict[str, Any]:
         for temporary in (scratch, usage_dir):
             if temporary is not None:
                 shutil.rmtree(temporary, ignore_errors=True)
-    result.update(outputs=outputs, refused=refused, started=started, ended=time.time())
+    took = time.monotonic() - began
+    result.update(outputs=outputs, refused=refused, started=started, ended=time.time(), took=took)
     result["node"] = _node_address()
     return result
 
@@ -132,14 +133,14 @@ def _run(spec: dict[str, Any], cwd: str, env: dict[str, str]) -> dict[str, Any]:
     os.set_blocking(fd, False)
     log = _Log()
     exit_fd = _pidfd(proc.pid)  # wakes the loop at the exit, where the OS offers one
-    deadline = time.time() + float(spec["timeout"])
+    deadline = time.monotonic() + float(spec["timeout"])  # no step of the wall clock moves it
     grace = float(spec["kill_grace"])
     kill_at: float | None = None
     timed_out = eof = False
     exited_at: float | None = None
     try:
         while not eof or exited_at is None:
-            now = time.time()
+            now = time.monotonic()
             if exited_at is not None and now >= exited_at + EOF_GRACE:
                 break  # a process that left the group holds the pipe: do not wait for it
             if exited_at is None and _has_exited(proc.pid):
@@ -166,8 +167,8 @@ def _run(spec: dict[str, Any], cwd: str, env: dict[str, str]) -> dict[str, Any]:
         # Cancelled (ray.cancel raises KeyboardInterrupt here): the same
         # stop as a local attempt's, TERM to the group, KILL after the grace.
         _signal_group(proc.pid, signal.SIGTERM)
-        end = time.time() + grace
-        while not _has_exited(proc.pid) and time.time() < end:
+        end = time.monotonic() + grace
+        while not _has_exited(proc.pid) and time.monotonic() < end:
             time.sleep(0.05)
         _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
