@@ -163,8 +163,8 @@ def kill_stale(repo: Path, health: RunHealth) -> str:
                 f"record ({local.owner}) in start time and command line; check that process "
                 "and stop it yourself if it is the driver"
             )
-        deadline = time.time() + 10
-        while is_locked(local) and time.time() < deadline:
+        deadline = time.monotonic() + 10
+        while is_locked(local) and time.monotonic() < deadline:
             time.sleep(0.05)
     for entry in running_records(local).values():
         kill_recorded_group(entry.to_json())

@@ -522,11 +522,13 @@ class CommitQueue:
                     self._cond.wait()
                 if self._closing and (not self._pending or self._holding):
                     return
-                while not self._closing and not self._holding and time.time() < last + COALESCE:
-                    self._cond.wait(last + COALESCE - time.time())
+                while (
+                    not self._closing and not self._holding and time.monotonic() < last + COALESCE
+                ):
+                    self._cond.wait(last + COALESCE - time.monotonic())
                 if not self._pending or self._holding:
                     continue  # a flush took the batch
-                last = time.time()
+                last = time.monotonic()
                 batch, self._pending = self._pending, []
                 self._busy = True
             try:

@@ -183,6 +183,9 @@ class External:
             )
         self.leases = read_leases(local)
         self.tip = tip
+        # On the wall clock (the default), unlike a driver's: the governor's
+        # backoff and pacing, and each lease's expiry, outlive this call's
+        # process, and a monotonic clock means nothing to the next one.
         self.engine = Engine(run, local, tip, running=self.leases)
         self.governor = self.engine.governor
         # Each batch costs the lead a turn: its leases go out together, unpaced
@@ -580,14 +583,14 @@ def external_run(repo: Path, run_id: str, afresh: bool = False) -> Iterator[Exte
             '"external")'
         )
     local = LocalPaths.of(repo, run_id)
-    deadline = time.time() + LOCK_PATIENCE
+    deadline = time.monotonic() + LOCK_PATIENCE
     with ExitStack() as stack:
         while True:
             try:
                 stack.enter_context(run_locked(local, run_id))
                 break
             except RunBusy:
-                if time.time() >= deadline:
+                if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.1)
         rules.refresh(local, run)

@@ -154,7 +154,7 @@ def record_dispatch(local: LocalPaths, run_id: str, task_id: str, tool_use_id: s
     from gitrun.store.leases import read_leases
     from gitrun.store.lock import RunBusy, run_locked
 
-    deadline = time.time() + LOCK_PATIENCE
+    deadline = time.monotonic() + LOCK_PATIENCE
     while True:
         try:
             with run_locked(local, run_id):
@@ -174,7 +174,7 @@ def record_dispatch(local: LocalPaths, run_id: str, task_id: str, tool_use_id: s
                 write_dispatches(local, dispatches)
                 return lease.attempt
         except RunBusy:
-            if time.time() >= deadline:
+            if time.monotonic() >= deadline:
                 raise
             time.sleep(0.05)
 

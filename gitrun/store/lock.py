@@ -111,6 +111,8 @@ class Owner:
     create_time: float | None = None  # as psutil reports it, for reaper.is_recorded_process
     cmdline: list[str] | None = None
 
+    # Ages of another process's record: on the wall clock, the one clock two
+    # processes (or machines) share; a monotonic one is per boot.
     @property
     def age(self) -> float:
         return time.time() - self.started
@@ -219,7 +221,7 @@ def _live_owner(local: LocalPaths, patience: float = 2.0) -> tuple[Owner | None,
     """
     import psutil
 
-    deadline = time.time() + patience
+    deadline = time.monotonic() + patience
     while True:
         try:
             owner, damage = read_owner(local), ""
@@ -227,7 +229,7 @@ def _live_owner(local: LocalPaths, patience: float = 2.0) -> tuple[Owner | None,
             owner, damage = None, f"{exc.path} {exc.problem}"
         if owner is not None and (owner.host != _hostname() or psutil.pid_exists(owner.pid)):
             return owner, ""
-        if time.time() >= deadline:
+        if time.monotonic() >= deadline:
             return owner, damage
         time.sleep(0.05)
 
