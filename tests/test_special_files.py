@@ -4,7 +4,8 @@ A FIFO where ``leases.json`` or ``running.jsonl`` belongs made every command
 that opened it wait for a writer that never came (a cron ``watchdog`` hung
 for good); a FIFO where the hook's rules belong hung the write hook until the
 client killed it, and a killed hook lets the write through. A directory or a
-link to ``/dev/zero`` in their place gave exit 70. Every case here is a real
+link to ``/dev/zero`` in their place (or in place of the run's locks and the
+committer's index) gave exit 70. Every case here is a real
 FIFO, directory or device link in a real repository, run through the real
 command with a deadline: it must end, with a sentence that names the file
 (or with the command's own result, when the file is one it can do without),
@@ -24,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from gitrun.store.local import LocalPaths
-from tests.helpers import commit_all, write_run
+from tests.helpers import commit_all, run_gitrun, write_run
 
 DEADLINE = 60  # seconds; a hang is what is tested, so every call has one
 
@@ -185,3 +186,51 @@ def test_a_driver_survives_its_state_file_of_another_kind(git_repo: Path, kind: 
         started = subprocess.run(verify, capture_output=True).returncode
         done = _gitrun(git_repo, "resume" if started == 0 else "start", run)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+# The committer's private index and lock, and the driver's lock: files gitrun
+# makes and takes, not records it reads, so the readers' refusal missed them
+# and a directory or a device link there gave exit 70 with a traceback. One
+# row per case: the file, what is in its place, the command, and its answer
+# (1: the sentence naming the file; 0: a file the command does without, or
+# one gitrun removes and makes again, as the private index).
+LOCKS = [
+    ("index", "directory", "collect", 1),
+    ("index", "device", "collect", 0),
+    ("index", "directory", "status", 0),
+    ("commit.lock", "directory", "collect", 1),
+    ("commit.lock", "device", "collect", 1),
+    ("commit.lock", "fifo", "collect", 1),
+    ("commit.lock", "directory", "status", 0),
+    ("driver.lock", "directory", "collect", 1),
+    ("driver.lock", "device", "collect", 1),
+    ("driver.lock", "fifo", "collect", 1),
+    ("driver.lock", "directory", "status", 1),
+    ("driver.lock", "device", "status", 1),
+    ("driver.lock", "fifo", "status", 1),
+]
+
+
+@pytest.mark.parametrize(("name", "kind", "command", "code"), LOCKS)
+def test_a_lock_or_index_of_another_kind_is_named_with_exit_1(
+    external: Path, name: str, kind: str, command: str, code: int
+) -> None:
+    (external / "out").mkdir(exist_ok=True)
+    (external / "out/t1.json").write_text('{"ok": 1}')  # collect has a commit to make
+    path = LocalPaths.of(external, "e").root / name
+    _replace(path, kind)
+    proc = run_gitrun(external, command, "e")
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == code, (proc.returncode, said)
+    assert "Traceback" not in said and "internal error" not in said, said
+    if code:
+        assert proc.stdout == "", said
+        assert proc.stderr == (
+            f"gitrun: error: .git/gitrun/e/{name}: is {_NOUNS[kind]}, where gitrun keeps a "
+            "regular file; move it aside and run the command again\n"
+        )
+    if kind == "directory":
+        assert (path / "inside").exists()  # said, never removed
+
+
+_NOUNS = {"directory": "a directory", "device": "a device", "fifo": "a FIFO"}

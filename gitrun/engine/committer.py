@@ -38,6 +38,7 @@ from gitrun.store.records import (
     warn_stderr,
     write_record,
 )
+from gitrun.store.regular import remove_file
 
 if TYPE_CHECKING:
     from gitrun.store.records import Warn
@@ -360,7 +361,7 @@ class Committer:
         """Only a committer holding commit.lock touches the private index, so
         with that lock held, an index.lock is a dead committer's (a driver
         killed while git wrote the index): remove it, never ask the user to."""
-        self.local.index.with_name(self.local.index.name + ".lock").unlink(missing_ok=True)
+        remove_file(self.local.index.with_name(self.local.index.name + ".lock"))
 
     def _blobs(
         self, landings: list[Landing], own_files: dict[str, bytes]

@@ -31,8 +31,17 @@ def hold(path: Path, wait: bool = True) -> Iterator[None]:
     """Hold an exclusive lock on ``path`` (created when missing) for the
     ``with`` block; without ``wait``, :class:`Held` when someone has it.
     Threads of one process exclude each other too: each hold is its own
-    open file, and ``flock`` belongs to the open file."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    open file, and ``flock`` belongs to the open file. A directory, FIFO or
+    device in the lock's place is :class:`~gitrun.store.regular.NotRegular`:
+    a lock on ``/dev/zero`` would be shared with every process on the machine."""
+    from gitrun.store.regular import explained, refuse_other_kinds
+
+    try:
+        # Non-blocking: opening a FIFO must not wait for a peer.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        raise explained(path, exc) from exc
+    refuse_other_kinds(fd, path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
     except OSError as exc:
@@ -77,12 +86,18 @@ def is_held(path: Path) -> bool:
     descriptor of its own (closing it drops what the try took). Where that
     try cannot be made (a link, a file system without ``flock``) filelock
     is asked."""
+    from gitrun.store.regular import NotRegular, kind_of, refuse_other_kinds
+
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return False
     except OSError:
+        kind = kind_of(path)  # through a link: what the lock would be taken on
+        if kind:
+            raise NotRegular(str(path), kind) from None
         return _held_by_filelock(path)
+    refuse_other_kinds(fd, path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from gitrun.errors import CommandError, GitrunError, GitUnavailable
 from gitrun.processes.proc import clean_env, is_hook_git_var, run_cmd
-from gitrun.store.regular import read_regular
+from gitrun.store.regular import read_regular, remove_file
 
 if TYPE_CHECKING:  # GitPython is imported where it runs, never at start-up
     from git.cmd import Git
@@ -479,13 +479,13 @@ def tree_with(
     """
     read_tree(repo, base, index)
     tree = write_tree(repo, entries, index)
-    index.unlink(missing_ok=True)
+    remove_file(index)
     return tree
 
 
 def read_tree(repo: Path, base: str | None, index: Path) -> None:
     """Make the private ``index`` hold exactly ``base``'s tree (nothing, for None)."""
-    index.unlink(missing_ok=True)
+    remove_file(index)
     if base:
         write_git(repo, "read-tree", base, env={"GIT_INDEX_FILE": str(index)})
 

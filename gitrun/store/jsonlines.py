@@ -119,6 +119,8 @@ class LineWriter:
     killed; nothing waits in a buffer of this process)."""
 
     def __init__(self, path: Path) -> None:
+        from gitrun.store.regular import explained
+
         self._path = path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -126,9 +128,9 @@ class LineWriter:
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
             self._fd: int | None = os.open(path, flags, 0o666)
         except OSError as exc:
-            raise file_error(path, _kind_of(path, exc), "write") from exc
+            raise file_error(path, explained(path, exc), "write") from exc
         if not stat.S_ISREG(os.fstat(self._fd).st_mode):
-            kind = _kind_of(path, OSError(errno.EINVAL, "not a regular file"))
+            kind = explained(path, OSError(errno.EINVAL, "not a regular file"))
             self.close()
             raise file_error(path, kind, "write")
         os.set_blocking(self._fd, True)
@@ -157,15 +159,6 @@ def shown(path: Path) -> str:
         if top in parts:
             return "/".join(parts[len(parts) - parts[::-1].index(top) - 1 :])
     return str(path)
-
-
-def _kind_of(path: Path, exc: OSError) -> OSError:
-    """``exc``, or what is at ``path`` when it is not a regular file (a FIFO
-    opened for writing without a reader fails with ENXIO, which says nothing)."""
-    from gitrun.store.regular import NotRegular, kind_of
-
-    kind = kind_of(path)
-    return NotRegular(str(path), kind) if kind else exc
 
 
 def file_error(path: Path, exc: OSError, verb: str) -> GitrunError:

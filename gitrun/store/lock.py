@@ -296,6 +296,7 @@ def run_locked(local: LocalPaths, run_id: str) -> Iterator[RunLock]:
     from contextlib import ExitStack
 
     from gitrun.store.flocks import Held, hold  # flock itself: filelock imports asyncio (~45 ms)
+    from gitrun.store.regular import NotRegular
 
     with ExitStack() as lock:
         try:
@@ -313,6 +314,8 @@ def run_locked(local: LocalPaths, run_id: str) -> Iterator[RunLock]:
                     time.sleep(0.005)
         except Held:
             raise RunBusy(run_id, *_live_owner(local)) from None
+        except NotRegular:
+            raise  # a directory or a device where the lock belongs: said as such
         except OSError as exc:
             raise LocalStateUnwritable(Path(exc.filename or local.lock), exc) from None
         held = RunLock(local)

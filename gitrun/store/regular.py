@@ -51,10 +51,7 @@ def read_regular(path: str | Path, follow: bool = True, limit: int = -1) -> byte
         if exc.errno == errno.ENXIO and _is_socket(path, follow):
             raise NotRegular(str(path), "a socket") from exc  # open() refuses one
         raise
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise NotRegular(str(path), _noun(mode))
+    refuse_other_kinds(fd, path)
     with open(fd, "rb") as handle:
         return handle.read(limit)
 
@@ -67,6 +64,35 @@ def kind_of(path: str | Path) -> str:
     except OSError:
         return ""
     return "" if stat.S_ISREG(mode) else _noun(mode)
+
+
+def explained(path: str | Path, exc: OSError) -> OSError:
+    """``exc``, or :class:`NotRegular` when what is at ``path`` is not a regular
+    file: what ``open``, ``unlink`` or ``flock`` says of a directory, a FIFO
+    or a device (EISDIR, ENXIO, nothing at all) names neither the file nor
+    the fix, and a traceback is no answer."""
+    kind = kind_of(path)
+    return NotRegular(str(path), kind) if kind else exc
+
+
+def refuse_other_kinds(fd: int, path: str | Path) -> None:
+    """Raise :class:`NotRegular` (closing ``fd``) when the file open on ``fd``
+    is not a regular file."""
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotRegular(str(path), _noun(mode))
+
+
+def remove_file(path: str | Path) -> None:
+    """Remove the file gitrun keeps at ``path`` (nothing there is fine); a
+    directory in its place is said (:class:`NotRegular`), never removed."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise explained(path, exc) from exc
 
 
 def _noun(mode: int) -> str:
