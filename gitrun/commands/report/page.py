@@ -67,6 +67,20 @@ def default_path(run_id: str) -> Path:
     return Path(f"gitrun-report-{run_id}.html")
 
 
+def report_mark(run_id: str) -> str:
+    """The line in every report's head that says which run's report it is:
+    how a file is recognised as an earlier report that may be written over."""
+    return f'<meta name="generator" content="gitrun report of run {run_id}">'
+
+
+def is_report_of(data: bytes, run_id: str) -> bool:
+    """Whether ``data`` (a file's first KiB is enough) is a report of ``run_id``."""
+    return report_mark(run_id).encode() in data[:MARK_WITHIN]
+
+
+MARK_WITHIN = 1024  # bytes from a report's start that hold its mark
+
+
 def write_report(repo: Path, run_id: str, path: Path | None = None) -> Path:
     """Render the run's report and write it (default: gitrun-report-RUN.html
     in the current directory); the path written."""
@@ -108,6 +122,7 @@ def render_page(c: CommittedRun, max_rows: int = MAX_ROWS) -> str:
     about = run.packet.run.description
     parts = [
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
+        report_mark(run.id),
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">",
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
