@@ -217,6 +217,112 @@ def test_a_linked_packet_is_not_served(repo: Path, tmp_path: Path) -> None:
     _session(repo, body)
 
 
+def _snapshot(*roots: Path) -> dict[str, bytes | str]:
+    """Every file, link and folder beneath ``roots`` (not git's database),
+    with its bytes or its target: what a refused call must leave as it was."""
+    seen: dict[str, bytes | str] = {}
+    for root in roots:
+        for here, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if Path(here, d) != root / ".git"]
+            for name in dirs + files:
+                path = Path(here, name)
+                if path.is_symlink():
+                    seen[str(path)] = f"link to {os.readlink(path)}"
+                elif path.is_dir():
+                    seen[str(path)] = "folder"
+                else:
+                    seen[str(path)] = path.read_bytes()
+    return seen
+
+
+def test_the_report_tool_writes_only_a_new_file_or_its_own_report(
+    repo: Path, tmp_path: Path
+) -> None:
+    """A client is a model that reads task data: the path it passes is
+    confined like a worker's. Each attack is refused with one sentence that
+    names the path, and writes nothing anywhere; the report's own place
+    takes a second report."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (repo / "linked").symlink_to(outside)  # a folder of the repository that leads out
+    (outside / "theirs.html").write_text("someone else's file")
+    (repo / "link.html").symlink_to(outside / "theirs.html")
+    (repo / "README.md").write_text("an edit not committed yet\n")  # tracked, dirty
+    (repo / "notes.txt").write_text("the user's untracked notes\n")
+    (repo / "out").mkdir(exist_ok=True)
+    (repo / "gitrun-report-other.html").write_text("<!DOCTYPE html> not gitrun's\n")
+    assert run_gitrun(repo, "start", "r").returncode == 0
+    attacks = [
+        ".git/config",
+        ".git/hooks/pre-commit",
+        ".GIT/config",
+        "../outside/escape.html",
+        str(outside / "absolute.html"),
+        "linked/r.html",
+        "link.html",
+        "README.md",
+        "notes.txt",
+        ".gitrun/runs/r/packet.toml",
+        ".gitrun/r.html",
+        "out",  # a folder of the repository
+        "nosuch/r.html",
+        "",
+    ]
+    before = _snapshot(repo, outside)
+    config = (repo / ".git/config").read_bytes()
+    reports: list[str] = []
+
+    async def body(client: Client) -> None:
+        for output in attacks:
+            error, said = await _call(client, "report", run="r", output=output)
+            assert error, (output, said)
+            assert repr(output) in said and "\n" not in said.strip(), (output, said)
+            assert _snapshot(repo, outside) == before, output
+        for output in (None, None, "r.html", "r.html"):
+            args = {} if output is None else {"output": output}
+            error, done = await _call(client, "report", run="r", **args)
+            assert not error, (output, done)
+            reports.append(done["path"])
+        # Another run's default place holds a file that is not its report.
+        error, said = await _call(client, "report", run="r", output="gitrun-report-other.html")
+        assert error and "not a report of run 'r'" in said, said
+
+    _session(repo, body)
+    assert (repo / ".git/config").read_bytes() == config
+    assert reports == [str(repo / "gitrun-report-r.html")] * 2 + [str(repo / "r.html")] * 2
+    for name in ("gitrun-report-r.html", "r.html"):
+        assert (repo / name).read_text().startswith("<!DOCTYPE html>")
+    assert sorted(os.listdir(outside)) == ["theirs.html"]
+    assert (outside / "theirs.html").read_text() == "someone else's file"
+    assert (repo / "README.md").read_text() == "an edit not committed yet\n"
+    untracked = git(repo, "status", "--porcelain", "--untracked-files=all").splitlines()
+    new = [line[3:] for line in untracked if line.startswith("??") and ".gitrun/" not in line]
+    assert sorted(new) == [
+        "gitrun-report-other.html",
+        "gitrun-report-r.html",
+        "link.html",
+        "linked",
+        "notes.txt",
+        "r.html",
+    ], untracked  # no temporary file left behind
+
+
+def test_every_tool_takes_a_run_id_never_a_path(repo: Path) -> None:
+    """The run argument of every tool names a folder of .gitrun/runs/: one
+    that is a path is refused as no run id, before anything is read or made."""
+    before = _snapshot(repo)
+
+    async def body(client: Client) -> None:
+        tools = [t.name for t in (await client.list_tools()).tools]
+        for tool in tools:
+            for run in ("../x", "/etc", "r/../r", ".."):
+                error, said = await _call(client, tool, run=run)
+                assert error and f"{run!r} is not a valid run id" in said, (tool, run, said)
+
+    _session(repo, body)
+    assert _snapshot(repo) == before
+
+
 def _rpc(proc: subprocess.Popen[bytes], message: dict[str, Any]) -> None:
     assert proc.stdin is not None
     proc.stdin.write((json.dumps(message) + "\n").encode())

@@ -7,8 +7,10 @@ Claude Code, an Agent SDK program): ``status``, ``check``, ``start`` and
 each the very function its command calls, so a lease made here is the
 lease ``gitrun next`` makes (one engine, one record); a run's packet is the
 resource ``gitrun://runs/{run}/packet.toml``. A failure is the command's
-own sentence, as a tool error. Built on the official ``mcp`` SDK, the
-``gitrun[mcp]`` extra: nothing else in gitrun imports this package.
+own sentence, as a tool error. A client is a model that reads task data:
+``report`` writes only where :mod:`gitrun.mcp.confine` allows. Built on the
+official ``mcp`` SDK, the ``gitrun[mcp]`` extra: nothing else in gitrun
+imports this package.
 """
 
 from __future__ import annotations
@@ -238,7 +240,10 @@ def build(repo: Path) -> MCPServer[Any]:
 
         return call(retried)
 
-    @server.tool(description="Write a run's report, one self-contained HTML page.")
+    @server.tool(
+        description="Write a run's report, one self-contained HTML page, in a new file of the "
+        "repository or over an earlier report of the same run (never a tracked or other file)."
+    )
     def report(
         run: RunName,
         output: Annotated[
@@ -246,10 +251,7 @@ def build(repo: Path) -> MCPServer[Any]:
             Field(description="Where, from the repository root; default gitrun-report-RUN.html."),
         ] = None,
     ) -> ReportOut:
-        from gitrun.commands.report.page import default_path, write_report
-
-        target = repo / (output if output is not None else default_path(run))
-        return ReportOut(path=str(call(lambda: write_report(repo, run, target))))
+        return ReportOut(path=str(call(lambda: _write_report(repo, run, output))))
 
     @server.resource(
         "gitrun://runs/{run}/packet.toml",
@@ -271,6 +273,26 @@ def build(repo: Path) -> MCPServer[Any]:
 
     del status, check, start, resume, next_batch, collect, retry, report, packet  # registered
     return server
+
+
+def _write_report(repo: Path, run: str, output: str | None) -> Path:
+    """The report tool: the page, at a place confined as a worker's writes are
+    (:mod:`gitrun.mcp.confine`), never over anything but an earlier report."""
+    from gitrun.commands.report.page import default_path, is_report_of, render_report
+    from gitrun.layout import check_run_id
+    from gitrun.mcp.confine import confined_target, write_target
+
+    check_run_id(run)
+    default = default_path(run).as_posix()
+    fix = f"name a new file inside the repository, such as {default}"
+    target = confined_target(
+        repo,
+        output if output is not None else default,
+        own=f"a report of run {run!r}",
+        is_own=lambda head: is_report_of(head, run),
+        fix=fix,
+    )
+    return write_target(repo, target, render_report(repo, run).encode("utf-8"), fix)
 
 
 def serve(repo: Path) -> None:

@@ -234,7 +234,7 @@ def ignored_by(repo: Path, paths: list[str]) -> dict[str, str]:
                 found.update(_ignore_rules(alone.stdout))
     else:
         found = _ignore_rules(proc.stdout)
-    for tracked in _tracked(repo, sorted(found)):
+    for tracked in tracked_paths(repo, sorted(found)):
         del found[tracked]
     return found
 
@@ -245,7 +245,7 @@ def _check_ignore(repo: Path, paths: list[str]) -> subprocess.CompletedProcess[b
     return run_cmd(argv, input=data, check=False)
 
 
-def _tracked(repo: Path, paths: list[str]) -> set[str]:
+def tracked_paths(repo: Path, paths: list[str]) -> set[str]:
     """Those of ``paths`` the index holds, in one ``ls-files`` call.
 
     git matches every index entry against every pathspec, so a few paths

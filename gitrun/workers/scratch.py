@@ -128,10 +128,12 @@ def _is_regular(fd: int) -> bool:
     return stat.S_ISREG(os.fstat(fd).st_mode)
 
 
-def write_beneath(repo: Path, path: str, data: bytes) -> None:
+def write_beneath(repo: Path, path: str, data: bytes, replace: bool = True) -> None:
     """Write ``path`` whole (a temporary file renamed over it) in a directory
     reached without following a symlink; the directories exist (the driver
-    made them before the launch), a link in their place is refused."""
+    made them before the launch), a link in their place is refused. Without
+    ``replace`` the file must not exist (FileExistsError): the temporary file
+    is linked to its name, which never replaces anything."""
     parent = open_parent(repo, path)
     name = path.rsplit("/", 1)[-1]
     temp = f".{name}.gitrun-{os.getpid()}.tmp"
@@ -141,7 +143,11 @@ def write_beneath(repo: Path, path: str, data: bytes) -> None:
         )
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-        os.replace(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
+        if replace:
+            os.replace(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
+        else:
+            os.link(temp, name, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False)
+            os.unlink(temp, dir_fd=parent)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temp, dir_fd=parent)
