@@ -30,7 +30,7 @@ from gitrun.processes.spawn import Process, Spawner, has_exited
 from gitrun.store.records import warn_stderr
 from gitrun.store.usage import Usage
 from gitrun.visible import visible
-from gitrun.workers.clients import ClientSigns, UnreachableWatch, client_signs
+from gitrun.workers.clients import ClientSigns, UnreachableWatch, client_signs, exit_fault
 from gitrun.workers.clientusage import USAGE_ENV, attempt_usage, usage_reader
 
 if TYPE_CHECKING:
@@ -308,8 +308,11 @@ class Attempt:
 
     def end(self) -> AttemptEnd:
         status = self.status if self.status is not None else 127
-        if not self.fault and self._client is not None and not (self.timed_out or self.stopped):
-            said = self._client[1].exit_fault(self._client[0], status)
+        if not (self.fault or self.failure or self.timed_out or self.stopped):
+            # The shell's own words, not the client's readable text.
+            said = exit_fault(
+                self._client, status, bytes(self._tail[-4096:]).decode(errors="replace")
+            )
             if said is not None:
                 self.fault = f"environment fault: {self.task} attempt {self.number}: {said}"
         exited = self.exited_at or time.monotonic()

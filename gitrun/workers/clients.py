@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 
 from gitrun.visible import visible
+from gitrun.workers.shells import shell_refusal
 
 # The packet's default model for each preset (`gitrun new --preset NAME`):
 # an alias or a name the client accepts with its usual credentials; a shell
@@ -105,6 +106,19 @@ CLIENT_SIGNS: dict[str, ClientSigns] = {
         fix=_NETWORK_FIX,
     ),
 }
+
+
+def exit_fault(client: tuple[str, ClientSigns] | None, status: int, output: str) -> str | None:
+    """Why an attempt that exited ``status`` after saying ``output`` failed
+    for its environment, not its task, else None: its client's exit status
+    that means the same for every task, or a shell that says it cannot run
+    the program it was told to (gitrun.workers.shells), whatever the client."""
+    if client is not None:
+        said = client[1].exit_fault(client[0], status)
+        if said is not None:
+            return said
+    refusal = shell_refusal(status, output)
+    return f"{refusal.sentence}, {_RETRY}" if refusal is not None else None
 
 
 def client_signs(argv: Sequence[str]) -> tuple[str, ClientSigns] | None:

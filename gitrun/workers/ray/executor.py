@@ -42,7 +42,7 @@ from gitrun.store.usage import Usage
 from gitrun.visible import visible
 from gitrun.workers import carry
 from gitrun.workers.attempt import AttemptEnd, usage_file
-from gitrun.workers.clients import UnreachableWatch, client_signs
+from gitrun.workers.clients import UnreachableWatch, client_signs, exit_fault
 from gitrun.workers.clientusage import MAX_FILE, USAGE_ENV, attempt_usage, usage_reader
 from gitrun.workers.ray import node as raynode
 from gitrun.workers.scratch import AttemptFiles
@@ -463,13 +463,11 @@ def _client_fault(attempt: RayAttempt, tail: bytes, status: int, timed_out: bool
     """The client's environment fault, read from the output a node sent back
     (the local monitor reads it as it comes)."""
     client = client_signs(attempt.argv)
-    if client is None:
-        return ""
     said = None
-    if client[1].unreachable:
+    if client is not None and client[1].unreachable:
         said = UnreachableWatch(*client).feed(tail + b"\n")
     if said is None and not (timed_out or attempt.stopped):
-        said = client[1].exit_fault(client[0], status)
+        said = exit_fault(client, status, tail.decode(errors="replace"))
     return f"environment fault: {attempt.task} attempt {attempt.number}: {said}" if said else ""
 
 
