@@ -66,7 +66,7 @@ def _bring_along(
             os.unlink(f"{where.repo}/{path}")
         _prune(where.repo, path)
     shutil.rmtree(local.land_staging, ignore_errors=True)
-    _update_index(where, local, journal, changes)
+    _update_index(where, local, journal, changes, plan.skip)
     crash_point("land.indexed")
     drop_journal(local)
 
@@ -182,9 +182,12 @@ def _prune(repo: Path, path: str) -> None:
         parts.pop()
 
 
-def _update_index(where: Where, local: LocalPaths, journal: Landing, changes: list[Change]) -> None:
+def _update_index(
+    where: Where, local: LocalPaths, journal: Landing, changes: list[Change], skip: list[str]
+) -> None:
     """The landing's entries of the changed paths into the user's index
-    (nothing else of it changes), with their stat data, under git's own
+    (nothing else of it changes), with their stat data (``skip``: with the
+    skip-worktree bit instead, outside a sparse checkout), under git's own
     ``index.lock``, which this landing takes and can later prove its own.
 
     The lock is made as git makes it, exclusively, but as a hard link to a
@@ -214,6 +217,18 @@ def _update_index(where: Where, local: LocalPaths, journal: Landing, changes: li
         entries = [(*(c.new or ("0", zero)), c.path) for c in changes]
         try:
             git.set_index_entries(where.repo, entries, private)
+            if skip:
+                names = "".join(f"{path}\0" for path in skip).encode(errors="surrogateescape")
+                env = {"GIT_INDEX_FILE": str(private)}
+                git.write_git(
+                    where.repo,
+                    "update-index",
+                    "--skip-worktree",
+                    "-z",
+                    "--stdin",
+                    input=names,
+                    env=env,
+                )
         except CommandError as exc:
             raise GitrunError(
                 f"run {journal.run!r} is committed on the current branch and its files are in "

@@ -84,6 +84,7 @@ from gitrun.commands.land.journal import (
 )
 from gitrun.commands.land.locks import clear_a_dead_ref_lock, held, wait_for_lock
 from gitrun.commands.land.look import (
+    Change,
     Where,
     changes_between,
     checked_out_ref,
@@ -91,7 +92,7 @@ from gitrun.commands.land.look import (
     merged_tree,
     refuse_an_operation_in_progress,
 )
-from gitrun.commands.land.plan import refuse_what_is_in_the_way
+from gitrun.commands.land.plan import Plan, refuse_what_is_in_the_way
 from gitrun.engine.crashpoints import crash_point
 from gitrun.errors import CommandError, GitrunError
 from gitrun.processes import reaper
@@ -176,7 +177,16 @@ def _land(
     journal = record_step(local, journal, "moved")
     bring(where, local, journal, changes, plan)
     how = "squashed into one commit" if squash else "merged"
-    return f"run {run_id!r} {how} into the current branch ({len(changes)} files){left_out}"
+    return f"run {run_id!r} {how} into the current branch ({_files(changes, plan)}){left_out}"
+
+
+def _files(changes: list[Change], plan: Plan) -> str:
+    """How many files the landing changed, and how many of them a sparse
+    checkout keeps out of the work tree."""
+    said = f"{len(changes)} files"
+    if plan.skip:
+        said += f", {len(plan.skip)} of them outside the sparse checkout: committed, not written"
+    return said
 
 
 def _not_done(repo: Path, run_id: str, partial: bool) -> str:
@@ -296,6 +306,6 @@ def _resume(where: Where, local: LocalPaths) -> str | None:
     bring(where, local, journal, changes, plan)
     how = "squashed into one commit" if journal.squash else "merged"
     return (
-        f"run {journal.run!r} {how} into the current branch ({len(changes)} files), finishing "
+        f"run {journal.run!r} {how} into the current branch ({_files(changes, plan)}), finishing "
         "what a stopped `gitrun land` had begun"
     )

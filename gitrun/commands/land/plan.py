@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gitrun.commands.land.look import SYMLINK, Change, Entry, Where, shown_paths
+from gitrun.commands.land.sparse import sparse_cone
 from gitrun.definition.outputs import blob_id, blob_on_disk, linked_parent
 from gitrun.errors import GitrunError
 from gitrun.store import git
@@ -85,11 +86,13 @@ def _on_disk(where: Where, path: str, wanted: set[str]) -> str | None:
 @dataclass
 class Plan:
     """What the work tree needs for the landing: files to write (and modes
-    to set), paths to delete."""
+    to set), paths to delete, and paths a sparse checkout keeps out (their
+    index entries get the skip-worktree bit, as ``git merge`` gives them)."""
 
     write: list[Change] = field(default_factory=list)
     chmod: list[Change] = field(default_factory=list)
     delete: list[str] = field(default_factory=list)
+    skip: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -108,6 +111,7 @@ def _look(
     or why it cannot. ``head`` maps each path to HEAD's entry (the old one
     before the branch moved, the new one after)."""
     tracked = _status(where.repo)
+    cone = sparse_cone(where.repo)
     shas = {e[1] for c in changes for e in (c.old, c.new) if e is not None and e[0] != GITLINK}
     where.sizes.update(git.blob_sizes(where.repo, sorted(shas - where.sizes.keys())))
     plan, way = Plan(), InTheWay()
@@ -136,6 +140,13 @@ def _look(
             continue
         if change.new[0] == GITLINK:
             continue  # a submodule's commit: its checkout is the user's business
+        if (
+            cone is not None
+            and cone.is_outside(path)
+            and not os.path.lexists(f"{where.repo}/{path}")
+        ):
+            plan.skip.append(path)  # outside the sparse checkout: committed, not written
+            continue
         if linked_parent(where.repo, path) is not None or not _parents_are_directories(where, path):
             way.blocked.append(path)
             continue
