@@ -1,5 +1,6 @@
 """Landing into the checkouts git allows besides a plain branch: a sparse
-checkout, whose cone the landing keeps as ``git merge`` does."""
+checkout, whose cone the landing keeps as ``git merge`` does, and a detached
+HEAD, which the landing names as such."""
 
 from __future__ import annotations
 
@@ -61,3 +62,21 @@ def test_outputs_inside_the_cone_are_written_as_before(finished: Path) -> None:
         "t03.json",
     ]
     assert git(finished, "ls-files", "-t", "out").split("\n")[0] == "H out/t01.json"
+
+
+def test_a_detached_head_is_named_as_such_and_gets_the_merge(finished: Path) -> None:
+    """Git merges onto a detached HEAD, and so does a landing; it says where
+    the merge went and how to keep it, not "the current branch"."""
+    main = git(finished, "rev-parse", "HEAD").strip()
+    git(finished, "switch", "-q", "--detach")
+    said = land_run(finished, "r")
+    assert "current branch" not in said
+    assert re.fullmatch(
+        r"run 'r' merged into the detached HEAD \(\d+ files\); no branch holds it: "
+        r"`git switch -c <branch>` keeps it",
+        said,
+    ), said
+    assert git(finished, "rev-parse", "HEAD^1").strip() == main
+    assert git(finished, "rev-parse", "main").strip() == main  # no branch moved
+    assert git(finished, "rev-parse", "--symbolic-full-name", "HEAD").strip() == "HEAD"
+    assert land_run(finished, "r") == "run 'r' is already landed in the detached HEAD"

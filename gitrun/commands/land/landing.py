@@ -137,16 +137,17 @@ def _land(
     head = git.rev_parse(repo, "HEAD")
     if head is None:
         raise GitrunError("the current branch has no commits; check out the branch to land into")
+    head_ref = checked_out_ref(repo)
+    into = _into(head_ref)
     if git.is_ancestor(repo, tip, head):
-        return f"run {run_id!r} is already landed in the current branch"
+        return f"run {run_id!r} is already landed in {into}"
     left_out = _not_done(repo, run_id, partial)
     refuse_an_operation_in_progress(where)
     tree = merged_tree(repo, run_id, head, tip)
     changes = changes_between(repo, head, tree)
     if squash and not changes:
-        return f"run {run_id!r} is already landed in the current branch (its files are all here)"
+        return f"run {run_id!r} is already landed in {into} (its files are all here)"
     plan = refuse_what_is_in_the_way(where, changes, run_id)
-    head_ref = checked_out_ref(repo)
     for lock in (where.index_lock, *where.ref_locks(head_ref)):
         wait_for_lock(lock)
     me = reaper.identity(os.getpid())
@@ -177,7 +178,20 @@ def _land(
     journal = record_step(local, journal, "moved")
     bring(where, local, journal, changes, plan)
     how = "squashed into one commit" if squash else "merged"
-    return f"run {run_id!r} {how} into the current branch ({_files(changes, plan)}){left_out}"
+    return f"run {run_id!r} {how} into {into} ({_files(changes, plan)}){left_out}{_kept(head_ref)}"
+
+
+def _into(head_ref: str) -> str:
+    """Where a landing goes, as its sentences say it: git merges onto a
+    detached HEAD as happily as onto a branch, and so does a landing."""
+    return "the detached HEAD" if head_ref == "HEAD" else "the current branch"
+
+
+def _kept(head_ref: str) -> str:
+    """How to keep a landing that no branch holds."""
+    if head_ref != "HEAD":
+        return ""
+    return "; no branch holds it: `git switch -c <branch>` keeps it"
 
 
 def _files(changes: list[Change], plan: Plan) -> str:
@@ -306,6 +320,6 @@ def _resume(where: Where, local: LocalPaths) -> str | None:
     bring(where, local, journal, changes, plan)
     how = "squashed into one commit" if journal.squash else "merged"
     return (
-        f"run {journal.run!r} {how} into the current branch ({_files(changes, plan)}), finishing "
-        "what a stopped `gitrun land` had begun"
+        f"run {journal.run!r} {how} into {_into(head_ref)} ({_files(changes, plan)}), finishing "
+        f"what a stopped `gitrun land` had begun{_kept(head_ref)}"
     )
