@@ -233,6 +233,36 @@ def test_an_output_beneath_a_file_is_a_problem(git_repo: Path) -> None:
     assert [p.code for p in problems] == ["output-under-file"]
 
 
+def _with_submodule(repo: Path, tmp_path: Path) -> None:
+    """``vendor/lib``: a real submodule, committed."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    git(lib, "init", "-q")
+    build_tree(lib, {"lib.py": "x = 1\n"})
+    commit_all(lib, "lib")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "vendor/lib")
+    git(repo, "commit", "-q", "-m", "vendor lib")
+
+
+def test_an_output_inside_a_submodule_is_called_a_submodule(git_repo: Path, tmp_path: Path) -> None:
+    """Not "a file": git records the submodule as a commit of another
+    repository, where gitrun commits nothing."""
+    _with_submodule(git_repo, tmp_path)
+    problems = _problems(git_repo, [{"id": "ta", "outputs": ["vendor/lib/out/a.json"]}])
+    [problem] = [p for p in problems if p.path == "vendor/lib/out/a.json"]
+    assert problem.code == "output-in-submodule"
+    assert problem.message == (
+        ".gitrun/runs/r/tasks.toml: task ta: output vendor/lib/out/a.json lies inside the "
+        "submodule vendor/lib, another repository, where gitrun commits nothing; choose a path "
+        "outside it (or run gitrun in the submodule's own repository)"
+    )
+    assert "which is a file" not in problem.message
+    problems = _problems(git_repo, [{"id": "ta", "outputs": ["vendor/lib"]}])
+    [problem] = [p for p in problems if p.path == "vendor/lib"]
+    assert problem.code == "output-in-submodule"
+    assert "output vendor/lib is the submodule vendor/lib" in problem.message
+
+
 def test_quarantine_never_moves_a_directory(git_repo: Path, tmp_path: Path) -> None:
     build_tree(git_repo, {"docs/guide.md": "# guide\n", "docs/notes.secret": "mine\n"})
     checks = [OutputCheck("docs", "invalid", "is a directory")]

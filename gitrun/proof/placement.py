@@ -31,17 +31,20 @@ from gitrun.problem import Problem
 from gitrun.store import git
 
 SYMLINK_MODE = "120000"
+GITLINK_MODE = "160000"  # a submodule: a commit of another repository
 _LINK = "\0symlink"  # the task of a claim standing for a symlink
 _PROTECTED = "\0protected"  # the task of a claim standing for a protected entry
 
 
 @dataclass(frozen=True)
 class BaseTree:
-    """What the commit a run forks from holds: its symlinks, directories and files."""
+    """What the commit a run forks from holds: its symlinks, directories and
+    files, and its submodules (gitlinks: among the files, as git lists them)."""
 
     symlinks: frozenset[str]
     directories: frozenset[str]
     files: frozenset[str]
+    submodules: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, repo: Path, commit: str | None) -> BaseTree:
@@ -53,7 +56,8 @@ class BaseTree:
             parts = path.split("/")
             directories.update("/".join(parts[:n]) for n in range(1, len(parts)))
         links = frozenset(p for p, (mode, _) in listing.items() if mode == SYMLINK_MODE)
-        return cls(links, frozenset(directories), frozenset(listing))
+        gitlinks = frozenset(p for p, (mode, _) in listing.items() if mode == GITLINK_MODE)
+        return cls(links, frozenset(directories), frozenset(listing), gitlinks)
 
 
 def base_commit(run: RunDef) -> str | None:
@@ -203,6 +207,24 @@ def output_place_problems(
 
     for task, path in outputs:
         parent = path.rpartition("/")[0]
+        module = _submodule_of(path, base) if base.submodules else None
+        if module is not None:
+            where = (
+                f"is the submodule {module}"
+                if module == path
+                else f"lies inside the submodule {module}"
+            )
+            out.append(
+                Problem(
+                    "output-in-submodule",
+                    f"{run.tasks_path}: task {task}: output {path} {where}, another repository, "
+                    "where gitrun commits nothing; choose a path outside it (or run gitrun in "
+                    "the submodule's own repository)",
+                    (task,),
+                    path,
+                )
+            )
+            continue
         # Nothing lies beneath a directory that is missing (the common case
         # before a run: 100,000 outputs in an out/ not made yet): no lstat each.
         mode = mode_of(path) if not parent or mode_of(parent) is not None else None
@@ -230,6 +252,19 @@ def output_place_problems(
                 )
             )
     return out
+
+
+def _submodule_of(path: str, base: BaseTree) -> str | None:
+    """The submodule ``path`` is, or lies inside, in the base commit."""
+    parts = path.split("/")
+    return next(
+        (
+            p
+            for p in ("/".join(parts[:n]) for n in range(1, len(parts) + 1))
+            if p in base.submodules
+        ),
+        None,
+    )
 
 
 def ignored_problems(run: RunDef, outputs: list[tuple[str, str]]) -> list[Problem]:
