@@ -440,3 +440,56 @@ def test_auto_confines_every_preset_but_those_with_a_sandbox_of_their_own(
     executor = load_run(git_repo, "r").packet.executor
     assert "workspace-write" in (command_template(executor) or [])
     assert "danger-full-access" in (command_template(executor, confined=True) or [])
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--sandbox", "workspace-write"],
+        ["--sandbox=workspace-write"],
+        ["-s", "workspace-write"],
+        ["--full-auto"],
+        ["-c", 'sandbox_mode="workspace-write"'],
+    ],
+)
+def test_check_names_a_codex_command_whose_own_sandbox_cannot_nest_in_gitruns(
+    git_repo: Path, clis: Path, flags: list[str]
+) -> None:
+    """Confined by gitrun, codex's own bubblewrap cannot make its mount points
+    in the read-only repository: its worker writes nothing. The preset
+    switches the flag; a command of one's own gets the problem and the fix."""
+    command = ["codex", "exec", *flags, "--model", "{model}", "{pointer}"]
+    write_run(git_repo, "r", _tasks("t1"), {"executor": {"command": command}})
+    problems = [p for p in check_run(load_run(git_repo, "r")).problems if p.code == "isolation"]
+    assert [p.message for p in problems] == [
+        f"[executor] command runs codex with `{' '.join(flags)}` inside gitrun's sandbox, where "
+        "codex's own sandbox cannot make its mount points in the read-only repository (its "
+        "workers would write nothing); pass `--sandbox danger-full-access` instead, as the "
+        "codex preset does there (gitrun's sandbox still holds each attempt to its task's "
+        'paths), use preset = "codex", or set [executor] isolation = "none"'
+    ]
+
+
+@pytest.mark.parametrize(
+    ("executor"),
+    [
+        {
+            "command": ["codex", "exec", "--sandbox", "workspace-write", "{pointer}"],
+            "isolation": "none",
+        },
+        {
+            "command": ["codex", "exec", "--sandbox", "workspace-write", "{pointer}"],
+            "isolation": "scratch",
+        },
+        {"command": ["codex", "exec", "--sandbox", "danger-full-access", "{pointer}"]},
+        {"command": ["my-agent", "--sandbox", "workspace-write", "{pointer}"]},
+        {"preset": "codex"},
+        {"preset": "codex", "isolation": "sandbox"},
+    ],
+)
+def test_codex_without_a_nested_sandbox_is_no_problem(
+    git_repo: Path, clis: Path, executor: dict[str, object]
+) -> None:
+    write_run(git_repo, "r", _tasks("t1"), {"executor": executor})
+    problems = check_run(load_run(git_repo, "r")).problems
+    assert [p.message for p in problems if p.code == "isolation"] == []

@@ -48,6 +48,7 @@ from gitrun.workers.executor import (
     command_template,
     executor_problems,
     literal_models,
+    nested_sandbox_problem,
     render_command,
     template_problems,
     uses_model,
@@ -166,6 +167,10 @@ def _check_run(
     isolation = isolation_of(run)
     if isolation.problem:
         problems.append(Problem("isolation", f"{isolation.problem}"))
+    elif isolation.confined and run.packet.executor.command is not None:
+        nested = nested_sandbox_problem(command_template(run.packet.executor) or [])
+        if nested is not None:
+            problems.append(Problem("isolation", nested))
     return CheckReport(
         problems=problems,
         tasks=len(run.tasks),

@@ -153,6 +153,41 @@ def claude_settings(repo: Path | None = None) -> str:
     return json.dumps(settings, separators=(",", ":"), allow_nan=False)
 
 
+def nested_sandbox_problem(argv: list[str]) -> str | None:
+    """The sentence for a command that runs codex with its own
+    workspace-write sandbox, when gitrun's sandbox confines it: codex's
+    bubblewrap cannot make its mount points in the repository, read-only
+    there, and its worker writes nothing (command_template switches the
+    preset's flag for this reason); None for any other command."""
+    if not argv or Path(argv[0]).name != "codex":
+        return None
+    said = next((w for n in range(len(argv)) if (w := _workspace_write(argv, n))), None)
+    if said is None:
+        return None
+    return (
+        f"[executor] command runs codex with `{said}` inside gitrun's sandbox, where codex's "
+        "own sandbox cannot make its mount points in the read-only repository (its workers "
+        "would write nothing); pass `--sandbox danger-full-access` instead, as the codex preset "
+        "does there (gitrun's sandbox still holds each attempt to its task's paths), use "
+        'preset = "codex", or set [executor] isolation = "none"'
+    )
+
+
+def _workspace_write(argv: list[str], n: int) -> str:
+    """The words from ``argv[n]`` that ask for codex's workspace-write sandbox
+    (``--sandbox workspace-write``, ``-s ...``, ``--sandbox=...``,
+    ``--full-auto``, which implies it, or ``-c sandbox_mode=...``), else ""."""
+    flag, value = argv[n], argv[n + 1] if n + 1 < len(argv) else ""
+    if flag in ("--full-auto", "--sandbox=workspace-write"):
+        return flag
+    if flag in ("--sandbox", "-s") and value == "workspace-write":
+        return f"{flag} {value}"
+    key, _, setting = value.partition("=")
+    if flag in ("-c", "--config") and key.strip() == "sandbox_mode":
+        return f"{flag} {value}" if setting.strip().strip("'\"") == "workspace-write" else ""
+    return ""
+
+
 def executor_problems(executor: Executor) -> list[str]:
     """Sentences about an executor table that cannot produce a safe command
     (a Ray executor runs the same command on its nodes)."""
