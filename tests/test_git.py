@@ -14,7 +14,7 @@ import pytest
 
 from gitrun.errors import CommandError, GitrunError
 from gitrun.store import git, refs
-from tests.helpers import build_tree, commit_all
+from tests.helpers import build_tree, commit_all, run_gitrun, write_run
 from tests.helpers import git as run_git
 
 ODD_NAMES = [
@@ -314,3 +314,54 @@ def test_new_files_is_the_difference_of_the_two_listings(git_repo: Path) -> None
         "out/link",
     }
     assert git.new_files(git_repo, base, tip, ["a[1]"]) == {"a[1]/x.json"}
+
+
+def test_a_repository_whose_path_holds_a_newline_runs_and_lands(tmp_path: Path) -> None:
+    """start, status, retry, resume and land as real processes in a repository at
+    ``.../re<newline>po<newline>``: every path git answers is read whole
+    (a newline or a trailing one is part of it), the landed outputs are
+    committed with a clean index and work tree, and nothing is written
+    beside the repository."""
+    parent = tmp_path / "parent"
+    repo = parent / "re\npo\n"
+    repo.mkdir(parents=True)
+    run_git(repo, "init", "-q")
+    # Written only once $GO is set: the first start halts, resume finishes.
+    worker = '[ -n "$GO" ] && echo "{}" > "$GITRUN_OUTPUTS"'
+    tasks: list[dict[str, object]] = [
+        {"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in (1, 2)
+    ]
+    write_run(repo, "r", tasks, {"executor": {"command": ["sh", "-c", worker]}})
+    build_tree(repo, {"README.md": "# sample\n"})
+    commit_all(repo, "define r")
+    before = sorted(os.listdir(parent))
+
+    started = run_gitrun(repo, "start", "r", "-q")
+    assert started.returncode == 3, started.stdout + started.stderr
+    status = run_gitrun(repo, "status", "r")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert run_gitrun(repo, "retry", "r", "t1").returncode == 0
+    resumed = run_gitrun(repo, "resume", "r", "-q", env={"GO": "1"})
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    landed = run_gitrun(repo, "land", "r")
+    assert landed.returncode == 0, landed.stdout + landed.stderr
+
+    at_head = run_git(repo, "ls-tree", "-r", "--name-only", "-z", "HEAD", "out").split("\0")
+    assert sorted(filter(None, at_head)) == ["out/t1.json", "out/t2.json"]
+    assert run_git(repo, "status", "--porcelain", "-z", "--untracked-files=all") == ""
+    assert sorted(os.listdir(parent)) == before
+
+
+def test_a_run_branch_checked_out_where_the_path_holds_a_newline_names_it_whole(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    from gitrun.store.branches import run_branches
+
+    linked = tmp_path / "linked\nwork tree\n"
+    run_git(git_repo, "branch", "gitrun/r")
+    run_git(git_repo, "branch", "gitrun/s")
+    run_git(git_repo, "worktree", "add", "-q", str(linked), "gitrun/r")
+    found = run_branches(git_repo)
+    assert sorted(found) == ["r", "s"]
+    assert found["r"].worktree == str(linked)
+    assert found["s"].worktree is None

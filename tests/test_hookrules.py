@@ -97,6 +97,19 @@ def test_git_variables_that_change_discovery_are_left_to_git(
     assert find_repo(str(git_repo / "a"), ceiling) is None
 
 
+def test_git_asked_for_a_repository_whose_path_holds_newlines_answers_it_whole(
+    tmp_path: Path,
+) -> None:
+    """Each path git prints ends with a newline and may hold more: asked one
+    path a call, the answer is the path, whole."""
+    repo = tmp_path / "re\npo\n"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    found = find_repo(str(repo), {"GIT_DIR": str(repo / ".git"), "GIT_WORK_TREE": str(repo)})
+    assert found is not None
+    assert (found.root, found.git_dir) == (str(repo), str(repo / ".git"))
+
+
 # -- the cached rules ----------------------------------------------------------
 
 

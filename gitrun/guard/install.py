@@ -369,7 +369,7 @@ def hooks_dir(repo: Path, force: bool) -> Path:
     """Where git looks for this repository's hooks (``core.hooksPath`` or
     ``.git/hooks``); one elsewhere than ``.git/hooks`` only with ``force``."""
     own = _common_git_dir(repo) / "hooks"  # git runs every work tree's hooks from there
-    configured = git.run_git_quiet(repo, "config", "--get", "core.hooksPath")
+    configured = git.config_value(repo, "core.hooksPath")
     if configured:
         target = Path(configured) if Path(configured).is_absolute() else repo / configured
         if target.resolve() != own.resolve() and not force:

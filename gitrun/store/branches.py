@@ -26,11 +26,13 @@ class RunBranch:
 
 def run_branches(repo: Path) -> dict[str, RunBranch]:
     """Every branch ``gitrun/<run>`` (one ``for-each-ref`` call), by run id."""
-    fmt = _FIELD.join(["%(refname)", "%(objectname)", "%(worktreepath)"])
+    # NUL-separated: a work tree's path may hold a newline (a ref name cannot).
+    fmt = "%(refname)%00%(objectname)%00%(worktreepath)%00"
     out = git.git(repo, "for-each-ref", f"--format={fmt}", f"refs/heads/{BRANCH_PREFIX}")
+    fields = out.decode(errors="surrogateescape").split("\0")
     found: dict[str, RunBranch] = {}
-    for line in out.decode(errors="surrogateescape").splitlines():
-        ref, tip, worktree = line.split(_FIELD)
+    for ref, tip, worktree in zip(fields[0::3], fields[1::3], fields[2::3], strict=False):
+        ref = ref.removeprefix("\n")  # the newline ending the record before
         run_id = ref.removeprefix(f"refs/heads/{BRANCH_PREFIX}")
         if is_run_id(run_id):  # a branch gitrun/a/b of the user's is no run's
             found[run_id] = RunBranch(tip, worktree or None)

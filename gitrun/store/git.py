@@ -179,13 +179,20 @@ def find_repo_root(start: Path | None = None) -> Path:
             f"{where} is not inside a git repository; run `git init` first "
             "or change to your repository"
         ) from exc
-    return Path(out.decode().strip())
+    return one_path(out)
 
 
 def git_dir(repo: Path) -> Path:
     """The repository's .git directory (absolute; handles worktrees)."""
-    out = git(repo, "rev-parse", "--absolute-git-dir")
-    return Path(out.decode().strip())
+    return one_path(git(repo, "rev-parse", "--absolute-git-dir"))
+
+
+def one_path(out: bytes) -> Path:
+    """The one path a git command printed (``rev-parse --show-toplevel``,
+    ``--absolute-git-dir``, ...): its output less the newline git ends it
+    with, and nothing else, since a path may hold a newline or end in a
+    space. Ask for one such path a call: two would be ambiguous."""
+    return Path(out.decode(errors="surrogateescape").removesuffix("\n"))
 
 
 def changed_paths(repo: Path) -> list[str]:
@@ -558,7 +565,13 @@ def commit_tree(repo: Path, tree: str, parents: list[str], message: str) -> str:
     return write_git(repo, *args, "-F", "-", input=message.encode(), env=ident).decode().strip()
 
 
-def run_git_quiet(repo: Path, *args: str) -> str:
-    """Stdout of a git command that may fail (then ""), e.g. reading unset config."""
-    proc = run_cmd([*GIT, "-C", str(repo), *args], check=False)
-    return proc.stdout.decode().strip() if proc.returncode == 0 else ""
+def config_value(repo: Path, key: str) -> str:
+    """The value of ``key`` in the repository's configuration, whole (read
+    NUL-terminated: a path may end in a space or hold a newline); "" when
+    it is not set."""
+    proc = run_cmd([*GIT, "-C", str(repo), "config", "-z", "--get", key], check=False)
+    return (
+        proc.stdout.decode(errors="surrogateescape").removesuffix("\0")
+        if proc.returncode == 0
+        else ""
+    )

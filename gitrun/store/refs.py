@@ -70,8 +70,7 @@ def ref_obstacles(repo: Path, ref: str) -> list[RefBlocked]:
 
 def common_dir(repo: Path) -> Path:
     """The git directory that holds the refs (a linked worktree's is the main one's)."""
-    out = git.git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir")
-    return Path(out.decode(errors="surrogateescape").strip())
+    return git.one_path(git.git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
 
 
 def _parent(ref: str) -> str:

@@ -96,19 +96,25 @@ def _gitdir_file(root: str, dot: str) -> str | None:
 
 
 def _ask_git(start: str, env: Mapping[str, str]) -> Repo | None:
+    # One path a call: git prints each on a line of its own, and a path may
+    # hold a newline (or end in one), so two answers in one would be ambiguous.
+    root = _ask_path(start, env, "--show-toplevel")
+    git_dir = _ask_path(start, env, "--absolute-git-dir") if root else None
+    if not root or not git_dir:
+        return None
+    return Repo(os.path.realpath(root), os.path.realpath(git_dir))
+
+
+def _ask_path(start: str, env: Mapping[str, str], option: str) -> str | None:
+    """The one path ``git rev-parse <option>`` prints, less its last newline."""
     import subprocess
 
     try:
         proc = subprocess.run(
-            ["git", "rev-parse", "--show-toplevel", "--absolute-git-dir"],
-            cwd=start,
-            env=dict(env),
-            capture_output=True,
-            check=False,
+            ["git", "rev-parse", option], cwd=start, env=dict(env), capture_output=True, check=False
         )
     except OSError:
         return None
-    lines = proc.stdout.decode("utf-8", "surrogateescape").splitlines()
-    if proc.returncode != 0 or len(lines) != 2:
+    if proc.returncode != 0 or not proc.stdout.endswith(b"\n"):
         return None
-    return Repo(os.path.realpath(lines[0]), os.path.realpath(lines[1]))
+    return proc.stdout[:-1].decode("utf-8", "surrogateescape") or None

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gitrun.errors import CommandError, GitrunError
 from gitrun.processes.proc import run_cmd
-from gitrun.store import git
+from gitrun.store import git, refs
 
 Entry = tuple[str, str]  # (mode, object id) of a path in a tree or the index
 SYMLINK = "120000"
@@ -43,11 +43,8 @@ class Where:
 
     @classmethod
     def of(cls, repo: Path) -> Where:
-        out = git.git(
-            repo, "rev-parse", "--path-format=absolute", "--absolute-git-dir", "--git-common-dir"
-        )
-        git_dir, common_dir = out.decode(errors="surrogateescape").splitlines()[:2]
-        return cls(repo, Path(git_dir), Path(common_dir), git.object_format(repo))
+        # One path a call: git prints each on a line, and a path may hold a newline.
+        return cls(repo, git.git_dir(repo), refs.common_dir(repo), git.object_format(repo))
 
     def ref_locks(self, head_ref: str) -> list[Path]:
         """The lock files git makes while it updates ``head_ref``, the ref
