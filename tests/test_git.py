@@ -365,3 +365,16 @@ def test_a_run_branch_checked_out_where_the_path_holds_a_newline_names_it_whole(
     assert sorted(found) == ["r", "s"]
     assert found["r"].worktree == str(linked)
     assert found["s"].worktree is None
+
+
+def test_stored_blob_ids_are_what_git_add_stores(git_repo: Path) -> None:
+    """With core.autocrlf=true a CRLF file has the id of its LF blob; a
+    path that is not a regular file (gone, a directory) is left out and the
+    rest are still answered."""
+    build_tree(git_repo, {"a.txt": b"one\r\ntwo\r\n", "c.txt": b"three\n", "d/e.txt": b"x"})
+    run_git(git_repo, "config", "core.autocrlf", "true")
+    found = git.stored_blob_ids(git_repo, ["a.txt", "gone.txt", "c.txt", "d", "d/e.txt"])
+    assert set(found) == {"a.txt", "c.txt", "d/e.txt"}
+    run_git(git_repo, "add", "a.txt", "c.txt", "d/e.txt")
+    for path, blob in found.items():
+        assert run_git(git_repo, "rev-parse", f":{path}").strip() == blob, path

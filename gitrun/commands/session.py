@@ -25,7 +25,6 @@ from gitrun.definition.load import (
     check_run_id,
     load_run,
 )
-from gitrun.definition.outputs import blob_on_disk
 from gitrun.definition.runfiles import (
     definition_files,
     merge_committed_ledger,
@@ -244,13 +243,15 @@ def _retire_stale_ledger(run: RunDef, local: LocalPaths, head: str) -> None:
     inspection. A ledger HEAD holds as it is (the run landed, and its branch
     went since) stays: the new round goes on with it."""
     where = [f"{run.dir}/{LEDGER_NAME}", f"{run.dir}/{CHUNK_DIR}"]
-    held = git.ls_tree(run.repo, head, where)
-    names = ledger.ledger_names(run.repo / run.dir)
-    fmt = git.object_format(run.repo)
-    if names and all(
-        f"{run.dir}/{n}" in held
-        and held[f"{run.dir}/{n}"][1] == blob_on_disk(run.repo / run.dir / n, fmt)
-        for n in names
+    held = {path: blob for path, (_mode, blob) in git.ls_tree(run.repo, head, where).items()}
+    paths = [f"{run.dir}/{name}" for name in ledger.ledger_names(run.repo / run.dir)]
+    plain = all(os.path.isfile(p) and not os.path.islink(p) for p in (run.repo / q for q in paths))
+    # Compared as git stores them: a clone checking text out with CRLF holds the same ledger.
+    if (
+        paths
+        and plain
+        and set(paths) <= set(held)
+        and git.stored_blob_ids(run.repo, paths) == {path: held[path] for path in paths}
     ):
         return
     stamp = int(time.time())

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -470,6 +471,54 @@ def hash_files(repo: Path, paths: list[str]) -> list[str]:
     data = "".join(f"{_stdin_path(p)}\n" for p in paths).encode(errors="surrogateescape")
     out = write_git(repo, "hash-object", "-w", "--no-filters", "--stdin-paths", input=data)
     return out.decode().split()
+
+
+def index_blob_ids(repo: Path) -> dict[str, str]:
+    """The blob id of each regular file the index holds (merged entries
+    only): path -> id, in one ``ls-files`` call."""
+    out = git(repo, "ls-files", "-s", "-z")
+    found: dict[str, str] = {}
+    for entry in out.decode(errors="surrogateescape").split("\0"):
+        meta, _, path = entry.partition("\t")
+        fields = meta.split(" ")
+        if len(fields) == 3 and fields[0] in ("100644", "100755") and fields[2] == "0":
+            found[path] = fields[1]
+    return found
+
+
+def stored_blob_ids(repo: Path, paths: list[str]) -> dict[str, str]:
+    """The blob id git would store for each regular file at ``paths``
+    (relative to the root; a symlink is followed), by path: its bytes with
+    the path's clean filter and end-of-line conversion applied, as ``git
+    add`` would store them, so a CRLF work tree's file has its LF clone's
+    id. One ``hash-object --stdin-paths`` (writing nothing) for them all;
+    a file that went away (or stopped being a regular file) since the
+    caller looked is left out."""
+    argv = [*GIT, "-C", str(repo), "hash-object", "--stdin-paths"]
+    found: dict[str, str] = {}
+    rest = paths
+    while rest:
+        data = "".join(f"{_stdin_path(p)}\n" for p in rest).encode(errors="surrogateescape")
+        proc = run_cmd(argv, input=data, check=False)
+        ids = proc.stdout.decode().split()
+        found.update(zip(rest, ids, strict=False))
+        if proc.returncode == 0 and len(ids) == len(rest):
+            break
+        # git stops at the first file it cannot read: skip that one if it is
+        # gone, and go on with the rest; any other failure is git's to tell.
+        failed = rest[len(ids)] if len(ids) < len(rest) else None
+        if proc.returncode == 0 or failed is None or _is_regular(repo / failed):
+            said = (proc.stderr or proc.stdout).decode(errors="replace")
+            raise CommandError(argv, proc.returncode, said)
+        rest = rest[len(ids) + 1 :]
+    return found
+
+
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def hash_bytes(repo: Path, data: bytes) -> str:
