@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.helpers import commit_all, git, run_gitrun, write_run
+import pytest
+
+from tests.helpers import build_tree, commit_all, git, run_gitrun, write_run
 
 
 def test_every_command_reads_the_pushed_branch_on_a_fresh_clone(
@@ -73,3 +75,59 @@ def test_the_local_branch_wins_and_origin_is_read_first(git_repo: Path) -> None:
     git(git_repo, "update-ref", "refs/heads/gitrun/r", first)  # behind origin's copy
     found = find_tip(git_repo, "r")
     assert found is not None and (found.shown, found.tip) == ("gitrun/r", first)
+
+
+# The output is the input's text (its line ends dropped), as JSON; each task
+# it ran is logged, so a test knows what was dispatched.
+EOL_WORKER = (
+    'printf "%s\\n" "$GITRUN_TASK" >> "$RAN_LOG"; '
+    'printf \'{"text": "%s"}\\n\' "$(tr -d \'\\r\\n\' < "$GITRUN_INPUTS")" > "$GITRUN_OUTPUTS"'
+)
+
+
+def _clone(origin: Path, to: Path, autocrlf: bool) -> Path:
+    """A clone of ``origin``'s main alone (a landed run's branch is not needed:
+    the landed commit holds its ledger), checking text out with CRLF or not."""
+    eol = ["-c", "core.autocrlf=true"] if autocrlf else []
+    git(origin.parent, "clone", "-q", "--single-branch", *eol, str(origin), str(to))
+    wanted = b"doc 1\r\n" if autocrlf else b"doc 1\n"
+    assert (to / "docs/d1.txt").read_bytes() == wanted  # git converted it, or not
+    return to
+
+
+@pytest.mark.parametrize("made_with_autocrlf", [True, False])
+def test_a_landed_run_is_up_to_date_in_clones_with_either_line_ending(
+    git_repo: Path, tmp_path: Path, made_with_autocrlf: bool
+) -> None:
+    """A run landed in a clone that checks text out with CRLF (or LF) is up
+    to date in clones of that commit with either: an input's identity is
+    the blob git stores for it (its end-of-line conversion applied), not
+    the bytes one work tree holds."""
+    log = tmp_path / "ran.log"
+    build_tree(git_repo, {f"docs/d{i}.txt": f"doc {i}\n" for i in (1, 2, 3)})
+    tasks: list[dict[str, object]] = [
+        {"id": f"t{i}", "inputs": [f"docs/d{i}.txt"], "outputs": [f"out/d{i}.json"]}
+        for i in (1, 2, 3)
+    ]
+    command = ["sh", "-c", EOL_WORKER]
+    write_run(
+        git_repo, "r", tasks, {"executor": {"command": command, "env": {"RAN_LOG": str(log)}}}
+    )
+    commit_all(git_repo, "define r")
+    made = _clone(git_repo, tmp_path / "made", made_with_autocrlf)
+    for args in (["start", "r", "-q"], ["land", "r"]):
+        proc = run_gitrun(made, *args)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(log.read_text().split()) == ["t1", "t2", "t3"]
+    log.unlink()
+
+    for name, autocrlf in (("crlf", True), ("lf", False)):
+        clone = _clone(made, tmp_path / name, autocrlf)
+        checked = run_gitrun(clone, "check", "r")
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert "3 of 3 tasks are up to date, 0 will run" in checked.stdout + checked.stderr, name
+        started = run_gitrun(clone, "start", "r", "-q")
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert not log.exists(), f"{name}: {log.read_text()} ran again"
+        status = json.loads(run_gitrun(clone, "status", "r", "--json").stdout)
+        assert status["counts"]["up-to-date"] == 3, (name, status["counts"])

@@ -22,7 +22,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,14 +70,33 @@ def _is_digest(value: object) -> bool:
 class Provenance:
     """Digests of a run's tasks; the packet's part is made once per stage."""
 
-    def __init__(self, run: RunDef, object_format: str = "sha1") -> None:
+    def __init__(self, run: RunDef) -> None:
         self.run = run
-        self.object_format = object_format
         self._stage_parts: dict[str, bytes] = {}
+        self._indexed: dict[str, str] | None = None  # read at the first use
+
+    @property
+    def indexed(self) -> dict[str, str]:
+        """The blob ids of the files the index held when first asked (a
+        later change costs a git process where it applies, never a wrong id)."""
+        if self._indexed is None:
+            self._indexed = git.index_blob_ids(self.run.repo)
+        return self._indexed
 
     def of(self, task: Task) -> MadeFrom:
         """``task``'s provenance now: its definition, and its inputs as on disk."""
-        return MadeFrom(self.definition(task), self.inputs(task))
+        return self.of_all([task])[0]
+
+    def of_all(self, tasks: Sequence[Task]) -> list[MadeFrom]:
+        """The provenance of each of ``tasks`` now; the input files git
+        must hash are hashed by one git process for them all."""
+        read = [self._files_read(task) for task in tasks]
+        wanted = {path for paths in read for path in paths}
+        identities = _identities(self.run.repo, wanted, self.indexed)
+        return [
+            MadeFrom(self.definition(task), _inputs_digest(paths, identities))
+            for task, paths in zip(tasks, read, strict=True)
+        ]
 
     def definition(self, task: Task) -> str:
         stage = self.run.stage_of(task)
@@ -121,19 +140,23 @@ class Provenance:
             },
         }
 
-    def inputs(self, task: Task) -> str:
-        """The digest of what the task reads: each input file's path and blob
-        id, but not its own outputs (a task that edits a file it also reads
-        would otherwise never be up to date: its own edit changed its input)."""
-        digest = hashlib.sha256()
+    def _files_read(self, task: Task) -> list[str]:
+        """The files the task reads, in order, but not its own outputs (a
+        task that edits a file it also reads would otherwise never be up to
+        date: its own edit changed its input)."""
         paths = input_paths(self.run.repo, task.inputs)
         if task.bundle:
             paths += [task.bundle, *bundle_paths(self.run, task)]
         own = set(self.run.output_paths(task))
-        for path, blob in _files_at(self.run.repo, paths, self.object_format):
-            if path not in own:
-                digest.update(f"{path}\0{blob}\n".encode(errors="surrogateescape"))
-        return digest.hexdigest()
+        return [path for path in _files_at(self.run.repo, paths) if path not in own]
+
+
+def _inputs_digest(paths: Iterable[str], identities: Mapping[str, str]) -> str:
+    """The digest of what a task reads: each input file's path and identity."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(f"{path}\0{identities[path]}\n".encode(errors="surrogateescape"))
+    return digest.hexdigest()
 
 
 def _canonical(value: object) -> bytes:
@@ -142,13 +165,10 @@ def _canonical(value: object) -> bytes:
     ).encode(errors="surrogateescape")
 
 
-def _files_at(repo: Path, paths: Iterable[str], fmt: str) -> Iterable[tuple[str, str]]:
-    """Each input's identity now, as the worker will read it: a file's blob
-    id; a directory's files', sorted; ``-`` where nothing is. A symlink is
-    followed, as a worker's read follows it, and its target is part of the
-    identity (``-> target``), so pointing it elsewhere or changing what it
-    names both count; a directory is walked through its links too, each
-    directory once."""
+def _files_at(repo: Path, paths: Iterable[str]) -> Iterable[str]:
+    """The files the inputs ``paths`` name: a file (or what is not there)
+    itself, a directory's files, sorted. A directory is walked through its
+    links, as a worker's read follows them, each directory once."""
     for path in paths:
         full = repo / path
         if os.path.isdir(full):
@@ -163,20 +183,39 @@ def _files_at(repo: Path, paths: Iterable[str], fmt: str) -> Iterable[tuple[str,
                 dirs.sort()
                 rel = Path(folder).relative_to(repo).as_posix()
                 found += [f"{rel}/{name}" for name in files]
-            for name in sorted(found):
-                yield name, _identity(repo / name, fmt)
+            yield from sorted(found)
         else:
-            yield path, _identity(full, fmt)
+            yield path
 
 
-def _identity(full: Path, fmt: str) -> str:
-    """A file's blob id, through a symlink with its target named; ``-`` for none."""
-    try:
-        link = os.readlink(full)
-    except OSError:
-        link = None
-    blob = blob_on_disk(full, fmt, follow=True) or "-"  # follows a link, as the worker will
-    return blob if link is None else f"{blob} -> {link}"
+def _identities(repo: Path, paths: Iterable[str], indexed: Mapping[str, str]) -> dict[str, str]:
+    """Each input file's identity now, as the worker will read it: the blob
+    id git would store for it (its clean filter and end-of-line conversion
+    applied, so every clone of one commit gives one id), ``-`` where no
+    regular file is. A symlink is followed, as a worker's read follows it,
+    and its target is part of the identity (``-> target``), so pointing it
+    elsewhere or changing what it names both count.
+
+    A file whose bytes are the blob the index holds for it is that blob, as
+    git status takes it (git stores a blob it checked out as it is); only
+    the others are hashed by git, all in one process: a launch of a task
+    whose inputs are as checked out starts no git process at all.
+    """
+    names = sorted(paths)
+    fmt = git.object_format(repo)
+    raw = {name: blob_on_disk(repo / name, fmt, follow=True) for name in names}
+    asked = [n for n in names if raw[n] is not None and raw[n] != indexed.get(n)]
+    blobs = {n: b for n, b in raw.items() if b is not None and b == indexed.get(n)}
+    blobs.update(git.stored_blob_ids(repo, asked))
+    identities: dict[str, str] = {}
+    for name in names:
+        try:
+            link: str | None = os.readlink(repo / name)
+        except OSError:
+            link = None
+        blob = blobs.get(name, "-")
+        identities[name] = blob if link is None else f"{blob} -> {link}"
+    return identities
 
 
 def made_of(record: Mapping[str, Any]) -> dict[str, str] | None:
@@ -229,7 +268,7 @@ def _readable(record: Mapping[str, Any]) -> bool:
     return type(version) is int and version <= ledger.LEDGER_FORMAT
 
 
-def up_to_date(run: RunDef, base: str | None, object_format: str = "sha1") -> list[str]:
+def up_to_date(run: RunDef, base: str | None) -> list[str]:
     """The tasks of ``run`` that are up to date at ``base``, stage by stage."""
     if base is None:
         return []
@@ -239,7 +278,9 @@ def up_to_date(run: RunDef, base: str | None, object_format: str = "sha1") -> li
     paths_of = {task.id: run.output_paths(task) for task in run.tasks}
     tops = sorted({path.partition("/")[0] for paths in paths_of.values() for path in paths})
     at_base = git.ls_tree(run.repo, base, tops if len(tops) <= 256 else None)
-    provenance = Provenance(run, object_format)
+    # Only a task whose outputs are all at the base can be up to date.
+    whole = [task for task in run.tasks if all(p in at_base for p in paths_of[task.id])]
+    made_from = dict(zip((t.id for t in whole), Provenance(run).of_all(whole), strict=True))
     fresh: list[str] = []
     redone: set[str] = set()  # outputs of earlier stages' tasks that will run
     for stage in run.stage_names:
@@ -250,8 +291,8 @@ def up_to_date(run: RunDef, base: str | None, object_format: str = "sha1") -> li
             paths = paths_of[task.id]
             have = {p: at_base[p][1] for p in paths if p in at_base}
             if (
-                len(have) == len(paths)
-                and have in earlier.get(provenance.of(task), ())
+                task.id in made_from
+                and have in earlier.get(made_from[task.id], ())
                 and not reads_any(run, task, redone)
             ):
                 fresh.append(task.id)

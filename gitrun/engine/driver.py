@@ -150,7 +150,7 @@ class Driver:
         self.made_from: dict[str, dict[str, str]] = {}
         # The tries of each running attempt's number the API throttled before it.
         self.throttles: dict[str, int] = {}
-        self.provenance = Provenance(run, committer.object_format)
+        self.provenance = Provenance(run)
         self.monitor = self._runner()
         self.base_env = _worker_env()
         self.made_logs = False  # the logs directory was made

@@ -163,7 +163,7 @@ class External:
         self.repo = run.repo
         self.local = local
         self.committer = Committer(self.repo, run.id, local)
-        self.provenance = Provenance(run, self.committer.object_format)
+        self.provenance = Provenance(run)
         tip = git.rev_parse(self.repo, branch_ref(run.id))
         if tip is None and git.ref_target(self.repo, branch_ref(run.id)):
             raise GitrunError(

@@ -178,9 +178,7 @@ def _check_run(
         claims=len(owned),
         pointer_bytes=pointer_bytes,
         payload_budget=run.packet.limits.payload_budget,
-        up_to_date=(
-            up_to_date(run, fork, git.object_format(run.repo)) if freshness and not problems else []
-        ),
+        up_to_date=(up_to_date(run, fork) if freshness and not problems else []),
         version=program.version,
         isolation=isolation.said,
     )
