@@ -614,11 +614,13 @@ def commit_tree(repo: Path, tree: str, parents: list[str], message: str) -> str:
     return write_git(repo, *args, "-F", "-", input=message.encode(), env=ident).decode().strip()
 
 
-def config_value(repo: Path, key: str) -> str:
+def config_value(repo: Path, key: str, kind: str = "") -> str:
     """The value of ``key`` in the repository's configuration, whole (read
     NUL-terminated: a path may end in a space or hold a newline); "" when
-    it is not set."""
-    proc = run_cmd([*GIT, "-C", str(repo), "config", "-z", "--get", key], check=False)
+    it is not set. A ``kind`` ("bool", "int", "path") has git normalise it:
+    a bool reads "true" or "false" however it was spelled."""
+    typed = [f"--type={kind}"] if kind else []
+    proc = run_cmd([*GIT, "-C", str(repo), "config", "-z", *typed, "--get", key], check=False)
     return (
         proc.stdout.decode(errors="surrogateescape").removesuffix("\0")
         if proc.returncode == 0

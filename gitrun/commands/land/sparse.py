@@ -52,9 +52,9 @@ class Cone:
 
 def sparse_cone(repo: Path) -> Cone | None:
     """The work tree's cone, or None when it is not a cone-mode sparse checkout."""
-    if git.run_git_quiet(repo, "config", "--bool", "core.sparseCheckout") != "true":
+    if git.config_value(repo, "core.sparseCheckout", "bool") != "true":
         return None
-    if git.run_git_quiet(repo, "config", "--bool", "core.sparseCheckoutCone") != "true":
+    if git.config_value(repo, "core.sparseCheckoutCone", "bool") != "true":
         return None
     listed = git.git(repo, "sparse-checkout", "list").decode(errors="surrogateescape")
     return Cone.of([_unquoted(line) for line in listed.splitlines() if line])
