@@ -32,6 +32,7 @@ from gitrun.ownership.patterns import (
 )
 from gitrun.problem import Problem
 from gitrun.proof.aliases import case_alias_problems
+from gitrun.proof.beside import beside_problems
 from gitrun.proof.clientcheck import client_problems
 from gitrun.proof.placement import (
     BaseTree,
@@ -133,6 +134,7 @@ def _check_run(
     problems += protected_problems
     problems += _place_problems(run, owned, protected)
     problems += _overlap_problems(run.tasks_path, itertools.chain(owned, read))
+    problems += beside_problems(run, owned)
     outputs, output_problems = _outputs(run, owned)
     problems += output_problems
     changed = git.changed_paths(run.repo)
