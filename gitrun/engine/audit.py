@@ -15,6 +15,12 @@ only when asked (``--take-edits``), since a worker could have written it too. On
 exempt, and so is a client's atomic-write temporary of an owned path
 (:mod:`gitrun.ownership.temporaries`). Such changes are never committed: the committer only takes
 validated outputs and the definition as it was when driving started.
+
+Other runs may be driven beside this one in the same work tree: what they
+write is theirs, not a stray write of this run's tasks. Their own files
+(packet, task table, ledger, bundles, schemas) and the paths owned by each
+that has started are passed over (``Audit._of_runs_beside``); a change
+outside every run's owned paths is a violation still.
 """
 
 from __future__ import annotations
@@ -26,12 +32,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gitrun.definition.load import RunDef
+from gitrun.definition.beside import is_any_run_file, runs_beside
+from gitrun.definition.load import PACKET_NAME, RUNS_DIR, TASKS_NAME, RunDef
 from gitrun.definition.runfiles import DEFINITION_EVENT, definition_paths, is_ledger_path
+from gitrun.layout import run_ids
 from gitrun.ownership.claims import OWNS, Claim, OwnerIndex
-from gitrun.ownership.patterns import PatternError, parse
+from gitrun.ownership.patterns import PatternError, escape, parse
 from gitrun.ownership.temporaries import is_client_mark, target_of_temporary
 from gitrun.store import git
+from gitrun.store.branches import run_branches
 from gitrun.store.records import VERSION, Fields, RecordInvalid
 from gitrun.store.repo import common_git_dir
 from gitrun.visible import visible
@@ -111,22 +120,28 @@ def _signatures(items: dict[str, Any], name: str) -> dict[str, Signature]:
     return out
 
 
+def _owned_claims(run: RunDef) -> list[Claim]:
+    claims = []
+    for task in run.tasks:
+        for text in run.owns_of(task):
+            try:
+                claims.append(Claim(task.id, text, parse(text), OWNS))
+            except PatternError:
+                continue  # check_run reported it before launch
+    return claims
+
+
 class Audit:
     def __init__(self, run: RunDef, state: AuditState | None = None) -> None:
         self.run = run
-        claims = []
-        for task in run.tasks:
-            for text in run.owns_of(task):
-                try:
-                    claims.append(Claim(task.id, text, parse(text), OWNS))
-                except PatternError:
-                    continue  # check_run reported it before launch
-        self.index = OwnerIndex(claims)
+        self.index = OwnerIndex(_owned_claims(run))
         self.definition = frozenset(definition_paths(run))
         self.git_dir = git.git_dir(run.repo)
         # A linked work tree's hooks, info/ and main config are the common ones.
         self.common_dir = Path(common_git_dir(str(self.git_dir)))
         self.seen_with: dict[str, list[str]] = {}  # owned path -> tasks out when it changed
+        # The runs beside this one as last read, and the state they were read in.
+        self._beside: tuple[tuple[object, ...], OwnerIndex] | None = None
         if state is None:
             self.known = {p: signature(run.repo / p) for p in git.changed_paths(run.repo)}
             self.git_files = self._git_files()
@@ -159,6 +174,8 @@ class Audit:
                 # task's worker wrote is found at that task's dispatch.
                 self.seen_with[path] = sorted(self.active)
                 continue
+            if self._of_runs_beside(path):
+                continue  # another run's driver or worker wrote it: that run's audit judges it
             found.append(Violation(path, sorted(self.active), now, path in self.definition))
         git_files = self._git_files()
         for path in sorted(git_files.keys() | self.git_files.keys()):
@@ -171,10 +188,29 @@ class Audit:
     def _owned(self, path: str) -> bool:
         """Owned by a task, itself or as a client's atomic-write temporary
         of an owned path (:mod:`gitrun.ownership.temporaries`)."""
-        if self.index.owners(path):
+        return _covers(self.index, path)
+
+    def _of_runs_beside(self, path: str) -> bool:
+        """A file gitrun keeps for another run (its packet, task table or
+        ledger, by name; its bundles and schemas), or a path owned by another
+        run that has started here and not landed
+        (:func:`gitrun.definition.beside.runs_beside`): what another driver
+        and its workers write. A run merely defined gives its owned paths no
+        cover: nothing may write them before it starts, so a worker cannot
+        hide its writes behind a definition it wrote itself.
+
+        The runs beside are read again only for a path the last reading does
+        not explain, and only when a run was defined, changed its definition,
+        or moved its branch since."""
+        if is_any_run_file(path) and not path.startswith(self.run.dir + "/"):
             return True
-        target = target_of_temporary(path)
-        return target is not None and bool(self.index.owners(target))
+        if self._beside is not None and _covers(self._beside[1], path):
+            return True
+        state = _runs_state(self.run.repo)
+        if self._beside is not None and self._beside[0] == state:
+            return False
+        self._beside = (state, _beside_index(self.run))
+        return _covers(self._beside[1], path)
 
     def _git_files(self) -> dict[str, Signature]:
         """Stat signatures of what git runs or reads from .git/ (a worker that
@@ -191,6 +227,40 @@ class Audit:
         if self.common_dir != self.git_dir:  # a linked work tree's own settings
             found[".git/config.worktree"] = signature(self.git_dir / "config.worktree")
         return found
+
+
+def _beside_index(run: RunDef) -> OwnerIndex:
+    """What the runs beside ``run`` may write: the definition files of
+    each, and the owned paths of each that has started."""
+    claims: list[Claim] = []
+    for other in runs_beside(run.repo, run.id):
+        claims += [
+            Claim(other.run.id, escape(p), parse(escape(p))) for p in definition_paths(other.run)
+        ]
+        if other.started:
+            claims += _owned_claims(other.run)
+    return OwnerIndex(claims)
+
+
+def _runs_state(repo: Path) -> tuple[object, ...]:
+    """What the runs beside a run follow from: the runs defined here (with
+    the stat signatures of their packet and task table) and the tips of the
+    runs' branches (one that starts or lands again moves its tip)."""
+    defined = tuple(
+        (
+            r,
+            signature(repo / RUNS_DIR / r / PACKET_NAME),
+            signature(repo / RUNS_DIR / r / TASKS_NAME),
+        )
+        for r in run_ids(str(repo))
+    )
+    return defined, tuple(sorted((r, b.tip) for r, b in run_branches(repo).items()))
+
+
+def _covers(index: OwnerIndex, path: str) -> bool:
+    """Owned in ``index``, itself or as a client's atomic-write temporary of an owned path."""
+    target = target_of_temporary(path)
+    return bool(index.owners(path)) or (target is not None and bool(index.owners(target)))
 
 
 def _listing(folder: Path) -> list[str]:
