@@ -3,11 +3,31 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand
 
 from gitrun.cli.app import _repo, app, capped, complete_run
+
+_AFTER_DASHES = "gitrun.command"  # where the argv after `--` waits in the context
+
+
+class _CommandAfterDashes(TyperCommand):
+    """``gitrun new ... -- COMMAND [ARG...]``: everything after the first ``--``
+    is the worker's command line, kept whole (its options are not gitrun's), and
+    nothing but that: an unquoted glob's extra files are still an error."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if "--" in args:
+            at = args.index("--")
+            ctx.meta[_AFTER_DASHES] = args[at + 1 :]
+            args = args[:at]
+        return super().parse_args(ctx, args)
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        return [*super().collect_usage_pieces(ctx), "[-- COMMAND [ARG]...]"]
 
 
 @app.command()
@@ -18,7 +38,7 @@ def init(ctx: typer.Context) -> None:
     typer.echo(init_repo(_repo(ctx)).message)
 
 
-@app.command()
+@app.command(cls=_CommandAfterDashes)
 def new(
     ctx: typer.Context,
     run: Annotated[
@@ -42,18 +62,39 @@ def new(
         str | None,
         typer.Option(
             help="The agent CLI to launch: claude (default), codex, gemini, aider or shell; "
-            "the packet's default model is that CLI's."
+            "the packet's default model is that CLI's. Or give your own command after --."
         ),
+    ] = None,
+    rules: Annotated[
+        str | None, typer.Option(help="What every worker must do: the packet's [rules] text.")
+    ] = None,
+    rules_file: Annotated[
+        Path | None, typer.Option(help="A text file whose text is the packet's [rules].")
+    ] = None,
+    validate: Annotated[
+        str | None,
+        typer.Option(
+            help="What every output must pass: json, jsonl, toml, or a JSON schema file "
+            "(its path from the repository root). Default: by the output's extension."
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="The model workers get as {model} and GITRUN_MODEL."),
     ] = None,
     description: Annotated[str, typer.Option(help="One line describing the run.")] = "",
 ) -> None:
     """Scaffold a run in .gitrun/runs/RUN/ from the templates.
 
     With --inputs and --output it writes one task per input file (or per
-    group of --per-task files), each owning exactly its output.
+    group of --per-task files), each owning exactly its output. After --,
+    the worker's command: each attempt runs it from the repository root, a
+    whole argument {task}, {pointer}, {inputs} or {outputs} (and the other
+    placeholders) becoming that task's value.
     """
     from gitrun.commands.scaffold import new_run
 
+    directory = ctx.find_root().obj  # -C DIR: a relative --rules-file is found from there
     result = new_run(
         _repo(ctx),
         run,
@@ -63,13 +104,23 @@ def new(
         executor=executor,
         preset=preset,
         description=description,
+        command=ctx.meta.get(_AFTER_DASHES),
+        rules=rules,
+        rules_file=Path(directory or ".", rules_file) if rules_file is not None else None,
+        validate=validate,
+        model=model,
     )
     typer.echo(result.message)
     for path in result.paths[:5]:
         typer.echo(f"  {path}")
     if len(result.paths) > 5:
         typer.echo(f"  ... and {len(result.paths) - 5} more")
-    typer.echo(f"next: edit the packet's [rules], then `gitrun check {run}`")
+    if result.ready and executor != "external":
+        typer.echo(f"next: `gitrun start {run}` (it runs `gitrun check {run}` first)")
+    elif result.ready:
+        typer.echo(f"next: `gitrun check {run}`")
+    else:
+        typer.echo(f"next: edit the packet's [rules] (or give --rules), then `gitrun check {run}`")
     if executor == "external":
         typer.echo(
             f"then lead it from Claude Code: `gitrun plugin install` once, and `/gitrun:lead {run}` "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import os
 import string
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -22,15 +23,27 @@ from gitrun.definition.load import (
     TASKS_NAME,
     check_run_id,
 )
+from gitrun.definition.schema import ModelName
 from gitrun.errors import GitrunError, UsageError
 from gitrun.ownership.patterns import escape
 from gitrun.resources import template_text
 from gitrun.store.tomlfile import write_atomic, write_toml
 from gitrun.workers.clients import DEFAULT_MODELS
+from gitrun.workers.executor import literal_models, template_problems, uses_model
 
 OUTPUT_PLACEHOLDERS = ("task", "stem", "name", "n")
 # The shell preset's script in a new packet: a stand-in to replace.
 SHELL_SAMPLE = 'my-agent --task "$GITRUN_TASK" "$GITRUN_POINTER"'
+# The packet's rules when `new` is given none.
+DEFAULT_RULES = """\
+Read the inputs your pointer names and write only the outputs it names.
+Do not edit PROGRESS.md, TODO.md or any file outside your outputs.
+Write each output in one go; a half-written file does not count as done.
+"""
+# What `--validate` takes besides a schema file: a kind of built-in validator.
+VALIDATE_KINDS = ("json", "jsonl", "toml")
+SCHEMA_VALIDATOR = "schema"  # the name `--validate FILE.json` gives its validator
+NAMED_SAMPLE = '# [validators.summary]\n# kind = "json_schema"\n# schema = "schemas/summary.json"'
 
 
 @dataclass(frozen=True)
@@ -38,6 +51,9 @@ class Created:
     paths: list[str]
     tasks: int
     message: str
+    # The packet needs no edit before `gitrun start`: it was given its worker's
+    # command or its rules.
+    ready: bool = False
 
 
 def init_repo(repo: Path) -> Created:
@@ -61,10 +77,25 @@ def new_run(
     executor: str = "command",
     preset: str | None = None,
     description: str = "",
+    command: Sequence[str] | None = None,
+    rules: str | None = None,
+    rules_file: Path | None = None,
+    validate: str | None = None,
+    model: str | None = None,
 ) -> Created:
     """Scaffold run ``run_id``; ``preset`` (command runs) picks the agent CLI
-    and, from its family, the packet's default model."""
+    and, from its family, the packet's default model; ``command`` is the
+    worker's own argv instead; ``rules`` (or the text of ``rules_file``) goes
+    into ``[rules]``; ``validate`` is a kind or a schema file every output must
+    pass; ``model`` replaces the preset's. Every option is checked before
+    anything is written."""
     check_run_id(run_id)
+    if command is not None:
+        _check_command(list(command), executor, preset, model)
+    rules_text = _rules_text(rules, rules_file)
+    validators, named = _validators(repo, validate)
+    if model is not None:
+        _check_model(model)
     if (inputs is None) != (output is None):
         raise UsageError("--inputs and --output go together; give both or neither")
     if per_task < 1:
@@ -94,12 +125,19 @@ def new_run(
         executor_block = (
             'kind = "external"          # an orchestrating session dispatches the pointers'
         )
+    elif command is not None:
+        executor_block = (
+            "# each attempt runs this from the repository root; a placeholder such as {task},\n"
+            "# {inputs} or {outputs} becomes that value, and every value is a GITRUN_* variable\n"
+            f'kind = "command"\ncommand = [{", ".join(_toml_value(arg) for arg in command)}]'
+        )
     else:
         executor_block = f'kind = "command"\npreset = {_toml_value(preset)}'
         executor_block += " " * (17 - len(preset)) + "# claude, codex, gemini, aider or shell"
         if preset == "shell":
             executor_block += f"\nshell = {_toml_value(SHELL_SAMPLE)}"
-    model = DEFAULT_MODELS["claude" if executor == "external" else preset]
+    if model is None and command is None:
+        model = DEFAULT_MODELS["claude" if executor == "external" else preset]
     if model is None:  # a script: it names its model itself, if it takes one
         model_line = '# default = "..."      # if your script takes one, as "$GITRUN_MODEL"'
     else:
@@ -115,8 +153,18 @@ def new_run(
         "first_output": _toml_value(f"out/{run_id}/t0001.json"),
         "executor": executor_block,
         "model_line": model_line,
+        "rules_text": _toml_value(rules_text),
+        "validators": f"[{_toml_value(validators)}]"
+        + ("    # auto: json, jsonl or toml by extension, else non-empty" * (validators == "auto")),
+        "named_validators": NAMED_SAMPLE if named is None else _named_table(named),
     }
-    expected: dict[str, Any] = {"run": {"id": run_id, "description": description}}
+    expected: dict[str, Any] = {
+        "run": {"id": run_id, "description": description},
+        "rules": {"text": rules_text},
+        "outputs": {"validators": [validators]},
+    }
+    if command is not None:
+        expected["executor"] = {"command": list(command)}
     if model is not None:
         expected["model"] = {"default": model}
     packet = _render("packet.toml", values, expected)
@@ -134,7 +182,91 @@ def new_run(
     except OSError as exc:
         raise _write_error(repo, exc, RUNS_DIR) from exc
     created += sorted(bundles)
-    return Created(created, count, f"created run {run_id!r} with {count} task{'s' * (count != 1)}")
+    message = f"created run {run_id!r} with {count} task{'s' * (count != 1)}"
+    return Created(
+        created, count, message, ready=command is not None or rules_text != DEFAULT_RULES
+    )
+
+
+def _check_command(
+    command: list[str], executor: str, preset: str | None, model: str | None
+) -> None:
+    """Refuse a worker's command that conflicts with the other options or that
+    ``gitrun check`` would refuse for what it is (not for what is installed)."""
+    if preset is not None:
+        raise UsageError(
+            "--preset and a command after -- both name the program gitrun launches; give one "
+            "or the other"
+        )
+    if executor != "command":
+        raise UsageError(
+            "a command after -- is what gitrun launches, and with --executor external a "
+            "session dispatches the workers instead; drop one or the other"
+        )
+    if not command:
+        raise UsageError("nothing follows --; give the worker's program and its arguments")
+    problems = template_problems(command)
+    if problems:
+        raise UsageError(f"the command after -- cannot be a worker's: {problems[0]}")
+    if named := literal_models(command):
+        raise UsageError(
+            f"the command after -- names the model {named[0]!r}; write {{model}} there and "
+            f"give --model {named[0]}, so the model stays configuration"
+        )
+    if model is None and uses_model(command):
+        raise UsageError("the command after -- passes {model}; name the model with --model M")
+
+
+def _rules_text(rules: str | None, rules_file: Path | None) -> str:
+    """The rules every worker reads: ``rules``, the text of ``rules_file``, or the default."""
+    if rules is not None and rules_file is not None:
+        raise UsageError("--rules and --rules-file both give the rules; give one of them")
+    if rules_file is not None:
+        try:
+            rules = rules_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else "it is not UTF-8 text"
+            raise UsageError(
+                f"--rules-file {rules_file} cannot be read ({why}); name a text file"
+            ) from exc
+    if rules is None:
+        return DEFAULT_RULES
+    if not rules.strip():
+        where = f"--rules-file {rules_file}" if rules_file is not None else "--rules"
+        raise UsageError(f"{where} is blank; write what every worker must do")
+    return rules
+
+
+def _validators(repo: Path, validate: str | None) -> tuple[str, str | None]:
+    """The ``[outputs] validators`` entry for ``--validate``, and the schema
+    file a named validator checks against (None: no named validator)."""
+    if validate is None:
+        return "auto", None
+    if validate in VALIDATE_KINDS:
+        return validate, None
+    parts = PurePosixPath(validate).parts
+    inside = not validate.startswith("/") and ".." not in parts and parts[:1] != (".git",)
+    if inside and validate.lower().endswith(".json") and (repo / validate).is_file():
+        return SCHEMA_VALIDATOR, PurePosixPath(validate).as_posix()
+    raise UsageError(
+        f"--validate {validate!r} is not {', '.join(VALIDATE_KINDS)} or a JSON schema file in "
+        "the repository; give one of those kinds, or the schema's path from the repository "
+        "root (ending in .json)"
+    )
+
+
+def _named_table(schema: str) -> str:
+    return f'[validators.{SCHEMA_VALIDATOR}]\nkind = "json_schema"\nschema = {_toml_value(schema)}'
+
+
+def _check_model(model: str) -> None:
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        TypeAdapter(ModelName).validate_python(model)
+    except ValidationError as exc:
+        why = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise UsageError(f"--model {model!r}: {why}") from exc
 
 
 def _write_error(repo: Path, exc: OSError, folder: str) -> GitrunError:
@@ -145,10 +277,12 @@ def _write_error(repo: Path, exc: OSError, folder: str) -> GitrunError:
 
 
 def _toml_value(value: str) -> str:
-    """``value`` as a TOML string literal, escaped by tomli-w."""
+    """``value`` as a TOML string literal, escaped by tomli-w (a text of
+    several lines as one ``\"\"\"`` string, to read as it was written)."""
     import tomli_w
 
-    return tomli_w.dumps({"v": value}).removeprefix("v = ").rstrip("\n")
+    text = tomli_w.dumps({"v": value}, multiline_strings=True)
+    return text.removeprefix("v = ").removesuffix("\n")
 
 
 def _render(template: str, values: dict[str, str], expected: dict[str, Any]) -> str:
