@@ -298,3 +298,16 @@ def test_conflicting_options_are_one_sentence_usage_errors_that_write_nothing(
     [line] = lines
     assert line.startswith(("gitrun: error: ", "Error: ")) and named in line, line
     assert not (git_repo / ".gitrun").exists()
+
+
+def test_a_rules_file_is_found_from_the_directory_of_dash_c(git_repo: Path, tmp_path: Path) -> None:
+    """`-C DIR` runs as if started in DIR, so a relative --rules-file is read from there."""
+    build_tree(git_repo, {"notes/rules.md": "Count the words.\n"})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = run_gitrun(
+        elsewhere, "-C", str(git_repo / "notes"), "new", "r", "--rules-file", "rules.md",
+        "--", "sh", "worker.sh",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert _packet(git_repo, "r")["rules"]["text"] == "Count the words.\n"
