@@ -311,3 +311,20 @@ def test_a_rules_file_is_found_from_the_directory_of_dash_c(git_repo: Path, tmp_
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert _packet(git_repo, "r")["rules"]["text"] == "Count the words.\n"
+
+
+def test_an_external_run_takes_rules_validate_and_model(git_repo: Path) -> None:
+    """What a session asked to fan out writes: an external run ready as it is."""
+    _notes(git_repo)
+    proc = run_gitrun(
+        git_repo, "new", "ext", "--executor", "external", "--inputs", "docs/*.md",
+        "--output", "out/{stem}.json", "--rules", "Summarize the note.", "--validate", "json",
+        "--model", "haiku",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "next: `gitrun check ext`" in proc.stdout
+    packet = _packet(git_repo, "ext")
+    assert packet["executor"] == {"kind": "external"} and packet["model"] == {"default": "haiku"}
+    assert packet["rules"]["text"] == "Summarize the note."
+    assert packet["outputs"] == {"validators": ["json"]}
+    assert check_run(load_run(git_repo, "ext", environ={})).problems == []
