@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -27,7 +28,7 @@ from gitrun.store.lock import (
     read_owner,
     run_locked,
 )
-from tests.helpers import commit_all, gitrun_process, write_run
+from tests.helpers import commit_all, gitrun_process, run_gitrun, wait_until, write_run
 
 runner = CliRunner()
 
@@ -297,3 +298,90 @@ def _watchdog_kill(repo: Path, stale: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
     )
+
+
+# -- a run nobody drives ----------------------------------------------------------------
+
+# t1 writes its output at once; every other task hangs until it is killed.
+_HALF = 'if [ "$GITRUN_TASK" = t1 ]; then echo "{}" > "$GITRUN_OUTPUTS"; else sleep 600; fi'
+
+
+def _half_done_run(repo: Path) -> None:
+    write_run(
+        repo,
+        "r",
+        [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in (1, 2, 3)],
+        {
+            "executor": {"command": ["sh", "-c", _HALF]},
+            "limits": {"concurrency": 1, "timeout": "10m"},
+        },
+    )
+    commit_all(repo, "define r")
+
+
+def _running_pids(local: LocalPaths) -> list[int]:
+    """The workers the run's journal says run now."""
+    from gitrun.store.journal import running_records
+
+    return [entry.pid for entry in running_records(local).values() if entry.pid]
+
+
+def test_a_run_whose_driver_was_killed_halfway_is_stalled_since_its_last_heartbeat(
+    git_repo: Path,
+) -> None:
+    """SIGKILL a real driver once t1 is committed and t2 runs, and its worker
+    with it: the watchdog exits 1 and says since when the run stalled (UTC),
+    and so does status, in text and JSON. Before, the watchdog said ok."""
+    _half_done_run(git_repo)
+    local = LocalPaths.of(git_repo, "r")
+    driver = gitrun_process(git_repo, "start", "r", capture=False)
+    workers: list[int] = []
+    try:
+        committed = git_repo / ".git/refs/heads/gitrun/r"
+
+        def t1_in_and_t2_running() -> bool:
+            if not committed.exists() or not _running_pids(local):
+                return False
+            log = subprocess.run(
+                ["git", "log", "--format=%B", "gitrun/r"], cwd=git_repo, capture_output=True
+            )
+            return b"Gitrun-Task: t1" in log.stdout
+
+        wait_until(driver, t1_in_and_t2_running)
+        driver.kill()
+        assert driver.wait(timeout=30) == -signal.SIGKILL
+        workers = _running_pids(local)
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        assert _wait_for(lambda: not any(_alive(pid) for pid in workers))
+        owner = read_owner(local)  # the killed driver's record stays: its last heartbeat
+        assert owner is not None
+        shown = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(owner.heartbeat))
+
+        out = run_gitrun(git_repo, "watchdog")
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert f"r: no driver; STALE: stalled since {shown}: 2 tasks not done" in out.stdout
+        assert "`gitrun resume r`" in out.stdout
+        [found] = json.loads(run_gitrun(git_repo, "watchdog", "--json").stdout)
+        assert found["stale"] and found["stalled_since"] == shown
+
+        text = run_gitrun(git_repo, "status", "r").stdout
+        assert text.startswith(f"run 'r': stalled since {shown}: tasks are left"), text
+        assert f"r: stalled since {shown}; 1 done" in run_gitrun(git_repo, "status").stdout
+        data = json.loads(run_gitrun(git_repo, "status", "r", "--json").stdout)
+        assert data["stalled_since"] is not None
+        assert abs(_epoch(data["stalled_since"]) - owner.heartbeat) < 0.01
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(timeout=10)
+        for pid in workers or _running_pids(local):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def _epoch(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso).timestamp()

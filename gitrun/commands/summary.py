@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gitrun.engine.budget import spend_text, tokens_text
+from gitrun.engine.motion import LED, STALLED, utc
 from gitrun.engine.states import COMPLETE, DONE, FAILED, PENDING, RUNNING, UP_TO_DATE
 from gitrun.engine.status import BRANCH_GONE, RunStatus, TaskStatus
 from gitrun.store.lock import LiveState
@@ -40,7 +41,15 @@ def state_text(status: RunStatus) -> str:
         return status.landed.describe()
     if status.state == BRANCH_GONE:
         return f"branch gitrun/{status.run} gone"
+    if status.motion == STALLED:
+        return _stalled(status)
     return status.state
+
+
+def _stalled(status: RunStatus) -> str:
+    """``stalled since 2025-06-01 14:03:07 UTC`` (when its last driver was last seen)."""
+    since = status.stalled_since
+    return f"stalled since {utc(since)}" if since is not None else "stalled"
 
 
 def format_status_line(status: RunStatus) -> str:
@@ -80,7 +89,13 @@ def format_summary(
         lines.append(
             f"  ... and {len(failed) - 20} more failed (`gitrun status {status.run} --all`)"
         )
-    if stopped_by:
+    every_done = sum(status.counts()[s] for s in COMPLETE) == total
+    if stopped_by and every_done:
+        lines.append(
+            f"stopped by {stopped_by} with every task done; bring the results in with "
+            f"`gitrun land {status.run}`"
+        )
+    elif stopped_by:
         lines.append(f"stopped by {stopped_by}; continue with `gitrun resume {status.run}`")
     elif halt is not None:
         pass  # the halt message says what to do
@@ -88,7 +103,7 @@ def format_summary(
         lines.append(
             f"give them new attempts with `gitrun retry {status.run}`, then `gitrun resume {status.run}`"
         )
-    elif sum(status.counts()[s] for s in COMPLETE) == total:
+    elif every_done:
         lines.append(f"all done; bring the results in with `gitrun land {status.run}`")
     return "\n".join(lines)
 
@@ -125,6 +140,14 @@ def format_status(status: RunStatus, limit: int | None = 20) -> str:
             f"run {status.run!r}: its branch gitrun/{status.run} is gone; `gitrun start "
             f"{status.run}` starts it over, `gitrun rm {status.run}` removes what is left"
         )
+    elif status.motion == STALLED:
+        lines.append(
+            f"run {status.run!r}: {_stalled(status)}: tasks are left and nothing runs them; "
+            f"`gitrun resume {status.run}` continues it"
+        )
+    elif status.motion == LED:
+        out = status.counts()[RUNNING]
+        lines.append(f"run {status.run!r}: led by a session ({out} handed out)")
     else:
         lines.append(
             f"run {status.run!r}: {'no driver running' if status.started else 'not started'}"

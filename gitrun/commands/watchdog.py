@@ -1,9 +1,11 @@
 """Finding stuck runs: ``gitrun watchdog``.
 
 For every run of the repository: is a driver holding the run lock, how old is
-its heartbeat, are attempts past their deadline, and did a dead driver leave
-workers running? Anything stale makes the watchdog exit 1 (for cron and
-alerts); ``--kill`` ends a stale driver so that the next ``resume`` takes over.
+its heartbeat, are attempts past their deadline, did a dead driver leave
+workers running, and has a run with work left stalled (nobody drives or leads
+it, and no halt or park holds it: :mod:`gitrun.engine.motion`)? Anything stale
+makes the watchdog exit 1 (for cron and alerts); ``--kill`` ends a stale
+driver so that the next ``resume`` takes over.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class RunHealth:
     heartbeat_age: float | None = None
     overdue: list[str] = field(default_factory=list)  # attempts past their deadline
     orphans: list[str] = field(default_factory=list)  # workers left by a dead driver
+    stalled_since: str | None = None  # UTC: when its last driver was last seen, if it stalled
     stale: bool = False
     reason: str = ""
 
@@ -59,8 +62,10 @@ class RunHealth:
         return f"{self.run}: {state}; {verdict}"
 
 
-def _runs_here(repo: Path) -> list[str]:
-    return sorted(set(list_runs(repo)) | set(local_runs(repo)))
+def _runs_here(repo: Path) -> tuple[list[str], set[str]]:
+    """Every run with a definition or local state here, and those with a definition."""
+    defined = set(list_runs(repo))
+    return sorted(defined | set(local_runs(repo))), defined
 
 
 def inspect_runs(repo: Path, stale_after: float = DEFAULT_STALE) -> list[RunHealth]:
@@ -69,7 +74,8 @@ def inspect_runs(repo: Path, stale_after: float = DEFAULT_STALE) -> list[RunHeal
     that one broken run blinds to every other run would be worse than none."""
     now = time.time()
     found = []
-    for run_id in _runs_here(repo):
+    runs, defined = _runs_here(repo)
+    for run_id in runs:
         local = LocalPaths.of(repo, run_id)
         try:
             damage = lock_damage(local)
@@ -78,7 +84,7 @@ def inspect_runs(repo: Path, stale_after: float = DEFAULT_STALE) -> list[RunHeal
             elif is_locked(local):
                 found.append(_inspect_live(run_id, local, stale_after, now))
             else:
-                found.append(_inspect_dead(run_id, local))
+                found.append(_inspect_dead(repo, run_id, local, run_id in defined))
         except RecordDamaged as exc:  # the sentence names the file and the fix
             found.append(_damaged(run_id, exc.message))
         except Exception as exc:  # also RecursionError or a bad record: report, go on
@@ -115,15 +121,49 @@ def _inspect_live(run_id: str, local: LocalPaths, stale_after: float, now: float
     return health
 
 
-def _inspect_dead(run_id: str, local: LocalPaths) -> RunHealth:
+def _inspect_dead(repo: Path, run_id: str, local: LocalPaths, defined: bool) -> RunHealth:
     health = RunHealth(run_id, "dead")
     for task, entry in running_records(local).items():
         if is_recorded_worker(entry.to_json()):
             health.orphans.append(f"{task}#{entry.attempt} (pid {entry.pid})")
+    reasons = []
     if health.orphans:
-        health.stale = True
-        health.reason = f"workers left running by a dead driver: {', '.join(health.orphans)}"
+        reasons.append(f"workers left running by a dead driver: {', '.join(health.orphans)}")
+    stalled = _stalled(repo, run_id) if defined else None
+    if stalled is not None:
+        since, left = stalled
+        health.stalled_since = since
+        reasons.append(
+            f"stalled since {since}: {left} not done and nothing runs them; continue it with "
+            f"`gitrun resume {run_id}`"
+        )
+    health.stale = bool(reasons)
+    health.reason = "; ".join(reasons)
     return health
+
+
+def _stalled(repo: Path, run_id: str) -> tuple[str, str] | None:
+    """When the run stalled and how many tasks it has left, if it stalled.
+
+    A definition that cannot be read leaves the question open (None): the
+    watchdog watches drivers, and ``gitrun status`` or ``check`` name what is
+    wrong with a definition.
+    """
+    from gitrun.engine.motion import STALLED, utc
+    from gitrun.engine.states import PENDING, RUNNING
+    from gitrun.engine.status import read_status
+    from gitrun.errors import GitrunError
+
+    try:
+        status = read_status(repo, run_id, landing=True)
+    except GitrunError:
+        return None
+    if status.motion != STALLED:
+        return None
+    counts = status.counts()
+    left = counts[PENDING] + counts[RUNNING]
+    since = utc(status.stalled_since) if status.stalled_since is not None else "an unknown time"
+    return since, f"{left} task{'s' if left != 1 else ''}"
 
 
 def kill_stale(repo: Path, health: RunHealth) -> str:
@@ -168,6 +208,8 @@ def kill_stale(repo: Path, health: RunHealth) -> str:
             time.sleep(0.05)
     for entry in running_records(local).values():
         kill_recorded_group(entry.to_json())
+    if health.driver == "dead" and not health.orphans:
+        return f"{health.run}: nothing runs to stop; continue it with `gitrun resume {health.run}`"
     return f"{health.run}: stopped; continue it with `gitrun resume {health.run}`"
 
 

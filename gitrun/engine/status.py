@@ -13,13 +13,15 @@ from typing import Any
 from gitrun.collector import collector_paused
 from gitrun.definition.load import RunDef, load_run
 from gitrun.engine.budget import Budget, spend_json
-from gitrun.engine.states import COMPLETE, DONE, RUNNING, STATUSES, Engine, load_engine
+from gitrun.engine.motion import AT_REST, STALLED, MotionFacts, last_record_time, latest, motion_of
+from gitrun.engine.states import COMPLETE, DONE, PENDING, RUNNING, STATUSES, Engine, load_engine
 from gitrun.layout import branch_ref
 from gitrun.store import git, ledger
 from gitrun.store.branches import Landed, landed
 from gitrun.store.jsonlines import shown
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import Owner, is_locked, read_owner
+from gitrun.store.records import RecordDamaged
 from gitrun.store.repo import Repo, find_repo
 from gitrun.store.usage import UsageTotals
 
@@ -87,6 +89,8 @@ class RunStatus:
     landed: Landed | None = None  # looked up only when asked (read_status's landing)
     branch_gone: bool = False
     landing_stopped: bool = False  # a `gitrun land` of it stopped half way (its journal)
+    motion: str = AT_REST  # who moves it on now (gitrun.engine.motion), as read_status found
+    stalled_since: float | None = None  # when its last driver was last seen, if it stalled
 
     @property
     def state(self) -> str:
@@ -133,6 +137,7 @@ class RunStatus:
                 if self.parked_until
                 else None
             ),
+            "stalled_since": ledger.iso(self.stalled_since) if self.stalled_since else None,
             "spend": spend_json(self.usage, self.usable, self.budget),
             "tasks": {tid: task.to_json() for tid, task in self.tasks.items()},
         }
@@ -153,14 +158,53 @@ def read_status(
             run = load_run(repo, run_id)
         local = LocalPaths.under(Path(found.git_dir), run_id)
         engine, tip = load_engine(run, local)
-        driver = read_owner(local) if is_locked(local) else None
+        alive = is_locked(local)
+        driver = read_owner(local) if alive else None
         status = status_of(run, engine, tip, repo, driver)
         if landing and tip is not None:
             status.landed = landed(repo, run_id, tip, Path(found.git_dir))
             status.landing_stopped = os.path.lexists(local.land_journal)
         if landing and not status.started:
             status.branch_gone = os.path.lexists(local.tip)
+        _note_motion(status, run, engine, local, alive)
         return status
+
+
+def _note_motion(
+    status: RunStatus, run: RunDef, engine: Engine, local: LocalPaths, alive: bool
+) -> None:
+    """Who moves the run on (:func:`gitrun.engine.motion.motion_of`), and since
+    when it stalled if nobody does."""
+    now = time.time()
+    external = run.executor_kind == "external"
+    leases_out = False
+    if external:
+        from gitrun.store.leases import read_leases
+
+        leases_out = any(lease.expires > now for lease in read_leases(local).values())
+    heartbeat = None
+    if not alive:  # a killed driver's record stays: its last heartbeat
+        try:
+            owner = read_owner(local)
+        except RecordDamaged:
+            owner = None
+        heartbeat = owner.heartbeat if owner is not None else None
+    counts = status.counts()
+    facts = MotionFacts(
+        started=status.started,
+        landed=status.landed is not None,
+        driver_alive=alive,
+        external=external,
+        leases_out=leases_out,
+        open_tasks=counts[PENDING] + counts[RUNNING],
+        halted=status.halt is not None,
+        parked=status.parked_until is not None,
+        last_seen=latest(heartbeat, last_record_time(engine.records)),
+        now=now,
+    )
+    status.motion = motion_of(facts)
+    if status.motion == STALLED:
+        status.stalled_since = facts.last_seen
 
 
 def _log_of(local: LocalPaths, task: str, attempt: int) -> str | None:
