@@ -262,7 +262,7 @@ def test_the_shell_completes_commands_and_run_ids(git_repo: Path, tmp_path: Path
     assert script.returncode == 0 and "_GITRUN_COMPLETE=complete_bash" in script.stdout
     for run_id in ("alpha", "also", "beta"):
         assert _gitrun("new", run_id, cwd=git_repo).returncode == 0
-    assert _complete("gitrun st", git_repo) == ["start", "status"]
+    assert _complete("gitrun st", git_repo) == ["start", "status", "stop"]
     assert _complete("gitrun status al", git_repo) == ["alpha", "also"]
     assert _complete("gitrun next ", git_repo) == ["alpha", "also", "beta"]
     assert _complete(f"gitrun -C {git_repo} resume b", tmp_path) == ["beta"]

@@ -1,4 +1,4 @@
-"""Driving and reading runs: start, resume, status, log, land, rm, retry, watchdog, demo."""
+"""Driving and reading runs: start, resume, status, log, land, rm, retry, watchdog, stop, demo."""
 
 from __future__ import annotations
 
@@ -421,6 +421,43 @@ def watchdog(
         for health in stale_runs:
             typer.echo(kill_stale(repo, health), err=as_json)
     raise typer.Exit(1 if stale_runs else 0)
+
+
+@app.command()
+def stop(
+    ctx: typer.Context,
+    run: Annotated[
+        str, typer.Argument(metavar="RUN", autocompletion=complete_run, help="The run to stop.")
+    ],
+    wait: Annotated[
+        str,
+        typer.Option(
+            "--wait",
+            metavar="DURATION",
+            help="How long to wait for the driver to go, e.g. 30s, 5m.",
+        ),
+    ] = "1m",
+) -> None:
+    """Stop the live driver of a run, as Ctrl-C in its terminal would, and wait until it has gone.
+
+    The driver is the process that holds the run's lock, proved by the
+    kernel's lock table and by its start time and command line as its owner
+    record has them (never found by name). Its attempts are stopped and
+    judged as on Ctrl-C: valid outputs are committed, the rest count no
+    attempt. Then `gitrun resume RUN` goes on, or, when every task is done,
+    `gitrun land RUN`. Exit 0 once the driver has gone, and also when no
+    driver runs the run (nothing to stop: it says so); 1 when the driver
+    cannot be proved, runs on another host, or is still there after --wait.
+    """
+    from gitrun.commands.stop import stop_run
+    from gitrun.definition.schema import parse_duration
+    from gitrun.errors import UsageError
+
+    try:
+        patience = parse_duration(wait)
+    except ValueError as exc:
+        raise UsageError(f"--wait {wait!r}: {exc}") from None
+    stop_run(_repo(ctx), run, typer.echo, patience)
 
 
 @app.command()

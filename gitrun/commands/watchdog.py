@@ -189,7 +189,7 @@ def kill_stale(repo: Path, health: RunHealth) -> str:
     if health.driver == "elsewhere":
         return f"{health.run}: the driver runs on {health.host}; kill it there"
     if health.pid is not None and health.driver == "alive":
-        refused = _unproven_driver(local, health)
+        refused = unproven_driver(local, health.run, health.pid)
         if refused:
             return refused
         try:
@@ -213,8 +213,9 @@ def kill_stale(repo: Path, health: RunHealth) -> str:
     return f"{health.run}: stopped; continue it with `gitrun resume {health.run}`"
 
 
-def _unproven_driver(local: LocalPaths, health: RunHealth) -> str:
-    """Why the pid the owner record names is not proved to hold the run's lock ("" if it is).
+def unproven_driver(local: LocalPaths, run_id: str, pid: int) -> str:
+    """Why ``pid``, which the owner record names, is not proved to hold the run's
+    lock ("" if it is): the kernel's word, which no file a worker writes can forge.
 
     The lock file must be gitrun's own (:func:`gitrun.store.lock.lock_damage`), before
     and after the kernel's table is read: through a hard link or a symlink the
@@ -222,25 +223,25 @@ def _unproven_driver(local: LocalPaths, health: RunHealth) -> str:
     """
     damage = lock_damage(local)
     if damage:
-        return f"{health.run}: not stopped: {damage}, so its holder proves nothing"
+        return f"{run_id}: not stopped: {damage}, so its holder proves nothing"
     before = _inode(local.lock)
     holders = lock_holders(local.lock)
     damage = lock_damage(local)
     if damage or before is None or _inode(local.lock) != before:
         return (
-            f"{health.run}: not stopped: the run lock {local.lock} changed while gitrun read "
-            "who holds it; run the watchdog again"
+            f"{run_id}: not stopped: the run lock {local.lock} changed while gitrun read "
+            "who holds it; run the command again"
         )
     if holders is None:
         return (
-            f"{health.run}: not stopped: this system has no {PROC_LOCKS} to prove that pid "
-            f"{health.pid} holds the run lock {local.lock}, and gitrun kills no driver it "
+            f"{run_id}: not stopped: this system has no {PROC_LOCKS} to prove that pid "
+            f"{pid} holds the run lock {local.lock}, and gitrun kills no driver it "
             "cannot prove; stop that process yourself if it is the driver"
         )
-    if health.pid not in holders:
-        held = ", ".join(f"pid {pid}" for pid in sorted(holders)) or "no listed process"
+    if pid not in holders:
+        held = ", ".join(f"pid {holder}" for holder in sorted(holders)) or "no listed process"
         return (
-            f"{health.run}: not stopped: the owner record {local.owner} names pid {health.pid}, "
+            f"{run_id}: not stopped: the owner record {local.owner} names pid {pid}, "
             f"but the kernel says the run lock {local.lock} is held by {held}; check those "
             "processes and stop the driver yourself"
         )
