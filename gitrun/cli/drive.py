@@ -125,14 +125,33 @@ def status(
             "(a branch gitrun/RUN or local state without a run directory) for `gitrun rm`.",
         ),
     ] = False,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            "--watch",
+            help="With RUN, show it live (read again every second) while a driver or a lead "
+            "moves it on, wherever that runs; end when none does, or on Ctrl-C.",
+        ),
+    ] = False,
 ) -> None:
     """Show a run's progress: its state, counts per stage, attempts, spawns and yield.
 
     The state is not started, started, driving, landed (its branch is in the
     current branch, by a merge or a squash: the landing commit is named), or
-    branch gone. Derived from the run branch, the ledger and the files on
+    branch gone; a started run with tasks left that no driver or lead moves
+    on, and no halt or park holds, is stalled since its last driver was last
+    seen (UTC). Derived from the run branch, the ledger and the files on
     disk; safe to run while the run is being driven.
     """
+    if watch:
+        from gitrun.commands.watch import watch_status
+        from gitrun.errors import UsageError
+
+        if run is None or as_json:
+            raise UsageError(
+                "--watch shows one run live: `gitrun status RUN --watch` (without --json)"
+            )
+        raise typer.Exit(watch_status(_repo(ctx), run))
     from gitrun.commands.drive import show_status
 
     show_status(_repo(ctx), run, as_json, show_all)

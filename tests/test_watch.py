@@ -1,0 +1,64 @@
+"""`gitrun status RUN --watch`: a run driven in another process, watched until it ends."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gitrun.store.local import LocalPaths
+from gitrun.store.lock import is_locked
+from tests.helpers import commit_all, fake_worker_run, gitrun_process, run_gitrun, user_env
+
+
+def test_status_watch_follows_a_real_driver_and_ends_when_the_run_ends(git_repo: Path) -> None:
+    fake_worker_run(git_repo, "r", 8, {"sleep": 0.6}, {"limits": {"concurrency": 2}})
+    commit_all(git_repo, "define r")
+    local = LocalPaths.of(git_repo, "r")
+    driver = gitrun_process(git_repo, "start", "r", "--quiet", capture=False)
+    watch: subprocess.Popen[str] | None = None
+    try:
+        locked = _wait(lambda: is_locked(local) or driver.poll() is not None)
+        assert locked and driver.poll() is None, "the driver ended before it was watched"
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "gitrun", "status", "r", "--watch"],
+            cwd=git_repo,
+            env=user_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        out, err = watch.communicate(timeout=120)  # it ends by itself
+        assert watch.returncode == 0, out + err
+        assert driver.wait(timeout=10) == 0  # and only once the run had ended
+    finally:
+        for proc in (driver, watch):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+    lines = [line for line in out.splitlines() if line.startswith("r: driving; ")]
+    done = [int(m[1]) for line in lines if (m := re.match(r"r: driving; (\d+) done", line))]
+    assert len(done) >= 2 and done == sorted(done) and done[-1] > done[0], out
+    assert "attempt 1: done" in err, err  # one line per change, as a driver's plain lines
+    assert "\n  total: 8 done, 0 running, 0 pending, 0 failed" in out, out
+
+
+def test_status_watch_of_a_run_nobody_moves_prints_it_once(git_repo: Path) -> None:
+    fake_worker_run(git_repo, "r", 2, {})
+    commit_all(git_repo, "define r")
+    out = run_gitrun(git_repo, "status", "r", "--watch")
+    assert (out.returncode, out.stdout.splitlines()[0]) == (0, "run 'r': not started")
+    refused = run_gitrun(git_repo, "status", "--watch")
+    assert refused.returncode == 2 and "`gitrun status RUN --watch`" in refused.stderr
+
+
+def _wait(ready: Callable[[], bool], seconds: float = 60.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if ready():
+            return True
+        time.sleep(0.02)
+    return False
