@@ -299,7 +299,10 @@ def test_a_busy_machine_is_a_wait_with_its_reason(git_repo: Path, monkeypatch: M
     batch = json.loads(out)
     assert code == 0 and [b["task"] for b in batch["leased"]] == ["t1"]  # one at a time
     assert batch["why"] == "load"
-    assert batch["reason"].startswith("leased 1 of 4 free: the machine is busy (load 9.0 over")
+    assert batch["reason"].startswith(
+        "leased 1 of 4 free: the machine is busy: the load average 9.0 is over max_load 4 "
+        "([limits] max_load or GITRUN_MAX_LOAD changes it), so one attempt at a time"
+    )
     code, out = _invoke(git_repo, "next", "e")  # the lead asks again at once
     assert code == 0, out
     assert "so one attempt at a time; 1 leased (t1): wait for them, then `gitrun collect e`" in out

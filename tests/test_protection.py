@@ -197,11 +197,29 @@ def test_load_gate_holds_starts_while_the_machine_is_busy(
     )
     assert outcome.exit_code == 0
     held = [line for line in said if line.startswith("starts held")]
-    assert held and "load average 99.0 is over max_load 4" in held[0]
+    assert held and "load average 99.0 is over max_load 4 ([limits] max_load or " in held[0]
+    assert "GITRUN_MAX_LOAD changes it); one attempt at a time until it drops" in held[0]
     assert any("starts resume" in line for line in said)
     assert outcome.load_held > 0
     assert seen[0][0] is True
     assert all(running <= 1 for waiting, running in seen if waiting)  # one at a time
+
+
+def test_the_load_gate_s_default_follows_the_cpu_count_and_its_line_names_the_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gitrun.definition.schema import Limits
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert Limits().load_bound() == 4.0
+    assert Limits().load_bound_text() == (
+        "max_load 4 (2 x 2 CPUs, the default; [limits] max_load or GITRUN_MAX_LOAD changes it)"
+    )
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert Limits().load_bound() == 32.0
+    assert Limits(max_load=7.5).load_bound_text() == (
+        "max_load 7.5 ([limits] max_load or GITRUN_MAX_LOAD changes it)"
+    )
 
 
 def test_a_load_that_never_drops_slows_the_run_but_never_stalls_it(

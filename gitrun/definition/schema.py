@@ -314,6 +314,18 @@ class Limits(Strict):
     def load_bound(self) -> float:
         return self.max_load or 2.0 * (os.cpu_count() or 1)
 
+    def load_bound_text(self) -> str:
+        """The load gate's bound as its lines say it, with the setting that changes
+        it: ``max_load 4 (2 x 2 CPUs, the default; [limits] max_load or
+        GITRUN_MAX_LOAD changes it)``."""
+        bound = self.load_bound()
+        if self.max_load is None:
+            cpus = os.cpu_count() or 1
+            made = f"2 x {cpus} CPU{'s' if cpus != 1 else ''}, the default; "
+        else:
+            made = ""
+        return f"max_load {bound:g} ({made}[limits] max_load or GITRUN_MAX_LOAD changes it)"
+
     def halt_after(self, tasks: int) -> int | None:
         """Failed-for-good tasks that stop new starts, from ``halt``."""
         if self.halt is None:

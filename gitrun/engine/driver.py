@@ -816,13 +816,13 @@ class Driver:
             self.load_held_since = now
         else:
             self.load_held_for += now - self.load_held_since
-        bound = self.limits.load_bound()
         if held:
             self.report(
-                f"starts held: the load average {self.governor.load:.1f} is over max_load "
-                f"{bound:g}; one attempt at a time until it drops"
+                f"starts held: the load average {self.governor.load:.1f} is over "
+                f"{self.limits.load_bound_text()}; one attempt at a time until it drops"
             )
         else:
+            bound = self.limits.load_bound()
             self.report(f"the load average is under max_load {bound:g} again; starts resume")
 
     def _audit(self) -> None:

@@ -325,8 +325,8 @@ class External:
         """What keeps a batch smaller than the free concurrency, as a clause."""
         governor, limits = self.governor, self.limits
         return {
-            "load": f"the machine is busy (load {governor.load:.1f} over max_load "
-            f"{limits.load_bound():.1f}), so one attempt at a time",
+            "load": f"the machine is busy: the load average {governor.load:.1f} is over "
+            f"{limits.load_bound_text()}, so one attempt at a time",
             "canary running": f"the canary ({', '.join(governor.canary)}) runs alone first",
             "failing fast": "attempts keep failing fast with no output, and the next ones decide "
             "whether it is an environment fault",
