@@ -415,8 +415,10 @@ def watchdog(
     """Find stuck runs: exit 0 when every run is healthy, 1 when any is stale.
 
     For each run: is a driver alive, how old is its heartbeat, are attempts
-    past their deadline, did a dead driver leave workers running. Meant for
-    cron, e.g. `*/10 * * * * cd /path/to/repo && gitrun watchdog --kill`.
+    past their deadline, did a dead driver leave workers running, has a run
+    with tasks left stalled (no driver or lead moves it on, and no halt or
+    park holds it: "stalled since T", T in UTC). Meant for cron, e.g.
+    `*/10 * * * * cd /path/to/repo && gitrun watchdog --kill`.
     """
     from gitrun.commands.watchdog import inspect_runs, kill_stale
     from gitrun.definition.schema import parse_duration

@@ -88,7 +88,7 @@ def remove_run(repo: Path, run_id: str, force: bool, say: Say) -> None:
         raise GitrunError(
             f"run {run_id!r} is being driven now by {who}; `gitrun rm` never removes a live "
             "run, even with --force (its driver would fail at its next commit): stop it first "
-            f"(Ctrl-C in its terminal, or `kill` that pid), then `gitrun rm {run_id}`"
+            f"(Ctrl-C in its terminal, or `gitrun stop {run_id}`), then `gitrun rm {run_id}`"
         ) from None
 
 

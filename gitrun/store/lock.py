@@ -165,7 +165,7 @@ class RunBusy(GitrunError):
             who = "another gitrun process"
         super().__init__(
             f"run {run_id!r} is already being driven by {who}; wait for it to finish or stop it "
-            "(Ctrl-C in its terminal, or `kill` that pid), then `gitrun resume "
+            f"(Ctrl-C in its terminal, or `gitrun stop {run_id}`), then `gitrun resume "
             f"{run_id}`"
         )
 
