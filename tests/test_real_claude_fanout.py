@@ -2,9 +2,9 @@
 the gitrun plugin: no ``hooks install``, no agent file, no ``--allowedTools``.
 
 The lead is ``/gitrun:lead r``; the mock model plays it by reading what
-gitrun printed (:class:`Lead`), the way the skill tells a model to, and
-plays each worker from its task's script. Some workers meet a 429, one
-tries to write its neighbour's output, one tries to write with the shell.
+gitrun printed (``tests/realclient/lead.py``), the way the skill tells a
+model to, and plays each worker from its task's script. Some workers meet
+a 429, one tries to write its neighbour's output, one with the shell.
 The first lead is killed with SIGKILL, its subagents with it, in the middle
 of a batch; a fresh session resumes and lands the run. Every output must be
 validated and committed once, no stray write may land, and gitrun's own
@@ -15,9 +15,7 @@ the CLI (``.ci/install-clients``) or Claude Code's sandbox.
 from __future__ import annotations
 
 import json
-import math
 import os
-import re
 import signal
 import subprocess
 import threading
@@ -36,13 +34,12 @@ from tests.realclient.claude import (
     gitrun_beside_claude,
     sandbox_or_skip,
 )
+from tests.realclient.lead import Lead
 from tests.realclient.mockmodel import (
     Failure,
     MockModel,
     Request,
     Turn,
-    agent,
-    agents,
     bash,
     say,
     write,
@@ -61,94 +58,6 @@ DEADLINE = 240.0
 # bench/external.py holds 200 over 1,000 tasks at -j16; batches of 8, a
 # canary, three throttles and a second lead's resume cost a few bytes more.
 PER_TASK_BYTES = 220
-
-
-def _conversation(request: Request) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """The tool calls the model made so far and what each returned."""
-    calls: list[dict[str, Any]] = []
-    results: dict[str, str] = {}
-    for message in request.body.get("messages") or []:
-        content = message.get("content")
-        for block in content if isinstance(content, list) else []:
-            if not isinstance(block, dict):
-                continue
-            if block.get("type") == "tool_use" and message.get("role") == "assistant":
-                calls.append(block)
-            elif block.get("type") == "tool_result":
-                inner = block.get("content")
-                parts = inner if isinstance(inner, list) else [{"text": inner}]
-                results[str(block.get("tool_use_id"))] = " ".join(
-                    str(b.get("text", "")) for b in parts if isinstance(b, dict)
-                )
-    return calls, results
-
-
-def _json_in(text: str) -> dict[str, Any] | None:
-    """The JSON object a Bash result holds (gitrun's stdout), or None."""
-    try:
-        found = json.loads(text[text.index("{") : text.rindex("}") + 1])
-    except ValueError:
-        return None
-    return found if isinstance(found, dict) else None
-
-
-@dataclass
-class Lead:
-    """A lead that follows the plugin's skill: it reads only what gitrun
-    printed and the client's notifications, never a worker's words."""
-
-    run: str
-    first: str
-    batches: int = 0
-    commands: list[str] = field(default_factory=list)
-
-    def __call__(self, request: Request) -> Turn:
-        calls, results = _conversation(request)
-        if not calls:
-            return self._bash(self.first)
-        last = calls[-1]
-        if last["name"] == "Agent":  # the batch came back, each subagent with its result
-            batch = calls[max(i for i, c in enumerate(calls) if c["name"] == "Bash") + 1 :]
-            throttled = [
-                _task_of(c["input"]["prompt"])
-                for c in batch
-                if re.search(r"\b429\b|rate.?limit", results.get(c["id"], ""), re.I)
-            ]
-            flag = f" --throttled {' '.join(throttled)}" if throttled else ""
-            return self._bash(f"gitrun collect {self.run} --json{flag}")
-        command = str(last["input"]["command"])
-        said = results.get(last["id"], "")
-        if command.startswith(("gitrun next", "gitrun start", "gitrun resume")):
-            batch_json = _json_in(said)
-            if batch_json is None:
-                self.commands.append(f"unreadable: {said}")
-                return say(f"gitrun printed no batch: {said[:300]}")
-            if batch_json.get("leased"):
-                self.batches += 1
-                kind = batch_json["agent"]
-                return agents(
-                    *(agent(p, t, kind, wait=True) for t, p in batch_json["leased"].items())
-                )
-            if batch_json.get("done"):
-                return self._bash(f"gitrun land {self.run}")
-            if batch_json.get("halted"):
-                return say(f"The run halted: {batch_json.get('reason')}")
-            if batch_json.get("wait_s"):
-                return self._bash(f"sleep {math.ceil(batch_json['wait_s'])}")
-            return self._bash(f"gitrun collect {self.run} --json")
-        if command.startswith(("sleep", "gitrun collect")):
-            return self._bash(f"gitrun next {self.run} --json")
-        return say("The run is landed.")
-
-    def _bash(self, command: str) -> Turn:
-        self.commands.append(command)
-        return bash(command, "gitrun")
-
-
-def _task_of(prompt: str) -> str:
-    found = re.search(r"task (t\d\d):", prompt)
-    assert found, prompt
-    return found[1]
 
 
 @dataclass
