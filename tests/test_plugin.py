@@ -25,6 +25,7 @@ from tests.helpers import run_gitrun
 from tests.realclient.claude import claude_binary, gitrun_bin_dir
 
 SKILL = plugin_dir() / "skills" / "lead" / "SKILL.md"
+SKILLS = sorted(path.parent.name for path in (plugin_dir() / "skills").glob("*/SKILL.md"))
 
 
 def _frontmatter(path: Path) -> dict[str, str]:
@@ -53,14 +54,34 @@ def test_the_plugin_says_gitrun_s_version_and_the_marketplace_lists_it() -> None
     assert listed["name"] == "gitrun" and (marketplace_dir() / listed["source"]) == plugin_dir()
 
 
-def test_the_lead_skill_may_run_every_gitrun_command_it_names_and_no_other() -> None:
-    """A `-p` lead runs only what it is allowed: the skill's allowed-tools
-    are what it tells the lead to run, so nothing it says is refused."""
-    allowed = set(
-        re.findall(r"Bash\(([a-z]+(?: [a-z]+)?):\*\)", _frontmatter(SKILL)["allowed-tools"])
-    )
-    named = set(re.findall(r"`(gitrun [a-z]+)[ `]", SKILL.read_text())) | {"sleep"}
-    assert allowed == named, (allowed, named)
+def _allowed(path: Path) -> set[str]:
+    """A skill's allowed-tools as what they let it run: `gitrun new` for
+    ``Bash(gitrun new:*)``, `skill gitrun:lead` for ``Skill(gitrun:lead)``;
+    any other entry as it is written, so it matches nothing a body says."""
+    found = set()
+    for entry in _frontmatter(path)["allowed-tools"].split(", "):
+        command = re.fullmatch(r"Bash\(([a-z]+(?: [a-z]+)?):\*\)", entry)
+        skill = re.fullmatch(r"Skill\((gitrun:[a-z]+)\)", entry)
+        found.add(command[1] if command else f"skill {skill[1]}" if skill else entry)
+    return found
+
+
+def _named(path: Path) -> set[str]:
+    """What a skill's body tells the session to run: the gitrun commands
+    and `sleep` it quotes, and the skills it hands over to."""
+    body = path.read_text().split("---\n", 2)[2]
+    commands = set(re.findall(r"`(gitrun [a-z]+|sleep)[ `]", body))
+    return commands | {f"skill {name}" for name in re.findall(r"skill `(gitrun:[a-z]+)`", body)}
+
+
+@pytest.mark.parametrize("name", SKILLS)
+def test_a_skill_may_run_every_command_it_names_and_no_other(name: str) -> None:
+    """A `-p` session runs only what it is allowed: a skill's allowed-tools
+    are what it tells the session to run, so nothing it says is refused,
+    and nothing else runs unasked."""
+    path = plugin_dir() / "skills" / name / "SKILL.md"
+    assert _frontmatter(path)["name"] == name
+    assert _allowed(path) == _named(path), (_allowed(path), _named(path))
 
 
 def test_next_help_is_the_lead_skill(git_repo: Path) -> None:
@@ -144,7 +165,9 @@ def test_the_plugin_and_its_marketplace_validate_strictly_with_the_real_cli(tmp_
         assert proc.returncode == 0, (folder, proc.stdout[-3000:], proc.stderr[-2000:])
         assert "Validation passed" in proc.stdout
     provides = proc.stdout
-    for part in ("hooks: PreToolUse", "hooks: SubagentStop", "skills: gitrun:lead"):
+    assert {"fanout", "lead"} <= set(SKILLS)
+    skills = [f"skills: gitrun:{name}" for name in SKILLS]
+    for part in ("hooks: PreToolUse", "hooks: SubagentStop", *skills):
         assert part in provides, provides
     assert "agents: gitrun:gitrun-worker" in provides
 
