@@ -2,11 +2,12 @@
 the gitrun plugin: its fan-out skill writes the run, shows what ``check``
 says of it and hands it to its lead skill.
 
-The user asks ``claude -p`` to summarize every note; the mock model invokes
-``gitrun:fanout`` as the listing of skills offers it, runs the commands the
-skill names (allowed by the skill alone), then invokes ``gitrun:lead`` and
-plays that skill's loop (``tests/realclient/lead.py``); each worker writes
-its own output with the Write tool. Skipped, with the reason, without the
+The user asks ``claude -p`` to summarize every note, in words (the mock
+model then invokes ``gitrun:fanout`` as the listing of skills offers it) or
+as ``/gitrun:fanout REQUEST``; the model runs the commands the skill names
+(allowed by the skill alone), then invokes ``gitrun:lead`` and plays that
+skill's loop (``tests/realclient/lead.py``); each worker writes its own
+output with the Write tool. Skipped, with the reason, without the
 CLI (``.ci/install-clients``) or Claude Code's sandbox.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -27,7 +29,17 @@ from tests.realclient.claude import (
     sandbox_or_skip,
 )
 from tests.realclient.lead import Lead, conversation
-from tests.realclient.mockmodel import MockModel, Request, ToolUse, Turn, bash, say, write
+from tests.realclient.mockmodel import (
+    Brain,
+    Failure,
+    MockModel,
+    Request,
+    ToolUse,
+    Turn,
+    bash,
+    say,
+    write,
+)
 
 pytestmark = pytest.mark.realclient
 
@@ -44,8 +56,9 @@ def skill(name: str, args: str) -> Turn:
     return Turn((ToolUse("Skill", {"skill": name, "args": args}),))
 
 
+@pytest.mark.parametrize("how", ["asked", "slash"])
 def test_a_request_becomes_an_external_run_that_the_session_leads_and_lands(
-    git_repo: Path, tmp_path: Path
+    git_repo: Path, tmp_path: Path, how: str
 ) -> None:
     claude_binary()
     sandbox_or_skip()
@@ -60,7 +73,7 @@ def test_a_request_becomes_an_external_run_that_the_session_leads_and_lands(
     commit_all(git_repo, "the gitrun plugin")
     # The fan-out skill's part, a turn per step; then the lead skill's loop.
     steps = [
-        skill("gitrun:fanout", REQUEST),
+        *([skill("gitrun:fanout", REQUEST)] if how == "asked" else []),
         bash(NEW, "Write the run"),
         bash("gitrun check notes", "Check the run"),
         skill("gitrun:lead", "notes"),
@@ -71,32 +84,44 @@ def test_a_request_becomes_an_external_run_that_the_session_leads_and_lands(
         calls, _results = conversation(request)
         return steps[len(calls)] if len(calls) < len(steps) else lead(request)
 
-    workers = {
+    workers: dict[str, Sequence[Turn | Failure] | Brain] = {
         f"task t{n:04d}:": [
             write(str(git_repo / f"out/{stem}.json"), json.dumps({"summary": f"The {stem}."})),
             say(f"wrote out/{stem}.json"),
         ]
         for n, stem in enumerate(sorted(NOTES), 1)
     }
-    # Only the fan-out skill is allowed up front, as a user allows it once:
-    # every command after it runs by the skills' own allowed-tools.
+    # Asked in words, the session may invoke the fan-out skill once the user
+    # allows it (a -p session refuses a skill it was not allowed); typed as
+    # a command, the skill needs no permission. Every command after that
+    # runs by the skills' own allowed-tools.
+    prompt, allowed = {
+        "asked": (REQUEST, ("--allowedTools", "Skill(gitrun:fanout)")),
+        "slash": (f"/gitrun:fanout {REQUEST}", ()),
+    }[how]
     with MockModel(session, agents=workers, max_requests=200) as model:
         env = claude_env(home, model.url, GITRUN_MAX_LOAD="1000000")  # a busy machine's load
-        proc = run_claude(git_repo, REQUEST, env, "--allowedTools", "Skill(gitrun:fanout)")
+        proc = run_claude(git_repo, prompt, env, *allowed)
         assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:], lead.commands)
         listed = json.dumps(next(r for r in model.requests if r.is_agent_turn).body)
         assert "gitrun:fanout" in listed and "gitrun:lead" in listed  # the skills it offers
         said = [model.tool_result(i) for i in model.tool_use_ids()]
         assert not any(error for error, _text in said), said
-        invoked, new, check, handed = (text for _error, text in said[:4])
-        assert "gitrun:fanout" in invoked and "gitrun:lead" in handed, said[:4]
+        if how == "asked":
+            invoked = said.pop(0)[1]
+            assert invoked == "Launching skill: gitrun:fanout", invoked
+        new, check, handed = (text for _error, text in said[:3])
+        assert handed == "Launching skill: gitrun:lead", handed
         assert new.startswith("created run 'notes' with 4 tasks"), new
         # The verdict the skill shows the user, counting the tasks.
         assert check.startswith("run 'notes' is ready: 4 tasks in 1 stage"), check
         # The skill's own text reached the model once it was invoked.
-        assert "gitrun new RUN --executor external" in json.dumps(model.requests[-1].body)
+        bodies = [json.dumps(r.body) for r in model.requests if r.is_agent_turn]
+        assert any("gitrun new RUN --executor external" in body for body in bodies)
     assert lead.commands[-1] == "gitrun land notes" and lead.batches == 2, lead.commands
-    # Every output valid on the run branch, committed by its own task, and landed.
+    # Every output valid on the run branch, committed once, and landed.
+    added = git(git_repo, "log", "gitrun/notes", "--format=", "--name-only", "--", "out/")
+    assert sorted(added.split()) == sorted(f"out/{stem}.json" for stem in NOTES), added
     for stem in NOTES:
         shown = git(git_repo, "show", f"gitrun/notes:out/{stem}.json")
         assert json.loads(shown) == {"summary": f"The {stem}."}
