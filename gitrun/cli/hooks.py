@@ -144,8 +144,8 @@ def hooks_status(
 
 plugin_app = typer.Typer(
     cls=_Group,
-    help="The gitrun plugin for Claude Code: the lead skill, the gitrun-worker agent and "
-    "gitrun's hooks, without files in the repository.",
+    help="The gitrun plugin for Claude Code: the fanout and lead skills, the gitrun-worker "
+    "agent and gitrun's hooks, without files in the repository.",
     no_args_is_help=True,
 )
 app.add_typer(plugin_app, name="plugin")
@@ -184,9 +184,9 @@ def plugin_install(
 
     Claude Code loads it in place from there, so upgrading gitrun upgrades
     it; installing twice changes nothing. Its hooks and its lead call
-    `gitrun`, which must run from PATH. Start the lead session after this,
-    then `/gitrun:lead RUN` (a `claude -p` lead also needs
-    `--permission-mode acceptEdits`).
+    `gitrun`, which must run from PATH. Start the session after this, then
+    ask it for a fan-out (`/gitrun:fanout REQUEST`) or `/gitrun:lead RUN`
+    (a `claude -p` lead also needs `--permission-mode acceptEdits`).
     """
     from gitrun.guard.plugin import install
 

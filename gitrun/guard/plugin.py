@@ -72,7 +72,8 @@ def install(repo: Path, scope: str, sandbox: bool) -> list[str]:
     if sandbox:
         said.append(install_sandbox(repo))
     said.append(
-        f"start the lead session after this, and lead a run with `/{PLUGIN}:lead RUN` "
+        f"start the session after this, and ask it for a fan-out (`/{PLUGIN}:fanout "
+        f"REQUEST`) or lead a run with `/{PLUGIN}:lead RUN` "
         "(Claude Code reads plugins when a session starts)"
     )
     return said
