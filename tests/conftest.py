@@ -10,6 +10,13 @@ import pytest
 
 from tests.helpers import build_tree, commit_all, git_env
 
+# A confined worker's /tmp is its own (gitrun.workers.sandbox): the files a
+# test gives its workers (scripts, specs, gates, fake programs) live where
+# every worker sees them, out of /tmp. Set before any temporary directory is
+# made, and inherited by pytest-xdist's workers.
+if "PYTEST_DEBUG_TEMPROOT" not in os.environ and os.path.isdir("/var/tmp"):
+    os.environ["PYTEST_DEBUG_TEMPROOT"] = "/var/tmp"
+
 
 @pytest.fixture(autouse=True)
 def _isolated_git(

@@ -88,7 +88,8 @@ def main() -> int:
 def _crowd(spec: dict[str, object], outputs: list[str], task: str, attempt: int) -> int:
     crowd = Path(str(spec["crowd_dir"]))
     crowd.mkdir(parents=True, exist_ok=True)
-    mine = crowd / f"{os.getpid()}"
+    # Not by pid: each confined worker is pid 2 of a namespace of its own.
+    mine = crowd / f"{task}.{attempt}.{os.urandom(4).hex()}"
     mine.write_text(task)
     try:
         time.sleep(0.05)  # let the crowd gather

@@ -16,7 +16,6 @@ from gitrun.commands.session import CheckFailed, resume_run, start_run
 from gitrun.engine.status import read_status
 from gitrun.errors import GitrunError
 from gitrun.store.local import LocalPaths
-from gitrun.workers.attempt import is_running
 from tests.helpers import (
     commit_all,
     committed_ledger,
@@ -152,8 +151,10 @@ def test_child_environment(git_repo: Path) -> None:
 def test_timeout_kills_the_whole_process_group(git_repo: Path, tmp_path: Path) -> None:
     from tests.helpers import write_run
 
-    pidfile = tmp_path / "grandchild.pid"
-    script = f"sleep 1000 & echo $! > {pidfile}; wait"
+    # The grandchild is found by its command line: confined, its pid is a
+    # PID namespace's own.
+    mark = b"sleep\x001000.0517\x00"
+    script = "sleep 1000.0517 & wait"
     write_run(
         git_repo,
         "r",
@@ -167,7 +168,8 @@ def test_timeout_kills_the_whole_process_group(git_repo: Path, tmp_path: Path) -
     outcome = start_run(git_repo, "r", quiet)
     assert time.time() - started < 10
     assert outcome.status.tasks["t1"].status == "failed"
-    assert not is_running(int(pidfile.read_text()))
+    running = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline(pid) == mark]
+    assert running == []
     [record] = _ledger(git_repo)
     assert record["timed_out"] is True and record["outcome"] == "missing"
 
@@ -459,3 +461,10 @@ def test_a_start_on_linux_imports_no_psutil(git_repo: Path) -> None:
         [sys.executable, "-c", probe], cwd=git_repo, capture_output=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

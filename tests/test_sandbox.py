@@ -493,3 +493,32 @@ def test_codex_without_a_nested_sandbox_is_no_problem(
     write_run(git_repo, "r", _tasks("t1"), {"executor": executor})
     problems = check_run(load_run(git_repo, "r")).problems
     assert [p.message for p in problems if p.code == "isolation"] == []
+
+
+def test_an_attempt_s_tmp_is_its_own_even_with_the_repository_in_tmp() -> None:
+    """A confined worker sees none of the host's /tmp and leaves nothing
+    there; its repository, under /tmp itself here, it still sees and writes."""
+    host = Path(tempfile.mkdtemp(dir="/tmp", prefix="gitrun-test-"))
+    try:
+        (host / "seen").write_text("the host's\n")
+        repo = host / "repo"
+        (repo / "out").mkdir(parents=True)
+        confined = Confined(
+            repo, Plan((), ("out",)), host / "a", ("out/t1.json",), ("out/t1.json",), (), (), ()
+        )
+        script = (
+            f'if [ -e "{host}/seen" ]; then echo "saw the host"; fi; '
+            f'echo mine > /tmp/{host.name}.left && echo mine > "$TMPDIR/also" && cat /tmp/{host.name}.left; '
+            "echo '{}' > out/t1.json"
+        )
+        done = subprocess.run(
+            [*confined.prefix(), "sh", "-c", script], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == "mine\n"
+        assert confined.finish() == [] and confined.unmoved == []
+        assert (repo / "out/t1.json").read_text() == "{}\n"
+        assert sorted(p.name for p in host.iterdir()) == ["repo", "seen"]
+        assert not Path(f"{host}.left").exists()
+    finally:
+        shutil.rmtree(host)

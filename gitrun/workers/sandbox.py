@@ -17,7 +17,12 @@ namespace where:
   land in the staging directory. When the attempt ends, the files the task
   owns move into the work tree and nothing else does: a worker that wrote its
   neighbour's output wrote it nowhere that counts, and gitrun names it;
-- ``TMPDIR`` is a private directory of the attempt, removed after it;
+- ``/tmp`` (and ``TMPDIR``, which names it by its own path) is a private
+  directory of the attempt, removed after it: the host's ``/tmp`` is not
+  seen, and nothing written there reaches it (the repository and the paths
+  above stay where they are, even when they lie under ``/tmp``);
+- the attempt has a PID namespace of its own: when its worker ends, so does
+  every process it started, whatever it did to its environment or session;
 - the run's logs directory is writable (the worker's ``GITRUN_USAGE`` file).
 
 A write anywhere else fails with the file system's own error (read-only
@@ -58,6 +63,15 @@ from gitrun.workers.scratch import KIND as SCRATCH
 from gitrun.workers.scratch import Scratch
 
 BWRAP = "bwrap"
+# The machine as it is, in a PID namespace of the attempt's own (with its own
+# /proc): when the worker's main process ends, bubblewrap's init (pid 1 of
+# the namespace, in the worker's process group) ends, and the kernel kills
+# everything left in the namespace, whatever it did to its environment,
+# session or group. Not --die-with-parent: bubblewrap applies it to its
+# launcher too, which would end an attempt with a killed driver, and a
+# resume adopts such an orphan's work (left_by): the group kill of a dead
+# driver's attempt (gitrun.processes.reaper) ends its namespace as well.
+NAMESPACES = ("--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc")
 _WILD = re.compile(r"[*?\[\\]")  # a pattern that is not a literal path
 INSTALL = "apt-get install bubblewrap (or your distribution's bubblewrap package)"
 PROBE_TIMEOUT = 10.0
@@ -171,9 +185,10 @@ class Confined:
             path.mkdir(parents=True, exist_ok=True)
             binds.append((True, path, path))
         binds.append((True, tmp, tmp))
+        binds.append((True, tmp, Path("/tmp")))  # its /tmp is its own, too
         for directory in (*self.plan.writable, *self.plan.staged):
             self._dirs[directory] = _identity(self.repo / directory)
-        args = [BWRAP, "--dev-bind", "/", "/"]
+        args = [BWRAP, *NAMESPACES]
         for writable, source, target in sorted(binds, key=lambda b: len(b[2].parts)):
             if writable and target.is_relative_to(self.repo) and _linked(self.repo, target):
                 # A link on the way would bind where it points (inside the
@@ -484,7 +499,7 @@ def probe(env: dict[str, str] | None = None) -> str | None:
         return f"bubblewrap (`{BWRAP}`) is not installed: {INSTALL}"
     try:
         done = subprocess.run(
-            [program, "--dev-bind", "/", "/", "--", "true"],
+            [program, *NAMESPACES, "--", "true"],
             capture_output=True,
             text=True,
             timeout=PROBE_TIMEOUT,
