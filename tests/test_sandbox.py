@@ -24,7 +24,7 @@ from gitrun.commands.session import resume_run, start_run
 from gitrun.definition.load import load_run
 from gitrun.proof.check import check_run
 from gitrun.workers.attempt import Monitor
-from gitrun.workers.sandbox import Confined, Plan, plan_of, probe
+from gitrun.workers.sandbox import WALLS, Claim, Confined, Plan, plan_of, probe
 from tests.helpers import (
     build_tree,
     commit_all,
@@ -83,12 +83,9 @@ def test_a_careless_worker_changes_nothing_of_anyone_else(git_repo: Path) -> Non
     assert (git_repo / "SECRET.txt").read_text() == "mine\n"
     assert (git_repo / ".git/config").read_bytes() == config
     log = (git_repo / ".git/gitrun/r/logs/t1.1.log").read_text()
-    assert "secret: refused" in log and "config: refused" in log
+    assert "secret: refused" in log and "config: refused" in log and "t2: refused" in log
     assert "Read-only file system" in log
-    # The neighbour's file it wrote stayed in its staging directory, named.
-    [stray] = [r for r in ledger_records(git_repo) if r.get("event") == "stray"]
-    assert stray["task"] == "t1" and stray["paths"] == ["out/t2.json"]
-    assert any("t1 attempt 1 wrote out/t2.json, which it does not own" in s for s in said)
+    assert [r for r in ledger_records(git_repo) if r.get("event") == "stray"] == []
     assert not list((git_repo / ".git/gitrun/r").glob("sandbox/*"))  # nothing left behind
 
 
@@ -97,7 +94,7 @@ def test_an_input_beside_the_output_is_readable_and_never_writable(git_repo: Pat
     and its declared inputs (read-only), and nothing else there."""
     script = (
         'if [ "$GITRUN_TASK" = sum ]; then cat out/t1.json > /dev/null || exit 9; '
-        "[ -e out/t2.json ] && exit 8; "
+        "[ -s out/t2.json ] && exit 8; "  # a wall: empty
         'printf x > out/t1.json && echo "wrote t1"; fi; '
         'printf \'{"task": "%s"}\\n\' "$GITRUN_TASK" > "out/$GITRUN_TASK.json"'
     )
@@ -522,3 +519,72 @@ def test_an_attempt_s_tmp_is_its_own_even_with_the_repository_in_tmp() -> None:
         assert not Path(f"{host}.left").exists()
     finally:
         shutil.rmtree(host)
+
+
+# A worker of ta goes for its neighbours' outputs in its own folder: tb's
+# (written by tb before) and tc's (not written yet), by a plain write, by a
+# rename over it and by removing it.
+WALLED = """
+if [ "$GITRUN_TASK" = ta ]; then
+  echo '{"by": "ta"}' > out/tb.json || echo "tb: refused"
+  echo '{"by": "ta"}' > out/tc.json || echo "tc: refused"
+  echo '{"by": "ta"}' > out/part && { mv -f out/part out/tb.json || echo "mv: refused"; }
+  rm -f out/part
+  rm -f out/tb.json || echo "rm: refused"
+  cat out/tb.json > /dev/null && [ ! -s out/tb.json ] && echo "tb: unread"
+fi
+printf '{"task": "%s"}\\n' "$GITRUN_TASK" > "out/$GITRUN_TASK.json"
+"""
+
+
+def test_a_neighbour_s_output_in_the_same_folder_is_a_wall(git_repo: Path) -> None:
+    """The worker sees each write to a neighbour's output fail (the
+    file system's own error); the neighbour's file is as its task wrote it,
+    and the worker's own output lands and validates."""
+    tasks: list[dict[str, object]] = [
+        {"id": "tb", "stage": "one", "outputs": ["out/tb.json"]},
+        {"id": "ta", "stage": "two", "outputs": ["out/ta.json"]},
+        {"id": "tc", "stage": "three", "outputs": ["out/tc.json"]},
+    ]
+    packet = {
+        "executor": {"preset": "shell", "shell": WALLED, "isolation": "sandbox"},
+        "limits": {"canary": 0, "timeout": "60s"},
+        "stages": [{"name": "one"}, {"name": "two"}, {"name": "three"}],
+    }
+    write_run(git_repo, "r", tasks, packet)
+    commit_all(git_repo, "run r")
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.exit_code == 0 and outcome.status.counts()["done"] == 3
+    log = (git_repo / ".git/gitrun/r/logs/ta.1.log").read_text()
+    for refused in ("tb: refused", "tc: refused", "mv: refused", "rm: refused", "tb: unread"):
+        assert refused in log, log
+    assert "Read-only file system" in log and "busy" in log
+    for task in ("ta", "tb", "tc"):
+        assert (git_repo / f"out/{task}.json").read_text() == f'{{"task": "{task}"}}\n'
+        assert git(git_repo, "show", f"gitrun/r:out/{task}.json") == f'{{"task": "{task}"}}\n'
+    assert [r for r in ledger_records(git_repo) if r.get("event") == "stray"] == []
+    assert not list((git_repo / ".git/gitrun/r").glob("sandbox/*"))
+
+
+def test_walls_stop_at_their_bound_and_what_passes_is_a_stray(tmp_path: Path) -> None:
+    """Past :data:`WALLS` neighbours' names in a folder, a write lands in the
+    staging directory, is kept out of the work tree and named."""
+    repo = tmp_path / "repo"
+    (repo / "out").mkdir(parents=True)
+    names = [f"n{i:04d}.json" for i in range(WALLS + 10)]
+    claims = {"out": {name: Claim({name}) for name in [*names, "mine.json"]}}
+    own = ("out/mine.json",)
+    confined = Confined(
+        repo, Plan((), ("out",)), tmp_path / "a", own, own, (), (), (), "mine.json", claims
+    )
+    prefix = confined.prefix()
+    assert prefix.count("--ro-bind") == WALLS + 1  # (and the repository)
+    first, last = names[0], names[-1]
+    script = (
+        f"echo x > out/{first} || echo walled; echo x > out/{last} && echo passed; "
+        "echo '{}' > out/mine.json"
+    )
+    done = subprocess.run([*prefix, "sh", "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stdout == "walled\npassed\n", done.stderr
+    assert confined.finish() == [f"out/{last}"]
+    assert sorted(p.name for p in (repo / "out").iterdir()) == ["mine.json"]

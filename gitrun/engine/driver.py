@@ -69,10 +69,12 @@ from gitrun.workers.pointer import attempt_values
 from gitrun.workers.refusals import BILLING as BILLING_REFUSAL
 from gitrun.workers.refusals import refusal_of
 from gitrun.workers.sandbox import (
+    Claims,
     Confined,
     Isolated,
     Isolation,
     Plan,
+    claims_of,
     isolation_of,
     left_by,
     plan_of,
@@ -245,6 +247,8 @@ class Driver:
             (*inputs, *(bundle_paths(self.run, task) if task.bundle else ())),
             tuple(d for d in sorted(git_dirs) if not d.is_relative_to(self.repo)),
             (self.local.logs,),
+            task.id,
+            self.claims,
         )
         self.confined[task.id] = confined
         prefix = confined.prefix()
@@ -254,6 +258,12 @@ class Driver:
                 "read-only for the attempt (remove the link)"
             )
         return prefix, self.repo
+
+    @functools.cached_property
+    def claims(self) -> Claims:
+        """Every task's literal owned names, by directory: the walls of a
+        confined attempt's staging directories (made once a run)."""
+        return claims_of(self.run)
 
     @functools.cached_property
     def attempt_files(self) -> AttemptFiles:

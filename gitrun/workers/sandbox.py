@@ -14,9 +14,16 @@ namespace where:
   with other tasks' outputs as a rule, is a staging directory of the attempt:
   everything the real one holds is there as a link to a read-only view (so a
   worker reads its neighbours' files and cannot change them), and new files
-  land in the staging directory. When the attempt ends, the files the task
-  owns move into the work tree and nothing else does: a worker that wrote its
-  neighbour's output wrote it nowhere that counts, and gitrun names it;
+  land in the staging directory. Each other task's literal owned name there
+  is a wall: a read-only mount (of an empty file or directory, or of the real
+  one when it is an input of the attempt), so that writing it fails with
+  EROFS and renaming over it or removing it with EBUSY, inside the worker.
+  A neighbour that owns files by a glob cannot be walled name by name: what
+  the worker writes there stays in the staging directory. When the attempt
+  ends, the files the task owns move into the work tree and nothing else
+  does: a write that got past the walls counts nowhere, and gitrun names it
+  (bubblewrap makes each mount in a time that grows with the mounts before
+  it, so an attempt walls at most :data:`WALLS` names);
 - ``/tmp`` (and ``TMPDIR``, which names it by its own path) is a private
   directory of the attempt, removed after it: the host's ``/tmp`` is not
   seen, and nothing written there reaches it (the repository and the paths
@@ -50,6 +57,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +91,13 @@ FALLBACK = (
 STATE = "state.json"  # in an attempt's folder: what finishing it needs
 STATE_DRAFT = "state.json.new"
 Signature = tuple[int, int, int]  # a file's inode, size and mtime (ns)
+# The most neighbours' names one attempt walls off. Each is a mount, and
+# bubblewrap reads every mount made before it for each, so the cost grows
+# with the square: measured, a start took ~10 ms with none, ~30 ms with 100
+# on an idle machine (~150 ms with 128 on a loaded one), ~1.7 s with 1,000,
+# and bubblewrap refuses more than ~3,000 (its 9,000 arguments). The rest,
+# in sorted order, are left to the staging directory (counted nowhere).
+WALLS = 128
 
 
 class Unconfinable(Exception):
@@ -136,6 +151,38 @@ def _depth(path: str) -> tuple[int, str]:
 
 
 @dataclass
+class Claim:
+    """Who owns a name in a directory, by a literal path at or beneath it."""
+
+    owners: set[str]
+    deeper: bool = False  # some literal path lies beneath it: a directory
+
+
+Claims = dict[str, dict[str, Claim]]  # directory -> name -> claim
+
+
+def claims_of(run: RunDef) -> Claims:
+    """Every task's literal owned paths, by directory and name (asked once
+    a run, for the walls of every attempt's staging directories)."""
+    found: Claims = {}
+    for task in run.tasks:
+        for text in run.owns_of(task):
+            try:
+                path = literal_path(parse(text))
+            except PatternError:  # check refuses these before a launch
+                continue
+            if path is None:
+                continue
+            parts = path.split("/")
+            for depth, name in enumerate(parts):
+                directory = "/".join(parts[:depth])
+                claim = found.setdefault(directory, {}).setdefault(name, Claim(set()))
+                claim.owners.add(task.id)
+                claim.deeper = claim.deeper or depth < len(parts) - 1
+    return found
+
+
+@dataclass
 class Confined:
     """One attempt's confinement: the command that starts it, and what
     comes back into the work tree when it ends."""
@@ -148,6 +195,8 @@ class Confined:
     inputs: tuple[str, ...]  # the files it reads, as its attempt is told them
     read_only: tuple[Path, ...]  # the git directory, when outside the repository
     writable_extra: tuple[Path, ...]  # the run's logs directory
+    task: str = ""  # the task's id, and every task's literal owned names (walls)
+    claims: Claims = field(default_factory=dict)
     unmoved: list[str] = field(default_factory=list)  # own files that could not come back
     # Directories removed or replaced in the work tree while it ran (git stash -u,
     # git clean): their binds went with them, so the worker could not write there.
@@ -155,6 +204,7 @@ class Confined:
     unbound: list[str] = field(default_factory=list)  # own directories behind a link: read-only
     _dirs: dict[str, tuple[int, int]] = field(default_factory=dict)
     _links: dict[str, set[str]] = field(default_factory=dict)
+    _walls: dict[str, set[str]] = field(default_factory=dict)  # per staging directory
     # Per staging directory, the own files copied in: name -> (the copy's
     # signature after the copy, the work tree file's as it was copied).
     _copies: dict[str, dict[str, tuple[Signature, Signature]]] = field(default_factory=dict)
@@ -171,11 +221,15 @@ class Confined:
         for directory in self.plan.writable:
             (self.repo / directory).mkdir(parents=True, exist_ok=True)
             binds.append((True, self.repo / directory, self.repo / directory))
+        walls = WALLS
         for number, directory in enumerate(self.plan.staged):
             (self.repo / directory).mkdir(parents=True, exist_ok=True)
             stage = self.folder / f"stage{number}"
             self._stage(stage, directory, view)
             binds.append((True, stage, self.repo / directory))
+            for name, source in self._wall(stage, directory, walls):
+                binds.append((False, source, self.repo / directory / name))
+            walls -= len(self._walls[stage.name])
         if any(self._links.values()):  # what the links of the staging directories show
             view.mkdir()
             binds.append((False, self.repo, view))
@@ -209,6 +263,7 @@ class Confined:
             "owns": self.owns,
             "dirs": self._dirs,
             "links": {stage: sorted(names) for stage, names in self._links.items()},
+            "walls": {stage: sorted(names) for stage, names in self._walls.items()},
             "copies": self._copies,
         }
         draft = self.folder / STATE_DRAFT
@@ -247,6 +302,44 @@ class Confined:
         self._links[stage.name] = links
         self._copies[stage.name] = copies
 
+    def _wall(self, stage: Path, directory: str, most: int) -> list[tuple[str, Path]]:
+        """Make a mount point in ``stage`` for each other task's name in
+        ``directory`` (up to ``most``); return each name with what is
+        mounted there read-only: the real file or directory when the
+        attempt reads it (an input), else an empty one, so that a
+        neighbour's content is read only where it is declared."""
+        claims = self.claims.get(directory, {})
+        taken = self._mounts_in(directory) | set(self._copies[stage.name])
+        names = sorted(
+            name
+            for name, claim in claims.items()
+            if claim.owners - {self.task} and name not in taken
+        )[: max(most, 0)]
+        links = self._links[stage.name]
+        for name in links.intersection(names):  # an input: the wall shows the real one
+            os.unlink(stage / name)
+            links.discard(name)
+        inputs = {_child(path, directory) for path in self.inputs}
+        empty_file, empty_dir = self.folder / "wall", self.folder / "wall.d"
+        walls: list[tuple[str, Path]] = []
+        for name in names:
+            real = self.repo / directory / name
+            try:
+                mode = os.lstat(real).st_mode
+            except OSError:
+                mode = 0
+            is_dir = stat.S_ISDIR(mode) or (not mode and claims[name].deeper)
+            if is_dir:
+                os.mkdir(stage / name)
+                empty_dir.mkdir(exist_ok=True)
+            else:
+                (stage / name).touch()
+                empty_file.touch()
+            readable = name in inputs and (stat.S_ISDIR(mode) or stat.S_ISREG(mode))
+            walls.append((name, real if readable else empty_dir if is_dir else empty_file))
+        self._walls[stage.name] = set(names)
+        return walls
+
     def _mounts_in(self, directory: str) -> set[str]:
         """The names in ``directory`` under which another of the plan's binds goes."""
         names = {_child(d, directory) for d in (*self.plan.writable, *self.plan.staged)}
@@ -281,7 +374,7 @@ class Confined:
     def _bring_back(self, stage: Path, directory: str) -> list[str]:
         links = self._links.get(stage.name, set())
         copies = self._copies.get(stage.name, {})
-        mounts = self._mounts_in(directory)
+        mounts = self._mounts_in(directory) | self._walls.get(stage.name, set())
         strays: list[str] = []
         present: set[str] = set()
         for top, dirs, files in os.walk(stage):
@@ -293,6 +386,8 @@ class Confined:
                 local = f"{inner}/{name}" if inner else name
                 present.add(local)
                 source = stage / local
+                if not inner and name in mounts:
+                    continue  # a wall (a read-only mount point: as it was made)
                 if not inner and name in links and _is_our_link(source, self.folder / "view"):
                     continue
                 if not inner and name in copies and _signature(source) == copies[name][0]:
@@ -330,6 +425,7 @@ def left_by(folder: Path, repo: Path) -> Isolated | None:
         confined = Confined(repo, plan, folder, tuple(state["owns"]), (), (), (), ())
         confined._dirs = {d: (int(dev), int(ino)) for d, (dev, ino) in state["dirs"].items()}
         confined._links = {stage: set(names) for stage, names in state["links"].items()}
+        confined._walls = {stage: set(names) for stage, names in state.get("walls", {}).items()}
         confined._copies = {
             stage: {name: (_sig(now), _sig(was)) for name, (now, was) in files.items()}
             for stage, files in state["copies"].items()
