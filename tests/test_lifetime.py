@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from gitrun.processes.cgroups import HIERARCHIES, cgroup_root
 from gitrun.workers.sandbox import probe
 from tests.helpers import commit_all, git, run_gitrun, write_run
 
@@ -56,12 +57,12 @@ def no_daemon_left() -> Iterator[None]:
                 os.kill(pid, signal.SIGKILL)
 
 
-def _daemon_run(repo: Path, isolation: str) -> None:
+def _daemon_run(repo: Path, isolation: str, more: str = "") -> None:
     tasks: list[dict[str, object]] = [
         {"id": "n1", "owns": ["out/n1/"], "outputs": ["out/n1/r.json"]}
     ]
     packet = {
-        "executor": {"preset": "shell", "shell": DAEMON, "isolation": isolation},
+        "executor": {"preset": "shell", "shell": DAEMON + more, "isolation": isolation},
         "limits": {"canary": 0, "timeout": "60s"},
     }
     write_run(repo, "r", tasks, packet)
@@ -89,3 +90,15 @@ def test_a_daemon_ends_with_its_attempt_under_bubblewrap(
 ) -> None:
     _daemon_run(git_repo, "sandbox")
     _assert_the_daemon_ended_with_its_attempt(git_repo)
+
+
+@pytest.mark.skipif(cgroup_root()[0] is None, reason=cgroup_root()[1])
+def test_a_daemon_ends_with_its_attempt_in_its_cgroup(git_repo: Path, no_daemon_left: None) -> None:
+    seen = git_repo.parent / "cgroup"
+    _daemon_run(git_repo, "none", f"; grep '^0::' /proc/self/cgroup > {seen}")
+    _assert_the_daemon_ended_with_its_attempt(git_repo)
+    # The worker was in a cgroup of its attempt's own, removed since.
+    own = seen.read_text().strip().removeprefix("0::")
+    assert own.rpartition("/")[2].startswith("gitrun-attempt-")
+    hierarchy = next(h for h in HIERARCHIES if Path(h, "cgroup.controllers").exists())
+    assert not Path(hierarchy, own.lstrip("/")).exists()

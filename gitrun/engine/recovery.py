@@ -18,6 +18,7 @@ from gitrun.definition.outputs import check_task, prior_in_tree, quarantine
 from gitrun.engine.committer import Committer, Landing, landing_message
 from gitrun.engine.crashpoints import crash_point
 from gitrun.engine.states import COMPLETE, Ended, Engine
+from gitrun.processes.cgroups import end_left_group
 from gitrun.processes.reaper import kill_attempt_processes, kill_leftovers, kill_recorded_group
 from gitrun.store import ledger
 from gitrun.store.journal import read_journal, running_records
@@ -41,6 +42,8 @@ def recover_orphans(
             stopped = kill_recorded_group(record)
         else:  # killed between the write-ahead record and the spawn's record
             stopped = kill_attempt_processes(record)
+        if end_left_group(entry.attempt_id or ""):  # what left its group and session, too
+            stopped = True
         task = run.tasks_by_id.get(tid)
         if task is None or (tid, entry.attempt, entry.throttles) in engine.recorded:
             continue  # not this run's task, or recorded already (its end not journaled)

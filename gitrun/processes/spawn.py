@@ -142,6 +142,11 @@ class Spawner:
             start_new_session=True,  # its own process group, led by the worker
         )
 
+    def program(self, name: str, path: str | None) -> str | None:
+        """Where ``name`` lies on ``path`` (None: not found there, or left to
+        the start's own search)."""
+        return self._program(name, path)
+
     def _program(self, name: str, path: str | None) -> str | None:
         """Where ``name`` lies on ``path``, found once per run; None leaves
         the search to Popen: a name with a slash, a PATH with a relative

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from gitrun.processes.cgroups import AttemptGroup, cgroup_root
 from gitrun.processes.reaper import Launches, boot_clock, is_running, kill_recorded_group
 from gitrun.processes.spawn import Process, Spawner, has_exited
 from gitrun.store.records import warn_stderr
@@ -184,6 +185,9 @@ class Attempt:
         # worker's output closes (or its grace passes) the leader is left
         # unreaped, so that its pid still names the group gitrun started.
         self.confined = False
+        # Unconfined, where the machine allows: the attempt's own cgroup
+        # (gitrun.processes.cgroups), emptied when it ends.
+        self.group: AttemptGroup | None = None
         self.linger_until: float | None = None  # the leader ended; reaped by then
         self.failure: str | None = None  # why it could not start
         self.fault = ""  # the environment's fault, once the client showed one
@@ -386,11 +390,17 @@ class Monitor:
         # object around it.
         out, into = os.pipe()  # both close-on-exec: no other worker inherits them
         started = [*confine, *argv]
+        # Unconfined, where the machine allows, the worker enters a cgroup of
+        # its attempt's own before it runs (confined, its PID namespace ends
+        # what it started).
+        group = None if confine else self._group(started, env)
         began = boot_clock()
         try:
-            proc = self._spawner.start(started, cwd, env, into)
+            proc = self._spawner.start(group.wrap(started) if group else started, cwd, env, into)
         except OSError as exc:
             os.close(out)
+            if group is not None:
+                group.end()
             attempt.failure = cannot_start(argv[0], exc)
             attempt._log_write(f"gitrun: cannot start the worker: {attempt.failure}\n".encode())
             attempt.close_log()
@@ -400,11 +410,16 @@ class Monitor:
             return attempt
         except BaseException:
             os.close(out)
+            if group is not None:
+                group.end()
             raise
         finally:
             os.close(into)
         ended = boot_clock()
         attempt.proc, attempt.pid, attempt.out = proc, proc.pid, out
+        if group is not None:
+            attempt.group = group
+            group.entered(proc.pid)  # the shell that entered it became the worker
         # The start returns once the child has exec'd, so this is the worker's
         # own command line (or nothing, when it already exited).
         program = (started[0], env.get("PATH"))
@@ -421,6 +436,29 @@ class Monitor:
                 self._use_pidfd = False
         self._live.add(attempt)
         return attempt
+
+    def _group(self, argv: list[str], env: dict[str, str]) -> AttemptGroup | None:
+        """A cgroup of the attempt's own, where one can be had
+        (gitrun.processes.cgroups) and the program is there to run (else its
+        start fails as without: "not found" is said by the start, not by a shell)."""
+        root, _why = cgroup_root()
+        if root is None:
+            return None
+        program = argv[0]
+        if "/" in program:
+            if not os.access(program, os.X_OK):
+                return None
+        elif self._spawner.program(program, env.get("PATH")) is None:
+            return None
+        try:
+            return AttemptGroup.make(root, env.get("GITRUN_ATTEMPT_ID", ""))
+        except OSError:
+            return None
+
+    def _end_group(self, attempt: Attempt) -> None:
+        if attempt.group is not None:
+            attempt.group.end()
+            attempt.group = None
 
     def _remove_stale(self, *paths: Path) -> None:
         """Remove what an earlier life left at ``paths`` (a log, a usage file).
@@ -482,6 +520,8 @@ class Monitor:
     def close(self) -> None:
         self._selector.close()
         self._spawner.close()
+        for attempt in self._live:
+            self._end_group(attempt)
 
     def _read(self, attempt: Attempt, fd: int) -> None:
         while True:
@@ -511,6 +551,7 @@ class Monitor:
             attempt.linger_until = time.monotonic() + attempt.kill_grace
             return  # see Attempt.confined
         attempt.signal_group(signal.SIGKILL)
+        self._end_group(attempt)
         attempt.status = attempt.proc.wait()
         attempt.exited()
 
