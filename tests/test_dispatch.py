@@ -23,8 +23,6 @@ def test_every_attempt_gets_an_id_of_its_own(
     as uuid4 gives, never the same twice, in one run or in two."""
     from gitrun.store import journal
 
-    fake_worker_run(git_repo, "r", 4, {"tasks": {"t02": "invalid_then_write"}})
-    fake_worker_run(git_repo, "s", 3, {"default": "write"})
     ids = []
     write = journal.Journal.write
 
@@ -34,9 +32,14 @@ def test_every_attempt_gets_an_id_of_its_own(
         write(self, entry)
 
     monkeypatch.setattr(journal.Journal, "write", noted)
-    for run in ("r", "s"):
+    runs = {"r": (4, {"tasks": {"t02": "invalid_then_write"}}), "s": (3, {"default": "write"})}
+    for run, (count, spec) in runs.items():
+        # one after the other: two runs that own the same paths are never defined at once
+        fake_worker_run(git_repo, run, count, spec)
         assert start_run(git_repo, run, quiet).exit_code == 0
         shutil.rmtree(git_repo / "out")  # committed on gitrun/r: out of the next run's way
+        # and so is its definition: a run started and not landed owns its paths
+        shutil.rmtree(git_repo / ".gitrun" / "runs" / run)
     assert all(re.fullmatch(r"[0-9a-f]{32}", i) for i in ids)
     started = 5 + 3  # t02 twice
     assert len(ids) == 2 * started  # each launch journaled ahead and once spawned
