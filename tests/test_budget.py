@@ -174,7 +174,7 @@ def test_a_budget_no_attempt_reports_against_is_said_once_not_passed_silently(
     commit_all(git_repo, "run r")
     run = _gitrun(git_repo, "start", "r")
     assert run.returncode == 0, run.stdout + run.stderr
-    warning = "warning: limits.max_cost_usd cannot be enforced: none of the 1 attempts"
+    warning = "warning: limits.max_cost_usd cannot be enforced: the one attempt so far did not report a cost"
     assert run.stderr.count("limits.max_cost_usd cannot be enforced") == 1, run.stderr
     assert warning in run.stderr
     assert "spend unknown: none of the 4 attempts reported a cost; budget $1.00" in run.stdout
@@ -327,7 +327,7 @@ printf '{"input": 800, "output": 200, "cost_usd": 0.25, "model": "m"}' > "$GITRU
     assert run.returncode == 0, run.stdout + run.stderr
     spend = (
         "spent $0.75 (1 attempt of unknown cost not counted); $0.25 per usable output; "
-        "wasted $0.25 on 1 attempts that did not validate; budget $40"
+        "wasted $0.25 on 1 attempt that did not validate; budget $40"
     )
     assert spend in run.stdout  # the end summary
     assert "tokens 3,000: m 3,000 (input 2,400, output 600)" in run.stdout

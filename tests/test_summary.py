@@ -12,6 +12,7 @@ still runs).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +155,21 @@ def test_a_violation_and_a_halt_recorded_while_driving_are_in_the_summary(
     assert status.violations and status.halt is not None
     assert not reads
     assert outcome.status.to_json() == status.to_json()
+
+
+def test_one_attempt_is_said_in_the_singular(git_repo: Path) -> None:
+    """A task that failed for good after one attempt reads "1 attempt", in the
+    driver's event line, the summary and the status, never "1 attempts"."""
+    fake_worker_run(
+        git_repo,
+        "r",
+        2,
+        {"tasks": {"t02": "invalid"}},
+        {"limits": {"max_attempts": 1, "canary": 0}},
+    )
+    started = run_gitrun(git_repo, "start", "r")
+    assert started.returncode == 1, started.stdout + started.stderr
+    said = started.stdout + started.stderr + run_gitrun(git_repo, "status", "r").stdout
+    assert "failed for good after 1 attempt" in started.stderr, started.stderr
+    assert "failed for good: t02 (1 attempt: " in started.stdout, started.stdout
+    assert not re.search(r"\b1 attempts\b", said), said

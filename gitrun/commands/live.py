@@ -14,6 +14,7 @@ from typing import Any
 
 from gitrun.engine.driver import Progress
 from gitrun.visible import visible
+from gitrun.words import counted
 
 
 def _duration(seconds: float) -> str:
@@ -33,7 +34,7 @@ def _spend(p: Progress) -> str:
     if usage is None or not usage.attempts:
         return ""
     if not usage.stage_costs:
-        text = f"spend unknown ({usage.attempts} attempts reported no cost)"
+        text = f"spend unknown ({counted(usage.attempts, 'attempt')} reported no cost)"
     else:
         text = f"spent {money(usage.spent_usd)}"
         if budget is not None and budget.cost_usd is not None:

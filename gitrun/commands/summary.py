@@ -9,6 +9,7 @@ from gitrun.engine.motion import LED, STALLED, utc
 from gitrun.engine.states import COMPLETE, DONE, FAILED, PENDING, RUNNING, UP_TO_DATE
 from gitrun.engine.status import BRANCH_GONE, RunStatus, TaskStatus
 from gitrun.store.lock import LiveState
+from gitrun.words import counted
 
 if TYPE_CHECKING:
     from gitrun.engine.audit import Violation
@@ -23,7 +24,8 @@ def _counts_text(counts: dict[str, int]) -> str:
 def _yield_text(status: RunStatus) -> str:
     ratio = status.yield_ratio
     shown = f"{ratio:.0%}" if ratio is not None else "n/a"
-    return f"{status.spawns} spawns for {status.usable} usable outputs (yield {shown})"
+    spawns = counted(status.spawns, "spawn")
+    return f"{spawns} for {counted(status.usable, 'usable output')} (yield {shown})"
 
 
 def _spend_lines(status: RunStatus, indent: str) -> list[str]:
@@ -82,7 +84,8 @@ def format_summary(
     failed = [t for t in status.tasks.values() if t.status == "failed"]
     for task in failed[:20]:
         lines.append(
-            f"  failed for good: {task.id} ({task.attempts} attempts: {task.reason or 'no output'})"
+            f"  failed for good: {task.id} ({counted(task.attempts, 'attempt')}: "
+            f"{task.reason or 'no output'})"
         )
         lines += _words(status.run, task)
     if len(failed) > 20:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from gitrun.store.records import VERSION, Fields, load_record, write_record
 from gitrun.store.usage import UsageTotals, is_dollars, is_token_count, median
+from gitrun.words import counted
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -81,11 +82,18 @@ def money(dollars: float) -> str:
     return "$" + (text[:-3] if dollars >= 10 and text.endswith(".00") else text)
 
 
+def _not_reported(attempts: int, what: str) -> str:
+    """That no attempt so far reported ``what`` ("a cost", "its tokens")."""
+    if attempts == 1:
+        return f"the one attempt so far did not report {what} (its client states none)"
+    return f"none of the {attempts} attempts so far reported {what} (their client states none)"
+
+
 def unknown_note(count: int, *, verb: str = "not counted") -> str:
     """ " (2 attempts of unknown cost not counted)", or "" when every cost is known."""
     if not count:
         return ""
-    return f" ({count} attempt{'' if count == 1 else 's'} of unknown cost {verb})"
+    return f" ({counted(count, 'attempt')} of unknown cost {verb})"
 
 
 @dataclass
@@ -181,9 +189,9 @@ class SpendGate:
             return
         self.warned.add(key)
         what = "a cost" if name == "max_cost_usd" else "its tokens"
+        unreported = _not_reported(self.totals.attempts, what)
         self.notices.append(
-            f"warning: limits.{name} cannot be enforced: none of the {self.totals.attempts} "
-            f"attempts so far reported {what} (their client states none), and gitrun counts "
+            f"warning: limits.{name} cannot be enforced: {unreported}, and gitrun counts "
             "them as unknown, never as zero"
         )
 
@@ -358,7 +366,7 @@ class _Projected:
 
 
 def _tasks(count: int) -> str:
-    return f"{count:,} task{'' if count == 1 else 's'}"
+    return counted(count, "task")
 
 
 def _count(tokens: float) -> str:
@@ -448,7 +456,7 @@ def spend_text(totals: UsageTotals, usable: int, budget: Budget) -> str:
             shown += f"; {money(per)} per usable output"
         if totals.wasted:
             shown += (
-                f"; wasted {money(totals.wasted_usd)} on {totals.wasted} attempts that did not "
+                f"; wasted {money(totals.wasted_usd)} on {counted(totals.wasted, 'attempt')} that did not "
                 f"validate{unknown_note(totals.wasted_unknown, verb='among them')}"
             )
     limits = []

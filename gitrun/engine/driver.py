@@ -63,6 +63,7 @@ from gitrun.store.local import LocalPaths
 from gitrun.store.lock import LiveAttempt, LiveState, RunLock
 from gitrun.store.usage import UsageTotals
 from gitrun.visible import last_lines, visible
+from gitrun.words import counted
 from gitrun.workers.attempt import AttemptEnd, Monitor, Runner, RunningAttempt
 from gitrun.workers.executor import command_template, render_command
 from gitrun.workers.pointer import attempt_values
@@ -390,7 +391,7 @@ class Driver:
             reason = f"stopping: committing failed ({commits.error})"
         if reason:
             self.stopping = True
-            self.report(f"{reason}: terminating {len(self.running)} attempts")
+            self.report(f"{reason}: terminating {counted(len(self.running), 'attempt')}")
             for attempt in self.running.values():
                 attempt.stop()
 
@@ -704,7 +705,9 @@ class Driver:
             self.report(f"{end.task} attempt {end.attempt}: valid ({how}, {end.duration:.1f} s)")
             return
         if status == FAILED:
-            verdict = f"failed for good after {self.engine.history[end.task].used} attempts"
+            verdict = (
+                f"failed for good after {counted(self.engine.history[end.task].used, 'attempt')}"
+            )
         else:
             verdict = {
                 ledger.THROTTLED: f"throttled; concurrency now {self.governor.concurrency}",

@@ -42,6 +42,7 @@ from gitrun.store.records import load_record, warn_stderr, write_record
 from gitrun.store.regular import read_regular
 from gitrun.store.usage import Usage
 from gitrun.visible import last_lines
+from gitrun.words import counted
 from gitrun.workers.pointer import render_pointer
 
 MAX_SAID_READ = 2 << 20  # bytes of an attempt's log read for its last lines
@@ -524,7 +525,8 @@ class External:
             )
         if not self.engine.pending() and not self.leases:
             return (
-                f"{len(left)} tasks used up their attempts; `gitrun retry {run_id}` gives them more"
+                f"{counted(len(left), 'task')} used up {'its' if len(left) == 1 else 'their'} "
+                f"attempts; `gitrun retry {run_id}` gives {'it' if len(left) == 1 else 'them'} more"
             )
         return f"`gitrun next {run_id}` hands out the next batch"
 
