@@ -60,7 +60,10 @@ def test_next_and_collect_say_an_unenforceable_budget_once_per_run(git_repo: Pat
     said = [_said(proc) for proc in calls]
     assert said == [1, 0, 0, 0], said  # the first `next` after an attempt ended
     text = calls[0].stderr
-    assert "warning: limits.max_cost_usd cannot be enforced: the one attempt so far did not report a cost" in text
+    assert (
+        "warning: limits.max_cost_usd cannot be enforced: the one attempt so far did not report a cost"
+        in text
+    )
     assert _said(_gitrun(git_repo, "status", "e")) == 0
 
     # A budget added is a new situation: its own warning, once; the cost's is not repeated.

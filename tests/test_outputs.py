@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
@@ -173,6 +174,36 @@ def test_declared_validators(git_repo: Path) -> None:
     assert "fails schema schemas/s.json at title: 3 is not of type 'string'" in why
     assert "has 5 bytes, fewer than 10" in why
     assert "(status 3)" in why
+
+
+def test_a_schema_failure_names_every_error_up_to_five(git_repo: Path) -> None:
+    """Each error with its place in the document, in the order of those places
+    (the same every time), five at most and a count of the rest."""
+    schema = {
+        "type": "object",
+        "required": ["author", "title"],
+        "properties": {"n": {"type": "integer"}, "tags": {"items": {"type": "string"}}},
+    }
+    build_tree(git_repo, {"schemas/s.json": json.dumps(schema)})
+    validators = {"titled": {"kind": "json_schema", "schema": "schemas/s.json"}}
+    outputs = [{"path": "out/a.json", "validators": ["titled"]}]
+    two = {"out/a.json": '{"author": "a", "title": "t", "n": "x", "tags": [1]}'}
+    outcome, why = _state(git_repo, outputs, two, validators=validators)
+    assert outcome == "invalid"
+    assert why.endswith(
+        "fails schema schemas/s.json at n: 'x' is not of type 'integer'; "
+        "at tags/0: 1 is not of type 'string'"
+    ), why
+    six = {"out/a.json": '{"tags": [1, "a", 2, 3], "n": "x"}'}
+    for _ in range(2):  # the same order every time
+        outcome, why = _state(git_repo, outputs, six, validators=validators)
+        assert outcome == "invalid"
+        assert why.endswith(
+            "fails schema schemas/s.json at (root): 'author' is a required property; "
+            "at (root): 'title' is a required property; at n: 'x' is not of type 'integer'; "
+            "at tags/0: 1 is not of type 'string'; at tags/2: 2 is not of type 'string'; "
+            "and 1 more"
+        ), why
 
 
 def test_a_schema_that_is_a_fifo_is_reported_not_waited_on(git_repo: Path) -> None:

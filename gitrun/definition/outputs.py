@@ -24,6 +24,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gitrun.definition.load import OutputSpec, RunDef, Task
 from gitrun.definition.schema import (
@@ -37,6 +38,10 @@ from gitrun.store.regular import read_regular
 from gitrun.visible import visible
 
 COMMAND_VALIDATOR_TIMEOUT = 120.0
+# A schema failure names this many errors, then counts the rest; each at most
+# this long (an error quotes the value it rejects).
+SCHEMA_ERRORS_SHOWN = 5
+SCHEMA_MESSAGE_CHARS = 300
 # A JSON schema larger than this is not one a person wrote.
 MAX_SCHEMA_BYTES = 16 << 20
 
@@ -445,13 +450,30 @@ def _check_schema(run: RunDef, validator: JsonSchemaValidator, data: bytes) -> s
         return f"cannot be checked: schema {validator.schema} is unreadable ({exc})"
     errors = sorted(
         jsonschema.Draft202012Validator(schema).iter_errors(json.loads(data)),
-        key=lambda e: list(e.path),
+        key=_error_order,
     )
-    if errors:
-        first = errors[0]
-        where = "/".join(str(p) for p in first.path) or "(root)"
-        return visible(f"fails schema {validator.schema} at {where}: {first.message}")
-    return None
+    if not errors:
+        return None
+    said = [
+        f"at {'/'.join(str(p) for p in e.path) or '(root)'}: {_clipped(e.message)}"
+        for e in errors[:SCHEMA_ERRORS_SHOWN]
+    ]
+    if len(errors) > SCHEMA_ERRORS_SHOWN:
+        said.append(f"and {len(errors) - SCHEMA_ERRORS_SHOWN:,} more")
+    return visible(f"fails schema {validator.schema} " + "; ".join(said))
+
+
+def _error_order(error: Any) -> tuple[list[tuple[bool, Any]], str]:
+    """Where in the document, then what: the same order on every run. (A
+    key is a string, an index a number; a place orders before its insides.)"""
+    return [(isinstance(p, str), p) for p in error.path], error.message
+
+
+def _clipped(message: str) -> str:
+    """A schema error quotes the value it rejects, which may be the whole document."""
+    if len(message) <= SCHEMA_MESSAGE_CHARS:
+        return message
+    return message[: SCHEMA_MESSAGE_CHARS - 3] + "..."
 
 
 def _check_command(run: RunDef, validator: CommandValidator, path: str) -> str | None:
