@@ -125,7 +125,7 @@ def test_check_lists_problems_and_exits_1(git_repo: Path) -> None:
     )
     result = runner.invoke(app, ["check", "r", "--json"])
     assert result.exit_code == 1
-    [problem] = json.loads(result.output)
+    [problem] = json.loads(result.output)["problems"]
     assert problem["code"] == "overlap"
     assert problem["tasks"] == ["ta", "tb"] and problem["path"] == "out/a.json"
 
@@ -135,7 +135,9 @@ def test_check_json_on_a_broken_packet(git_repo: Path) -> None:
     (run_dir / "packet.toml").write_text("[run\n")
     result = runner.invoke(app, ["check", "r", "--json"])
     assert result.exit_code == 1
-    [problem] = json.loads(result.output)
+    data = json.loads(result.output)
+    assert (data["ready"], data["summary"], data["tasks"]) == (False, "", None)
+    [problem] = data["problems"]
     assert problem["code"] == "definition"
     assert problem["message"].startswith(".gitrun/runs/r/packet.toml:1:")
 
@@ -330,7 +332,7 @@ def test_ten_thousand_broken_tasks_print_twenty_of_each_kind(git_repo: Path) -> 
     ]
     assert lines[0].startswith("gitrun: error: .gitrun/runs/r/tasks.toml:2: task[0] (id 'T0').id")
     result = runner.invoke(app, ["check", "r", "--json"])
-    assert len(json.loads(result.output)) == 20_000  # JSON stays complete
+    assert len(json.loads(result.output)["problems"]) == 20_000  # JSON stays complete
 
 
 def test_check_problems_are_capped_per_kind(git_repo: Path) -> None:
@@ -345,7 +347,8 @@ def test_check_problems_are_capped_per_kind(git_repo: Path) -> None:
     assert len(protected) == 20
     assert "  ... and 10 more of this kind (protected)" in result.output.splitlines()
     result = runner.invoke(app, ["check", "r", "--json"])
-    assert len([p for p in json.loads(result.output) if p["code"] == "protected"]) == 30
+    problems = json.loads(result.output)["problems"]
+    assert len([p for p in problems if p["code"] == "protected"]) == 30
 
 
 def test_a_ledger_that_is_a_directory_is_one_sentence(git_repo: Path) -> None:

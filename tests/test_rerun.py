@@ -149,6 +149,38 @@ def test_a_second_run_with_one_input_changed_runs_one_task(git_repo: Path) -> No
     assert _ran(log) == [f"t{i}" for i in range(1, 6)]
 
 
+def test_check_json_carries_the_up_to_date_and_will_run_counts(git_repo: Path) -> None:
+    """`check --json` says what the text says: how many tasks are up to date
+    and how many a start runs, the same numbers from the same proof."""
+    _run(git_repo, "r", 3)
+    fresh = json.loads(run_gitrun(git_repo, "check", "r", "--json").stdout)
+    assert (fresh["ready"], fresh["tasks"], fresh["up_to_date"], fresh["will_run"]) == (
+        True,
+        3,
+        0,
+        3,
+    )
+    assert fresh["problems"] == []
+    _ok(git_repo, "start", "r", "-q")
+    _ok(git_repo, "land", "r")
+    (git_repo / "docs/d2.txt").write_text("doc two\n")
+    text = _ok(git_repo, "check", "r")
+    assert "2 of 3 tasks are up to date, 1 will run" in text
+    proc = run_gitrun(git_repo, "check", "r", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert (data["tasks"], data["up_to_date"], data["will_run"]) == (3, 2, 1)
+    assert data["summary"] in text
+    # A run with problems is not proven, so nothing is counted as up to date.
+    tasks = git_repo / ".gitrun/runs/r/tasks.toml"
+    tasks.write_text(tasks.read_text() + '[[task]]\nid = "t4"\noutputs = ["out/d1.json"]\n')
+    proc = run_gitrun(git_repo, "check", "r", "--json")
+    assert proc.returncode == 1
+    data = json.loads(proc.stdout)
+    assert data["ready"] is False and data["problems"]
+    assert (data["tasks"], data["up_to_date"], data["will_run"]) == (4, None, None)
+
+
 def test_retry_forces_an_up_to_date_task(git_repo: Path) -> None:
     log = _run(git_repo, "r", 2)
     _ok(git_repo, "start", "r", "-q")

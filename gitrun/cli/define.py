@@ -10,6 +10,7 @@ import typer
 from typer.core import TyperCommand
 
 from gitrun.cli.app import _repo, app, capped, complete_run
+from gitrun.words import counted
 
 _AFTER_DASHES = "gitrun.command"  # where the argv after `--` waits in the context
 
@@ -135,7 +136,14 @@ def check(
     run: Annotated[
         str, typer.Argument(metavar="RUN", autocompletion=complete_run, help="The run to check.")
     ],
-    as_json: Annotated[bool, typer.Option("--json", help="Print the problems as JSON.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print JSON: ready, summary, tasks, up_to_date and will_run (null while there "
+            "are problems), problems.",
+        ),
+    ] = False,
 ) -> None:
     """Prove a run is safe to launch; list every problem, not only the first.
 
@@ -145,17 +153,17 @@ def check(
     the model comes from configuration. Exit 0 when clean, 1 otherwise.
     """
     from gitrun.definition.load import load_run
-    from gitrun.proof.check import check_named, check_run
+    from gitrun.proof.check import check_json, check_named, check_run
 
     repo = _repo(ctx)
     if as_json:
-        problems, _ = check_named(repo, run)
-        typer.echo(json.dumps([p.to_json() for p in problems], indent=2, allow_nan=False))
+        problems, proven = check_named(repo, run)
+        typer.echo(json.dumps(check_json(problems, proven), indent=2, allow_nan=False))
         raise typer.Exit(1 if problems else 0)
     report = check_run(load_run(repo, run))  # a broken definition: its sentences, as an error
     if report.problems:
         count = len(report.problems)
-        typer.echo(f"run {run!r}: {count:,} problem{'s' * (count != 1)}:")
+        typer.echo(f"run {run!r}: {counted(count, 'problem')}:")
         lines = [f"[{problem.code}] {problem.message}" for problem in report.problems]
         for line in capped(lines, [problem.code for problem in report.problems]):
             typer.echo(f"  {line}")

@@ -85,6 +85,12 @@ class CheckOut(BaseModel):
 
     ready: bool
     summary: str = Field(description="What was checked, when the definition loaded.")
+    tasks: int | None = Field(description="The run's tasks, when the definition loaded.")
+    up_to_date: int | None = Field(
+        description="Tasks whose outputs are current, so a start does not run them; "
+        "null while there are problems."
+    )
+    will_run: int | None = Field(description="Tasks a start runs; null while there are problems.")
     problems: list[ProblemOut]
 
 
@@ -143,14 +149,10 @@ def build(repo: Path) -> MCPServer[Any]:
 
     @server.tool(description="Prove a run is safe to launch: every problem, not only the first.")
     def check(run: RunName) -> CheckOut:
-        from gitrun.proof.check import check_named
+        from gitrun.proof.check import check_json, check_named
 
         problems, report = call(lambda: check_named(repo, run))
-        return CheckOut(
-            ready=not problems,
-            summary=report.summary if report is not None else "",
-            problems=[ProblemOut.model_validate(p.to_json()) for p in problems],
-        )
+        return CheckOut.model_validate(check_json(problems, report))
 
     def begun(run: str, resume: bool) -> StartedOut:
         from gitrun.commands.external import begin

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from gitrun.collector import collector_paused
 from gitrun.definition.load import GITRUN_DIR, RunDef, Task, load_run
@@ -45,6 +46,7 @@ from gitrun.proof.placement import (
 )
 from gitrun.proof.startable import input_problems, program_check
 from gitrun.store import git, refs
+from gitrun.words import counted
 from gitrun.workers.executor import (
     command_template,
     executor_problems,
@@ -79,8 +81,8 @@ class CheckReport:
     @property
     def summary(self) -> str:
         text = (
-            f"{_count(self.tasks, 'task')} in {_count(self.stages, 'stage')}, "
-            f"{_count(self.claims, 'owned pattern')}, no overlaps; the largest dispatch takes "
+            f"{counted(self.tasks, 'task')} in {counted(self.stages, 'stage')}, "
+            f"{counted(self.claims, 'owned pattern')}, no overlaps; the largest dispatch takes "
             f"{self.pointer_bytes:,} of {self.payload_budget:,} bytes"
         )
         if self.version:
@@ -90,14 +92,30 @@ class CheckReport:
         if self.up_to_date:
             fresh = len(self.up_to_date)
             text += (
-                f"; {fresh:,} of {_count(self.tasks, 'task')} "
-                f"{'is' if fresh == 1 else 'are'} up to date, {self.tasks - fresh:,} will run"
+                f"; {fresh:,} of {counted(self.tasks, 'task')} "
+                f"{'is' if fresh == 1 else 'are'} up to date, {self.will_run:,} will run"
             )
         return text
 
+    @property
+    def will_run(self) -> int:
+        """The tasks a start dispatches: those not up to date."""
+        return self.tasks - len(self.up_to_date)
 
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'s' if n != 1 else ''}"
+
+def check_json(problems: list[Problem], report: CheckReport | None) -> dict[str, Any]:
+    """``gitrun check --json`` and the MCP ``check`` tool: ready or not, the
+    summary and its counts, every problem. The tasks up to date are found
+    only for a run without problems: otherwise those counts are null."""
+    proven = report is not None and not problems
+    return {
+        "ready": not problems,
+        "summary": report.summary if report is not None else "",
+        "tasks": report.tasks if report is not None else None,
+        "up_to_date": len(report.up_to_date) if proven and report else None,
+        "will_run": report.will_run if proven and report else None,
+        "problems": [problem.to_json() for problem in problems],
+    }
 
 
 def check_named(repo: Path, run_id: str) -> tuple[list[Problem], CheckReport | None]:
