@@ -120,7 +120,7 @@ def test_status_all_lists_the_leftovers_of_runs(git_repo: Path) -> None:
     assert [line.split(";")[0] for line in plain] == [
         "kept: started",
         "orphan: branch gitrun/orphan gone",
-        "and 2 leftovers of runs without a packet (`gitrun status --all` lists them)",
+        "and 2 leftovers of runs without a packet (`gitrun ls --all` lists them)",
     ]
     every = gitrun("status", "--all").output.splitlines()
     assert every[:2] == plain[:2]
@@ -142,6 +142,25 @@ def test_status_all_lists_the_leftovers_of_runs(git_repo: Path) -> None:
     assert data["gone"]["run_dir"] is False and data["gone"]["branch"] is not None
     # With a run, --all keeps its meaning: every task not done.
     assert "t01" not in gitrun("status", "kept", "--all").output
+
+
+def test_ls_lists_the_runs_as_status_without_a_run_does(git_repo: Path) -> None:
+    assert gitrun("ls").output == "no runs here; create one with `gitrun new RUN`\n"
+    _started(git_repo, "kept")
+    _started(git_repo, "stray")  # only its local state is left
+    for path in sorted((git_repo / ".gitrun/runs/stray").rglob("*"), reverse=True):
+        path.rmdir() if path.is_dir() else path.unlink()
+    (git_repo / ".gitrun/runs/stray").rmdir()
+    git(git_repo, "branch", "-D", "gitrun/stray")
+    for args in ([], ["--all"], ["--json"], ["--all", "--json"]):
+        listed = gitrun("ls", *args)
+        assert listed.exit_code == 0, listed.output
+        assert listed.output == gitrun("status", *args).output, args
+    lines = gitrun("ls").output.splitlines()
+    assert lines[0].startswith("kept: started; 2 done")
+    assert lines[1] == "and 1 leftover of runs without a packet (`gitrun ls --all` lists them)"
+    assert gitrun("ls", "--all").output.splitlines()[1].startswith("stray: branch gone; left:")
+    assert [d["run"] for d in json.loads(gitrun("ls", "--json").output)] == ["kept"]
 
 
 # -- rm -------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Driving and reading runs: start, resume, status, log, land, rm, retry, watchdog, stop, demo."""
+"""Driving and reading runs: start, resume, status, ls, log, land, rm, retry, watchdog, stop,
+demo."""
 
 from __future__ import annotations
 
@@ -113,7 +114,9 @@ def status(
     run: Annotated[
         str | None,
         typer.Argument(
-            metavar="RUN", autocompletion=complete_run, help="The run; all runs when omitted."
+            metavar="RUN",
+            autocompletion=complete_run,
+            help="The run; all runs when omitted (as `gitrun ls`).",
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
@@ -155,6 +158,26 @@ def status(
     from gitrun.commands.drive import show_status
 
     show_status(_repo(ctx), run, as_json, show_all)
+
+
+@app.command("ls")
+def list_runs(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
+    show_all: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="List also the leftovers of runs (a branch gitrun/RUN or local state without a "
+            "run directory) for `gitrun rm`.",
+        ),
+    ] = False,
+) -> None:
+    """List the runs here, one line each: its state, counts, spawns and yield
+    (`gitrun status` without a run says the same)."""
+    from gitrun.commands.drive import list_runs
+
+    list_runs(_repo(ctx), as_json, show_all)
 
 
 @app.command()

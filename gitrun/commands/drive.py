@@ -1,4 +1,4 @@
-"""What ``gitrun start``, ``resume`` and ``status`` print, and their exit codes.
+"""What ``gitrun start``, ``resume``, ``status`` and ``ls`` print, and their exit codes.
 
 Results go to stdout; the driver's events go to stderr, one plain line each
 (a live view instead, on a terminal). A reader that goes away (``gitrun
@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from gitrun.visible import visible
+from gitrun.words import counted
 
 
 def event(line: str) -> None:
@@ -113,23 +114,31 @@ def json_text(value: object) -> str:
 
 
 def show_status(repo: Path, run: str | None, as_json: bool, show_all: bool) -> None:
-    """``gitrun status``: one run in full, or a line for every run (with
-    ``show_all``, also the leftovers: a branch or local state without a run)."""
+    """``gitrun status``: one run in full, or without a run what ``gitrun ls``
+    lists (:func:`list_runs`)."""
     out = sys.stdout
-    if run is not None:
-        from gitrun.engine.status import read_status
-
-        st = read_status(repo, run, landing=True)
-        from gitrun.commands.summary import format_status
-
-        if as_json:
-            out.write(json_text(st.to_json()) + "\n")
-        else:
-            # A halt's diagnosis, a stray file's name, an attempt's reason: a
-            # ledger an older gitrun wrote may hold them raw.
-            out.write(visible(format_status(st, limit=None if show_all else 20), lines=True) + "\n")
-        out.flush()
+    if run is None:
+        list_runs(repo, as_json, show_all)
         return
+    from gitrun.engine.status import read_status
+
+    st = read_status(repo, run, landing=True)
+    from gitrun.commands.summary import format_status
+
+    if as_json:
+        out.write(json_text(st.to_json()) + "\n")
+    else:
+        # A halt's diagnosis, a stray file's name, an attempt's reason: a
+        # ledger an older gitrun wrote may hold them raw.
+        out.write(visible(format_status(st, limit=None if show_all else 20), lines=True) + "\n")
+    out.flush()
+
+
+def list_runs(repo: Path, as_json: bool, show_all: bool) -> None:
+    """``gitrun ls`` (and ``gitrun status`` without a run): a line for every
+    run (with ``show_all``, also the leftovers: a branch or local state
+    without a run)."""
+    out = sys.stdout
     from gitrun.commands.leftovers import leftovers, run_pieces, shown_path
     from gitrun.commands.summary import format_status_line
     from gitrun.engine.status import read_status, where
@@ -153,6 +162,6 @@ def show_status(repo: Path, run: str | None, as_json: bool, show_all: bool) -> N
     hidden = 0 if show_all else sum(not p.defined for p in pieces.values())
     if hidden:
         out.write(
-            f"and {hidden} leftover{'s' if hidden > 1 else ''} of runs without a packet "
-            "(`gitrun status --all` lists them)\n"
+            f"and {counted(hidden, 'leftover')} of runs without a packet "
+            "(`gitrun ls --all` lists them)\n"
         )

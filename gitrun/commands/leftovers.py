@@ -1,9 +1,9 @@
-"""A run's three pieces, and the runs that lack some: ``gitrun status --all``
+"""A run's three pieces, and the runs that lack some: ``gitrun ls --all``
 lists those leftovers, ``gitrun rm`` removes what is there.
 
 A run is its run directory ``.gitrun/runs/<run>/`` in the work tree, its
 branch ``gitrun/<run>`` and its machine-local state ``.git/gitrun/<run>/``.
-``gitrun status`` lists the runs that have a packet; a branch whose run
+``gitrun ls`` lists the runs that have a packet; a branch whose run
 directory is gone, or local state whose run and branch are, is a leftover.
 """
 
