@@ -244,16 +244,48 @@ def test_rm_refuses_run_files_edited_and_committed_nowhere(git_repo: Path) -> No
     assert _pieces(git_repo) == (False, False, False)
 
 
-def test_rm_of_a_run_never_started_keeps_an_uncommitted_definition(git_repo: Path) -> None:
+def test_rm_of_a_run_never_started_and_committed_nowhere_needs_no_force(git_repo: Path) -> None:
+    """A run `gitrun new` scaffolded and nobody started: no branch, no ledger,
+    nothing of it in any commit. Removing it is the undo of `new`."""
     fake_worker_run(git_repo, "r", 2, {})
-    line = _one_error(gitrun("rm", "r"))
-    assert ".gitrun/runs/r/packet.toml, .gitrun/runs/r/tasks.toml in the run directory" in line
-    assert not LocalPaths.of(git_repo, "r").root.exists()  # a refusal leaves nothing behind
+    result = gitrun("rm", "r")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        "removing run 'r':",
+        "  run directory .gitrun/runs/r/ from the work tree (2 files)",
+        "removed run 'r'",
+    ]
+    assert _pieces(git_repo) == (False, False, False)
+
+
+def test_rm_of_a_run_never_started_keeps_a_definition_edited_since_a_commit(
+    git_repo: Path,
+) -> None:
+    """A definition some commit holds (this branch's or another's) and edited
+    since: the edit is kept nowhere, so --force is needed."""
+    fake_worker_run(git_repo, "r", 2, {})
     git(git_repo, "add", ".gitrun")
     git(git_repo, "commit", "-qm", "define r")
+    packet = git_repo / ".gitrun/runs/r/packet.toml"
+    packet.write_text(packet.read_text() + "# my rules\n")
+    line = _one_error(gitrun("rm", "r"))
+    assert ".gitrun/runs/r/packet.toml in the run directory holds bytes committed nowhere" in line
+    assert not LocalPaths.of(git_repo, "r").root.exists()  # a refusal leaves nothing behind
+    git(git_repo, "checkout", "-q", ".gitrun")
     result = gitrun("rm", "r")  # committed: the definition is kept in the current branch
     assert result.exit_code == 0, result.output
     assert _pieces(git_repo) == (False, False, False)
+    # Committed on another branch only, here untracked and edited.
+    git(git_repo, "checkout", "-qb", "other")
+    fake_worker_run(git_repo, "s", 2, {})
+    git(git_repo, "add", ".gitrun")
+    git(git_repo, "commit", "-qm", "define s")
+    git(git_repo, "checkout", "-q", "-")
+    fake_worker_run(git_repo, "s", 2, {}, {"rules": {"text": "edited here"}})
+    line = _one_error(gitrun("rm", "s"))
+    assert "bytes committed nowhere" in line
+    assert gitrun("rm", "s", "--force").exit_code == 0
+    assert _pieces(git_repo, "s") == (False, False, False)
 
 
 def test_rm_of_an_unknown_run_names_the_runs_here(git_repo: Path) -> None:

@@ -362,8 +362,9 @@ def rm(
     tracks then show as deleted in `git status`, for you to commit. Refuses,
     unless --force, when that would lose work: commits of the branch that no
     other branch, tag or remote-tracking branch holds (land the run first),
-    run files edited or added and committed nowhere, tasks `gitrun next`
-    handed out and `gitrun collect` did not judge. Refuses a run being
+    run files edited or added and committed nowhere (unless nothing of the
+    run was ever started or committed: that undoes `gitrun new`), tasks
+    `gitrun next` handed out and `gitrun collect` did not judge. Refuses a run being
     driven, or whose dead driver left workers running, even with --force.
     """
     from gitrun.commands.remove import remove_run

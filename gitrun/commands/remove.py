@@ -7,7 +7,8 @@ commit (or restore). Unless ``--force``, it refuses what would lose work that
 nothing else keeps: commits only the run's branch holds (a run landed as a
 squash keeps its results in the current branch, so only its history goes),
 run files edited or added and committed nowhere, tasks an external run handed
-out and has not collected. A run being driven, or whose dead driver left
+out and has not collected. A run never started and committed nowhere is only
+a definition ``gitrun new`` wrote: removing it needs no ``--force``. A run being driven, or whose dead driver left
 workers running, is refused whatever the flag: the driver would fail at its
 next commit and the workers would go on writing for a run that is gone.
 """
@@ -57,6 +58,7 @@ class _RunFiles:
     dirs: list[Path] = field(default_factory=list)
     tracked: int = 0  # files the current branch tracks
     unkept: list[str] = field(default_factory=list)  # bytes committed nowhere
+    ledger: bool = False  # it holds a ledger: the run was started
 
 
 def remove_run(repo: Path, run_id: str, force: bool, say: Say) -> None:
@@ -78,7 +80,7 @@ def remove_run(repo: Path, run_id: str, force: bool, say: Say) -> None:
     try:
         with run_locked(local, run_id):
             try:
-                _remove_locked(repo, run_id, force, say, git_dir, local)
+                _remove_locked(repo, run_id, force, say, git_dir, local, had_local=not created)
             except BaseException:
                 if created:  # the lock's own directory: a refusal leaves nothing behind
                     shutil.rmtree(local.root, ignore_errors=True)
@@ -93,7 +95,14 @@ def remove_run(repo: Path, run_id: str, force: bool, say: Say) -> None:
 
 
 def _remove_locked(
-    repo: Path, run_id: str, force: bool, say: Say, git_dir: Path, local: LocalPaths
+    repo: Path,
+    run_id: str,
+    force: bool,
+    say: Say,
+    git_dir: Path,
+    local: LocalPaths,
+    *,
+    had_local: bool,
 ) -> None:
     pieces = run_pieces(repo, git_dir).get(run_id)  # again, now that no driver can start
     if pieces is None:
@@ -110,6 +119,8 @@ def _remove_locked(
     problems: list[str] = []
     lost = _lost(repo, run_id, pieces, tip, landing, problems)
     files = _run_files(repo, run_id, tip) if pieces.run_dir else _RunFiles()
+    if files.unkept and _never_started(repo, run_id, pieces, files):
+        files.unkept = []  # loses no work: it undoes `gitrun new`
     if files.unkept:
         shown = ", ".join(files.unkept[:5])
         more = f" and {len(files.unkept) - 5} more" if len(files.unkept) > 5 else ""
@@ -134,7 +145,7 @@ def _remove_locked(
         elif tip is None:
             about = " (naming a commit whose objects are missing: --force)"
         say(f"  branch gitrun/{run_id} at {(tip or branch.tip)[:10]}{about}")
-    if os.path.lexists(local.root):
+    if had_local:  # not the directory of the lock this command took
         say(f"  local state {shown_path(repo, local.root)}/")
     if pieces.run_dir:
         count = len(files.files)
@@ -237,6 +248,22 @@ def _lost(
     return lost
 
 
+def _never_started(repo: Path, run_id: str, pieces: Pieces, files: _RunFiles) -> bool:
+    """Whether the run directory is all there is of a run nobody started and
+    nothing committed: no branch here or on a remote, no ledger, no commit
+    that holds its directory. Its files are a definition `gitrun new` wrote
+    (and maybe you edited): removing them undoes `new`, with no --force."""
+    run_dir = f"{RUNS_DIR}/{run_id}"
+    return (
+        pieces.branch is None
+        and not files.ledger
+        and (repo / run_dir).is_dir()
+        and not os.path.islink(repo / run_dir)
+        and not git.remote_refs(repo, f"gitrun/{run_id}")
+        and not git.ever_committed(repo, run_dir)
+    )
+
+
 def _run_files(repo: Path, run_id: str, tip: str | None) -> _RunFiles:
     """The run directory's contents, each file judged against the current
     branch and the run's branch: bytes either holds are kept elsewhere; the
@@ -266,6 +293,7 @@ def _run_files(repo: Path, run_id: str, tip: str | None) -> _RunFiles:
                 rel = path.relative_to(repo).as_posix()
                 found.tracked += rel in at_head
                 if is_ledger_name(rel[len(run_dir) + 1 :]):
+                    found.ledger = True
                     continue
                 blob = blob_on_disk(path, fmt)
                 kept = {entry[1] for entry in (at_head.get(rel), at_tip.get(rel)) if entry}

@@ -355,6 +355,12 @@ def reflog_targets(repo: Path, ref: str) -> list[str]:
     return found
 
 
+def ever_committed(repo: Path, path: str) -> bool:
+    """Whether a commit that any ref reaches holds ``path`` (a file, or
+    something under a directory), now or in its history."""
+    return bool(git(repo, "rev-list", "-1", "--all", "--", path).strip())
+
+
 def remote_refs(repo: Path, suffix: str) -> list[str]:
     """Remote-tracking refs ending in ``/<suffix>`` (e.g. origin/gitrun/<run>)."""
     out = git(repo, "for-each-ref", "--format=%(refname)", "refs/remotes/")
