@@ -41,7 +41,7 @@ from gitrun.commands.report.timeline import (
 from gitrun.commands.session import start_run
 from gitrun.definition.schema import Limits
 from gitrun.store import ledger
-from tests.helpers import build_tree, commit_all, git, git_env, write_run
+from tests.helpers import build_tree, commit_all, git, git_env, run_gitrun, write_run
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
@@ -353,14 +353,30 @@ def test_the_report_reads_the_branch_not_the_disk(finished: Path, tmp_path: Path
 # -- the command ------------------------------------------------------------------------------
 
 
+def test_report_without_a_path_writes_under_the_git_directory_and_says_where(
+    finished: Path,
+) -> None:
+    """The page is local state of the run, like its logs: the work tree gets
+    no untracked file, and the line printed is the path, to open."""
+    before = git(finished, "status", "--porcelain", "--untracked-files=all")
+    for where, said in ((finished, ".git/gitrun/r/report.html"), (finished / "out", None)):
+        proc = run_gitrun(where, "report", "r")
+        assert proc.returncode == 0, proc.stderr
+        page = finished / ".git/gitrun/r/report.html"
+        assert proc.stdout == f"{said or page}\n"  # relative where it is below, else whole
+        assert page.read_text().startswith("<!DOCTYPE html>")
+    assert git(finished, "status", "--porcelain", "--untracked-files=all") == before
+    assert not list(finished.glob("**/gitrun-report-*"))
+
+
 def test_report_command_writes_the_page_and_prints_its_path(
     finished: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["-C", str(finished), "report", "r", "--html"])
     assert result.exit_code == 0, result.output
-    assert result.output.strip() == "gitrun-report-r.html"
-    assert (tmp_path / "gitrun-report-r.html").read_text().startswith("<!DOCTYPE html>")
+    assert result.output.strip() == str(finished / ".git/gitrun/r/report.html")
+    assert not list(tmp_path.iterdir())
     target = tmp_path / "sub" / "page.html"
     result = runner.invoke(app, ["-C", str(finished), "report", "r", "--html", "-o", str(target)])
     assert result.exit_code == 0, result.output
@@ -380,7 +396,7 @@ def test_report_writes_html_without_being_told_the_only_format(
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["-C", str(finished), "report", "r"])
     assert result.exit_code == 0, result.output
-    assert (tmp_path / "gitrun-report-r.html").read_text().startswith("<!DOCTYPE html>")
+    assert Path(result.output.strip()).read_text().startswith("<!DOCTYPE html>")
 
 
 def test_report_command_errors_are_one_sentence(git_repo: Path) -> None:

@@ -241,7 +241,8 @@ def test_the_report_tool_writes_only_a_new_file_or_its_own_report(
     """A client is a model that reads task data: the path it passes is
     confined like a worker's. Each attack is refused with one sentence that
     names the path, and writes nothing anywhere; the report's own place
-    takes a second report."""
+    takes a second report. Told no place, it writes where `gitrun report`
+    does, with the run's local state: the work tree gets no file."""
     outside = tmp_path / "outside"
     outside.mkdir()
     (repo / "linked").symlink_to(outside)  # a folder of the repository that leads out
@@ -289,9 +290,10 @@ def test_the_report_tool_writes_only_a_new_file_or_its_own_report(
 
     _session(repo, body)
     assert (repo / ".git/config").read_bytes() == config
-    assert reports == [str(repo / "gitrun-report-r.html")] * 2 + [str(repo / "r.html")] * 2
-    for name in ("gitrun-report-r.html", "r.html"):
-        assert (repo / name).read_text().startswith("<!DOCTYPE html>")
+    local = repo / ".git/gitrun/r/report.html"
+    assert reports == [str(local)] * 2 + [str(repo / "r.html")] * 2
+    for page in (local, repo / "r.html"):
+        assert page.read_text().startswith("<!DOCTYPE html>")
     assert sorted(os.listdir(outside)) == ["theirs.html"]
     assert (outside / "theirs.html").read_text() == "someone else's file"
     assert (repo / "README.md").read_text() == "an edit not committed yet\n"
@@ -299,7 +301,6 @@ def test_the_report_tool_writes_only_a_new_file_or_its_own_report(
     new = [line[3:] for line in untracked if line.startswith("??") and ".gitrun/" not in line]
     assert sorted(new) == [
         "gitrun-report-other.html",
-        "gitrun-report-r.html",
         "link.html",
         "linked",
         "notes.txt",

@@ -298,18 +298,22 @@ def report(
     output: Annotated[
         Path | None,
         typer.Option(
-            "--output", "-o", help="Where to write it; default gitrun-report-RUN.html here."
+            "--output",
+            "-o",
+            help="Where to write it; default with the run's local state in the git "
+            "directory, so the work tree gets no file.",
         ),
     ] = None,
 ) -> None:
     """Write a run's report as one self-contained HTML page: a timeline of every
     attempt, concurrency over time, summary numbers and a sortable table of
     tasks, from what the run's branch holds (so it works on a fresh clone and
-    after `gitrun land`). For text, `gitrun status RUN`."""
-    from gitrun.commands.report.page import write_report
+    after `gitrun land`). Prints the path it wrote. For text, `gitrun status RUN`."""
+    from gitrun.commands.report.page import said_path, write_report
 
     del html  # accepted for the scripts that pass it; HTML is what report writes
-    typer.echo(write_report(_repo(ctx), run, output))
+    written = write_report(_repo(ctx), run, output)
+    typer.echo(written if output is not None else said_path(written))
 
 
 @app.command()

@@ -243,14 +243,18 @@ def build(repo: Path) -> MCPServer[Any]:
         return call(retried)
 
     @server.tool(
-        description="Write a run's report, one self-contained HTML page, in a new file of the "
-        "repository or over an earlier report of the same run (never a tracked or other file)."
+        description="Write a run's report, one self-contained HTML page: by default with the "
+        "run's local state in the git directory, else in a new file of the repository or over "
+        "an earlier report of the same run (never a tracked or other file)."
     )
     def report(
         run: RunName,
         output: Annotated[
             str | None,
-            Field(description="Where, from the repository root; default gitrun-report-RUN.html."),
+            Field(
+                description="Where, from the repository root; default with the run's local "
+                "state in the git directory, outside the work tree."
+            ),
         ] = None,
     ) -> ReportOut:
         return ReportOut(path=str(call(lambda: _write_report(repo, run, output))))
@@ -278,18 +282,26 @@ def build(repo: Path) -> MCPServer[Any]:
 
 
 def _write_report(repo: Path, run: str, output: str | None) -> Path:
-    """The report tool: the page, at a place confined as a worker's writes are
+    """The report tool: the page where ``gitrun report`` puts it, with the
+    run's local state (a place gitrun names, not the caller); or at the
+    caller's place, confined as a worker's writes are
     (:mod:`gitrun.mcp.confine`), never over anything but an earlier report."""
-    from gitrun.commands.report.page import default_path, is_report_of, render_report
+    from gitrun.commands.report.page import (
+        default_path,
+        is_report_of,
+        render_report,
+        write_report,
+    )
     from gitrun.layout import check_run_id
     from gitrun.mcp.confine import confined_target, write_target
 
     check_run_id(run)
-    default = default_path(run).as_posix()
-    fix = f"name a new file inside the repository, such as {default}"
+    if output is None:
+        return write_report(repo, run)
+    fix = f"name a new file inside the repository, such as {default_path(run).as_posix()}"
     target = confined_target(
         repo,
-        output if output is not None else default,
+        output,
         own=f"a report of run {run!r}",
         is_own=lambda head: is_report_of(head, run),
         fix=fix,

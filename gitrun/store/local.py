@@ -3,7 +3,7 @@
 Never committed and never needed for a run's correctness after a crash: the
 run lock and its owner record, records of running attempts (so a new driver
 can stop the workers of a dead one), leases, the governor's state, caches,
-worker logs, quarantined outputs, retired ledgers; and the journal of a
+worker logs, quarantined outputs, retired ledgers, the last HTML report; and the journal of a
 ``land`` with the files it stages, from which the next ``land`` finishes one
 that was stopped half way. Every file and directory there is named by a
 property of :class:`LocalPaths` and nowhere else (a test greps the package
@@ -184,6 +184,12 @@ class LocalPaths:
     @property
     def logs(self) -> Path:
         return self.root / "logs"
+
+    @property
+    def report(self) -> Path:
+        """Where ``gitrun report RUN`` writes the run's page when told no
+        other place: with the run's local state, never in the work tree."""
+        return self.root / "report.html"
 
     @property
     def quarantine(self) -> Path:

@@ -64,7 +64,18 @@ LISTED = 20  # tasks or violations named in the summary before "and N more"
 
 
 def default_path(run_id: str) -> Path:
+    """A name for a report in a folder of one's choosing (a default lives
+    in the run's local state, :attr:`gitrun.store.local.LocalPaths.report`)."""
     return Path(f"gitrun-report-{run_id}.html")
+
+
+def said_path(path: Path) -> str:
+    """``path`` as a person at this directory opens it: relative when it is
+    below here (``.git/gitrun/r/report.html``), else whole."""
+    try:
+        return path.relative_to(Path.cwd()).as_posix()
+    except (ValueError, OSError):  # not below here, or here is gone
+        return str(path)
 
 
 def report_mark(run_id: str) -> str:
@@ -82,13 +93,17 @@ MARK_WITHIN = 1024  # bytes from a report's start that hold its mark
 
 
 def write_report(repo: Path, run_id: str, path: Path | None = None) -> Path:
-    """Render the run's report and write it (default: gitrun-report-RUN.html
-    in the current directory); the path written."""
+    """Render the run's report and write it (default: with the run's local
+    state, ``.git/gitrun/RUN/report.html``, so the work tree gets no file);
+    the path written."""
+    from gitrun.store.local import LocalPaths
     from gitrun.store.tomlfile import write_atomic
 
     page = render_report(repo, run_id)
-    target = path if path is not None else default_path(run_id)
+    target = path if path is not None else LocalPaths.of(repo, run_id).report
     try:
+        if path is None:
+            target.parent.mkdir(parents=True, exist_ok=True)  # a fresh clone has none
         write_atomic(target, page.encode("utf-8"), durable=False)
         umask = os.umask(0o022)  # only to read it: a report is for sharing, not 0600
         os.umask(umask)
