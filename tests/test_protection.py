@@ -22,6 +22,7 @@ from gitrun.engine.governor import EndFacts, Governor
 from gitrun.workers.sandbox import probe as sandbox_refusal
 from tests.helpers import (
     build_tree,
+    commit_all,
     fake_worker_run,
     git,
     ledger_records,
@@ -78,6 +79,7 @@ def test_missing_executor_trips_the_breaker_after_exactly_its_window(git_repo: P
         "limits": {"canary": 0, "concurrency": 4, "max_attempts": 5},
     }
     write_run(git_repo, "r", tasks, packet)
+    commit_all(git_repo, "the agent and its run")  # a worker's own file is committed
     outcome = start_run(git_repo, "r", quiet)
     assert outcome.exit_code == 3
     assert outcome.halt is not None and outcome.halt.kind == governor.ENVIRONMENT

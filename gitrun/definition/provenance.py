@@ -3,8 +3,9 @@
 Every valid attempt's ledger record keeps its provenance: ``made_from``, a
 digest of the task's definition (its entry in the task table, the packet's
 rules, the executor, the model, the validators of its outputs) and a digest
-of its inputs (their paths and blob ids as the worker found them at launch);
-and ``made``, the blob id of each output it wrote.
+of its inputs (their paths and blob ids as the worker found them at launch,
+and those of the repository files the worker runs: its scripts, its
+validators' schemas); and ``made``, the blob id of each output it wrote.
 
 A task is *up to date* at a base commit when its outputs there are exactly
 those an earlier valid attempt made from the provenance the task has now: it
@@ -68,10 +69,18 @@ def _is_digest(value: object) -> bool:
 
 
 class Provenance:
-    """Digests of a run's tasks; the packet's part is made once per stage."""
+    """Digests of a run's tasks; the packet's part is made once per stage,
+    and the worker's files are hashed once, at the first task's.
 
-    def __init__(self, run: RunDef) -> None:
+    ``worker_files``: the repository files the run's workers run (its
+    command's scripts and configuration, its validators' schemas and
+    command files: :func:`gitrun.workers.workerfiles.worker_files`), inputs
+    of every task, so editing one reruns every task."""
+
+    def __init__(self, run: RunDef, worker_files: Iterable[str]) -> None:
         self.run = run
+        self.worker_files = sorted(set(worker_files))
+        self._worker: list[tuple[str, str]] | None = None  # (path, identity), at the first use
         self._stage_parts: dict[str, bytes] = {}
         self._indexed: dict[str, str] | None = None  # read at the first use
 
@@ -92,9 +101,13 @@ class Provenance:
         must hash are hashed by one git process for them all."""
         read = [self._files_read(task) for task in tasks]
         wanted = {path for paths in read for path in paths}
+        if self._worker is None:
+            wanted.update(self.worker_files)  # the same git process hashes them
         identities = _identities(self.run.repo, wanted, self.indexed)
+        if self._worker is None:
+            self._worker = [(path, identities[path]) for path in self.worker_files]
         return [
-            MadeFrom(self.definition(task), _inputs_digest(paths, identities))
+            MadeFrom(self.definition(task), _inputs_digest(paths, identities, self._worker))
             for task, paths in zip(tasks, read, strict=True)
         ]
 
@@ -151,11 +164,17 @@ class Provenance:
         return [path for path in _files_at(self.run.repo, paths) if path not in own]
 
 
-def _inputs_digest(paths: Iterable[str], identities: Mapping[str, str]) -> str:
-    """The digest of what a task reads: each input file's path and identity."""
+def _inputs_digest(
+    paths: Iterable[str], identities: Mapping[str, str], worker: Iterable[tuple[str, str]]
+) -> str:
+    """The digest of what a task reads: each input file's path and identity,
+    then each of the worker's files (none adds nothing: a run whose worker
+    is no repository file keeps the digests it had)."""
     digest = hashlib.sha256()
     for path in paths:
         digest.update(f"{path}\0{identities[path]}\n".encode(errors="surrogateescape"))
+    for path, identity in worker:
+        digest.update(f"worker\0{path}\0{identity}\n".encode(errors="surrogateescape"))
     return digest.hexdigest()
 
 
@@ -268,8 +287,9 @@ def _readable(record: Mapping[str, Any]) -> bool:
     return type(version) is int and version <= ledger.LEDGER_FORMAT
 
 
-def up_to_date(run: RunDef, base: str | None) -> list[str]:
-    """The tasks of ``run`` that are up to date at ``base``, stage by stage."""
+def up_to_date(run: RunDef, base: str | None, worker_files: Iterable[str]) -> list[str]:
+    """The tasks of ``run`` that are up to date at ``base``, stage by stage
+    (``worker_files``: as :class:`Provenance` takes them)."""
     if base is None:
         return []
     earlier = earlier_outputs(run.repo, base)
@@ -280,7 +300,9 @@ def up_to_date(run: RunDef, base: str | None) -> list[str]:
     at_base = git.ls_tree(run.repo, base, tops if len(tops) <= 256 else None)
     # Only a task whose outputs are all at the base can be up to date.
     whole = [task for task in run.tasks if all(p in at_base for p in paths_of[task.id])]
-    made_from = dict(zip((t.id for t in whole), Provenance(run).of_all(whole), strict=True))
+    made_from = dict(
+        zip((t.id for t in whole), Provenance(run, worker_files).of_all(whole), strict=True)
+    )
     fresh: list[str] = []
     redone: set[str] = set()  # outputs of earlier stages' tasks that will run
     for stage in run.stage_names:

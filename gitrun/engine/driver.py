@@ -81,6 +81,7 @@ from gitrun.workers.sandbox import (
     plan_of,
 )
 from gitrun.workers.scratch import AttemptFiles, Scratch
+from gitrun.workers.workerfiles import worker_files
 
 HEARTBEAT = 2.0  # seconds between owner-record heartbeats
 TICK = 0.5  # longest wait before the loop looks at deadlines and signals again
@@ -153,7 +154,7 @@ class Driver:
         self.made_from: dict[str, dict[str, str]] = {}
         # The tries of each running attempt's number the API throttled before it.
         self.throttles: dict[str, int] = {}
-        self.provenance = Provenance(run)
+        self.provenance = Provenance(run, worker_files(run))
         self.monitor = self._runner()
         self.base_env = _worker_env()
         self.made_logs = False  # the logs directory was made

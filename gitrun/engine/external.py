@@ -44,6 +44,7 @@ from gitrun.store.usage import Usage
 from gitrun.visible import last_lines
 from gitrun.words import counted
 from gitrun.workers.pointer import render_pointer
+from gitrun.workers.workerfiles import worker_files
 
 MAX_SAID_READ = 2 << 20  # bytes of an attempt's log read for its last lines
 LOCK_PATIENCE = 30.0  # seconds next/collect wait for another next/collect
@@ -164,7 +165,7 @@ class External:
         self.repo = run.repo
         self.local = local
         self.committer = Committer(self.repo, run.id, local)
-        self.provenance = Provenance(run)
+        self.provenance = Provenance(run, worker_files(run))
         tip = git.rev_parse(self.repo, branch_ref(run.id))
         if tip is None and git.ref_target(self.repo, branch_ref(run.id)):
             raise GitrunError(

@@ -44,7 +44,7 @@ from gitrun.proof.placement import (
     refused_name_problems,
     symlink_problems,
 )
-from gitrun.proof.startable import input_problems, program_check
+from gitrun.proof.startable import input_problems, program_check, worker_file_problems
 from gitrun.store import git, refs
 from gitrun.words import counted
 from gitrun.workers.executor import (
@@ -58,6 +58,7 @@ from gitrun.workers.executor import (
 )
 from gitrun.workers.pointer import attempt_values, render_pointer
 from gitrun.workers.sandbox import isolation_of
+from gitrun.workers.workerfiles import worker_files
 
 RESERVED = (".git", GITRUN_DIR)
 # Files whose every copy, at any depth, changes what git does with the files near it.
@@ -176,8 +177,10 @@ def _check_run(
     problems += ignored_problems(run, outputs)
     problems += run_file_problems(run)
     problems += _branch_problems(run)
+    workers = worker_files(run)
     if check_dirty:
         problems += _dirty_problems(run, owned, changed)
+        problems += worker_file_problems(run, workers, base.files, changed)
     pointer_bytes, pointer_problems = _pointer_problems(run)
     problems += pointer_problems
     problems += _executor_model_problems(run)
@@ -198,7 +201,7 @@ def _check_run(
         claims=len(owned),
         pointer_bytes=pointer_bytes,
         payload_budget=run.packet.limits.payload_budget,
-        up_to_date=(up_to_date(run, fork) if freshness and not problems else []),
+        up_to_date=(up_to_date(run, fork, workers) if freshness and not problems else []),
         version=program.version,
         isolation=isolation.said,
     )

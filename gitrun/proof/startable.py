@@ -16,6 +16,14 @@ misspelt ``docs/b1.text`` is a problem naming the task, not a worker that
 finds nothing to read.
 
 **A first commit.** A repository without one has no point to fork from.
+
+**The worker's own files.** The repository files the workers run (a
+script the command names, its configuration, a validator's schema or
+command file: :mod:`gitrun.workers.workerfiles`) are committed: the run's
+provenance counts them as git stores them, and a resume on a fresh clone
+runs the clone's copy, which only a commit gives it ("cannot open
+worker.sh" on the second machine, otherwise). The files in the run
+directory that the run's branch carries need no commit of the user's.
 """
 
 from __future__ import annotations
@@ -24,13 +32,13 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from gitrun.definition.inputs import bundle_paths, input_paths
 from gitrun.definition.load import RunDef
+from gitrun.definition.runfiles import definition_paths
 from gitrun.ownership.claims import Claim
 from gitrun.ownership.paths import canonical_problem
 from gitrun.ownership.patterns import (
@@ -47,6 +55,7 @@ from gitrun.store.regular import read_regular
 from gitrun.store.tomlfile import write_atomic
 from gitrun.visible import visible
 from gitrun.workers.executor import PRESETS, SHELL_PRESET, command_template
+from gitrun.workers.workerfiles import resolve
 
 VERSION_TIMEOUT = 30.0  # seconds; a node CLI's --version takes about half of one
 CACHE_NAME = ".programs.json"  # beside the runs' folders; no run id starts with a dot
@@ -184,23 +193,6 @@ def _script_program(script: str | None) -> str | None:
     if not words or words[0] in _SHELL_WORDS or _PLAIN_NAME.fullmatch(words[0]) is None:
         return None
     return words[0]
-
-
-def resolve(repo: Path, name: str, path: str) -> tuple[str | None, str]:
-    """Where ``name`` is as the driver starts it from ``repo`` with ``path``,
-    or None and why not (a clause: "is not found on PATH")."""
-    if "/" in name:
-        full = os.path.join(repo, name)
-        if not os.path.exists(full):
-            return None, "does not exist"
-        if not os.path.isfile(full):
-            return None, "is not a file"
-        if not os.access(full, os.X_OK):
-            return None, "is not executable (chmod +x it)"
-        return full, ""
-    dirs = [d if os.path.isabs(d) else os.path.join(repo, d) for d in path.split(os.pathsep) if d]
-    found = shutil.which(name, path=os.pathsep.join(dirs))
-    return (found, "") if found else (None, "is not found on PATH")
 
 
 def cli_version(repo: Path, program: str) -> tuple[str, str]:
@@ -361,3 +353,37 @@ def _missing(run: RunDef, task: str, text: str, what: str) -> Problem:
         (task,),
         text,
     )
+
+
+def worker_file_problems(
+    run: RunDef, workers: dict[str, str], base_files: frozenset[str], changed: list[str]
+) -> list[Problem]:
+    """The files of ``workers`` (path -> where the definition names it) that
+    are not committed: untracked, changed since the commit, or absent from
+    the base commit (``base_files``; a file git ignores)."""
+    carried = set(definition_paths(run))  # on the run's branch, with the definition
+    dirty = set(changed)
+    problems: list[Problem] = []
+    for path, where in workers.items():
+        if path in carried:
+            continue
+        shown, quoted = visible(path), shlex.quote(path)
+        if path in dirty:
+            state, add = "has uncommitted changes or is untracked", f"git add {quoted}"
+        elif path not in base_files:
+            state, add = (
+                "is not in the commit the run starts from (git ignores it?)",
+                (f"git add -f {quoted}"),
+            )
+        else:
+            continue
+        problems.append(
+            Problem(
+                "worker-file",
+                f"{shown} {state}, and every worker runs it ({where} names it); commit it "
+                f"({add} && git commit): a task's provenance counts the committed file, and "
+                "a clone that resumes the run has only that",
+                path=path,
+            )
+        )
+    return problems

@@ -324,6 +324,11 @@ def _syntax_problems(where: str, arg: str) -> list[str]:
     ]
 
 
+def has_placeholder(arg: str) -> bool:
+    """Whether an argument of a template holds a placeholder (task data)."""
+    return _PLACEHOLDER.search(arg) is not None
+
+
 def uses_model(argv: list[str] | None) -> bool:
     """Whether a command takes the configured model (``{model}``, or the
     variable in a script); a command executor that names neither runs without
