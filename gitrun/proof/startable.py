@@ -369,20 +369,19 @@ def worker_file_problems(
             continue
         shown, quoted = visible(path), shlex.quote(path)
         if path in dirty:
-            state, add = "has uncommitted changes or is untracked", f"git add {quoted}"
+            state = "has uncommitted changes" if path in base_files else "is untracked"
+            add = f"git add {quoted}"
         elif path not in base_files:
-            state, add = (
-                "is not in the commit the run starts from (git ignores it?)",
-                (f"git add -f {quoted}"),
-            )
+            state = "is not in the commit the run starts from (git ignores it?)"
+            add = f"git add -f {quoted}"
         else:
             continue
         problems.append(
             Problem(
                 "worker-file",
-                f"{shown} {state}, and every worker runs it ({where} names it); commit it "
-                f"({add} && git commit): a task's provenance counts the committed file, and "
-                "a clone that resumes the run has only that",
+                f"{shown} {state}, and the run's workers depend on it ({where} names it); "
+                f"commit it ({add} && git commit): a task's provenance counts the committed "
+                "file, and a clone that resumes the run has only that",
                 path=path,
             )
         )
