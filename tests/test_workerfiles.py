@@ -209,6 +209,7 @@ def test_which_arguments_name_the_workers_files(git_repo: Path, tmp_path: Path) 
             "conf.toml": "",
             "true": "not the program\n",
             "docs/a.md": "a\n",
+            "o.json": "{}\n",
         },
     )
     build_tree(tmp_path, {"outside.sh": "true\n"})
@@ -229,6 +230,7 @@ def test_which_arguments_name_the_workers_files(git_repo: Path, tmp_path: Path) 
         (["sh", "../outside.sh"], []),
         (["sh", str(tmp_path / "outside.sh")], []),
         (["sh", ".git/config"], []),
+        (["sh", "worker.sh", "o.json"], ["worker.sh"]),  # the task's output: what it writes
     ]
     for command, expected in cases:
         assert sorted(_files(git_repo, command)) == expected, command

@@ -26,10 +26,12 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 from gitrun.definition.load import RunDef
 from gitrun.definition.schema import CommandValidator, JsonSchemaValidator
+from gitrun.ownership.patterns import PatternError, first_name, matches, parse
 from gitrun.processes.proc import clean_env
 from gitrun.workers.executor import command_template, has_placeholder
 from gitrun.workers.interpreters import code_slots
@@ -57,7 +59,28 @@ def worker_files(run: RunDef) -> dict[str, str]:
             path = clean_env().get("PATH", os.defpath)
             for name in named_files(run.repo, list(validator.command), path):
                 found.setdefault(name, f"[validators.{key}] command")
-    return dict(sorted(found.items()))
+    owned = _owned(run, found)
+    return {path: where for path, where in sorted(found.items()) if path not in owned}
+
+
+def _owned(run: RunDef, paths: Iterable[str]) -> set[str]:
+    """Those of ``paths`` a task of ``run`` owns: what the run writes (a
+    one-task run's command may name its output) is no file its workers run,
+    as a task's own outputs are no inputs of it."""
+    wanted = set(paths)
+    if not wanted:
+        return set()
+    firsts = {path.partition("/")[0] for path in wanted}
+    owned: set[str] = set()
+    for task in run.tasks:
+        for text in run.owns_of(task):
+            try:
+                pattern = parse(text)
+            except PatternError:
+                continue  # `gitrun check` reports it
+            if first_name(pattern) in (*firsts, None):
+                owned.update(path for path in wanted if matches(pattern, path))
+    return owned
 
 
 def named_files(repo: Path, argv: list[str], path: str) -> list[str]:
