@@ -144,12 +144,12 @@ def test_a_careless_codex_worker_confined_changes_nothing_of_anyone_else(
     said = done.stdout + done.stderr + json.dumps(outputs)
     assert done.returncode == 0, said
     assert_nothing_of_anyone_else_changed(git_repo, config, said)
-    # What codex's command was told: the protected file and the git config
-    # refused at once; the neighbour's file written where it does not count.
+    # What codex's command was told: the protected file, the git config and
+    # the neighbour's output in its own folder refused at once.
     told = outputs[min(outputs)]  # t1's command (t2's id comes later)
     assert "Read-only file system" in told
     assert "secret: refused" in told and "config: refused" in told, told
-    assert "t2: refused" not in told
+    assert "t2: refused" in told, told
 
 
 # --- the three kinds of "no", as codex exec reports them -----------------------------

@@ -156,9 +156,10 @@ def test_a_careless_gemini_worker_confined_changes_nothing_of_anyone_else(
     assert done.returncode == 0, said
     assert_nothing_of_anyone_else_changed(git_repo, config, said)
     # What gemini's tools were told: the protected file and the git config
-    # refused at once, by the shell and by write_file alike.
+    # refused at once, by the shell and by write_file alike, and so is the
+    # neighbour's output in its own folder: nothing of t2's to set aside after.
     told = json.dumps(responses[:2])
     assert "secret: refused" in told and "config: refused" in told, told
-    assert "t2: refused" not in told
+    assert "t2: refused" in told, told
     assert "read-only file system" in json.dumps(responses[1]).lower(), responses[1]
-    assert "t1 attempt 1 wrote out/t2.json, which it does not own" in done.stderr
+    assert "wrote out/t2.json" not in done.stderr
