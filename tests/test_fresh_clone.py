@@ -131,3 +131,41 @@ def test_a_landed_run_is_up_to_date_in_clones_with_either_line_ending(
         assert not log.exists(), f"{name}: {log.read_text()} ran again"
         status = json.loads(run_gitrun(clone, "status", "r", "--json").stdout)
         assert status["counts"]["up-to-date"] == 3, (name, status["counts"])
+
+
+def test_status_reads_a_run_defined_only_on_its_pushed_branch(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    """The run's definition was never committed to main: a fresh clone has it
+    only on origin/gitrun/r, where `resume` and `log` find it. `status` reads
+    it from there too (writing nothing), with its counts; one run, or all."""
+    remote = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(git_repo, "remote", "add", "origin", str(remote))
+    script = 'case "$GITRUN_TASK" in t3) exit 1;; esac; echo "{}" > "$GITRUN_OUTPUTS"'
+    write_run(
+        git_repo,
+        "r",
+        [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in (1, 2, 3)],
+        {"executor": {"command": ["sh", "-c", script]}, "limits": {"max_attempts": 1}},
+    )
+    started = run_gitrun(git_repo, "start", "r")
+    assert started.returncode == 1, started.stderr  # t3 failed
+    git(git_repo, "push", "-q", "origin", "main", "gitrun/r")
+    assert git(git_repo, "ls-tree", "-r", "--name-only", "main", ".gitrun") == ""
+
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(remote), str(clone))
+    assert not (clone / ".gitrun").exists()
+    status = run_gitrun(clone, "status", "r", "--json")
+    assert status.returncode == 0, status.stderr
+    data = json.loads(status.stdout)
+    assert data["started"] and (data["counts"]["done"], data["counts"]["failed"]) == (2, 1)
+    text = run_gitrun(clone, "status", "r")
+    assert text.returncode == 0, text.stderr
+    assert "total: 2 done, 0 running, 0 pending, 1 failed" in text.stdout, text.stdout
+    assert "t3" in text.stdout and "gitrun new" not in text.stdout
+    # Nothing was written: no run directory, no local branch, no local state.
+    assert not (clone / ".gitrun").exists()
+    assert git(clone, "branch", "--list", "gitrun/r") == ""
+    assert git(clone, "status", "--porcelain") == ""

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from gitrun.collector import collector_paused
-from gitrun.definition.load import RunDef, load_run
+from gitrun.definition.committed import load_run_anywhere
+from gitrun.definition.load import RunDef
 from gitrun.engine.budget import Budget, spend_json
 from gitrun.engine.motion import AT_REST, STALLED, MotionFacts, last_record_time, latest, motion_of
 from gitrun.engine.states import COMPLETE, DONE, PENDING, RUNNING, STATUSES, Engine, load_engine
@@ -150,12 +151,14 @@ def read_status(
     repo: Path, run_id: str, run: RunDef | None = None, landing: bool = False
 ) -> RunStatus:
     """``run_id``'s status in ``repo``: of ``run`` when given, else of its
-    definition as it is now; with ``landing``, also whether its branch landed
-    in the current branch (one git process more) or is gone."""
+    definition as it is now (as its branch holds it, here or on a remote,
+    where the work tree has none: a fresh clone); with ``landing``, also
+    whether its branch landed in the current branch (one git process more)
+    or is gone."""
     with collector_paused():  # a big run's states are 100,000s of objects
         found = where(repo)
         if run is None:
-            run = load_run(repo, run_id)
+            run = load_run_anywhere(repo, run_id)
         local = LocalPaths.under(Path(found.git_dir), run_id)
         engine, tip = load_engine(run, local)
         alive = is_locked(local)

@@ -9,26 +9,17 @@ driver runs (it reads one tip, so the page is consistent with one commit).
 
 from __future__ import annotations
 
-import dataclasses
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gitrun.definition.load import (
-    CONFIG_FILE,
-    PACKET_NAME,
-    TASKS_NAME,
-    RunDef,
-    check_run_id,
-)
-from gitrun.definition.runfiles import read_blobs
+from gitrun.definition.committed import load_committed_run
+from gitrun.definition.load import RunDef, check_run_id
 from gitrun.engine.states import DONE, FAILED, PENDING, UP_TO_DATE, Engine
 from gitrun.errors import GitrunError
 from gitrun.store import git, ledger
 from gitrun.store.branches import committed_records, find_tip
 from gitrun.store.history import read_history
-from gitrun.store.jsonlines import file_error
 from gitrun.store.local import LocalPaths
 
 
@@ -67,7 +58,7 @@ def read_committed(repo: Path, run_id: str) -> CommittedRun:
     ref, tip = find_run_ref(repo, run_id)
     run_dir = f".gitrun/runs/{run_id}"
     tree = git.ls_tree(repo, tip, [run_dir])
-    run = _load_definition(repo, run_id, tip, tree)
+    run = load_committed_run(repo, run_id, tip, tree)
     records = committed_records(repo, run_id, tip)
     # The engine's states over the committed ledger; what runs now is no committed fact.
     engine = Engine(run, LocalPaths.of(repo, run_id), tip, running=(), records=records)
@@ -80,41 +71,3 @@ def read_committed(repo: Path, run_id: str) -> CommittedRun:
             commits.setdefault(tid, entry.commit)
     shown = ref.removeprefix("refs/heads/").removeprefix("refs/remotes/")
     return CommittedRun(run, shown, tip, records, status, commits, summary)
-
-
-def _load_definition(repo: Path, run_id: str, tip: str, tree: dict[str, tuple[str, str]]) -> RunDef:
-    """The run definition as committed at ``tip``, loaded by the one loader
-    from a scratch copy of its files (the loader reads files). Settings come
-    from where every command takes them: the environment and the repository's
-    ``.gitrun/config.toml`` (never committed by gitrun: it may hold secrets)."""
-    from gitrun.definition.load import load_run
-
-    run_dir = f".gitrun/runs/{run_id}"
-    wanted = [f"{run_dir}/{PACKET_NAME}", f"{run_dir}/{TASKS_NAME}"]
-    if wanted[0] not in tree:
-        raise GitrunError(
-            f"the run's branch (commit {tip[:10]}) holds no {wanted[0]}, so it is not a "
-            f"gitrun run's branch; delete it or start the run again"
-        )
-    from gitrun.definition.outputs import blob_on_disk
-
-    fmt = git.object_format(repo)
-    if all(p in tree and blob_on_disk(repo / p, fmt) == tree[p][1] for p in wanted):
-        # The files here are the committed ones, byte for byte (the run's own
-        # checkout, or a landed run): loaded in place, a big task table's cache serves.
-        return load_run(repo, run_id)
-    blobs = read_blobs(repo, sorted({tree[p][1] for p in wanted if p in tree}))
-    with tempfile.TemporaryDirectory(prefix="gitrun-report-") as scratch:
-        for path in wanted:
-            if path in tree:
-                target = Path(scratch, path)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(blobs[tree[path][1]])
-        config = repo / CONFIG_FILE
-        if config.is_file():
-            try:
-                Path(scratch, CONFIG_FILE).write_bytes(config.read_bytes())
-            except OSError as exc:
-                raise file_error(config, exc, "read") from exc
-        run = load_run(Path(scratch), run_id)
-    return dataclasses.replace(run, repo=repo)
