@@ -16,6 +16,13 @@ The spec maps task ids to behaviours (``default`` for the rest):
   (``stray_path``, default ``stray/<task>.txt``)
 - ``crowd``: exit 75 (throttled) when more than ``crowd_limit`` copies run at
   once, counted with lock files in ``crowd_dir``; otherwise write
+- ``hang``: print a line and sleep until killed (its attempt times out)
+- ``neighbour``: write the output and a second file (``neighbour_path``,
+  default ``out/t02.json``, another task's output)
+- ``denied``: ask the real write hook (``gitrun hook pre-write``, as an agent
+  client asks it before a Write) to write ``denied_path`` (default
+  ``notes/<task>.md``), print its answer, then write the output
+  (``denied_then_hang``: then hang)
 
 ``sleep`` (seconds, or [min, max] for a random pick) delays every worker;
 ``spawn_log`` names a file where each worker appends "start" and, once its
@@ -51,6 +58,11 @@ def main() -> int:
     _log(spec, "start")
     if mode == "crowd":
         return _crowd(spec, outputs, task, attempt)
+    if mode in ("denied", "denied_then_hang"):
+        _ask_the_hook(str(spec.get("denied_path", "notes/{task}.md")).format(task=task))
+    if mode in ("hang", "denied_then_hang"):
+        print("working on it...", flush=True)
+        time.sleep(3600)
     delay = spec.get("sleep", 0)
     if isinstance(delay, list):
         delay = random.uniform(*delay)
@@ -79,10 +91,32 @@ def main() -> int:
     if mode == "stray":
         stray = str(spec.get("stray_path", "stray/{task}.txt")).format(task=task)
         write_whole(stray, "not mine to write")
+    if mode == "neighbour":
+        write_whole(str(spec.get("neighbour_path", "out/t02.json")), valid)
     if mode == "write_then_fail":
         print("Server is temporarily limiting requests (not your usage limit)", file=sys.stderr)
         return 1
     return 0
+
+
+def _ask_the_hook(path: str) -> None:
+    """What an agent client does before its Write tool writes ``path``."""
+    import subprocess
+
+    call = {
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Write",
+        "tool_input": {"file_path": os.path.abspath(path), "content": "mine"},
+        "cwd": os.getcwd(),
+    }
+    answer = subprocess.run(
+        [sys.executable, "-m", "gitrun", "hook", "pre-write"],
+        input=json.dumps(call),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    print(answer.stdout.strip() or answer.stderr.strip(), flush=True)
 
 
 def _crowd(spec: dict[str, object], outputs: list[str], task: str, attempt: int) -> int:

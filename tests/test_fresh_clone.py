@@ -161,6 +161,7 @@ def test_status_reads_a_run_defined_only_on_its_pushed_branch(
     assert status.returncode == 0, status.stderr
     data = json.loads(status.stdout)
     assert data["started"] and (data["counts"]["done"], data["counts"]["failed"]) == (2, 1)
+    assert data["tasks"]["t3"]["kind"] == "missing"
     text = run_gitrun(clone, "status", "r")
     assert text.returncode == 0, text.stderr
     assert "total: 2 done, 0 running, 0 pending, 1 failed" in text.stdout, text.stdout

@@ -150,6 +150,8 @@ def expected_kind(record: dict[str, Any]) -> str:
         return "lost"
     if record["timed_out"] and record["outcome"] != ledger.VALID:
         return TIMED_OUT
+    if record["outcome"] == ledger.INTERRUPTED:
+        return "stopped"  # gitrun stopped it: Ctrl-C, `gitrun stop`
     return str(record["outcome"])
 
 

@@ -267,3 +267,47 @@ def test_a_reset_that_cannot_be_read_parks_for_the_default_and_says_so(git_repo:
     [line] = [s for s in said if s.startswith("parked until ")]
     assert "its reset could not be read from 'You have hit your usage limit.'" in line
     assert "limits.park_default" in line
+
+
+def test_a_parked_run_s_status_says_until_when_and_why_in_text_as_in_json(
+    git_repo: Path,
+) -> None:
+    """While its driver waits for the reset, and after that driver is gone:
+    the text names the reset's date and time in UTC and the reason, as the
+    JSON does."""
+    _run(git_repo, _script(3600))
+    driver = gitrun_process(git_repo, "start", "r", capture=False)
+    try:
+        wait_until(
+            driver, lambda: [r for r in ledger_records(git_repo) if r.get("event") == "park"]
+        )
+        [park] = [r for r in ledger_records(git_repo) if r.get("event") == "park"]
+        until = dt.datetime.fromisoformat(str(park["until"]))
+        day_and_time = until.strftime("%Y-%m-%d %H:%M:%S UTC")
+        for alive in (True, False):
+            text = subprocess.run(
+                [sys.executable, "-m", "gitrun", "status", "r"],
+                cwd=git_repo,
+                capture_output=True,
+                text=True,
+            ).stdout
+            data = json.loads(
+                subprocess.run(
+                    [sys.executable, "-m", "gitrun", "status", "r", "--json"],
+                    cwd=git_repo,
+                    capture_output=True,
+                    text=True,
+                ).stdout
+            )
+            assert data["parked"] == {"until": park["until"], "reason": "usage limit of sh"}
+            assert (
+                f"parked until {until.strftime('%H:%M')} UTC (usage limit of sh): no new starts "
+                f"until {day_and_time}" in text
+            ), (alive, text)
+            if alive:
+                driver.send_signal(signal.SIGKILL)
+                driver.wait(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()

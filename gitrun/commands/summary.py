@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from gitrun.engine.budget import spend_text, tokens_text
 from gitrun.engine.motion import LED, STALLED, utc
 from gitrun.engine.states import COMPLETE, DONE, FAILED, PENDING, RUNNING, UP_TO_DATE
 from gitrun.engine.status import BRANCH_GONE, RunStatus, TaskStatus
+from gitrun.store import ledger
 from gitrun.store.lock import LiveState
 from gitrun.words import counted
 
@@ -85,7 +87,7 @@ def format_summary(
     for task in failed[:20]:
         lines.append(
             f"  failed for good: {task.id} ({counted(task.attempts, 'attempt')}: "
-            f"{task.reason or 'no output'})"
+            f"{_last(task, numbered=False)})"
         )
         lines += _words(status.run, task)
     if len(failed) > 20:
@@ -164,27 +166,47 @@ def format_status(status: RunStatus, limit: int | None = 20) -> str:
             f"  halted: {status.halt['message']} (`gitrun retry {status.run}` lifts the halt)"
         )
     if status.parked_until:
-        from gitrun.engine.governor import parked_clause
-
-        lines.append(
-            f"  {parked_clause(status.parked_until, status.park_reason)}: no new starts until "
-            "the reset; a driver goes on by itself then"
-        )
+        lines.append(f"  {parked_text(status.parked_until, status.park_reason)}")
     for violation in status.violations[:10]:
         who = ", ".join(violation.get("tasks") or []) or "no task"
         lines.append(f"  ownership violation: {violation.get('path')} (running: {who})")
     open_tasks = [t for t in status.tasks.values() if t.status not in COMPLETE]
     shown = open_tasks if limit is None else open_tasks[:limit]
     for task in shown:
-        missing = ", ".join(task.missing)
-        last = f"; last: {task.reason}" if task.reason else ""
-        lines.append(
-            f"  {task.id:<12} {task.status:<8} attempts {task.attempts}  missing {missing}{last}"
-        )
+        lines.append(f"  {task.id:<12} {task.status:<8} attempts {task.attempts}  {_last(task)}")
         lines += _words(status.run, task)
     if len(shown) < len(open_tasks):
         lines.append(f"  ... and {len(open_tasks) - len(shown)} more (--all lists them)")
     return "\n".join(lines)
+
+
+def parked_text(until: float, reason: str) -> str:
+    """A parked run, as status says it: until when (as everywhere, and with its
+    date: a weekly limit resets days ahead) and why."""
+    from gitrun.engine.governor import parked_clause
+
+    return (
+        f"{parked_clause(until, reason or 'a usage limit')}: no new starts until "
+        f"{utc(until)}; a driver goes on by itself then"
+    )
+
+
+def _last(task: TaskStatus, numbered: bool = True) -> str:
+    """What a task not done is waiting on: its last attempt's kind (with its
+    number when ``numbered``) and reason, or the outputs it has yet to make
+    when no attempt ended."""
+    if task.kind is None:
+        return f"not tried yet; outputs {', '.join(task.missing)}"
+    said = f"last attempt {task.ended_attempt} {task.kind}" if numbered else task.kind
+    if task.kind == ledger.TIMED_OUT:
+        took = task.records[-1].get("duration")
+        if isinstance(took, int | float):
+            said += f" after {took:.0f} s (limits.timeout)"
+    if task.reason:
+        said += f": {task.reason}"
+    if task.quarantine:
+        said += f"; its outputs set aside in {task.quarantine}"
+    return said
 
 
 def _words(run: str, task: TaskStatus) -> list[str]:
@@ -196,8 +218,6 @@ def _words(run: str, task: TaskStatus) -> list[str]:
 
 
 def _live_state(state: LiveState) -> str:
-    import time
-
     def shown(value: int | None) -> str:
         return "?" if value is None else str(value)
 

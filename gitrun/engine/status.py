@@ -38,6 +38,24 @@ class TaskStatus:
     reason: str | None = None
     records: Sequence[dict[str, Any]] = ()  # its attempts, from the ledger
     log: str | None = None  # its last attempt's log, where this machine has it
+    # Where its last attempt's outputs that failed validation were set aside,
+    # where this machine has them (machine-local: never committed).
+    quarantine: str | None = None
+
+    @property
+    def kind(self) -> str | None:
+        """What its last attempt that ended was (:func:`gitrun.store.ledger.attempt_kind`:
+        timed out, invalid, missing, throttled, abandoned, stopped...), for a
+        task not done; None before any ended."""
+        if self.status in COMPLETE or not self.records:
+            return None
+        return ledger.attempt_kind(self.records[-1])
+
+    @property
+    def ended_attempt(self) -> int | None:
+        """The number of its last attempt that ended (the one ``kind`` is of)."""
+        number = self.records[-1].get("attempt") if self.records else None
+        return number if type(number) is int else None
 
     @property
     def said(self) -> list[str]:
@@ -54,8 +72,12 @@ class TaskStatus:
         }
         if self.missing:
             data["missing"] = self.missing
+        if self.kind:
+            data["kind"] = self.kind
         if self.reason:
             data["reason"] = self.reason
+        if self.quarantine:
+            data["quarantine"] = self.quarantine
         if self.said:
             data["said"] = self.said
         if self.log:
@@ -215,6 +237,11 @@ def _log_of(local: LocalPaths, task: str, attempt: int) -> str | None:
     return shown(log) if os.path.exists(log) else None
 
 
+def _quarantine_of(local: LocalPaths, task: str, attempt: int | None) -> str | None:
+    where = local.quarantine_of(task, attempt) if attempt is not None else None
+    return f"{shown(where)}/" if where is not None and os.path.isdir(where) else None
+
+
 def status_of(
     run: RunDef, engine: Engine, tip: str | None, repo: Path, driver: Owner | None
 ) -> RunStatus:
@@ -245,6 +272,9 @@ def status_of(
             records.get(task.id, ()),
             None if done or not last else _log_of(local, task.id, last),
         )
+        if not done:
+            ended = tasks[task.id].ended_attempt
+            tasks[task.id].quarantine = _quarantine_of(local, task.id, ended)
     return RunStatus(
         run=run.id,
         started=tip is not None or damaged,

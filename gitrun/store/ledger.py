@@ -60,6 +60,10 @@ LOST = "lost"
 # the environment's fault; the run halts and no attempt is used.
 UNSTARTED = "unstarted"
 COUNTED = (MISSING, INVALID)
+# What an attempt that ended is called where a person reads it (status, the
+# report): its outcome, but for one its timeout stopped and one gitrun stopped.
+TIMED_OUT = "timed out"
+STOPPED = "stopped"
 # Run-level events.
 HALT = "halt"
 PARK = "park"  # the run waits for a usage limit's reset (gitrun.workers.refusals)
@@ -315,6 +319,17 @@ def read_ledger(run_dir: Path) -> list[dict[str, Any]]:
 
 
 LEDGER_FORMAT = 1  # the "v" of every attempt record; docs/ledger.md documents the format
+
+
+def attempt_kind(record: Mapping[str, Any]) -> str:
+    """What an attempt that ended was, in a word a person reads: ``timed out``
+    when its timeout stopped it without valid outputs, ``stopped`` when gitrun
+    stopped it (Ctrl-C, ``gitrun stop``), else its outcome (``invalid``,
+    ``missing``, ``throttled``, ``abandoned``, ...)."""
+    outcome = str(record.get("outcome"))
+    if record.get("timed_out") is True and outcome != VALID:
+        return TIMED_OUT
+    return STOPPED if outcome == INTERRUPTED else outcome
 
 
 def attempt_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -231,7 +231,7 @@ def _merged_bars(
         spans.setdefault((row, a.kind), []).append((scale.x(a.start), scale.x(a.end)))
         kinds = counts.setdefault(row, {})
         kinds[a.kind] = kinds.get(a.kind, 0) + 1
-    order = {kind: i for i, kind in enumerate([ledger.VALID, ledger.INTERRUPTED])}
+    order = {kind: i for i, kind in enumerate([ledger.VALID, ledger.STOPPED])}
     parts = []
     for row in sorted(counts):
         ids = task_ids[row * per_row : (row + 1) * per_row]

@@ -51,7 +51,7 @@ COLOURS = {
     ledger.THROTTLED: "#4a7fe0",
     TIMED_OUT: "#8e5bd1",
     LOST: "#5f6670",
-    ledger.INTERRUPTED: "#b9bec5",
+    ledger.STOPPED: "#b9bec5",
 }
 OTHER_COLOUR = "#222222"  # an outcome this version does not know
 STATUS_COLOURS = {
@@ -364,17 +364,31 @@ def _aggregated(tasks: int, per_row: int, max_rows: int) -> str:
 
 def _table(c: CommittedRun, attempts: list[Attempt]) -> str:
     per_task: dict[str, int] = {}
+    last: dict[str, Attempt] = {}
     for a in attempts:
         per_task[a.task] = per_task.get(a.task, 0) + 1
+        if a.task not in last or (a.number, a.throttles) >= (
+            last[a.task].number,
+            last[a.task].throttles,
+        ):
+            last[a.task] = a
     rows = []
     for task in c.run.tasks:
         status = c.status[task.id]
         outputs = " ".join(escape(o.path) for o in c.run.outputs_of(task))
         commit = c.commits.get(task.id, "")[:10]
+        # A task not done: what its last attempt was, and why (as status says it).
+        ended = last.get(task.id) if status not in (DONE, UP_TO_DATE) else None
+        why = (
+            f"{ended.kind}: {ended.reason}"
+            if ended and ended.reason
+            else (ended.kind if ended else "")
+        )
         rows.append(
             f'<tr data-status="{status}"><td>{escape(task.id)}</td>'
             f"<td>{escape(c.run.stage_of(task))}</td><td>{per_task.get(task.id, 0)}</td>"
-            f'<td class="s-{status}">{status}</td><td>{outputs}</td><td>{commit}</td></tr>'
+            f'<td class="s-{status}">{status}</td><td>{outputs}</td><td>{commit}</td>'
+            f"<td>{escape(visible(why))}</td></tr>"
         )
     head = "".join(
         f'<th data-type="{kind}" tabindex="0">{name}</th>'
@@ -385,6 +399,7 @@ def _table(c: CommittedRun, attempts: list[Attempt]) -> str:
             ("status", "text"),
             ("outputs", "text"),
             ("commit", "text"),
+            ("last attempt", "text"),
         )
     )
     return (

@@ -15,9 +15,9 @@ from gitrun.definition.schema import Limits
 from gitrun.engine.governor import EndFacts, Governor
 from gitrun.store import ledger
 
-# How an attempt is drawn: its outcome, except that an attempt stopped by its
-# timeout reads "timed out" and one whose driver died reads "lost".
-TIMED_OUT = "timed out"
+# How an attempt is drawn: as status names it (gitrun.store.ledger.attempt_kind),
+# except that one whose driver died reads "lost".
+TIMED_OUT = ledger.TIMED_OUT
 LOST = "lost"
 KINDS = (
     ledger.VALID,
@@ -26,7 +26,7 @@ KINDS = (
     ledger.THROTTLED,
     TIMED_OUT,
     LOST,
-    ledger.INTERRUPTED,
+    ledger.STOPPED,
 )
 
 
@@ -90,11 +90,7 @@ def read_attempts(records: list[dict[str, Any]]) -> list[Attempt]:
             continue
         tid, number, throttles = identity
         outcome = str(r.get("outcome"))
-        kind = outcome
-        if outcome == ledger.ABANDONED:
-            kind = LOST
-        elif r.get("timed_out") is True and outcome != ledger.VALID:
-            kind = TIMED_OUT
+        kind = LOST if outcome == ledger.ABANDONED else ledger.attempt_kind(r)
         exit_code, sig = r.get("exit"), r.get("signal")
         attempts.append(
             Attempt(
