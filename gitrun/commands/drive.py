@@ -91,15 +91,12 @@ def drive(
         data["halt"] = (
             {"kind": outcome.halt.kind, "message": outcome.halt.message} if outcome.halt else None
         )
-        data["violations"] = [v.to_record() for v in outcome.violations]
         data["load_held_seconds"] = round(outcome.load_held, 1)
         text = json.dumps(data, indent=2, allow_nan=False)
     else:
         from gitrun.commands.summary import format_summary
 
-        text = format_summary(
-            outcome.status, outcome.stopped_by, outcome.halt, outcome.violations, outcome.load_held
-        )
+        text = format_summary(outcome.status, outcome.stopped_by, outcome.halt, outcome.load_held)
     try:
         sys.stdout.write(visible(text, lines=True) + "\n")
         sys.stdout.flush()

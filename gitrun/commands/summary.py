@@ -9,12 +9,12 @@ from gitrun.engine.budget import spend_text, tokens_text
 from gitrun.engine.motion import LED, STALLED, utc
 from gitrun.engine.states import COMPLETE, DONE, FAILED, PENDING, RUNNING, UP_TO_DATE
 from gitrun.engine.status import BRANCH_GONE, RunStatus, TaskStatus
+from gitrun.engine.strays import WRITTEN
 from gitrun.store import ledger
 from gitrun.store.lock import LiveState
 from gitrun.words import counted
 
 if TYPE_CHECKING:
-    from gitrun.engine.audit import Violation
     from gitrun.engine.governor import Halt
 
 
@@ -66,7 +66,6 @@ def format_summary(
     status: RunStatus,
     stopped_by: str | None = None,
     halt: Halt | None = None,
-    violations: list[Violation] | None = None,
     load_held: float = 0.0,
 ) -> str:
     total = len(status.tasks)
@@ -81,8 +80,7 @@ def format_summary(
         )
     if halt is not None:
         lines.append(f"halted: {halt.message}")
-    for violation in (violations or [])[:10]:
-        lines.append(f"  ownership violation: {violation.describe()}")
+    lines += _stray_lines(status)
     failed = [t for t in status.tasks.values() if t.status == "failed"]
     for task in failed[:20]:
         lines.append(
@@ -167,9 +165,7 @@ def format_status(status: RunStatus, limit: int | None = 20) -> str:
         )
     if status.parked_until:
         lines.append(f"  {parked_text(status.parked_until, status.park_reason)}")
-    for violation in status.violations[:10]:
-        who = ", ".join(violation.get("tasks") or []) or "no task"
-        lines.append(f"  ownership violation: {violation.get('path')} (running: {who})")
+    lines += _stray_lines(status, limit)
     open_tasks = [t for t in status.tasks.values() if t.status not in COMPLETE]
     shown = open_tasks if limit is None else open_tasks[:limit]
     for task in shown:
@@ -207,6 +203,21 @@ def _last(task: TaskStatus, numbered: bool = True) -> str:
     if task.quarantine:
         said += f"; its outputs set aside in {task.quarantine}"
     return said
+
+
+def _stray_lines(status: RunStatus, limit: int | None = 10) -> list[str]:
+    """Every stray write, and every write a hook denied (the first ``limit``)."""
+    writes = status.violations
+    lines = []
+    for write in writes if limit is None else writes[:limit]:
+        label = "ownership violation" if write.kind in WRITTEN else "write denied"
+        lines.append(f"  {label}: {write.describe()}")
+    if limit is not None and len(writes) > limit:
+        lines.append(
+            f"  ... and {len(writes) - limit} more stray or denied writes "
+            f"(`gitrun status {status.run} --all` lists them)"
+        )
+    return lines
 
 
 def _words(run: str, task: TaskStatus) -> list[str]:

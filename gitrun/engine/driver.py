@@ -51,6 +51,7 @@ from gitrun.engine.states import (
     committed_tasks,
 )
 from gitrun.engine.status import RunStatus, read_status, status_of
+from gitrun.engine.strays import fold_denials
 from gitrun.engine.traces import NoTraces, Traces, open_traces
 from gitrun.errors import EXIT_DONE, EXIT_FAILED, EXIT_HALTED
 from gitrun.processes import reaper
@@ -503,6 +504,7 @@ class Driver:
                 "task": task.id,
                 "paths": appeared,
                 "tasks": suspects,
+                "aside": number,  # kept under its last attempt's number (gitrun.engine.strays)
                 "at": ledger.iso(time.time()),
             }
             self.engine.write(self.ledger, record)
@@ -688,6 +690,7 @@ class Driver:
             span=end.span,
         )
         crash_point("end.judged")
+        fold_denials(self.engine, self.ledger, end.task, end.attempt)
         status = self.engine.end(self.ledger, ended)
         self.traces.attempt_ended(ended)
         crash_point("end.recorded")

@@ -29,6 +29,7 @@ from gitrun.engine.audit import Audit, AuditState
 from gitrun.engine.committer import Committer, Landing, landing_message
 from gitrun.engine.governor import STRICT, GovernorState, Halt
 from gitrun.engine.states import COMPLETE, FAILED, Ended, Engine
+from gitrun.engine.strays import fold_denials
 from gitrun.errors import GitrunError
 from gitrun.guard import rules
 from gitrun.guard.agents import worker_agent_type
@@ -463,6 +464,7 @@ class External:
                     said=tuple(said),
                     throttles=lease.throttles,
                 )
+                fold_denials(self.engine, writer, task_id, lease.attempt)
                 status = self.engine.end(writer, ended)
                 self.leases.pop(task_id)
                 if lease.agent:  # a per-task agent file an older gitrun wrote

@@ -18,6 +18,7 @@ from gitrun.definition.outputs import check_task, prior_in_tree, quarantine
 from gitrun.engine.committer import Committer, Landing, landing_message
 from gitrun.engine.crashpoints import crash_point
 from gitrun.engine.states import COMPLETE, Ended, Engine
+from gitrun.engine.strays import fold_denials
 from gitrun.processes.cgroups import end_left_group
 from gitrun.processes.reaper import kill_attempt_processes, kill_leftovers, kill_recorded_group
 from gitrun.store import ledger
@@ -70,6 +71,7 @@ def recover_orphans(
             made=made,
             throttles=entry.throttles,
         )
+        fold_denials(engine, writer, tid, entry.attempt)
         engine.record(writer, ended)
         crash_point("recover.recorded")
         how = "stopped" if stopped else "nothing of it verifiably running, nothing signalled"

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from gitrun.definition.runfiles import read_run_ledger
 from gitrun.engine.budget import SpendGate, budget_of
 from gitrun.engine.governor import PERSISTENT, EndFacts, Governor, Halt, choose_canary
+from gitrun.engine.strays import StrayWrite, stray_writes
 from gitrun.store import git, ledger
 from gitrun.store.branches import committed_records, find_tip
 from gitrun.store.history import find_base
@@ -385,8 +386,9 @@ class Engine:
 
     # -- for status ------------------------------------------------------------------------
 
-    def violations(self) -> list[dict[str, Any]]:
-        return [r for r in self.records if r.get("event") == "violation"]
+    def violations(self) -> list[StrayWrite]:
+        """Every stray write the ledger holds, and every write a hook denied."""
+        return stray_writes(self.records)
 
 
 def load_engine(

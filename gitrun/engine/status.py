@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Sequence
@@ -16,10 +17,11 @@ from gitrun.definition.load import RunDef
 from gitrun.engine.budget import Budget, spend_json
 from gitrun.engine.motion import AT_REST, STALLED, MotionFacts, last_record_time, latest, motion_of
 from gitrun.engine.states import COMPLETE, DONE, PENDING, RUNNING, STATUSES, Engine, load_engine
+from gitrun.engine.strays import DENIED, MAX_DENIED, SUSPECT, StrayWrite
 from gitrun.layout import branch_ref
 from gitrun.store import git, ledger
 from gitrun.store.branches import Landed, landed
-from gitrun.store.jsonlines import shown
+from gitrun.store.jsonlines import read_lines, shown
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import Owner, is_locked, read_owner
 from gitrun.store.records import RecordDamaged
@@ -102,7 +104,9 @@ class RunStatus:
     tasks: dict[str, TaskStatus]
     spawns: int
     driver: Owner | None = None
-    violations: list[dict[str, Any]] = field(default_factory=list)
+    # Every stray write the ledger holds and every write a hook denied
+    # (gitrun.engine.strays), with those of attempts running now.
+    violations: list[StrayWrite] = field(default_factory=list)
     halt: dict[str, str] | None = None  # a halt that holds the run until `gitrun retry`
     parked_until: float | None = None  # a usage limit's reset, while it is ahead
     park_reason: str = ""
@@ -153,7 +157,7 @@ class RunStatus:
             "usable": self.usable,
             "yield": self.yield_ratio,
             "driver": self.driver.to_json() if self.driver else None,
-            "violations": self.violations,
+            "violations": [write.to_json() for write in self.violations],
             "halt": self.halt,
             "parked": (
                 {"until": ledger.iso(self.parked_until), "reason": self.park_reason}
@@ -242,6 +246,35 @@ def _quarantine_of(local: LocalPaths, task: str, attempt: int | None) -> str | N
     return f"{shown(where)}/" if where is not None and os.path.isdir(where) else None
 
 
+def _stray_writes(engine: Engine, tasks: dict[str, TaskStatus]) -> list[StrayWrite]:
+    """The ledger's stray and denied writes, with where a suspect output's
+    bytes were set aside on this machine; and the writes the hooks denied
+    attempts running now (kept beside their logs until they end)."""
+    local = engine.local
+    found = [
+        dataclasses.replace(w, aside=_quarantine_of(local, w.task, w.kept_as))
+        if w.kind == SUSPECT and w.task
+        else w
+        for w in engine.violations()
+    ]
+    for task in tasks.values():
+        if task.status == RUNNING and task.last_attempt:
+            kept = read_lines(local.denials_of(task.id, task.last_attempt))
+            for line in kept[:MAX_DENIED]:
+                found.append(
+                    StrayWrite(
+                        DENIED,
+                        str(line.get("path")),
+                        task.id,
+                        task.last_attempt,
+                        at=str(line.get("at") or ""),
+                        tool=str(line.get("tool") or ""),
+                        reason=str(line.get("reason") or ""),
+                    )
+                )
+    return found
+
+
 def status_of(
     run: RunDef, engine: Engine, tip: str | None, repo: Path, driver: Owner | None
 ) -> RunStatus:
@@ -283,7 +316,7 @@ def status_of(
         tasks=tasks,
         spawns=engine.summary.spawns,
         driver=driver,
-        violations=engine.violations(),
+        violations=_stray_writes(engine, tasks),
         halt=engine.summary.halt,
         parked_until=parked if (parked := engine.governor.parked_until) > time.time() else None,
         park_reason=engine.governor.park_reason,

@@ -124,31 +124,86 @@ def _judge_write(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
     if not targets:
         raise HookFailure(f"{data.get('tool_name')} input names no file_path")
     for target in targets:
-        judged = _judge_target(repo, context, target, cwd)
-        if judged.code or judged.stdout:  # blocked, or denied
-            return judged
+        reason = _judge_target(repo, context, target, cwd)
+        if reason is not None:
+            shown = _relative(repo, str(target), cwd) or str(target)
+            keep_denials(repo, context, [shown], str(data.get("tool_name")), reason, environ)
+            return deny(reason)
     return HookResult(0)
 
 
-def _judge_target(repo: Repo, rules: TaskRules, target: object, cwd: str | None) -> HookResult:
+def _judge_target(repo: Repo, rules: TaskRules, target: object, cwd: str | None) -> str | None:
+    """Why the task may not write ``target``; None when it may."""
     if not isinstance(target, str):
         raise HookFailure(f"the file to write is {type(target).__name__}, not a path")
     owns = ", ".join(rules.owns)
     task_id = rules.task_id
     path = _relative(repo, target, cwd)
     if path is None:
-        return deny(
-            f"gitrun task {task_id} may write only {owns}; {target} is outside the repository"
-        )
+        return f"gitrun task {task_id} may write only {owns}; {target} is outside the repository"
     if path == ".git" or path.startswith((".git/", GITRUN_DIR + "/")) or path == GITRUN_DIR:
-        return deny(f"gitrun task {task_id} may write only {owns}; {path} belongs to git or gitrun")
+        return f"gitrun task {task_id} may write only {owns}; {path} belongs to git or gitrun"
     if rules.protects(path):
-        return deny(
-            f"gitrun task {task_id} may not write the shared file {path}; write only {owns}"
-        )
+        return f"gitrun task {task_id} may not write the shared file {path}; write only {owns}"
     if not rules.owns_path(path):
-        return deny(f"gitrun task {task_id} may write only {owns}; {path} is not among them")
-    return HookResult(0)
+        return f"gitrun task {task_id} may write only {owns}; {path} is not among them"
+    return None
+
+
+# Bytes of denied writes kept for one attempt: a worker that tries again and
+# again is told each time, and its first tries are what a person reads.
+MAX_DENIALS_BYTES = 1 << 16
+
+
+def keep_denials(
+    repo: Repo, rules: TaskRules, paths: list[str], tool: str, reason: str, environ: dict[str, str]
+) -> None:
+    """Keep writes this hook denied a task's attempt beside its log, one JSON
+    line each: when the attempt ends they go to the ledger
+    (:func:`gitrun.engine.strays.fold_denials`), so ``status`` and the report
+    name them after the run, on any clone. The attempt is the environment's
+    (a worker gitrun started) or the lease's (a lead's subagent). Best
+    effort: the write is denied whatever is kept here."""
+    import stat
+    import time
+    from pathlib import Path
+
+    from gitrun.store.local import LocalPaths
+
+    local = LocalPaths.under(Path(repo.git_dir), rules.run_id)
+    number = environ.get("GITRUN_ATTEMPT", "") if environ.get("GITRUN_TASK") else ""
+    if number.isdigit():
+        attempt = int(number)
+    else:
+        from gitrun.guard.subagents import leased_try
+
+        leased = leased_try(str(local.leases), rules.task_id)
+        if leased is None:
+            return
+        attempt = leased[0]
+    at = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+    task = rules.task_id
+    text = "".join(
+        json.dumps(
+            {"v": 1, "event": "denied", "task": task, "attempt": attempt, "path": p}
+            | {"tool": tool, "reason": reason, "at": at}
+        )
+        + "\n"
+        for p in paths
+    )
+    where = local.denials_of(task, attempt)
+    try:
+        where.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
+        fd = os.open(where, flags, 0o666)
+        try:
+            info = os.fstat(fd)
+            if stat.S_ISREG(info.st_mode) and info.st_size < MAX_DENIALS_BYTES:
+                os.write(fd, text.encode(errors="replace"))
+        finally:
+            os.close(fd)
+    except OSError:
+        return
 
 
 def _check_protected_for_subagents(
@@ -296,10 +351,11 @@ def pre_commit(environ: dict[str, str]) -> HookResult:
         return HookResult(0)
     owns = ", ".join(rules.owns)
     shown = "\n".join(f"  {p}" for p in outside)
+    why = f"commit rejected: task {rules.task_id} may write only {owns}"
+    keep_denials(repo, rules, outside, "git commit", why, environ)
     return HookResult(
         1,
-        stderr=f"gitrun: commit rejected: task {rules.task_id} may write only {owns}; these paths are "
-        f"outside its owns or protected:\n{shown}\n",
+        stderr=f"gitrun: {why}; these paths are outside its owns or protected:\n{shown}\n",
     )
 
 

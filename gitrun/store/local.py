@@ -203,6 +203,12 @@ class LocalPaths:
     def log_of(self, task: str, attempt: int) -> Path:
         return self.logs / f"{task}.{attempt}.log"
 
+    def denials_of(self, task: str, attempt: int) -> Path:
+        """The writes the write hook denied an attempt, one JSON line each, kept
+        beside its log (a confined worker's hook can write there) until its end
+        moves them to the ledger (:mod:`gitrun.engine.strays`)."""
+        return self.logs / f"{task}.{attempt}.denied.jsonl"
+
     def prune_logs(self, task: str, attempt: int) -> None:
         """Attempt ``attempt`` of ``task`` starts: the log of its attempt
         :data:`KEEP_LOGS` before goes (a task keeps its last ones; nothing

@@ -38,6 +38,7 @@ from gitrun.commands.report.timeline import (
     read_attempts,
 )
 from gitrun.engine.states import DONE, FAILED, PENDING, UP_TO_DATE
+from gitrun.engine.strays import WRITTEN, stray_writes
 from gitrun.errors import GitrunError
 from gitrun.resources import template_text
 from gitrun.store import ledger
@@ -210,7 +211,9 @@ def _summary(c: CommittedRun, attempts: list[Attempt], throttles: int) -> str:
     spawns = summary.spawns
     usable = counts[DONE]
     needless = needless_reruns(c.records)
-    violations = [r for r in c.records if r.get("event") == "violation"]
+    writes = stray_writes(c.records)
+    violations = [w for w in writes if w.kind in WRITTEN]
+    denied = [w for w in writes if w.kind not in WRITTEN]
     wall = max((a.end for a in attempts), default=0.0) - min(
         (a.start for a in attempts), default=0.0
     )
@@ -240,7 +243,13 @@ def _summary(c: CommittedRun, attempts: list[Attempt], throttles: int) -> str:
             "tasks a runner trusting exit statuses would have re-run: they wrote valid output, "
             "then exited non-zero",
         ),
-        _number("violations", f"{len(violations):,}", "ownership violations"),
+        _number(
+            "violations",
+            f"{len(violations):,}",
+            "ownership violations",
+            "writes outside every owned path, or into paths another task owns",
+        ),
+        _number("denied", f"{len(denied):,}", "writes denied", "writes the hooks stopped"),
         _number("throttles", f"{throttles:,}", "throttles", "attempts the API turned away"),
         _number(
             "lowest",
@@ -262,14 +271,11 @@ def _summary(c: CommittedRun, attempts: list[Attempt], throttles: int) -> str:
             f"<p>A runner that trusts exit statuses would have re-run {len(needless):,} tasks "
             f"needlessly: {_some(needless)} (each wrote a valid output, then exited non-zero).</p>"
         )
-    for r in violations[:LISTED]:
-        running = ", ".join(str(t) for t in r.get("tasks") or []) or "no task"
-        lines.append(
-            f'<p class="violation">Ownership violation: <code>{escape(visible(str(r.get("path"))))}</code> '
-            f"changed outside every owned path (running: {escape(running)}).</p>"
-        )
-    if len(violations) > LISTED:
-        lines.append(f"<p>... and {len(violations) - LISTED:,} more violations.</p>")
+    for label, listed in (("Ownership violation", violations), ("Write denied", denied)):
+        for w in listed[:LISTED]:
+            lines.append(f'<p class="violation">{label}: {escape(w.describe())}.</p>')
+        if len(listed) > LISTED:
+            lines.append(f"<p>... and {len(listed) - LISTED:,} more.</p>")
     if counts[PENDING] and not summary.halt:
         lines.append(
             "<p>Tasks not done are pending or running: what runs now is machine-local state, "

@@ -1,0 +1,168 @@
+"""Every write of a run's workers that went, or tried to go, where it must not, as the ledger keeps it.
+
+Four records say so, each written where the fact is found:
+
+- ``violation``: the audit saw a path change outside every owned path
+  (:mod:`gitrun.engine.audit`), with the tasks running then;
+- ``stray``: a confined attempt wrote paths its task does not own (another
+  task's output, as a rule), kept out of the work tree
+  (:func:`gitrun.engine.recovery.bring_back`);
+- ``suspect``: a task's output appeared while other tasks ran, not by an
+  attempt of its own, and was set aside at its dispatch (the driver);
+- ``denied``: the write hook (or the git pre-commit hook) denied an attempt a
+  write; the hook keeps it beside the attempt's log and :func:`fold_denials`
+  moves it to the ledger when the attempt ends.
+
+The ledger is committed with the run, so ``status``, ``status --json`` and
+the report name them after the run as during it, on any clone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gitrun.store import ledger
+from gitrun.store.jsonlines import read_lines
+from gitrun.store.local import LocalPaths
+from gitrun.visible import visible
+
+
+class Recorder(Protocol):
+    """What :func:`fold_denials` needs of the engine (:class:`gitrun.engine.states.Engine`)."""
+
+    local: LocalPaths
+    records: list[dict[str, Any]]
+
+    def write(self, writer: ledger.LedgerWriter, record: dict[str, Any]) -> None: ...
+
+
+VIOLATION = "violation"
+STRAY = "stray"
+SUSPECT = "suspect"
+DENIED = "denied"
+KINDS = (VIOLATION, STRAY, SUSPECT, DENIED)
+WRITTEN = (VIOLATION, STRAY, SUSPECT)  # writes that happened (a denied one did not)
+MAX_DENIED = 20  # distinct paths of one attempt's denied writes the ledger keeps
+
+
+@dataclass(frozen=True)
+class StrayWrite:
+    """One path written (or, ``denied``, tried) where its writer must not write."""
+
+    kind: str  # one of KINDS: the ledger event that says so
+    path: str
+    task: str | None = None  # the writer (stray, denied) or the task whose output it is (suspect)
+    attempt: int | None = None
+    tasks: Sequence[str] = ()  # the tasks running when it appeared (violation, suspect)
+    at: str = ""
+    tool: str = ""  # denied: what was asked (Write, Edit, git commit, ...)
+    reason: str = ""  # denied: what the hook answered
+    times: int = 1  # denied: how often that attempt asked
+    kept_as: int | None = None  # suspect: the attempt number its bytes were set aside under
+    aside: str | None = None  # suspect: where they are, on this machine (status finds it)
+
+    def describe(self) -> str:
+        """One sentence, the path made visible (a worker chose it)."""
+        path = visible(self.path)
+        running = ", ".join(self.tasks) or "no task"
+        who = f"{self.task} attempt {self.attempt}" if self.attempt else str(self.task)
+        if self.kind == STRAY:
+            return f"{path} written by {who}, which does not own it: kept out of the work tree"
+        if self.kind == SUSPECT:
+            where = f" in {self.aside}" if self.aside else ""
+            return (
+                f"{path}, an output of {self.task}, appeared while other tasks ran ({running}), "
+                f"not by an attempt of {self.task}: set aside{where}"
+            )
+        if self.kind == DENIED:
+            times = f", {self.times} times" if self.times > 1 else ""
+            return f"{path}: the hook denied {who} this write ({self.tool}{times}): {visible(self.reason)}"
+        return f"{path} changed outside every owned path (running: {running})"
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"event": self.kind, "path": self.path}
+        if self.task is not None:
+            data["task"] = self.task
+        if self.attempt is not None:
+            data["attempt"] = self.attempt
+        data["tasks"] = list(self.tasks)
+        data["at"] = self.at
+        if self.kind == DENIED:
+            data.update(tool=self.tool, reason=self.reason, times=self.times)
+        if self.aside:
+            data["quarantine"] = self.aside
+        return data
+
+
+def stray_writes(records: list[dict[str, Any]]) -> list[StrayWrite]:
+    """The stray and denied writes among a ledger's records, in order."""
+    found: list[StrayWrite] = []
+    for r in records:
+        kind = r.get("event")
+        if kind not in KINDS:
+            continue
+        task = r.get("task") if isinstance(r.get("task"), str) else None
+        number = r.get("attempt") if type(r.get("attempt")) is int else None
+        tasks = [str(t) for t in r.get("tasks") or [] if isinstance(t, str)]
+        at = str(r.get("at") or "")
+        paths = r.get("paths") if kind in (STRAY, SUSPECT) else [r.get("path")]
+        for path in paths if isinstance(paths, list) else []:
+            if not isinstance(path, str):
+                continue
+            times, kept_as = r.get("times"), r.get("aside")
+            found.append(
+                StrayWrite(
+                    str(kind),
+                    path,
+                    task,
+                    number,
+                    tasks,
+                    at,
+                    tool=str(r.get("tool") or ""),
+                    reason=str(r.get("reason") or ""),
+                    times=times if type(times) is int and times > 0 else 1,
+                    kept_as=kept_as if type(kept_as) is int else None,
+                )
+            )
+    return found
+
+
+def fold_denials(engine: Recorder, writer: ledger.LedgerWriter, task: str, attempt: int) -> None:
+    """Move the writes the hooks denied an ended attempt of ``task`` from beside
+    its log to the ledger: one ``denied`` record a path (the first
+    :data:`MAX_DENIED` paths), each once, however often the driver that does
+    it is killed before it removes the file."""
+    where = engine.local.denials_of(task, attempt)
+    kept = read_lines(where)
+    if not kept:
+        return
+    known = {
+        (w.task, w.attempt, w.path)
+        for w in stray_writes(engine.records)
+        if w.kind == DENIED and w.task == task
+    }
+    asked: dict[str, list[dict[str, Any]]] = {}
+    for line in kept:
+        if isinstance(line.get("path"), str):
+            asked.setdefault(line["path"], []).append(line)
+    for path, lines in list(asked.items())[:MAX_DENIED]:
+        if (task, attempt, path) in known:
+            continue
+        first = lines[0]
+        record = {
+            "event": DENIED,
+            "task": task,
+            "attempt": attempt,
+            "path": path,
+            "tool": str(first.get("tool") or ""),
+            "reason": str(first.get("reason") or ""),
+            "times": len(lines),
+            "at": str(first.get("at") or ledger.iso(0)),
+        }
+        engine.write(writer, record)
+    with contextlib.suppress(OSError):
+        os.unlink(where)
