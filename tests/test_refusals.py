@@ -136,24 +136,8 @@ def test_a_driver_killed_while_parked_leaves_the_park_to_the_next(git_repo: Path
     driver.wait()
     [park] = [r for r in ledger_records(git_repo) if r.get("event") == "park"]
     until = dt.datetime.fromisoformat(str(park["until"])).timestamp()
-    status = subprocess.run(
-        [sys.executable, "-m", "gitrun", "status", "r"],
-        cwd=git_repo,
-        capture_output=True,
-        text=True,
-    )
-    assert "parked until " in status.stdout and "(usage limit of sh)" in status.stdout
-    assert (
-        json.loads(
-            subprocess.run(
-                [sys.executable, "-m", "gitrun", "status", "r", "--json"],
-                cwd=git_repo,
-                capture_output=True,
-                text=True,
-            ).stdout
-        )["parked"]["reason"]
-        == "usage limit of sh"
-    )
+    # What status says of it is the hour-long park's test below: this one's
+    # 6 s may be over before a loaded machine starts a status.
     outcome = resume_run(git_repo, "r", quiet)
     assert outcome.exit_code == 0 and outcome.status.counts()["done"] == 4
     assert time.time() >= until
@@ -239,6 +223,7 @@ def test_a_park_moves_with_the_branch_to_a_fresh_clone(git_repo: Path, tmp_path:
     git(tmp_path, "clone", "-q", str(remote), str(clone))
     (clone / ".git/reset-at").write_text((git_repo / ".git/reset-at").read_text())
     (clone / ".git/refused").touch()  # (the worker's own memory of its one refusal)
+    began = time.time()
     resumed = subprocess.run(
         [sys.executable, "-m", "gitrun", "resume", "r"],
         cwd=clone,
@@ -247,7 +232,8 @@ def test_a_park_moves_with_the_branch_to_a_fresh_clone(git_repo: Path, tmp_path:
         timeout=120,
     )
     assert resumed.returncode == 0, resumed.stderr
-    assert "parked until " in resumed.stderr, resumed.stderr
+    # (a loaded machine may reach the resume after the reset: then nothing is left to wait)
+    assert began >= until or "parked until " in resumed.stderr, resumed.stderr
     assert time.time() >= until
     refused_at = dt.datetime.fromisoformat(str(park["at"])).timestamp()
     assert not [t for t, at in _starts(clone) if refused_at < at < until]
