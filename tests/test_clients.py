@@ -17,7 +17,8 @@ import pytest
 
 from gitrun.commands.session import start_run
 from gitrun.engine import governor
-from gitrun.workers.clients import CLIENT_SIGNS, UnreachableWatch, client_signs
+from gitrun.workers.clients import UnreachableWatch
+from gitrun.workers.presets import PRESETS, client_signs
 from tests.helpers import ledger_records, write_run
 
 quiet = lambda _line: None  # noqa: E731
@@ -94,7 +95,9 @@ def test_gemini_fetch_failures_with_their_stack_traces_count_in_a_row() -> None:
 def test_signs_belong_to_the_program_not_to_the_preset() -> None:
     assert client_signs(["my-agent", "codex"]) is None
     assert client_signs([]) is None
-    assert client_signs(["/usr/local/bin/gemini"]) == ("gemini", CLIENT_SIGNS["gemini"])
+    gemini = PRESETS["gemini"].signs
+    assert gemini is not None
+    assert client_signs(["/usr/local/bin/gemini"]) == ("gemini", gemini)
 
 
 # -- through a real run ------------------------------------------------------------------

@@ -19,8 +19,8 @@ from gitrun.workers.clientusage import (
     CodexReader,
     GeminiReader,
     read_usage_file,
-    usage_reader,
 )
+from gitrun.workers.presets import usage_reader
 
 # claude -p --output-format json (Claude Code 2.1.332), one line, after a line on stderr.
 CLAUDE = (

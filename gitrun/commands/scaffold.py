@@ -28,8 +28,8 @@ from gitrun.errors import GitrunError, UsageError
 from gitrun.ownership.patterns import escape
 from gitrun.resources import template_text
 from gitrun.store.tomlfile import write_atomic, write_toml
-from gitrun.workers.clients import DEFAULT_MODELS
 from gitrun.workers.executor import literal_models, template_problems, uses_model
+from gitrun.workers.presets import DEFAULT, LEAD, PRESETS
 
 OUTPUT_PLACEHOLDERS = ("task", "stem", "name", "n")
 # The shell preset's script in a new packet: a stand-in to replace.
@@ -107,9 +107,10 @@ def new_run(
             "--preset picks the CLI gitrun launches, which an external run does not; drop "
             "--preset or use --executor command"
         )
-    preset = preset or "claude"
-    if preset not in DEFAULT_MODELS:
-        raise UsageError(f"--preset must be one of {', '.join(DEFAULT_MODELS)}, not {preset!r}")
+    record = PRESETS.get(preset or DEFAULT.name)
+    if record is None:
+        raise UsageError(f"--preset must be one of {', '.join(PRESETS)}, not {preset!r}")
+    preset = record.name
     run_dir = repo / RUNS_DIR / run_id
     if run_dir.exists():
         raise GitrunError(
@@ -133,11 +134,11 @@ def new_run(
         )
     else:
         executor_block = f'kind = "command"\npreset = {_toml_value(preset)}'
-        executor_block += " " * (17 - len(preset)) + "# claude, codex, gemini, aider or shell"
-        if preset == "shell":
+        executor_block += " " * (17 - len(preset)) + f"# {_or(list(PRESETS))}"
+        if record.script:
             executor_block += f"\nshell = {_toml_value(SHELL_SAMPLE)}"
     if model is None and command is None:
-        model = DEFAULT_MODELS["claude" if executor == "external" else preset]
+        model = (LEAD if executor == "external" else record).default_model
     if model is None:  # a script: it names its model itself, if it takes one
         model_line = '# default = "..."      # if your script takes one, as "$GITRUN_MODEL"'
     else:
@@ -186,6 +187,11 @@ def new_run(
     return Created(
         created, count, message, ready=command is not None or rules_text != DEFAULT_RULES
     )
+
+
+def _or(names: list[str]) -> str:
+    """``a, b or c``."""
+    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
 def _check_command(

@@ -28,6 +28,7 @@ from gitrun.errors import GitrunError
 from gitrun.guard.install import LOCAL_SETTINGS, stale_sandbox
 from gitrun.guard.sandbox import missing_sandbox_tools
 from gitrun.problem import Problem
+from gitrun.workers.presets import find_preset
 
 # The hook events of Claude Code 2.1.332.
 HOOK_EVENTS = frozenset(
@@ -101,9 +102,13 @@ _IS: dict[str, Callable[[Any], bool]] = {
 
 
 def uses_claude(run: RunDef) -> bool:
-    """A claude worker or an external run's lead: where ``[executor] bash`` applies."""
+    """A claude worker (a preset that runs gitrun's hooks) or an external
+    run's lead: where ``[executor] bash`` applies."""
     executor = run.packet.executor
-    return executor.kind == "external" or (executor.command is None and executor.preset == "claude")
+    if executor.kind == "external":
+        return True
+    record = find_preset(executor.preset)
+    return executor.command is None and record is not None and record.hooks is not None
 
 
 def client_problems(run: RunDef) -> list[Problem]:

@@ -54,19 +54,13 @@ from gitrun.processes.proc import clean_env
 from gitrun.store.regular import read_regular
 from gitrun.store.tomlfile import write_atomic
 from gitrun.visible import visible
-from gitrun.workers.executor import PRESETS, SHELL_PRESET, command_template
+from gitrun.workers.executor import command_template
+from gitrun.workers.presets import find_preset
 from gitrun.workers.workerfiles import resolve
 
 VERSION_TIMEOUT = 30.0  # seconds; a node CLI's --version takes about half of one
 CACHE_NAME = ".programs.json"  # beside the runs' folders; no run id starts with a dot
 MAX_CACHE_BYTES = 1 << 20
-# How each preset's CLI installs, for the problem that finds it missing.
-INSTALL = {
-    "claude": "npm install -g @anthropic-ai/claude-code",
-    "codex": "npm install -g @openai/codex",
-    "gemini": "npm install -g @google/gemini-cli",
-    "aider": "python -m pip install aider-chat",
-}
 
 
 @dataclass(frozen=True)
@@ -88,7 +82,8 @@ def program_check(run: RunDef, path: str | None = None) -> ProgramCheck:
     name = template[0]
     if path is None:
         path = executor.env.get("PATH", os.environ.get("PATH", os.defpath))
-    script_starts = _script_program(executor.shell) if executor.preset == SHELL_PRESET else None
+    record = find_preset(executor.preset)
+    script_starts = _script_program(executor.shell) if record and record.script else None
     if executor.command is None and script_starts is not None:
         found, why = resolve(run.repo, script_starts, path)
         if found is None:
@@ -99,10 +94,10 @@ def program_check(run: RunDef, path: str | None = None) -> ProgramCheck:
             return ProgramCheck([Problem("program", text)])
     found, why = resolve(run.repo, name, path)
     if found is None:
-        preset = executor.preset if executor.command is None else None
+        install = record.install if record is not None and executor.command is None else ""
         fix = (
-            f"install it ({INSTALL[preset]})"
-            if preset in INSTALL
+            f"install it ({install})"
+            if install
             else "install it, or name it by its path in [executor] command"
         )
         return ProgramCheck(
@@ -113,9 +108,9 @@ def program_check(run: RunDef, path: str | None = None) -> ProgramCheck:
                 )
             ]
         )
-    if executor.command is not None or executor.preset not in PRESETS:
+    if executor.command is not None or record is None or not record.version:
         return ProgramCheck([])
-    version, problem = cli_version(run.repo, found)
+    version, problem = cli_version(run.repo, found, record.version)
     if problem:
         return ProgramCheck(
             [Problem("program", f"{run.packet_path}: [executor] {problem}; reinstall it")]
@@ -195,17 +190,18 @@ def _script_program(script: str | None) -> str | None:
     return words[0]
 
 
-def cli_version(repo: Path, program: str) -> tuple[str, str]:
-    """The first line ``program --version`` prints, or "" and a clause
-    saying why there is none; a binary's answer is read once."""
+def cli_version(repo: Path, program: str, ask: tuple[str, ...]) -> tuple[str, str]:
+    """The first line ``program`` prints when asked ``ask`` (its preset's
+    proof: ``--version``), or "" and a clause saying why there is none; a
+    binary's answer is read once."""
     key, cache_path = _key(program), _cache_path(repo)
     cache = _read_cache(cache_path)
     if key is not None and isinstance(cache.get(key), str):
         return str(cache[key]), ""
-    shown = os.path.basename(program)
+    shown = " ".join([os.path.basename(program), *ask])
     try:
         proc = subprocess.run(
-            [program, "--version"],
+            [program, *ask],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=VERSION_TIMEOUT,
@@ -213,9 +209,9 @@ def cli_version(repo: Path, program: str) -> tuple[str, str]:
             cwd=repo,
         )
     except subprocess.TimeoutExpired:
-        return "", f"`{shown} --version` did not answer within {VERSION_TIMEOUT:g} s"
+        return "", f"`{shown}` did not answer within {VERSION_TIMEOUT:g} s"
     except OSError as exc:
-        return "", f"`{shown} --version` cannot start ({exc.strerror or exc})"
+        return "", f"`{shown}` cannot start ({exc.strerror or exc})"
     said = [
         visible(line.strip()[:200])
         for line in (proc.stdout + proc.stderr).decode(errors="replace").splitlines()
@@ -223,7 +219,7 @@ def cli_version(repo: Path, program: str) -> tuple[str, str]:
     ]
     if proc.returncode != 0:
         last = f": {said[-1]}" if said else ""
-        return "", f"`{shown} --version` exited {proc.returncode}{last}"
+        return "", f"`{shown}` exited {proc.returncode}{last}"
     version = said[0] if said else "(no version printed)"
     if key is not None:
         cache[key] = version

@@ -31,8 +31,9 @@ from gitrun.processes.spawn import Process, Spawner, has_exited
 from gitrun.store.records import warn_stderr
 from gitrun.store.usage import Usage
 from gitrun.visible import visible
-from gitrun.workers.clients import ClientSigns, UnreachableWatch, client_signs, exit_fault
-from gitrun.workers.clientusage import USAGE_ENV, attempt_usage, usage_reader
+from gitrun.workers.clients import ClientSigns, UnreachableWatch, exit_fault
+from gitrun.workers.clientusage import USAGE_ENV, attempt_usage
+from gitrun.workers.presets import client_signs, usage_reader
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

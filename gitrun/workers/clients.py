@@ -1,8 +1,7 @@
-"""What gitrun knows of the agent CLIs its presets run, beyond their argv.
+"""How an agent CLI says that its environment, not its task, is at fault.
 
-Each client has a model family (what ``gitrun new --preset NAME`` writes as
-the packet's default model) and its own ways of saying that the environment,
-not the task, is at fault: exit codes that mean the same for every task
+Each client has its own ways (its :class:`ClientSigns`, in its record in
+:mod:`gitrun.workers.presets`): exit codes that mean the same for every task
 (gemini exits 41 when it cannot authenticate), and a line it keeps printing
 while it cannot reach its model (codex loops "Reconnecting... waiting for
 network" forever; aider and gemini retry a refused connection for a minute).
@@ -10,31 +9,18 @@ An attempt that shows either is an environment fault at once: the run halts
 instead of spending the next attempts on the same wall.
 
 The signs belong to the program, not to the preset: a ``command`` that runs
-``codex`` directly is judged the same way. They were read from the clients'
-sources and observed against a refused connection with the versions in
-the compatibility table of docs/agent-clients.md.
+``codex`` directly is judged the same way
+(:func:`gitrun.workers.presets.client_signs`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import PurePath
 
 from gitrun.visible import visible
 from gitrun.workers.shells import shell_refusal
-
-# The packet's default model for each preset (`gitrun new --preset NAME`):
-# an alias or a name the client accepts with its usual credentials; a shell
-# script gets none unless its author sets one (it reads "$GITRUN_MODEL").
-DEFAULT_MODELS: dict[str, str | None] = {
-    "claude": "sonnet",  # Claude Code's alias
-    "codex": "gpt-6.2-sol",  # what codex 0.171 picks when given none
-    "gemini": "gemini-2.5-pro",  # gemini-cli 0.61's DEFAULT_GEMINI_MODEL
-    "aider": "sonnet",  # aider's alias for its Claude Sonnet default
-    "shell": None,
-}
 
 _RETRY = "then `gitrun retry` and `gitrun resume`"
 
@@ -71,43 +57,6 @@ class ClientSigns:
         )
 
 
-_NETWORK_FIX = "check the network and the client's API base URL and key"
-
-CLIENT_SIGNS: dict[str, ClientSigns] = {
-    "gemini": ClientSigns(
-        exits={
-            41: "an authentication error; set GEMINI_API_KEY (or the auth type in "
-            "~/.gemini/settings.json)",
-            52: "a configuration error; fix gemini's settings.json",
-            55: "because the folder is not trusted; pass --skip-trust (the gemini preset does)",
-        },
-        # "Attempt 2 failed. Retrying with backoff... Error: exception TypeError:
-        # fetch failed sending request", then a stack trace of ten lines.
-        unreachable=r"\bfetch failed\b",
-        reports=2,
-        window=12,
-        fix=_NETWORK_FIX,
-    ),
-    "codex": ClientSigns(
-        # "ERROR: Reconnecting... waiting for network" at 3 s, 11 s, 24 s, ...,
-        # forever; a numbered "Reconnecting... 2/5" ends by itself.
-        unreachable=r"Reconnecting\.\.\. waiting for network",
-        reports=2,
-        window=2,
-        fix=_NETWORK_FIX,
-    ),
-    "aider": ClientSigns(
-        # "litellm.InternalServerError: ... OpenAIException - Connection error.",
-        # wrapped at 80 columns, "The API provider's servers are down or
-        # overloaded." (not a rate limit) and "Retrying in 0.5 seconds...".
-        unreachable=r"\bConnection\s+(?:error|refused)|APIConnectionError",
-        reports=3,
-        window=12,
-        fix=_NETWORK_FIX,
-    ),
-}
-
-
 def exit_fault(client: tuple[str, ClientSigns] | None, status: int, output: str) -> str | None:
     """Why an attempt that exited ``status`` after saying ``output`` failed
     for its environment, not its task, else None: its client's exit status
@@ -119,15 +68,6 @@ def exit_fault(client: tuple[str, ClientSigns] | None, status: int, output: str)
             return said
     refusal = shell_refusal(status, output)
     return f"{refusal.sentence}, {_RETRY}" if refusal is not None else None
-
-
-def client_signs(argv: Sequence[str]) -> tuple[str, ClientSigns] | None:
-    """The client an argv runs and its signs, when gitrun knows them."""
-    if not argv:
-        return None
-    program = PurePath(argv[0]).name
-    signs = CLIENT_SIGNS.get(program)
-    return (program, signs) if signs is not None else None
 
 
 class UnreachableWatch:

@@ -5,7 +5,8 @@ worker has ended, gives its :class:`~gitrun.store.usage.Usage` (None when the
 client reported nothing: the cost is unknown, not zero) and, for a client
 whose output is JSON, the readable text that stands for the attempt's log
 tail. Like :mod:`gitrun.workers.clients`, the reader belongs to the program, not to
-the preset: a ``command`` that runs ``claude`` directly is read the same way.
+the preset: a ``command`` that runs ``claude`` directly is read the same way
+(each client's record in :mod:`gitrun.workers.presets` names its reader).
 
 - ``claude -p --output-format json`` prints one object when it ends:
   ``result`` (the final text: the tail), ``is_error``, ``subtype``,
@@ -33,7 +34,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Any
 
 from gitrun.store.usage import KINDS, Usage, is_dollars, is_token_count
@@ -346,23 +347,8 @@ class AiderReader(UsageReader):
         return Report(replace(self.usage, cost_usd=self.session if priced else None), None)
 
 
-READERS: dict[str, type[UsageReader]] = {
-    "claude": ClaudeReader,
-    "codex": CodexReader,
-    "gemini": GeminiReader,
-    "aider": AiderReader,
-}
-
-
-def usage_reader(argv: Sequence[str]) -> UsageReader | None:
-    """The reader of the client an argv runs, when gitrun knows how it reports usage."""
-    if not argv:
-        return None
-    reader = READERS.get(PurePath(argv[0]).name)
-    return reader(_asked_model(argv)) if reader is not None else None
-
-
-def _asked_model(argv: Sequence[str]) -> str | None:
+def asked_model(argv: Sequence[str]) -> str | None:
+    """The model an argv asks its client for (``--model M``, ``-m M``, ``--model=M``)."""
     for i, arg in enumerate(argv[1:], 1):
         if arg in ("--model", "-m") and i + 1 < len(argv) and argv[i + 1]:
             return argv[i + 1]

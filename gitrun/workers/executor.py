@@ -23,6 +23,7 @@ from pathlib import Path
 from gitrun.definition.schema import Executor
 from gitrun.errors import GitrunError
 from gitrun.workers.interpreters import code_slots
+from gitrun.workers.presets import DEFAULT, PRESETS, SHELL_PRESET, client_of, find_preset
 
 PLACEHOLDERS = (
     "pointer", "task", "run", "model", "packet", "attempt", "outputs", "inputs", "stage",
@@ -42,44 +43,6 @@ _PLACEHOLDER = re.compile(
 _OPTION_THEN_PLACEHOLDER = re.compile(r"(-[^=\s]+)=(" + _PLACEHOLDER.pattern + ")")
 # What a user meant as a placeholder: a whole argument in braces naming a word.
 _LOOKS_LIKE = re.compile(r"\{([A-Za-z_][\w-]*)(?::([^{}]*))?\}")
-
-# Each preset's exact argv; docs/definition.md documents them. The packet may replace
-# any of them with its own `command`. Each flag is one the real client needs to run
-# unattended; docs/agent-clients.md says why.
-# The JSON output formats carry each client's own usage report, which the
-# ledger keeps per attempt (gitrun.workers.clientusage).
-PRESETS: dict[str, list[str]] = {
-    "claude": [
-        "claude", "-p", "{pointer}", "--model", "{model}",
-        "--permission-mode", "acceptEdits", "--output-format", "json",
-    ],
-    # --ephemeral: no saved session per task.
-    "codex": [
-        "codex", "exec", "--model", "{model}", "--sandbox", "workspace-write", "--ephemeral",
-        "--json", "{pointer}",
-    ],
-    # --skip-trust: a fresh folder is untrusted, which downgrades yolo to
-    # default approvals (or exits 55).
-    "gemini": [
-        "gemini", "--model", "{model}", "--skip-trust", "--approval-mode", "yolo",
-        "--output-format", "json", "--prompt", "{pointer}",
-    ],
-    # --no-git: aider `git add`s what it creates even with --no-auto-commits,
-    # leaving outputs staged in the user's index. The history, gitignore and
-    # repo-map flags keep it from writing .aider* files and .gitignore; the
-    # update, URL, release-notes and model-warning flags keep it from
-    # installing things or waiting on a browser; --read hands it the packet
-    # and every input read-only (it has no tool to open files itself).
-    "aider": [
-        "aider", "--model", "{model}", "--no-git", "--no-gitignore", "--no-auto-commits",
-        "--yes-always", "--chat-history-file", "/dev/null", "--input-history-file", "/dev/null",
-        "--map-tokens", "0", "--no-check-update", "--no-detect-urls", "--no-show-release-notes",
-        "--no-show-model-warnings", "--no-analytics", "--no-pretty", "--no-stream",
-        "--no-fancy-input", "--no-suggest-shell-commands", "--read", "{packet}",
-        "{inputs:--read}", "--message", "{pointer}",
-    ],
-}  # fmt: skip
-SHELL_PRESET = "shell"
 
 # Versioned model names, found anywhere in an argument (also inside `sh -c` scripts).
 _MODEL_NAME = re.compile(
@@ -105,38 +68,39 @@ def command_template(executor: Executor, confined: bool = False) -> list[str] | 
     ``confined``: its attempts run under gitrun's sandbox.
 
     `command` replaces the preset entirely; `args` are appended either way.
-    The claude preset also gets gitrun's write-time hooks through
-    `--settings`, so ownership is enforced while the agent writes.
+    A preset whose client runs gitrun's write-time hooks (claude) gets them
+    through its settings, so ownership is enforced while the agent writes.
     """
+    record = find_preset(executor.preset)
     if executor.command is not None:
         base = list(executor.command)
-    elif executor.preset == SHELL_PRESET:
+    elif record is None:
+        return None
+    elif record.script:
         if not executor.shell:
             return None
-        base = ["sh", "-c", executor.shell]
-    elif executor.preset in PRESETS:
-        base = list(PRESETS[executor.preset]) + preset_extras(executor)
-        if executor.preset == "codex" and confined:
-            # codex's own sandbox cannot nest in gitrun's: it makes mount points
-            # (.agents, .codex) in the repository, which is read-only there.
-            # gitrun's bubblewrap alone holds its writes to the task's paths.
-            base[base.index("workspace-write")] = "danger-full-access"
+        base = [*record.argv, executor.shell]
     else:
-        return None
+        base = list(record.argv) + preset_extras(executor)
+        for old, new in record.when_confined if confined else ():
+            # its own sandbox cannot nest in gitrun's (see Preset.when_confined)
+            base[base.index(old)] = new
     return base + list(executor.args)
 
 
 def preset_extras(executor: Executor) -> list[str]:
-    """What gitrun adds to a preset's argv: for claude, its hooks through
-    ``--settings`` and, by ``[executor] bash``, the Bash sandbox with the
-    repository read-only (filled in per attempt: it names the repository),
-    or no Bash at all."""
-    if executor.preset != "claude":
+    """What gitrun adds to a preset's argv: for a client that runs gitrun's
+    hooks (claude), the hooks through its settings flag and, by
+    ``[executor] bash``, the Bash sandbox with the repository read-only
+    (filled in per attempt: it names the repository), or no Bash at all."""
+    record = find_preset(executor.preset)
+    hooks = record.hooks if record is not None else None
+    if hooks is None:
         return []
     if executor.bash == "sandbox":
-        return ["--settings", "{" + CLAUDE_SETTINGS + "}"]
-    extras = ["--settings", claude_settings()]
-    return extras + (["--disallowedTools", "Bash"] if executor.bash == "deny" else [])
+        return [hooks.settings, "{" + CLAUDE_SETTINGS + "}"]
+    extras = [hooks.settings, claude_settings()]
+    return extras + (list(hooks.deny_bash) if executor.bash == "deny" else [])
 
 
 def claude_settings(repo: Path | None = None) -> str:
@@ -159,17 +123,19 @@ def nested_sandbox_problem(argv: list[str]) -> str | None:
     bubblewrap cannot make its mount points in the repository, read-only
     there, and its worker writes nothing (command_template switches the
     preset's flag for this reason); None for any other command."""
-    if not argv or Path(argv[0]).name != "codex":
+    client = client_of(argv)
+    if client is None or not client.when_confined:
         return None
     said = next((w for n in range(len(argv)) if (w := _workspace_write(argv, n))), None)
     if said is None:
         return None
+    name = client.name
     return (
-        f"[executor] command runs codex with `{said}` inside gitrun's sandbox, where codex's "
+        f"[executor] command runs {name} with `{said}` inside gitrun's sandbox, where {name}'s "
         "own sandbox cannot make its mount points in the read-only repository (its workers "
-        "would write nothing); pass `--sandbox danger-full-access` instead, as the codex preset "
-        "does there (gitrun's sandbox still holds each attempt to its task's paths), use "
-        'preset = "codex", or set [executor] isolation = "none"'
+        "would write nothing); pass `--sandbox danger-full-access` instead, as the "
+        f"{name} preset does there (gitrun's sandbox still holds each attempt to its task's "
+        f'paths), use preset = "{name}", or set [executor] isolation = "none"'
     )
 
 
@@ -195,13 +161,13 @@ def executor_problems(executor: Executor) -> list[str]:
         return []
     if executor.command is None and executor.preset is None:
         return [
-            '[executor] has neither `preset` nor `command`; set preset = "claude" (or codex, '
-            'gemini, aider, shell) or command = ["program", "{pointer}", ...]'
+            f'[executor] has neither `preset` nor `command`; set preset = "{DEFAULT.name}" '
+            f"(or {', '.join(n for n in PRESETS if n != DEFAULT.name)}) or "
+            'command = ["program", "{pointer}", ...]'
         ]
-    if executor.command is None and executor.preset not in (*PRESETS, SHELL_PRESET):
+    if executor.command is None and executor.preset not in PRESETS:
         return [
-            f"[executor] preset {executor.preset!r} is unknown; use one of "
-            f"{', '.join([*PRESETS, SHELL_PRESET])}"
+            f"[executor] preset {executor.preset!r} is unknown; use one of {', '.join(PRESETS)}"
         ]
     if executor.command is None and executor.preset == SHELL_PRESET and not executor.shell:
         return ['[executor] preset "shell" needs `shell = "the command line to run"`']
@@ -221,7 +187,8 @@ def _field_namer(executor: Executor) -> Callable[[int], str]:
             if index == 2:
                 return "shell"
             return f"args[{index - 3}]" if index > 2 else f"argument {index} of the preset"
-        base = len(PRESETS.get(executor.preset or "", [])) + len(preset_extras(executor))
+        record = find_preset(executor.preset)
+        base = len(record.argv if record is not None else ()) + len(preset_extras(executor))
         if executor.command is not None:
             base = own
         if index >= base:

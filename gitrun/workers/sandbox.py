@@ -67,6 +67,7 @@ from gitrun.definition.schema import Task
 from gitrun.ownership.patterns import Pattern, PatternError, literal_path, matches, parse
 from gitrun.processes.proc import clean_env
 from gitrun.workers.executor import command_template
+from gitrun.workers.presets import find_preset
 from gitrun.workers.scratch import KIND as SCRATCH
 from gitrun.workers.scratch import Scratch
 
@@ -522,12 +523,14 @@ def isolation_of(run: RunDef, env: dict[str, str] | None = None) -> Isolation:
         return Isolation()
     template = command_template(executor)
     srun = template is not None and bool(template) and os.path.basename(template[0]) == "srun"
+    record = find_preset(executor.preset)
+    hooked = record is not None and record.hooks is not None
     if executor.isolation == "scratch":
-        if executor.preset == "claude" and executor.command is None:
+        if hooked and executor.command is None:
             return Isolation(
-                problem='[executor] isolation = "scratch" cannot run the claude preset: its '
-                "write hooks read the repository, which a scratch directory is not (every "
-                'write would be refused); leave isolation = "auto"'
+                problem=f'[executor] isolation = "scratch" cannot run the {executor.preset} '
+                "preset: its write hooks read the repository, which a scratch directory is not "
+                '(every write would be refused); leave isolation = "auto"'
             )
         if srun:
             return Isolation(
@@ -538,23 +541,17 @@ def isolation_of(run: RunDef, env: dict[str, str] | None = None) -> Isolation:
         said = "each attempt runs in a scratch directory of its own; only its outputs come back"
         return Isolation(SCRATCH, said)
     auto = executor.isolation == "auto"
-    if executor.preset == "claude":  # its own sandbox and gitrun's hooks hold it to its paths
+    if hooked:  # its own sandbox and gitrun's hooks hold it to its paths
         if auto:
             return Isolation()
         return Isolation(
-            problem='[executor] isolation = "sandbox" cannot confine the claude preset yet (its '
-            "write hooks keep records in the git directory, which the sandbox makes read-only); "
-            'leave isolation = "auto": its own sandbox ([executor] bash = "sandbox") and '
-            "gitrun's hooks hold it to its paths",
+            problem=f'[executor] isolation = "sandbox" cannot confine the {executor.preset} '
+            "preset yet (its write hooks keep records in the git directory, which the sandbox "
+            'makes read-only); leave isolation = "auto": its own sandbox ([executor] bash = '
+            '"sandbox") and gitrun\'s hooks hold it to its paths',
         )
-    if auto and executor.preset == "codex" and executor.command is None:
-        # Its own sandbox cannot run inside gitrun's (see command_template):
-        # confined by gitrun, its commands would get the network it keeps from them.
-        return Isolation(
-            said="workers are not confined by gitrun: codex's own sandbox holds them "
-            '(isolation = "sandbox" confines codex by gitrun\'s alone, which cannot keep the '
-            "network from its commands)",
-        )
+    if auto and record is not None and record.own_sandbox and executor.command is None:
+        return Isolation(said=record.own_sandbox)
     if auto and srun:
         return Isolation(said="workers are not confined: srun runs each attempt on a Slurm node")
     why = probe(env) or _unconfinable(run)

@@ -42,8 +42,9 @@ from gitrun.store.usage import Usage
 from gitrun.visible import visible
 from gitrun.workers import carry
 from gitrun.workers.attempt import AttemptEnd, usage_file
-from gitrun.workers.clients import UnreachableWatch, client_signs, exit_fault
-from gitrun.workers.clientusage import MAX_FILE, USAGE_ENV, attempt_usage, usage_reader
+from gitrun.workers.clients import UnreachableWatch, exit_fault
+from gitrun.workers.clientusage import MAX_FILE, USAGE_ENV, attempt_usage
+from gitrun.workers.presets import client_signs, find_preset, usage_reader
 from gitrun.workers.ray import node as raynode
 from gitrun.workers.scratch import AttemptFiles
 
@@ -90,12 +91,14 @@ def ray_problems(run: RunDef) -> list[Problem]:
                 f"here; install it with `{INSTALL}` (or choose another executor kind)",
             )
         )
-    if not executor.shared_fs and executor.command is None and executor.preset == "claude":
+    record = find_preset(executor.preset)
+    hooked = record is not None and record.hooks is not None
+    if not executor.shared_fs and executor.command is None and hooked:
         out.append(
             Problem(
                 "executor",
-                f'{run.packet_path}: [executor] preset "claude" enforces ownership with hooks '
-                "that read the repository, which a Ray node's scratch directory is not (every "
+                f'{run.packet_path}: [executor] preset "{executor.preset}" enforces ownership '
+                "with hooks that read the repository, which a Ray node's scratch directory is not (every "
                 "write would be refused); set shared_fs = true with the repository at the same "
                 "path on every node, or give a `command`",
             )
