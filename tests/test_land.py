@@ -161,7 +161,9 @@ def test_outputs_with_glob_characters_are_literal_paths(git_repo: Path) -> None:
         {"id": "t1", "outputs": ["out/[a].json"], "owns": ["out/\\[a\\].json"]},
         {"id": "t2", "outputs": ["out/a.json"]},
     ]
-    script = "for p in $GITRUN_OUTPUTS; do echo '{}' > \"$p\"; done"
+    # set -f: split the list, never glob it (out/[a].json would match t2's
+    # out/a.json, which t1's sandbox shows as a read-only placeholder)
+    script = "set -f; for p in $GITRUN_OUTPUTS; do echo '{}' > \"$p\"; done"
     write_run(git_repo, "g", tasks, {"executor": {"command": ["sh", "-c", script]}})
     outcome = start_run(git_repo, "g", quiet)
     assert outcome.exit_code == 0, outcome.status.to_json()
