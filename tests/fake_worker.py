@@ -63,6 +63,11 @@ def main() -> int:
     if mode in ("hang", "denied_then_hang"):
         print("working on it...", flush=True)
         time.sleep(3600)
+    gate = spec.get("gate")
+    if isinstance(gate, str) and task in spec.get("gated", []):
+        deadline = time.monotonic() + 120  # the test opens it; never wait forever
+        while not Path(gate).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
     delay = spec.get("sleep", 0)
     if isinstance(delay, list):
         delay = random.uniform(*delay)
