@@ -63,6 +63,16 @@ def main() -> int:
     if mode in ("hang", "denied_then_hang"):
         print("working on it...", flush=True)
         time.sleep(3600)
+    meet = spec.get("meet")  # {"dir": ..., "count": N}: wait (bounded) until N workers run
+    here = None
+    if isinstance(meet, dict):
+        here = Path(meet["dir"]) / f"{task}.{attempt}"
+        here.touch()
+        deadline = time.monotonic() + 30
+        while len(list(here.parent.iterdir())) < int(meet["count"]):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
     gate = spec.get("gate")
     if isinstance(gate, str) and task in spec.get("gated", []):
         deadline = time.monotonic() + 120  # the test opens it; never wait forever
@@ -93,6 +103,8 @@ def main() -> int:
     for path in outputs:
         write_whole(path, valid)
     _log(spec, "wrote")
+    if here is not None:
+        here.unlink()
     if mode == "stray":
         stray = str(spec.get("stray_path", "stray/{task}.txt")).format(task=task)
         write_whole(stray, "not mine to write")

@@ -115,7 +115,13 @@ def test_stages_run_in_order(git_repo: Path, tmp_path: Path) -> None:
 
 
 def test_concurrency_is_capped(git_repo: Path, tmp_path: Path) -> None:
-    spec = {"spawn_log": str(tmp_path / "spawns.log"), "sleep": 0.2}
+    """Three workers wait for each other (however slowly a loaded machine
+    starts them), so the cap is reached; a fourth never joins them."""
+    (tmp_path / "meet").mkdir()
+    spec = {
+        "spawn_log": str(tmp_path / "spawns.log"),
+        "meet": {"dir": str(tmp_path / "meet"), "count": 3},
+    }
     spec_path = fake_worker_run(git_repo, "r", 9, spec, {"limits": {"concurrency": 3}})
     assert start_run(git_repo, "r", quiet).exit_code == 0
     events = sorted((at, e) for _, _, e, at in spawn_events(spec_path))
