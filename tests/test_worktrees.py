@@ -108,14 +108,20 @@ def test_a_driver_in_a_linked_work_tree_locks_out_resume_in_the_main_one(git_rep
 def test_no_task_is_committed_twice_by_drivers_in_two_work_trees(
     git_repo: Path, tmp_path: Path
 ) -> None:
-    # Workers long enough that the resume meets the first driver however
-    # slowly a loaded machine starts it.
-    fake_worker_run(git_repo, "w", 4, {"sleep": 8.0}, {"limits": {"canary": 0}})
+    # The workers wait behind a gate until the resume has met the first
+    # driver, however slowly a loaded machine starts it.
+    gate = tmp_path / "gate"
+    tasks = [f"t{i:02d}" for i in range(1, 5)]
+    spec = {"gate": str(gate), "gated": tasks}
+    fake_worker_run(git_repo, "w", 4, spec, {"limits": {"canary": 0}})
     commit_all(git_repo, "define w")
     linked = _linked(git_repo)
     first = gitrun_process(linked, "start", "w")
-    assert _wait_for(lambda: (git_repo / ".git/refs/heads/gitrun/w").exists())
-    second = run_gitrun(git_repo, "resume", "w")
+    try:
+        assert _wait_for(lambda: (git_repo / ".git/refs/heads/gitrun/w").exists())
+        second = run_gitrun(git_repo, "resume", "w")
+    finally:
+        gate.touch()
     out, err = first.communicate(timeout=120)
     assert first.returncode == 0, out + err
     assert second.returncode == 1 and "already being driven" in second.stderr, second.stderr
