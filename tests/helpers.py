@@ -175,14 +175,39 @@ def gitrun_process(repo: Path, *args: str, capture: bool = True) -> subprocess.P
     )
 
 
-def wait_until(
-    driver: subprocess.Popen[str], ready: Callable[[], object], timeout: float = 60.0
+def wait_for(
+    condition: Callable[[], object], timeout: float = 30.0, what: str = "the condition"
 ) -> None:
-    """Wait until ``ready()`` while ``driver`` still runs, for ``timeout`` seconds at most."""
+    """Poll ``condition()`` until it is true, for ``timeout`` seconds at most;
+    past that, fail the test naming ``what`` never happened.
+
+    The suite's one bounded wait: a test waits on the thing it stands for,
+    never for a fixed time.
+    """
     deadline = time.monotonic() + timeout
-    while not ready():
-        assert time.monotonic() < deadline and driver.poll() is None, "it never got there"
+    while not condition():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"never happened within {timeout:g} s: {what}")
         time.sleep(0.02)
+
+
+def wait_until(
+    driver: subprocess.Popen[str] | subprocess.Popen[bytes],
+    ready: Callable[[], object],
+    timeout: float = 60.0,
+    what: str = "it got there",
+) -> None:
+    """Wait until ``ready()`` while ``driver`` still runs, for ``timeout``
+    seconds at most; fail the test at once when ``driver`` ends first."""
+
+    def settled() -> bool:
+        if ready():
+            return True
+        if driver.poll() is not None:
+            raise AssertionError(f"the driver ended (exit {driver.returncode}) before: {what}")
+        return False
+
+    wait_for(settled, timeout, what)
 
 
 def ledger_records(repo: Path, run_id: str = "r") -> list[dict[str, object]]:
