@@ -24,6 +24,7 @@ from tests.helpers import (
     gitrun_process,
     ledger_records,
     spawn_events,
+    wait_until,
     write_run,
 )
 
@@ -195,22 +196,18 @@ def test_worker_that_wrote_then_hung_is_done(git_repo: Path) -> None:
     assert _ledger(git_repo)[0]["timed_out"] is True
 
 
-def _wait_for(predicate: object, timeout: float = 20.0) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not reached in time")
-
-
 def test_sigterm_stops_starts_commits_what_validated_and_resume_finishes(
     git_repo: Path, tmp_path: Path
 ) -> None:
     spec = {"spawn_log": str(tmp_path / "spawns.log"), "sleep": [0.2, 0.6]}
     spec_path = fake_worker_run(git_repo, "r", 12, spec, {"limits": {"concurrency": 3}})
     proc = gitrun_process(git_repo, "start", "r")
-    _wait_for(lambda: sum(e == "wrote" for _, _, e, _ in spawn_events(spec_path)) >= 3)
+    wait_until(
+        proc,
+        lambda: sum(e == "wrote" for _, _, e, _ in spawn_events(spec_path)) >= 3,
+        20,
+        what="three workers wrote their outputs",
+    )
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 128 + signal.SIGTERM, err
@@ -229,7 +226,12 @@ def test_two_resumes_at_once_one_drives_the_other_names_it(git_repo: Path, tmp_p
     spec = {"sleep": 0.3, "spawn_log": str(tmp_path / "spawns.log")}
     spec_path = fake_worker_run(git_repo, "r", 6, spec, {"limits": {"concurrency": 2}})
     first = gitrun_process(git_repo, "start", "r")
-    _wait_for(lambda: any(e == "start" for _, _, e, _ in spawn_events(spec_path)))
+    wait_until(
+        first,
+        lambda: any(e == "start" for _, _, e, _ in spawn_events(spec_path)),
+        20,
+        what="the first worker started",
+    )
     first.kill()
     first.wait()
     a, b = gitrun_process(git_repo, "resume", "r"), gitrun_process(git_repo, "resume", "r")

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,14 @@ from gitrun.commands.session import resume_run, start_run
 from gitrun.store.journal import running_records
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import is_locked
-from tests.helpers import fake_worker_run, git, gitrun_process, spawn_events, write_run
+from tests.helpers import (
+    fake_worker_run,
+    git,
+    gitrun_process,
+    spawn_events,
+    wait_until,
+    write_run,
+)
 
 quiet = lambda _line: None  # noqa: E731
 runner = CliRunner()
@@ -325,22 +330,18 @@ def test_rm_of_a_leftover_branch_removes_it(git_repo: Path) -> None:
     assert _pieces(git_repo) == (False, False, False)
 
 
-def _wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
-
-
 def test_rm_of_a_run_being_driven_is_refused_even_with_force(
     git_repo: Path, tmp_path: Path
 ) -> None:
     spec = fake_worker_run(git_repo, "r", 1, {"sleep": 60, "spawn_log": str(tmp_path / "log")})
     driver = gitrun_process(git_repo, "start", "r", capture=False)
     try:
-        _wait_for(lambda: any(e == "start" for _, _, e, _ in spawn_events(spec)))
+        wait_until(
+            driver,
+            lambda: any(e == "start" for _, _, e, _ in spawn_events(spec)),
+            30,
+            what="the worker started",
+        )
         assert is_locked(LocalPaths.of(git_repo, "r"))
         for args in (["rm", "r"], ["rm", "r", "--force"]):
             line = _one_error(gitrun(*args))
@@ -356,8 +357,18 @@ def test_rm_refuses_workers_a_dead_driver_left_running(git_repo: Path, tmp_path:
     spec = fake_worker_run(git_repo, "r", 1, {"sleep": 60, "spawn_log": str(tmp_path / "log")})
     driver = gitrun_process(git_repo, "start", "r", capture=False)
     local = LocalPaths.of(git_repo, "r")
-    _wait_for(lambda: any(e == "start" for _, _, e, _ in spawn_events(spec)))
-    _wait_for(lambda: any(e.pid for e in running_records(local).values()))
+    wait_until(
+        driver,
+        lambda: any(e == "start" for _, _, e, _ in spawn_events(spec)),
+        30,
+        what="the worker started",
+    )
+    wait_until(
+        driver,
+        lambda: any(e.pid for e in running_records(local).values()),
+        30,
+        what="the running worker's pid was recorded",
+    )
     driver.kill()  # SIGKILL: its worker lives on
     driver.wait()
     [worker] = running_records(local).values()

@@ -41,6 +41,7 @@ from tests.helpers import (
     fake_worker_run,
     git,
     ledger_records,
+    wait_for,
     write_run,
 )
 
@@ -346,7 +347,8 @@ def test_the_guard_kills_the_attempt_when_the_ray_worker_dies(tmp_path: Path) ->
     del spec["files"]
     worker = subprocess.Popen([sys.executable, str(stand_in), json.dumps(spec)])
     try:
-        pids = _wait_for_pids(pidfile)
+        wait_for(lambda: len(_read_pids(pidfile)) >= 2, what="the command wrote its two pids")
+        pids = _read_pids(pidfile)
         worker.kill()
         worker.wait()
         _assert_gone(pids)
@@ -365,21 +367,10 @@ def _read_pids(path: Path) -> list[int]:
         return []
 
 
-def _wait_for_pids(path: Path) -> list[int]:
-    deadline = time.monotonic() + 30
-    while len(pids := _read_pids(path)) < 2:
-        assert time.monotonic() < deadline, "the command never started"
-        time.sleep(0.05)
-    return pids
-
-
 def _assert_gone(pids: list[int]) -> None:
     """A SIGKILLed process takes a moment to die on a busy machine: wait for it, bounded."""
     assert len(pids) == 2
-    deadline = time.monotonic() + 10
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(_alive(p) for p in pids)
+    wait_for(lambda: not any(_alive(p) for p in pids), 10, what=f"processes {pids} ended")
 
 
 def _alive(pid: int) -> bool:

@@ -41,7 +41,7 @@ from gitrun.processes.reaper import (
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import read_owner
 from gitrun.workers.attempt import Monitor
-from tests.helpers import ATTEMPT_ENV, ATTEMPT_ID, commit_all, gitrun_process, write_run
+from tests.helpers import ATTEMPT_ENV, ATTEMPT_ID, commit_all, gitrun_process, wait_for, write_run
 
 
 @dataclass
@@ -87,15 +87,6 @@ def _gone(pid: int) -> bool:
     return not _running(pid)
 
 
-def _wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
-
-
 _REAL_KILL, _REAL_KILLPG = os.kill, os.killpg
 SACRIFICIAL: set[int] = set()  # process groups the running test started
 
@@ -114,13 +105,23 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., Victim]]:
         )
         victim = Victim(proc)
         started.append(victim)
-        assert _wait_for(lambda: os.getpgid(proc.pid) == proc.pid)
+        wait_for(
+            lambda: os.getpgid(proc.pid) == proc.pid, 10, what="the child led its own process group"
+        )
         # setsid has made the group; wait until it has exec'd what it runs, or
         # a record taken now names a command line the process is about to drop.
-        assert _wait_for(lambda: (identity(proc.pid).get("cmdline") or ["setsid"])[0] != "setsid")
+        wait_for(
+            lambda: (identity(proc.pid).get("cmdline") or ["setsid"])[0] != "setsid",
+            10,
+            what="setsid exec'd its command",
+        )
         SACRIFICIAL.add(proc.pid)
         if "@PIDS@" in script:
-            assert _wait_for(lambda: pidfile.exists() and pidfile.read_text().endswith("\n"))
+            wait_for(
+                lambda: pidfile.exists() and pidfile.read_text().endswith("\n"),
+                10,
+                what="the child wrote its pid file",
+            )
             victim.members = [int(line) for line in pidfile.read_text().split()]
         return victim
 
@@ -136,7 +137,7 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., Victim]]:
             victim.proc.wait(timeout=10)
             SACRIFICIAL.discard(victim.pid)
             for pid in victim.members:
-                assert _wait_for(functools.partial(_gone, pid)), "a sacrificial process survived"
+                wait_for(functools.partial(_gone, pid), 10, what="the sacrificial process ended")
 
 
 @pytest.fixture
@@ -174,7 +175,7 @@ def test_a_complete_matching_record_kills_the_whole_group(
     assert record["cmdline"][:2] == ["sh", "-c"] and isinstance(record["create_time"], float)
     assert kill_recorded_group(record) is True
     assert ("killpg", victim.pid, signal.SIGKILL) in sent
-    assert _wait_for(lambda: not victim.alive()), victim.alive()
+    wait_for(lambda: not victim.alive(), 10, what="the victim ended")
 
 
 @pytest.mark.parametrize(
@@ -272,13 +273,17 @@ def test_a_worker_that_exec_d_is_known_by_its_attempt_environment(
 ) -> None:
     """`sh -c 'exec agent'` keeps pid and start time, not the command line."""
     victim = spawn("exec sleep 1001", env=ATTEMPT_ENV)
-    assert _wait_for(lambda: identity(victim.pid).get("cmdline") == ["sleep", "1001"])
+    wait_for(
+        lambda: identity(victim.pid).get("cmdline") == ["sleep", "1001"],
+        10,
+        what="the victim became `sleep 1001`",
+    )
     as_launched = {"cmdline": ["sh", "-c", "exec sleep 1001"]}
     assert kill_recorded_group(victim.record(attempt=2, **as_launched)) is False
     assert kill_recorded_group(victim.record(run="other", **as_launched)) is False
     assert sent == [] and victim.alive() == [victim.pid]
     assert kill_recorded_group(victim.record(**as_launched)) is True
-    assert _wait_for(lambda: not victim.alive())
+    wait_for(lambda: not victim.alive(), 10, what="the victim ended")
 
 
 @pytest.mark.parametrize("theirs", [True, False])
@@ -293,12 +298,16 @@ def test_a_zombie_leader_s_group_loses_only_the_attempt_s_own_members(
     record = victim.record()
     assert victim.proc.stdin is not None
     victim.proc.stdin.close()  # `read` ends; the leader exits, unreaped
-    assert _wait_for(lambda: psutil.Process(victim.pid).status() == psutil.STATUS_ZOMBIE)
+    wait_for(
+        lambda: psutil.Process(victim.pid).status() == psutil.STATUS_ZOMBIE,
+        10,
+        what="the victim became a zombie",
+    )
     assert victim.alive() == victim.members
     assert kill_recorded_group(record) is theirs
     assert not any(call[0] == "killpg" for call in sent)
     if theirs:
-        assert _wait_for(lambda: not victim.alive())
+        wait_for(lambda: not victim.alive(), 10, what="the victim ended")
     else:
         assert sent == [] and victim.alive() == victim.members
 
@@ -320,7 +329,7 @@ def test_a_leaderless_group_loses_only_the_attempt_s_own_members(
     assert kill_recorded_group(record) is theirs
     assert not any(call[0] == "killpg" for call in sent)
     if theirs:
-        assert _wait_for(lambda: not victim.alive())
+        wait_for(lambda: not victim.alive(), 10, what="the victim ended")
     else:
         assert sent == [] and victim.alive() == victim.members
 
@@ -335,7 +344,7 @@ def test_signal_recorded_process_checks_the_owner_record_the_same_way(
     assert is_recorded_process(victim.record())
     assert not is_recorded_worker(victim.record()), "it carries no attempt id"
     assert signal_recorded_process(victim.record(), signal.SIGKILL) is True
-    assert _wait_for(lambda: not _running(victim.pid))
+    wait_for(lambda: not _running(victim.pid), 10, what="the victim ended")
 
 
 def test_the_monitor_records_who_it_started(tmp_path: Path) -> None:
@@ -378,7 +387,7 @@ def test_the_journal_record_is_complete_and_enough_to_stop_an_orphan(git_repo: P
             lines = journal.read_text().splitlines() if journal.exists() else []
             return [r for r in map(json.loads, lines) if "pid" in r]  # after the write-ahead one
 
-        assert _wait_for(lambda: bool(spawned()), 60)
+        wait_for(lambda: bool(spawned()), 60, what="the driver spawned its worker")
         record = spawned()[0]
         worker = record["pid"]
         assert isinstance(worker, int)
@@ -394,7 +403,7 @@ def test_the_journal_record_is_complete_and_enough_to_stop_an_orphan(git_repo: P
         driver.wait(timeout=10)
         assert _running(worker), "the worker runs on in its own session"
         assert kill_recorded_group(record) is True
-        assert _wait_for(lambda: not _running(worker))
+        wait_for(lambda: not _running(worker), 10, what="the worker ended")
     finally:
         if driver.poll() is None:
             driver.kill()
@@ -463,13 +472,17 @@ def test_resume_kills_a_real_orphan_but_not_a_process_named_by_a_forged_record(
             lines = journal.read_text().splitlines() if journal.exists() else []
             return [r for r in map(json.loads, lines) if "pid" in r]
 
-        assert _wait_for(lambda: bool(spawned()), 60)
+        wait_for(lambda: bool(spawned()), 60, what="the driver spawned its worker")
         [real] = spawned()  # the canary runs alone
         worker = real["pid"]
         driver.kill()
         driver.wait(timeout=10)
         assert _running(worker), "the worker runs on in its own session"
-        assert _wait_for(lambda: bool(identity(victim.pid).get("cmdline") == ["sleep", "1000"]))
+        wait_for(
+            lambda: bool(identity(victim.pid).get("cmdline") == ["sleep", "1000"]),
+            10,
+            what="the victim became `sleep 1000`",
+        )
         seen = identity(victim.pid)
         others = [t for t in ("t1", "t2", "t3") if t != real["task"]]
         forged = [
@@ -494,7 +507,7 @@ def test_resume_kills_a_real_orphan_but_not_a_process_named_by_a_forged_record(
         )
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         assert _running(victim.pid), "resume killed a process gitrun never started"
-        assert _wait_for(lambda: not _running(worker)), "the real orphan was not stopped"
+        wait_for(lambda: not _running(worker), 10, what="the real orphan ended")
         said = resumed.stdout + resumed.stderr
         assert f"{real['task']} attempt 1: left by a dead driver; stopped" in said, said
         assert f"{others[0]} attempt 1: left by a dead driver; nothing" in said

@@ -23,7 +23,7 @@ from gitrun.commands.session import start_run
 from gitrun.definition.load import load_run
 from gitrun.proof.check import check_run
 from gitrun.store import ledger
-from tests.helpers import FAKE_WORKER, fake_worker_run, git, ledger_records, write_run
+from tests.helpers import FAKE_WORKER, fake_worker_run, git, ledger_records, wait_for, write_run
 
 FAKE_SRUN = Path(__file__).resolve().parent / "fake_srun.py"
 
@@ -60,13 +60,6 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def _wait_gone(pid: int, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not _alive(pid)
 
 
 @pytest.mark.usefixtures("clis")
@@ -125,7 +118,8 @@ def test_a_timeout_reaches_the_step_through_srun(
     [record] = [r for r in ledger_records(git_repo) if r.get("task") == "t1"]
     assert record["timed_out"] is True
     assert record["exit"] == 128 + signal.SIGTERM  # srun's status: the step died of SIGTERM
-    assert _wait_gone(int(pidfile.read_text()))
+    step = int(pidfile.read_text())
+    wait_for(lambda: not _alive(step), 10, what="the timed-out step ended")
     log = next((git_repo / ".git/gitrun/r").rglob("t1.1.log")).read_text()
     assert "working" in log  # the step's output came through srun
 
@@ -142,7 +136,8 @@ def test_a_step_that_ignores_sigterm_is_cancelled_once_srun_is_killed(
     [record] = [r for r in ledger_records(git_repo) if r.get("task") == "t1"]
     assert record["timed_out"] is True and record["signal"] == signal.SIGKILL  # srun, killed
     # gitrun killed srun; Slurm then cancels the step (TERM, KillWait, KILL).
-    assert _wait_gone(int(pidfile.read_text()))
+    step = int(pidfile.read_text())
+    wait_for(lambda: not _alive(step), 10, what="Slurm cancelled the step that ignored SIGTERM")
 
 
 def test_throttles_come_through_srun(git_repo: Path, srun_on_path: Path) -> None:

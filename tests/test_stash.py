@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from tests.helpers import (
     gitrun_process,
     ledger_records,
     run_gitrun,
+    wait_until,
     write_run,
 )
 
@@ -52,15 +52,6 @@ def _gated_run(repo: Path, gates: Path) -> None:
     commit_all(repo, "define r")
 
 
-def _wait_for(predicate: Callable[[], bool], timeout: float = 60) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
-
-
 def _committed_outputs(repo: Path) -> set[str]:
     out = subprocess.run(
         ["git", "-C", str(repo), "ls-tree", "-r", "--name-only", "gitrun/r", "--", "out"],
@@ -83,10 +74,14 @@ def _drive_with(
     driver = gitrun_process(repo, "start", "r", capture=False)
     try:
         _open(gates, TASKS[:4])
-        _wait_for(lambda: _committed_outputs(repo) >= set(TASKS[:4]))
+        wait_until(
+            driver, lambda: _committed_outputs(repo) >= set(TASKS[:4]), 60, what="t01-t04 landed"
+        )
         middle()
         _open(gates, TASKS[4:8])
-        _wait_for(lambda: _committed_outputs(repo) >= set(TASKS[:8]))
+        wait_until(
+            driver, lambda: _committed_outputs(repo) >= set(TASKS[:8]), 60, what="t01-t08 landed"
+        )
         after()
         _open(gates, TASKS[8:])
         assert driver.wait(timeout=120) == 0
@@ -156,7 +151,12 @@ def test_an_output_ignored_mid_run_is_not_committed(git_repo: Path, tmp_path: Pa
     driver = gitrun_process(git_repo, "start", "r")
     try:
         _open(gates, TASKS[:4])
-        _wait_for(lambda: _committed_outputs(git_repo) >= set(TASKS[:4]))
+        wait_until(
+            driver,
+            lambda: _committed_outputs(git_repo) >= set(TASKS[:4]),
+            60,
+            what="t01-t04 landed",
+        )
         # The user decides out/t06.json holds a secret, while t06 runs.
         (git_repo / ".gitignore").write_text("out/t06.json\n")
         _open(gates, TASKS[4:])

@@ -5,13 +5,18 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import is_locked
-from tests.helpers import commit_all, fake_worker_run, gitrun_process, run_gitrun, user_env
+from tests.helpers import (
+    commit_all,
+    fake_worker_run,
+    gitrun_process,
+    run_gitrun,
+    user_env,
+    wait_until,
+)
 
 
 def test_status_watch_follows_a_real_driver_and_ends_when_the_run_ends(
@@ -29,8 +34,8 @@ def test_status_watch_follows_a_real_driver_and_ends_when_the_run_ends(
     driver = gitrun_process(git_repo, "start", "r", "--quiet", capture=False)
     watch: subprocess.Popen[str] | None = None
     try:
-        locked = _wait(lambda: is_locked(local) or driver.poll() is not None)
-        assert locked and driver.poll() is None, "the driver ended before it was watched"
+        wait_until(driver, lambda: is_locked(local), what="the driver took the run's lock")
+        assert driver.poll() is None, "the driver ended before it was watched"
         watch = subprocess.Popen(
             [sys.executable, "-m", "gitrun", "status", "r", "--watch"],
             cwd=git_repo,
@@ -69,12 +74,3 @@ def test_status_watch_of_a_run_nobody_moves_prints_it_once(git_repo: Path) -> No
     assert (out.returncode, out.stdout.splitlines()[0]) == (0, "run 'r': not started")
     refused = run_gitrun(git_repo, "status", "--watch")
     assert refused.returncode == 2 and "`gitrun status RUN --watch`" in refused.stderr
-
-
-def _wait(ready: Callable[[], bool], seconds: float = 60.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if ready():
-            return True
-        time.sleep(0.02)
-    return False

@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,7 @@ from gitrun.store.lock import (
     read_owner,
     run_locked,
 )
-from tests.helpers import commit_all, gitrun_process, run_gitrun, wait_until, write_run
+from tests.helpers import commit_all, gitrun_process, run_gitrun, wait_for, wait_until, write_run
 
 runner = CliRunner()
 
@@ -76,15 +75,6 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _wait_for(condition: Callable[[], bool], seconds: float = 30.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
-
-
 def _hold(lock: Path) -> subprocess.Popen[bytes]:
     """`flock LOCK sleep 30` in a group of its own (its sleep inherits the lock)."""
     return subprocess.Popen(["flock", str(lock), "sleep", "30"], start_new_session=True)
@@ -93,7 +83,11 @@ def _hold(lock: Path) -> subprocess.Popen[bytes]:
 def _release(holder: subprocess.Popen[bytes]) -> None:
     os.killpg(holder.pid, signal.SIGKILL)
     holder.wait(timeout=10)
-    assert _wait_for(lambda: not any(_alive(p.pid) for p in group_members(holder.pid)))
+    wait_for(
+        lambda: not any(_alive(p.pid) for p in group_members(holder.pid)),
+        30,
+        what="the lock holder's group ended",
+    )
 
 
 def test_lock_holders_is_the_kernel_s_list(git_repo: Path) -> None:
@@ -103,7 +97,7 @@ def test_lock_holders_is_the_kernel_s_list(git_repo: Path) -> None:
     assert lock_holders(local.lock) == set()
     holder = _hold(local.lock)
     try:
-        assert _wait_for(lambda: is_locked(local))
+        wait_for(lambda: is_locked(local), 30, what="the holder took the lock")
         assert lock_holders(local.lock) == {holder.pid}
         assert lock_holders(local.lock, table=git_repo / "no-such-table") is None
     finally:
@@ -126,8 +120,12 @@ def test_watchdog_kill_never_kills_a_process_a_forged_owner_record_names(
     holder = _hold(local.lock)
     victim = subprocess.Popen(["setsid", "sleep", "1000"])
     try:
-        assert _wait_for(lambda: is_locked(local))
-        assert _wait_for(lambda: psutil.Process(victim.pid).cmdline() == ["sleep", "1000"])
+        wait_for(lambda: is_locked(local), 30, what="the holder took the lock")
+        wait_for(
+            lambda: psutil.Process(victim.pid).cmdline() == ["sleep", "1000"],
+            30,
+            what="the victim became `sleep 1000`",
+        )
         _forge_owner(local, victim.pid)
         out = _watchdog_kill(git_repo, "1s")
         said = out.stdout + out.stderr
@@ -168,7 +166,7 @@ def test_watchdog_kill_stops_a_real_stale_driver_and_only_with_proof(
             pids = [r["pid"] for r in map(json.loads, lines) if "pid" in r]
             return int(pids[0]) if pids else 0
 
-        assert _wait_for(lambda: bool(worker_pid()), 60)
+        wait_for(lambda: bool(worker_pid()), 60, what="the driver recorded its worker's pid")
         worker = worker_pid()
         [health] = inspect_runs(git_repo, stale_after=0.0)
         assert health.stale and health.pid == driver.pid
@@ -179,7 +177,7 @@ def test_watchdog_kill_stops_a_real_stale_driver_and_only_with_proof(
         assert driver.poll() is None and _alive(worker)
         assert kill_stale(git_repo, health) == "r: stopped; continue it with `gitrun resume r`"
         assert driver.wait(timeout=30) == -signal.SIGKILL
-        assert _wait_for(lambda: not _alive(worker)), "the driver's worker was left running"
+        wait_for(lambda: not _alive(worker), 30, what="the driver's worker ended")
     finally:
         if driver.poll() is None:
             driver.kill()
@@ -213,7 +211,9 @@ def test_watchdog_kill_never_kills_through_a_hard_linked_lock(git_repo: Path) ->
         ["setsid", sys.executable, "-c", _FLOCK_AND_SLEEP, str(outside)],
     )
     try:
-        assert _wait_for(lambda: lock_holders(outside) == {victim.pid})
+        wait_for(
+            lambda: lock_holders(outside) == {victim.pid}, 30, what="the victim took the flock"
+        )
         _forge_owner(local, victim.pid)
         out = _watchdog_kill(git_repo, "1m")
         said = out.stdout + out.stderr
@@ -354,7 +354,11 @@ def test_a_run_whose_driver_was_killed_halfway_is_stalled_since_its_last_heartbe
         for pid in workers:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-        assert _wait_for(lambda: not any(_alive(pid) for pid in workers))
+        wait_for(
+            lambda: not any(_alive(pid) for pid in workers),
+            30,
+            what="the killed driver's workers ended",
+        )
         owner = read_owner(local)  # the killed driver's record stays: its last heartbeat
         assert owner is not None
         shown = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(owner.heartbeat))

@@ -10,26 +10,23 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.helpers import commit_all, fake_worker_run, git, gitrun_process, run_gitrun, write_run
+from tests.helpers import (
+    commit_all,
+    fake_worker_run,
+    git,
+    gitrun_process,
+    run_gitrun,
+    wait_for,
+    write_run,
+)
 
 HANG = "import time\nwhile True: time.sleep(1)"
-
-
-def _wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
 def _linked(repo: Path, name: str = "linked", branch: str = "side") -> Path:
@@ -90,7 +87,11 @@ def test_a_driver_in_a_linked_work_tree_locks_out_resume_in_the_main_one(git_rep
     driver = gitrun_process(linked, "start", "w", capture=False)
     workers: list[int] = []
     try:
-        assert _wait_for(lambda: len(_running_pids(linked, "w")) == 4)
+        wait_for(
+            lambda: len(_running_pids(linked, "w")) == 4,
+            60,
+            what="four workers ran in the linked worktree",
+        )
         workers = _running_pids(linked, "w")
         second = run_gitrun(git_repo, "resume", "w")
         assert second.returncode == 1, second.stdout + second.stderr
@@ -118,7 +119,11 @@ def test_no_task_is_committed_twice_by_drivers_in_two_work_trees(
     linked = _linked(git_repo)
     first = gitrun_process(linked, "start", "w")
     try:
-        assert _wait_for(lambda: (git_repo / ".git/refs/heads/gitrun/w").exists())
+        wait_for(
+            lambda: (git_repo / ".git/refs/heads/gitrun/w").exists(),
+            60,
+            what="the run's branch gitrun/w was made",
+        )
         second = run_gitrun(git_repo, "resume", "w")
     finally:
         gate.touch()
@@ -155,7 +160,11 @@ def test_resume_in_one_work_tree_takes_over_from_a_driver_killed_in_another(
     workers: list[int] = []
     resumed: subprocess.Popen[str] | None = None
     try:
-        assert _wait_for(lambda: len(_running_pids(linked, "w")) == 2)
+        wait_for(
+            lambda: len(_running_pids(linked, "w")) == 2,
+            60,
+            what="two workers ran in the linked worktree",
+        )
         workers = _running_pids(linked, "w")
         driver.kill()  # SIGKILL: no handler runs, the workers are orphaned
         driver.wait(timeout=30)
@@ -163,8 +172,12 @@ def test_resume_in_one_work_tree_takes_over_from_a_driver_killed_in_another(
         resumed = gitrun_process(git_repo, "resume", "w", capture=False)
         # The new driver stops the dead one's workers (proven by pid, start
         # time and command line) and records their attempts.
-        assert _wait_for(lambda: not any(_alive(pid) for pid in workers)), "workers left running"
-        assert _wait_for(lambda: _recorded_attempts(git_repo, "w") >= {("t00", 1), ("t01", 1)})
+        wait_for(lambda: not any(_alive(pid) for pid in workers), 60, what="the workers ended")
+        wait_for(
+            lambda: _recorded_attempts(git_repo, "w") >= {("t00", 1), ("t01", 1)},
+            60,
+            what="t00 and t01 were recorded as attempted",
+        )
     finally:
         if resumed is not None:
             _stop(resumed, _running_pids(git_repo, "w"))
@@ -188,7 +201,11 @@ def test_watchdog_in_one_work_tree_sees_a_stale_driver_started_in_another(
     driver = gitrun_process(linked, "start", "w", capture=False)
     workers: list[int] = []
     try:
-        assert _wait_for(lambda: len(_running_pids(linked, "w")) == 1)
+        wait_for(
+            lambda: len(_running_pids(linked, "w")) == 1,
+            60,
+            what="one worker ran in the linked worktree",
+        )
         workers = _running_pids(linked, "w")
         [health] = inspect_runs(git_repo, stale_after=0.0)
         assert health.run == "w" and health.stale and health.pid == driver.pid, health
