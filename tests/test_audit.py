@@ -11,7 +11,7 @@ import pytest
 
 from gitrun.commands.session import resume_run, start_run
 from gitrun.errors import GitrunError
-from tests.helpers import build_tree, commit_all, git, ledger_records, write_run
+from tests.helpers import build_tree, commit_all, git, ledger_records, wait_for, write_run
 
 quiet = lambda _line: None  # noqa: E731
 
@@ -171,23 +171,22 @@ def test_what_a_worker_leaves_behind_in_its_own_session_is_stopped_at_the_end(
 ) -> None:
     """Stopped when its attempt ends (its PID namespace or its cgroup, where
     the machine has either), or at the end of driving by its attempt's id."""
-    import time
-
+    started = git_repo.parent / "LEFTOVER_STARTED"
     marker = git_repo.parent / "LATE_WRITE"
     _run(
         git_repo,
-        "import subprocess\n"
-        "subprocess.Popen(['sh', '-c', 'sleep 3; touch " + str(marker) + "'],"
-        " start_new_session=True)\n",
+        "import subprocess, time\n"
+        f"subprocess.Popen(['sh', '-c', 'touch {started}; sleep 3; touch {marker}'],"
+        " start_new_session=True)\n"
+        f"while not os.path.exists({str(started)!r}):\n"
+        "    time.sleep(0.01)\n",
     )
     outcome = start_run(git_repo, "r", quiet)
     assert outcome.exit_code == 0
     # Found by its command line: confined, its pid is a PID namespace's own.
-    deadline = time.monotonic() + 10
-    while _running(str(marker)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _running(str(marker)) == []
-    time.sleep(3.5)
+    wait_for(lambda: _running(str(marker)) == [], 10, what="the worker's leftover `sh` ended")
+    # Only a process naming the marker writes it, and none is left: no need
+    # to sit out the 3 s it would have taken.
     assert not marker.exists()
 
 
