@@ -10,12 +10,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from gitrun.commands.session import resume_run, start_run
+from gitrun.commands.watchdog import inspect_runs
 from gitrun.definition.schema import Limits
 from gitrun.engine import governor
 from gitrun.engine.governor import EndFacts, Governor
@@ -27,6 +27,8 @@ from tests.helpers import (
     git,
     ledger_records,
     spawn_events,
+    wait_for,
+    wait_until,
     write_run,
 )
 
@@ -259,14 +261,19 @@ def test_sigstopped_driver_is_stale_and_watchdog_kill_lets_resume_finish(
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    deadline = time.time() + 30
-    while (
-        not any(e == "wrote" for _, _, e, _ in spawn_events(spec_path)) and time.time() < deadline
-    ):
-        time.sleep(0.02)
+    wait_until(
+        driver,
+        lambda: any(e == "wrote" for _, _, e, _ in spawn_events(spec_path)),
+        30,
+        what="a worker wrote its output",
+    )
     os.kill(driver.pid, signal.SIGSTOP)
     try:
-        time.sleep(2.5)
+        wait_for(
+            lambda: any(h.stale for h in inspect_runs(git_repo, stale_after=1.0)),
+            10,
+            what="the stopped driver's heartbeat grew older than 1 s",
+        )
         check = subprocess.run(
             [sys.executable, "-m", "gitrun", "watchdog", "--stale", "1s", "--json"],
             cwd=git_repo,
