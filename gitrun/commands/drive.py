@@ -59,12 +59,9 @@ def drive(
     (start only): run every task, up to date or not."""
     from functools import partial
 
-    from gitrun.commands.session import bring_definition, resume_run, start_run
-    from gitrun.definition.load import load_run
+    from gitrun.commands.session import open_run, resume_run, start_run
 
-    if resume:
-        bring_definition(repo, run, event)
-    loaded = load_run(repo, run)
+    loaded = open_run(repo, run, resume, event)
     if loaded.executor_kind == "external":
         from gitrun.commands.external import drive_external
 

@@ -62,6 +62,23 @@ def begin(
         return collected, ext.next_batch(None)
 
 
+def begin_external(
+    repo: Path, run: str, resume: bool, event: Callable[[str], None]
+) -> tuple[Collected | None, Batch]:
+    """:func:`begin`, for a caller that knows only the run's name (the MCP
+    server's ``start`` and ``resume``): the run opened as ``gitrun start``
+    opens it, and refused unless its executor is external."""
+    from gitrun.commands.session import open_run
+    from gitrun.errors import GitrunError
+
+    if open_run(repo, run, resume, event).executor_kind != "external":
+        raise GitrunError(
+            f"run {run!r} is not external (its [executor] kind runs the workers itself): "
+            f"drive it with `gitrun {'resume' if resume else 'start'} {run}`"
+        )
+    return begin(repo, run, resume, event)
+
+
 def lease(repo: Path, run: str, max_tasks: int | None) -> Batch:
     """Lease the next batch (``gitrun next``, and the MCP server's ``next``)."""
     from gitrun.engine.external import external_run

@@ -8,13 +8,20 @@ holds every commit it had), and its ledger goes on. ``resume`` takes the branch 
 a remote when only that exists, restores run files missing on disk, stops
 the workers a dead driver left behind, reconciles with what is committed
 and on disk, and drives on.
+
+Both are set up here once, for every executor and every caller: the command
+line's ``start`` and ``resume`` and the MCP server's tools all begin with
+:func:`open_run`, and every start or resume holds the run's lock through
+``_session``.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from gitrun.definition.load import (
@@ -42,7 +49,7 @@ from gitrun.store import git, ledger, refs
 from gitrun.store.branches import find_tip, landed, refuse_checked_out
 from gitrun.store.ledger import CHUNK_DIR
 from gitrun.store.local import LocalPaths
-from gitrun.store.lock import run_locked
+from gitrun.store.lock import RunLock, run_locked
 from gitrun.store.tomlfile import write_atomic
 
 
@@ -54,6 +61,67 @@ class CheckFailed(GitrunError):
         super().__init__("\n".join(lines))
 
 
+def open_run(repo: Path, run_id: str, resume: bool, report: Reporter) -> RunDef:
+    """The first step of ``start`` and ``resume``, from the command line or
+    the MCP server: the run's definition, loaded (on resume, brought first
+    from the run's branch where only that holds it, as on a fresh clone)."""
+    if resume:
+        bring_definition(repo, run_id, report)
+    return load_run(repo, run_id)
+
+
+@dataclass(frozen=True)
+class _Session:
+    """A run set up to be driven, its lock held."""
+
+    run: RunDef
+    local: LocalPaths
+    lock: RunLock
+    committer: Committer
+
+
+@contextmanager
+def _session(
+    repo: Path,
+    run_id: str,
+    report: Reporter,
+    resume: bool,
+    loaded: RunDef | None = None,
+    rerun_all: bool = False,
+    take_edits: bool = False,
+) -> Iterator[_Session]:
+    """What ``start`` and ``resume`` do before a run is driven or leased, of
+    every executor, under the run's lock (held while the caller's block runs).
+
+    ``start`` checks the run (``loaded``: as the caller just loaded it) and
+    gives it its branch with the definition and the round's ``start`` record
+    (``rerun_all``: no task is up to date). ``resume`` takes the branch (from
+    a remote where only that has it, or back to its newest whole commit),
+    restores the run files it holds, and checks the definition again
+    (``take_edits``: take one edited while the run was driven). Then the
+    hooks' rules are written for the run."""
+    fresh = None
+    if not resume:  # loaded before the lock, as a check without a start is
+        fresh = loaded if loaded is not None and loaded.id == run_id else load_run(repo, run_id)
+    local = LocalPaths.of(repo, run_id)
+    refuse_checked_out(local.common_git_dir, run_id)
+    with run_locked(local, run_id) as lock:
+        if fresh is not None:
+            run = fresh
+            committer = _create_branch(repo, run, local, report, rerun_all)
+        else:
+            tip = _ensure_branch(repo, run_id, report)
+            _restore_definition(repo, run_id, tip, report)
+            run = load_run(repo, run_id)
+            refuse_rewritten_definition(run, tip, take_edits)
+            problems = check_run(run, check_dirty=False, freshness=False).problems
+            if problems:
+                raise CheckFailed(run_id, problems)
+            committer = Committer(repo, run_id, local)
+        rules.refresh(local, run)
+        yield _Session(run, local, lock, committer)
+
+
 def prepare_external(
     repo: Path,
     run_id: str,
@@ -63,22 +131,8 @@ def prepare_external(
     take_edits: bool = False,
 ) -> None:
     """The branch for an external run: created by start, taken over by resume."""
-    run = load_run(repo, run_id)
-    local = LocalPaths.of(repo, run_id)
-    refuse_checked_out(local.common_git_dir, run_id)
-    with run_locked(local, run_id):
-        if resume:
-            tip = _ensure_branch(repo, run_id, report)
-            _restore_definition(repo, run_id, tip, report)
-            resumed = load_run(repo, run_id)
-            refuse_rewritten_definition(resumed, tip, take_edits)
-            problems = check_run(resumed, check_dirty=False, freshness=False).problems
-            if problems:
-                raise CheckFailed(run_id, problems)
-        else:
-            resumed = run
-            _create_branch(repo, run, local, report, rerun_all)
-    rules.refresh(local, resumed)
+    with _session(repo, run_id, report, resume, None, rerun_all, take_edits):
+        pass
 
 
 def _create_branch(
@@ -171,13 +225,10 @@ def start_run(
     (``loaded``: the run as the caller just loaded it, not loaded again;
     ``rerun_all``: run every task, up to date or not)."""
     git.prepare_writes()
-    run = loaded if loaded is not None and loaded.id == run_id else load_run(repo, run_id)
-    local = LocalPaths.of(repo, run_id)
-    refuse_checked_out(local.common_git_dir, run_id)
-    with run_locked(local, run_id) as lock:
-        committer = _create_branch(repo, run, local, report, rerun_all)
-        rules.refresh(local, run)
-        driver = Driver(run, local, lock, committer, report, progress)
+    with _session(repo, run_id, report, False, loaded, rerun_all) as session:
+        driver = Driver(
+            session.run, session.local, session.lock, session.committer, report, progress
+        )
         driver.recover()  # workers of an earlier life of this run id
         return driver.drive()
 
@@ -192,19 +243,10 @@ def resume_run(
     """Reconcile a run with what is committed and on disk, then drive it on
     (``take_edits``: take a definition edited while it was driven)."""
     git.prepare_writes()
-    local = LocalPaths.of(repo, run_id)
-    refuse_checked_out(local.common_git_dir, run_id)
-    with run_locked(local, run_id) as lock:
-        tip = _ensure_branch(repo, run_id, report)
-        _restore_definition(repo, run_id, tip, report)
-        run = load_run(repo, run_id)
-        refuse_rewritten_definition(run, tip, take_edits)
-        problems = check_run(run, check_dirty=False, freshness=False).problems
-        if problems:
-            raise CheckFailed(run_id, problems)
-        rules.refresh(local, run)
-        committer = Committer(repo, run_id, local)
-        driver = Driver(run, local, lock, committer, report, progress)
+    with _session(repo, run_id, report, True, take_edits=take_edits) as session:
+        driver = Driver(
+            session.run, session.local, session.lock, session.committer, report, progress
+        )
         driver.recover()
         driver.reconcile()
         return driver.drive()

@@ -155,19 +155,10 @@ def build(repo: Path) -> MCPServer[Any]:
         return CheckOut.model_validate(check_json(problems, report))
 
     def begun(run: str, resume: bool) -> StartedOut:
-        from gitrun.commands.external import begin
-        from gitrun.commands.session import bring_definition
-        from gitrun.definition.load import load_run
+        from gitrun.commands.external import begin_external
 
         said: list[str] = []
-        if resume:
-            bring_definition(repo, run, said.append)  # a fresh clone: from the run's branch
-        if load_run(repo, run).executor_kind != "external":
-            raise GitrunError(
-                f"run {run!r} is not external (its [executor] kind runs the workers itself): "
-                f"drive it with `gitrun {'resume' if resume else 'start'} {run}`"
-            )
-        collected, batch = begin(repo, run, resume, said.append)
+        collected, batch = begin_external(repo, run, resume, said.append)
         return StartedOut(
             said=said,
             collected=None if collected is None else _collected(collected),
