@@ -59,7 +59,7 @@ def main() -> int:
         return 0
     if len(argv) == 2 and argv[0] == "hook" and argv[1] in ("pre-write", "pre-commit"):
         # the hot path: Claude Code runs the write hook before every write of every agent
-        from gitrun.guard.main import run as run_hook
+        from gitrun.commands.hook import run_hook
 
         try:
             return run_hook(argv[1])

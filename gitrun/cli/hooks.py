@@ -20,9 +20,9 @@ app.add_typer(hook_app, name="hook")
 
 
 def _run_hook(name: str) -> None:
-    from gitrun.guard.main import run
+    from gitrun.commands.hook import run_hook
 
-    raise typer.Exit(run(name))
+    raise typer.Exit(run_hook(name))
 
 
 @hook_app.command("pre-write")
@@ -56,37 +56,6 @@ _ClaudeHooks = Annotated[
 _Force = Annotated[bool, typer.Option("--force", help="Also when core.hooksPath points elsewhere.")]
 
 
-def _hooks_action(
-    ctx: typer.Context,
-    git_hook: bool,
-    claude: bool,
-    force: bool,
-    install: bool,
-    sandbox: bool = True,
-) -> None:
-    """Both kinds of hook unless one is named."""
-    from gitrun.guard import install as installer
-    from gitrun.guard.agents import install_worker_agent, uninstall_worker_agent
-
-    repo = _repo(ctx)
-    if not install:
-        if git_hook or not claude:
-            typer.echo(installer.uninstall_git(repo, force))
-        if claude or not git_hook:
-            typer.echo(installer.uninstall_claude(repo))
-            typer.echo(uninstall_worker_agent(repo))
-            typer.echo(installer.uninstall_sandbox(repo))
-        return
-    command = installer.portable_gitrun()  # checked once, before anything is written
-    if git_hook or not claude:
-        typer.echo(installer.install_git(repo, force, command))
-    if claude or not git_hook:
-        typer.echo(installer.install_claude(repo, command))
-        typer.echo(install_worker_agent(repo))
-        if sandbox:
-            typer.echo(installer.install_sandbox(repo))
-
-
 @hooks_app.command("install")
 def hooks_install(
     ctx: typer.Context,
@@ -109,7 +78,9 @@ def hooks_install(
     gitrun-worker agent is written to .claude/agents/. Start the lead
     session after this: agent files are read when a session starts.
     """
-    _hooks_action(ctx, git_hook, claude, force, install=True, sandbox=sandbox)
+    from gitrun.commands.hooks import install_hooks
+
+    install_hooks(_repo(ctx), git_hook, claude, force, sandbox, typer.echo)
 
 
 @hooks_app.command("uninstall")
@@ -120,7 +91,9 @@ def hooks_uninstall(
     force: _Force = False,
 ) -> None:
     """Remove only what gitrun installed (a chained hook is put back)."""
-    _hooks_action(ctx, git_hook, claude, force, install=False)
+    from gitrun.commands.hooks import uninstall_hooks
+
+    uninstall_hooks(_repo(ctx), git_hook, claude, force, typer.echo)
 
 
 @hooks_app.command("status")
@@ -133,13 +106,9 @@ def hooks_status(
 
     Exit 0 when every hook checked runs and blocks what it must; 1 otherwise.
     """
-    from gitrun.guard.probe import hook_statuses
+    from gitrun.commands.hooks import check_hooks
 
-    repo = _repo(ctx)
-    statuses = hook_statuses(repo, claude=claude or not git_hook, git_hook=git_hook or not claude)
-    for status in statuses:
-        typer.echo(f"{'ok' if status.ok else 'FAIL'}  {status.where}: {status.says}")
-    raise typer.Exit(0 if all(s.ok for s in statuses) else 1)
+    raise typer.Exit(check_hooks(_repo(ctx), git_hook, claude, typer.echo))
 
 
 plugin_app = typer.Typer(
@@ -188,11 +157,10 @@ def plugin_install(
     ask it for a fan-out (`/gitrun:fanout REQUEST`) or `/gitrun:lead RUN`
     (a `claude -p` lead also needs `--permission-mode acceptEdits`).
     """
-    from gitrun.guard.plugin import install
+    from gitrun.commands.hooks import install_plugin
 
     where = _repo(ctx) if scope is not Scope.user or sandbox else Path.cwd()
-    for line in install(where, scope.value, sandbox):
-        typer.echo(line)
+    install_plugin(where, scope.value, sandbox, typer.echo)
 
 
 @plugin_app.command("uninstall")
@@ -200,17 +168,16 @@ def plugin_uninstall(
     ctx: typer.Context, scope: _Scope = Scope.user, sandbox: _PluginSandbox = False
 ) -> None:
     """Uninstall the gitrun plugin from a scope (and gitrun's Bash sandbox with --sandbox)."""
-    from gitrun.guard.plugin import uninstall
+    from gitrun.commands.hooks import uninstall_plugin
 
     where = _repo(ctx) if scope is not Scope.user or sandbox else Path.cwd()
-    for line in uninstall(where, scope.value, sandbox):
-        typer.echo(line)
+    uninstall_plugin(where, scope.value, sandbox, typer.echo)
 
 
 @plugin_app.command("path")
 def plugin_path() -> None:
     """Print the plugin's folder: `claude --plugin-dir "$(gitrun plugin path)"` loads it
     for one session, with nothing installed."""
-    from gitrun.guard.install import plugin_dir
+    from gitrun.commands.hooks import plugin_path
 
-    typer.echo(str(plugin_dir()))
+    typer.echo(plugin_path())
