@@ -3,14 +3,12 @@ demo."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from gitrun.cli.app import _repo, app, complete_run
-from gitrun.errors import GitrunError
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 every task done; 1 some task failed for good; 2 usage error; "
@@ -209,25 +207,9 @@ def logs(
     then its last 64 KiB); a worker that printed nothing leaves none. A
     task keeps the logs of its last 5 attempts.
     """
-    from gitrun.commands.logs import attempt_logs, log_text
+    from gitrun.commands.logs import show_logs
 
-    repo = _repo(ctx)
-    if follow:
-        if task is None:
-            raise GitrunError("--follow needs a TASK: `gitrun logs RUN TASK --follow`")
-        from gitrun.commands.logs import follow as follow_log
-
-        [one] = attempt_logs(repo, run, task, attempt, follow=True)
-        follow_log(repo, run, one, lambda text: typer.echo(text, nl=False))
-        return
-    found = attempt_logs(repo, run, task, attempt)
-    if not found:
-        typer.echo(f"run {run!r}: no task that is not done left a log here")
-        return
-    for log in found:
-        if len(found) > 1 or task is None:
-            typer.echo(f"==> {log.task} attempt {log.attempt} ({log.path.name}) <==")
-        typer.echo(log_text(log), nl=False)
+    show_logs(_repo(ctx), run, task, attempt, follow, lambda text: typer.echo(text, nl=False))
 
 
 @app.command()
@@ -247,40 +229,9 @@ def log(
     ] = False,
 ) -> None:
     """Show a run's history from its branch: when, which tasks, which attempt."""
-    from gitrun.definition.load import RUNS_DIR, check_run_id
-    from gitrun.store.branches import find_tip
-    from gitrun.store.history import read_history
+    from gitrun.commands.history import show_log
 
-    repo = _repo(ctx)
-    check_run_id(run)
-    if attempts:
-        from gitrun.definition.runfiles import read_run_ledger
-        from gitrun.store.ledger import attempt_records
-
-        at = find_tip(repo, run)
-        tip = at.tip if at is not None else None
-        records = attempt_records(read_run_ledger(repo, f"{RUNS_DIR}/{run}", tip))
-        if as_json:
-            typer.echo(json.dumps(records, indent=2, sort_keys=True, allow_nan=False))
-        for record in records if not as_json else []:
-            typer.echo(json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False))
-        return
-    found = find_tip(repo, run)
-    if found is None:
-        raise GitrunError(
-            f"run {run!r} has no branch gitrun/{run} here or on a remote yet; start it with "
-            f"`gitrun start {run}`"
-        )
-    entries = read_history(repo, run, found.ref)
-    if as_json:
-        typer.echo(json.dumps([e.to_json() for e in entries], indent=2, allow_nan=False))
-        return
-    for entry in entries:
-        shown = " ".join(f"{t}#{n}" for t, n in entry.attempts.items())
-        typer.echo(
-            f"{entry.date}  {entry.commit[:10]}  {entry.subject}"
-            + (f"  [{shown}]" if shown else "")
-        )
+    show_log(_repo(ctx), run, as_json, attempts, typer.echo)
 
 
 @app.command()
@@ -338,7 +289,7 @@ def land(
     that was killed half way is finished by the next one.
     """
     from gitrun.commands.land.landing import land_run
-    from gitrun.definition.load import check_run_id
+    from gitrun.layout import check_run_id
 
     check_run_id(run)
     typer.echo(land_run(_repo(ctx), run, squash=squash, partial=partial))
@@ -404,29 +355,9 @@ def retry(
     (failed canary, environment fault, strict ownership violation, spend
     budget); with --budget or --tokens, raise the run's spend budget (kept in
     its ledger); then `gitrun resume RUN`."""
-    from gitrun.commands.retry import parse_budget, retry_tasks
+    from gitrun.commands.retry import retry_run
 
-    dollars = None if budget is None else parse_budget(budget)
-    retried = retry_tasks(_repo(ctx), run, list(tasks or []), dollars, tokens)
-    if retried.budget is not None:
-        from gitrun.engine.budget import money
-
-        shown = []
-        if retried.budget.cost_usd is not None:
-            shown.append(f"max_cost_usd {money(retried.budget.cost_usd)}")
-        if retried.budget.tokens is not None:
-            shown.append(f"max_tokens {retried.budget.tokens:,}")
-        typer.echo(f"the run's budget is now {' and '.join(shown)}")
-    if retried.lifted:
-        from gitrun.visible import visible
-
-        typer.echo(f"lifted the halt ({visible(retried.lifted)})")
-    if retried.tasks:
-        typer.echo(f"{', '.join(retried.tasks)}: fresh attempts granted")
-    elif not retried.lifted and retried.budget is None:
-        typer.echo(f"run {run!r} has no failed tasks and is not halted")
-        return
-    typer.echo(f"continue with `gitrun resume {run}`")
+    retry_run(_repo(ctx), run, list(tasks or []), budget, tokens, typer.echo)
 
 
 @app.command()
@@ -448,28 +379,15 @@ def watchdog(
     park holds it: "stalled since T", T in UTC). Meant for cron, e.g.
     `*/10 * * * * cd /path/to/repo && gitrun watchdog --kill`.
     """
-    from gitrun.commands.watchdog import inspect_runs, kill_stale
-    from gitrun.definition.schema import parse_duration
-    from gitrun.errors import UsageError
+    from gitrun.commands.watchdog import duration_option, watch_runs
 
-    try:
-        stale_after = parse_duration(stale)
-    except ValueError as exc:
-        raise UsageError(f"--stale {stale!r}: {exc}") from None
+    stale_after = duration_option("--stale", stale)
     repo = _repo(ctx)
-    findings = inspect_runs(repo, stale_after)
-    if as_json:
-        typer.echo(json.dumps([h.to_json() for h in findings], indent=2, allow_nan=False))
-    else:
-        if not findings:
-            typer.echo("no runs here")
-        for health in findings:
-            typer.echo(health.describe())
-    stale_runs = [h for h in findings if h.stale]
-    if kill:
-        for health in stale_runs:
-            typer.echo(kill_stale(repo, health), err=as_json)
-    raise typer.Exit(1 if stale_runs else 0)
+    raise typer.Exit(
+        watch_runs(
+            repo, stale_after, kill, as_json, typer.echo, lambda line: typer.echo(line, err=True)
+        )
+    )
 
 
 @app.command()
@@ -499,13 +417,9 @@ def stop(
     cannot be proved, runs on another host, or is still there after --wait.
     """
     from gitrun.commands.stop import stop_run
-    from gitrun.definition.schema import parse_duration
-    from gitrun.errors import UsageError
+    from gitrun.commands.watchdog import duration_option
 
-    try:
-        patience = parse_duration(wait)
-    except ValueError as exc:
-        raise UsageError(f"--wait {wait!r}: {exc}") from None
+    patience = duration_option("--wait", wait)
     stop_run(_repo(ctx), run, typer.echo, patience)
 
 

@@ -38,6 +38,33 @@ FOLLOW_POLL = 0.5  # seconds between looks at a followed log
 STATUS_EVERY = 4  # looks between reads of whether its attempt still runs
 
 
+def show_logs(
+    repo: Path,
+    run_id: str,
+    task: str | None,
+    attempt: int | None,
+    following: bool,
+    write: Callable[[str], None],
+) -> None:
+    """``gitrun logs``: write the logs :func:`attempt_logs` finds, each under
+    a header when there may be more than one; ``following``: ``task``'s, as
+    it grows (:func:`follow`). ``write`` is given whole lines, ends and all."""
+    if following:
+        if task is None:
+            raise GitrunError("--follow needs a TASK: `gitrun logs RUN TASK --follow`")
+        [one] = attempt_logs(repo, run_id, task, attempt, follow=True)
+        follow(repo, run_id, one, write)
+        return
+    found = attempt_logs(repo, run_id, task, attempt)
+    if not found:
+        write(f"run {run_id!r}: no task that is not done left a log here\n")
+        return
+    for log in found:
+        if len(found) > 1 or task is None:
+            write(f"==> {log.task} attempt {log.attempt} ({log.path.name}) <==\n")
+        write(log_text(log))
+
+
 def attempt_logs(
     repo: Path, run_id: str, task: str | None, attempt: int | None, follow: bool = False
 ) -> list[Log]:

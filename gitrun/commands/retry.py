@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +22,7 @@ from gitrun.store.branches import refuse_checked_out
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import run_locked
 from gitrun.store.usage import MAX_TOKENS, MAX_USD, is_dollars
+from gitrun.visible import visible
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,35 @@ def retry_tasks(
                 old.tokens if tokens is None else tokens,
             )
         return Retried(chosen, lifted, new)
+
+
+def retry_run(
+    repo: Path,
+    run_id: str,
+    task_ids: list[str],
+    budget: str | None,
+    tokens: int | None,
+    say: Callable[[str], None],
+) -> None:
+    """``gitrun retry``: :func:`retry_tasks` with ``--budget`` as typed, and
+    what it did, a line each, ending with what to run next."""
+    dollars = None if budget is None else parse_budget(budget)
+    retried = retry_tasks(repo, run_id, task_ids, dollars, tokens)
+    if retried.budget is not None:
+        shown = []
+        if retried.budget.cost_usd is not None:
+            shown.append(f"max_cost_usd {money(retried.budget.cost_usd)}")
+        if retried.budget.tokens is not None:
+            shown.append(f"max_tokens {retried.budget.tokens:,}")
+        say(f"the run's budget is now {' and '.join(shown)}")
+    if retried.lifted:
+        say(f"lifted the halt ({visible(retried.lifted)})")
+    if retried.tasks:
+        say(f"{', '.join(retried.tasks)}: fresh attempts granted")
+    elif not retried.lifted and retried.budget is None:
+        say(f"run {run_id!r} has no failed tasks and is not halted")
+        return
+    say(f"continue with `gitrun resume {run_id}`")
 
 
 def parse_budget(text: str) -> float:

@@ -10,15 +10,19 @@ driver so that the next ``resume`` takes over.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gitrun.definition.load import list_runs
+from gitrun.definition.schema import parse_duration
+from gitrun.errors import UsageError
 from gitrun.processes.reaper import (
     is_recorded_worker,
     kill_recorded_group,
@@ -60,6 +64,41 @@ class RunHealth:
             state = f"driver pid {self.pid} on {self.host}, heartbeat {age} ago"
         verdict = f"STALE: {self.reason}" if self.stale else "ok"
         return f"{self.run}: {state}; {verdict}"
+
+
+def duration_option(option: str, text: str) -> float:
+    """A duration option as typed (``90s``, ``5m``), in seconds, or a usage
+    error naming the option."""
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise UsageError(f"{option} {text!r}: {exc}") from None
+
+
+def watch_runs(
+    repo: Path,
+    stale_after: float,
+    kill: bool,
+    as_json: bool,
+    say: Callable[[str], None],
+    warn: Callable[[str], None],
+) -> int:
+    """``gitrun watchdog``: say how every run is (``as_json``: one JSON
+    array); ``kill``: end each stale driver, saying so (on ``warn`` with
+    ``as_json``, to keep the JSON whole). 1 when any run is stale, else 0."""
+    findings = inspect_runs(repo, stale_after)
+    if as_json:
+        say(json.dumps([h.to_json() for h in findings], indent=2, allow_nan=False))
+    else:
+        if not findings:
+            say("no runs here")
+        for health in findings:
+            say(health.describe())
+    stale_runs = [h for h in findings if h.stale]
+    if kill:
+        for health in stale_runs:
+            (warn if as_json else say)(kill_stale(repo, health))
+    return 1 if stale_runs else 0
 
 
 def _runs_here(repo: Path) -> tuple[list[str], set[str]]:
