@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from typer.core import TyperCommand
 
-from gitrun.cli.app import _repo, app, capped, complete_run
-from gitrun.words import counted
+from gitrun.cli.app import _repo, app, complete_run
 
 _AFTER_DASHES = "gitrun.command"  # where the argv after `--` waits in the context
 
@@ -93,7 +91,7 @@ def new(
     whole argument {task}, {pointer}, {inputs} or {outputs} (and the other
     placeholders) becoming that task's value.
     """
-    from gitrun.commands.scaffold import new_run
+    from gitrun.commands.scaffold import new_run, told_new
 
     directory = ctx.find_root().obj  # -C DIR: a relative --rules-file is found from there
     result = new_run(
@@ -111,23 +109,8 @@ def new(
         validate=validate,
         model=model,
     )
-    typer.echo(result.message)
-    for path in result.paths[:5]:
-        typer.echo(f"  {path}")
-    if len(result.paths) > 5:
-        typer.echo(f"  ... and {len(result.paths) - 5} more")
-    if result.ready and executor != "external":
-        typer.echo(f"next: `gitrun start {run}` (it runs `gitrun check {run}` first)")
-    elif result.ready:
-        typer.echo(f"next: `gitrun check {run}`")
-    else:
-        typer.echo(f"next: edit the packet's [rules] (or give --rules), then `gitrun check {run}`")
-    if executor == "external":
-        typer.echo(
-            f"then lead it from Claude Code: `gitrun plugin install` once, and `/gitrun:lead {run}` "
-            "in a session started after it (or `gitrun hooks install` to keep the hooks and the "
-            f"worker agent in the repository); any other lead: `gitrun next --help`"
-        )
+    for line in told_new(result, run, executor):
+        typer.echo(line)
 
 
 @app.command()
@@ -152,21 +135,6 @@ def check(
     that owned paths hold no uncommitted changes, that pointers fit, and that
     the model comes from configuration. Exit 0 when clean, 1 otherwise.
     """
-    from gitrun.definition.load import load_run
-    from gitrun.proof.check import check_json, check_named, check_run
+    from gitrun.commands.check import show_check
 
-    repo = _repo(ctx)
-    if as_json:
-        problems, proven = check_named(repo, run)
-        typer.echo(json.dumps(check_json(problems, proven), indent=2, allow_nan=False))
-        raise typer.Exit(1 if problems else 0)
-    report = check_run(load_run(repo, run))  # a broken definition: its sentences, as an error
-    if report.problems:
-        count = len(report.problems)
-        typer.echo(f"run {run!r}: {counted(count, 'problem')}:")
-        lines = [f"[{problem.code}] {problem.message}" for problem in report.problems]
-        for line in capped(lines, [problem.code for problem in report.problems]):
-            typer.echo(f"  {line}")
-    else:
-        typer.echo(f"run {run!r} is ready: {report.summary}")
-    raise typer.Exit(1 if report.problems else 0)
+    raise typer.Exit(show_check(_repo(ctx), run, as_json, typer.echo))

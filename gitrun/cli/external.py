@@ -7,7 +7,13 @@ from typing import Annotated
 
 import typer
 
-from gitrun.cli.app import _repo, app, complete_run, lead_guide_epilog
+from gitrun.cli.app import _repo, app, complete_run
+from gitrun.commands.external import lead_guide
+
+
+def lead_guide_epilog() -> str:
+    """:func:`lead_guide` as a command's epilog, its lines kept as written."""
+    return "\n\n".join(f"\b\n{block}" for block in lead_guide().split("\n\n"))
 
 
 @app.command("next", epilog=lead_guide_epilog())

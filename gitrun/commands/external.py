@@ -14,6 +14,7 @@ import json
 import sys
 
 from gitrun.errors import EXIT_DONE, EXIT_FAILED, EXIT_HALTED
+from gitrun.guard.install import plugin_dir
 from gitrun.visible import visible
 
 TYPE_CHECKING = False  # typing costs milliseconds; mypy reads this as True
@@ -22,6 +23,16 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from gitrun.engine.external import Batch, Collected
+
+
+def lead_guide() -> str:
+    """How to lead an external run: the body of the plugin's lead skill, the
+    one text a lead reads, from Claude Code or from any other session."""
+    try:
+        text = (plugin_dir() / "skills" / "lead" / "SKILL.md").read_text(encoding="utf-8")
+    except OSError:  # pragma: no cover - a broken installation
+        return ""
+    return text.split("---\n", 2)[-1].strip()
 
 
 def drive_external(

@@ -67,6 +67,29 @@ def init_repo(repo: Path) -> Created:
     return Created([CONFIG_FILE], 0, f"created {CONFIG_FILE} with commented defaults")
 
 
+def told_new(created: Created, run_id: str, executor: str) -> list[str]:
+    """What ``gitrun new`` prints: what it wrote (the first five paths), and
+    what comes next for a run of this executor."""
+    lines = [created.message, *(f"  {path}" for path in created.paths[:5])]
+    if len(created.paths) > 5:
+        lines.append(f"  ... and {len(created.paths) - 5} more")
+    if created.ready and executor != "external":
+        lines.append(f"next: `gitrun start {run_id}` (it runs `gitrun check {run_id}` first)")
+    elif created.ready:
+        lines.append(f"next: `gitrun check {run_id}`")
+    else:
+        lines.append(
+            f"next: edit the packet's [rules] (or give --rules), then `gitrun check {run_id}`"
+        )
+    if executor == "external":
+        lines.append(
+            f"then lead it from Claude Code: `gitrun plugin install` once, and `/gitrun:lead "
+            f"{run_id}` in a session started after it (or `gitrun hooks install` to keep the "
+            "hooks and the worker agent in the repository); any other lead: `gitrun next --help`"
+        )
+    return lines
+
+
 def new_run(
     repo: Path,
     run_id: str,

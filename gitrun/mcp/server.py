@@ -149,10 +149,9 @@ def build(repo: Path) -> MCPServer[Any]:
 
     @server.tool(description="Prove a run is safe to launch: every problem, not only the first.")
     def check(run: RunName) -> CheckOut:
-        from gitrun.proof.check import check_json, check_named
+        from gitrun.commands.check import check_data
 
-        problems, report = call(lambda: check_named(repo, run))
-        return CheckOut.model_validate(check_json(problems, report))
+        return CheckOut.model_validate(call(lambda: check_data(repo, run)))
 
     def begun(run: str, resume: bool) -> StartedOut:
         from gitrun.commands.external import begin_external
