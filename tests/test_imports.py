@@ -150,6 +150,37 @@ def test_the_floor_check_finds_an_upward_import() -> None:
     assert _upward(graph) == ["gitrun.store.local -> gitrun.engine.driver (line 9)"]
 
 
+def _past_commands(graph: dict[str, dict[str, int]]) -> list[str]:
+    """The imports of the command line that skip ``commands/``: what a command
+    does lives there, called alike by the command line and the MCP server, so
+    ``cli/`` reaches the floors under it only through it (the root's errors,
+    problems and names stand under every floor)."""
+    commands = FLOORS.index("gitrun.commands")
+    return [
+        f"{name} -> {dep} (line {line})"
+        for name, deps in sorted(graph.items())
+        if _folder(name) == "gitrun.cli"
+        for dep, line in sorted(deps.items())
+        if 0 < _floor(dep) < commands
+    ]
+
+
+def test_the_command_line_goes_through_the_commands() -> None:
+    skipped = _past_commands(_graph())
+    assert not skipped, "the command line skips commands/:\n" + "\n".join(skipped)
+
+
+def test_the_commands_check_finds_a_skipped_floor() -> None:
+    graph = {
+        "gitrun.errors": {},
+        "gitrun.cli.app": {"gitrun.errors": 1, "gitrun.commands.drive": 2, "gitrun.mcp.server": 3},
+        "gitrun.cli.hooks": {"gitrun.guard.main": 7},  # lazy or not, it skips a floor
+        "gitrun.mcp.server": {"gitrun.engine.status": 5},  # the MCP server is no command line
+        "gitrun.commands.drive": {"gitrun.store.git": 1},
+    }
+    assert _past_commands(graph) == ["gitrun.cli.hooks -> gitrun.guard.main (line 7)"]
+
+
 def test_the_package_has_no_import_cycle() -> None:
     graph = _graph()
     cycles = _cycles({name: set(deps) for name, deps in graph.items()})
