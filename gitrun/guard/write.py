@@ -166,18 +166,17 @@ def keep_denials(
     effort: the write is denied whatever is kept here."""
     import stat
     import time
-    from pathlib import Path
 
-    from gitrun.store.local import LocalPaths
+    from gitrun.store.local import LEASES, LOGS, denials_name, run_home
 
-    local = LocalPaths.under(Path(repo.git_dir), rules.run_id)
+    home = run_home(repo.git_dir, rules.run_id)  # os.path only: this is the write hook
     number = environ.get("GITRUN_ATTEMPT", "") if environ.get("GITRUN_TASK") else ""
     if number.isdigit():
         attempt = int(number)
     else:
         from gitrun.guard.subagents import leased_try
 
-        leased = leased_try(str(local.leases), rules.task_id)
+        leased = leased_try(os.path.join(home, LEASES), rules.task_id)
         if leased is None:
             return
         attempt = leased[0]
@@ -191,9 +190,9 @@ def keep_denials(
         + "\n"
         for p in paths
     )
-    where = local.denials_of(task, attempt)
+    where = os.path.join(home, LOGS, denials_name(task, attempt))
     try:
-        where.parent.mkdir(parents=True, exist_ok=True)
+        os.makedirs(os.path.dirname(where), exist_ok=True)
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
         fd = os.open(where, flags, 0o666)
         try:

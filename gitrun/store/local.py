@@ -29,6 +29,7 @@ LEASES = "leases.json"
 DISPATCHES = "dispatches.json"
 BOUND = "bound"  # one file per dispatch: the agent_id of the subagent that took it
 HOOK_RULES = "hook-rules.jsonl"
+LOGS = "logs"  # the workers' logs, and the writes the write hook denied them
 
 
 class LocalPaths:
@@ -183,7 +184,7 @@ class LocalPaths:
 
     @property
     def logs(self) -> Path:
-        return self.root / "logs"
+        return self.root / LOGS
 
     @property
     def report(self) -> Path:
@@ -207,7 +208,7 @@ class LocalPaths:
         """The writes the write hook denied an attempt, one JSON line each, kept
         beside its log (a confined worker's hook can write there) until its end
         moves them to the ledger (:mod:`gitrun.engine.strays`)."""
-        return self.logs / f"{task}.{attempt}.denied.jsonl"
+        return self.logs / denials_name(task, attempt)
 
     def prune_logs(self, task: str, attempt: int) -> None:
         """Attempt ``attempt`` of ``task`` starts: the log of its attempt
@@ -225,6 +226,12 @@ class LocalPaths:
         left by an earlier run of the same id is kept: ``ledger.<stamp>.jsonl``."""
         stem, dot, suffix = name.partition(".")
         return self.root / f"{stem}.{stamp}{dot}{suffix}"
+
+
+def denials_name(task: str, attempt: int) -> str:
+    """The name of :meth:`LocalPaths.denials_of` in the run's ``logs``
+    folder, for the write hook, which finds it with os.path alone."""
+    return f"{task}.{attempt}.denied.jsonl"
 
 
 def run_home(git_dir: str, run_id: str) -> str:
