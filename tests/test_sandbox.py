@@ -588,3 +588,53 @@ def test_walls_stop_at_their_bound_and_what_passes_is_a_stray(tmp_path: Path) ->
     assert done.stdout == "walled\npassed\n", done.stderr
     assert confined.finish() == [f"out/{last}"]
     assert sorted(p.name for p in (repo / "out").iterdir()) == ["mine.json"]
+
+
+# A worker of t1 plants, in the run's logs folder (writable to it, for its
+# usage file), a link where t2's log will go and a FIFO where t3's will.
+PLANTED = """
+if [ "$GITRUN_TASK" = t1 ]; then
+  logs=$(dirname "$GITRUN_USAGE")
+  ln -s "$VICTIM" "$logs/t2.1.log" && mkfifo "$logs/t3.1.log" && echo planted
+fi
+echo "said by $GITRUN_TASK"
+printf '{"task": "%s"}\\n' "$GITRUN_TASK" > "out/$GITRUN_TASK.json"
+"""
+
+
+def test_a_neighbour_s_log_planted_as_a_link_or_fifo_is_never_followed(
+    git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver writes each attempt's log as a file of its own: a link a
+    confined worker left at a neighbour's log name leads its writes nowhere
+    (not into a file outside, not into the git config), and a FIFO there
+    holds nothing up."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    monkeypatch.setenv("VICTIM", str(victim))
+    tasks: list[dict[str, object]] = [
+        {"id": "t1", "stage": "one", "outputs": ["out/t1.json"]},
+        {"id": "t2", "stage": "two", "outputs": ["out/t2.json"]},
+        {"id": "t3", "stage": "two", "outputs": ["out/t3.json"]},
+    ]
+    packet = {
+        "executor": {"preset": "shell", "shell": PLANTED, "isolation": "sandbox"},
+        "limits": {"canary": 0, "timeout": "60s"},
+        "stages": [{"name": "one"}, {"name": "two"}],
+    }
+    write_run(git_repo, "r", tasks, packet)
+    commit_all(git_repo, "run r")
+    proc = gitrun_process(git_repo, "start", "r")
+    try:
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert victim.read_text() == "precious\n"
+    logs = git_repo / ".git/gitrun/r/logs"
+    assert "planted" in (logs / "t1.1.log").read_text()
+    for task in ("t2", "t3"):
+        assert not (logs / f"{task}.1.log").is_symlink()
+        assert (logs / f"{task}.1.log").read_text() == f"said by {task}\n"

@@ -271,8 +271,7 @@ class Attempt:
             return
         try:
             if self._log is None:
-                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
-                self._log = os.open(self.log_path, flags, 0o666)
+                self._log = _new_log(self.log_path)
             view = memoryview(data)
             while view:
                 view = view[os.write(self._log, view) :]
@@ -614,6 +613,19 @@ def _client_of(program: str) -> tuple[str, ClientSigns] | None:
 @functools.cache
 def _reports_usage(program: str) -> bool:
     return usage_reader([program]) is not None
+
+
+def _new_log(path: Path) -> int:
+    """Open a new file at ``path`` for an attempt's log. The logs folder is
+    writable to confined workers (their usage files): whatever one left at
+    a neighbour's log name (a link into the repository or out of it, a FIFO)
+    is removed, never followed nor opened."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(path, flags, 0o666)
+    except FileExistsError:
+        os.unlink(path)
+        return os.open(path, flags, 0o666)
 
 
 def usage_file(log_path: Path) -> Path:
