@@ -638,3 +638,18 @@ def test_a_neighbour_s_log_planted_as_a_link_or_fifo_is_never_followed(
     for task in ("t2", "t3"):
         assert not (logs / f"{task}.1.log").is_symlink()
         assert (logs / f"{task}.1.log").read_text() == f"said by {task}\n"
+
+
+def test_a_worker_s_denials_file_made_a_directory_stops_nothing(git_repo: Path) -> None:
+    """The file the hooks keep an attempt's denied writes in lies in the
+    logs folder, writable to the confined worker: one it made a directory
+    (or a FIFO) is no record of denials, and the run goes on."""
+    script = (
+        'logs=$(dirname "$GITRUN_USAGE"); '
+        'mkdir "$logs/$GITRUN_TASK.$GITRUN_ATTEMPT.denied.jsonl"; '
+        'printf \'{"task": "%s"}\\n\' "$GITRUN_TASK" > "out/$GITRUN_TASK.json"'
+    )
+    _shell_run(git_repo, script, _tasks("t1", "t2"))
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.exit_code == 0 and outcome.status.counts()["done"] == 2
+    assert [r for r in ledger_records(git_repo) if r.get("event") == "denied"] == []

@@ -17,11 +17,11 @@ from gitrun.definition.load import RunDef
 from gitrun.engine.budget import Budget, spend_json
 from gitrun.engine.motion import AT_REST, STALLED, MotionFacts, last_record_time, latest, motion_of
 from gitrun.engine.states import COMPLETE, DONE, PENDING, RUNNING, STATUSES, Engine, load_engine
-from gitrun.engine.strays import DENIED, MAX_DENIED, SUSPECT, StrayWrite
+from gitrun.engine.strays import DENIED, MAX_DENIED, SUSPECT, StrayWrite, kept_denials
 from gitrun.layout import branch_ref
 from gitrun.store import git, ledger
 from gitrun.store.branches import Landed, landed
-from gitrun.store.jsonlines import read_lines, shown
+from gitrun.store.jsonlines import shown
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import Owner, is_locked, read_owner
 from gitrun.store.records import RecordDamaged
@@ -259,7 +259,7 @@ def _stray_writes(engine: Engine, tasks: dict[str, TaskStatus]) -> list[StrayWri
     ]
     for task in tasks.values():
         if task.status == RUNNING and task.last_attempt:
-            kept = read_lines(local.denials_of(task.id, task.last_attempt))
+            kept = kept_denials(local.denials_of(task.id, task.last_attempt))
             for line in kept[:MAX_DENIED]:
                 found.append(
                     StrayWrite(

@@ -23,8 +23,10 @@ import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
+from gitrun.errors import GitrunError
 from gitrun.store import ledger
 from gitrun.store.jsonlines import read_lines
 from gitrun.store.local import LocalPaths
@@ -131,13 +133,23 @@ def stray_writes(records: list[dict[str, Any]]) -> list[StrayWrite]:
     return found
 
 
+def kept_denials(where: Path) -> list[dict[str, Any]]:
+    """The denied writes kept at ``where``, beside an attempt's log. The logs
+    folder is writable to a confined worker: what it put there in place of
+    the file (a directory, a FIFO) holds no denials and stops nothing."""
+    try:
+        return read_lines(where)
+    except GitrunError:
+        return []
+
+
 def fold_denials(engine: Recorder, writer: ledger.LedgerWriter, task: str, attempt: int) -> None:
     """Move the writes the hooks denied an ended attempt of ``task`` from beside
     its log to the ledger: one ``denied`` record a path (the first
     :data:`MAX_DENIED` paths), each once, however often the driver that does
     it is killed before it removes the file."""
     where = engine.local.denials_of(task, attempt)
-    kept = read_lines(where)
+    kept = kept_denials(where)
     if not kept:
         return
     known = {
