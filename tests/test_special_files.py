@@ -234,3 +234,19 @@ def test_a_lock_or_index_of_another_kind_is_named_with_exit_1(
 
 
 _NOUNS = {"directory": "a directory", "device": "a device", "fifo": "a FIFO"}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_sandbox_folder_of_another_kind_never_holds_a_driver(git_repo: Path, kind: str) -> None:
+    """The folder of a run's attempts is emptied as a driver starts: a FIFO
+    (or a link) in its place is removed, not opened, and the run goes on."""
+    script = 'printf \'{"task": "%s"}\\n\' "$GITRUN_TASK" > "out/$GITRUN_TASK.json"'
+    tasks = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in (1, 2)]
+    packet = {"executor": {"preset": "shell", "shell": script}, "limits": {"canary": 0}}
+    write_run(git_repo, "r", tasks, packet)
+    commit_all(git_repo, "define r")
+    (git_repo / "out").mkdir()
+    _replace(LocalPaths.of(git_repo, "r").sandboxes, kind)
+    proc = _gitrun(git_repo, "start", "r")
+    _assert_clean_end(proc, "sandbox")
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -9,10 +9,12 @@ when to halt. :mod:`gitrun.commands.session` sets a driver up for start and resu
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
 import signal
+import stat
 import sys
 import threading
 import time
@@ -200,6 +202,9 @@ class Driver:
         # What a dead driver's isolated attempts left (their own files were
         # brought back by recover_orphans): none of the rest counts.
         sandboxes = self.local.sandboxes
+        with contextlib.suppress(OSError):  # a FIFO or a link there: removed, never opened
+            if not stat.S_ISDIR(os.lstat(sandboxes).st_mode):
+                os.unlink(sandboxes)
         for folder in os.listdir(sandboxes) if sandboxes.is_dir() else ():
             left = left_by(sandboxes / folder, self.repo)
             if isinstance(left, Scratch):
