@@ -206,3 +206,27 @@ def test_a_forged_state_never_removes_what_gitrun_did_not_make(
     assert outcome.exit_code == 0
     assert (precious / "keep.txt").read_text() == "mine"
     assert _left(scratch_root, git_repo) == []
+
+
+def test_a_link_planted_at_the_temporary_name_never_carries_the_write(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """write_beneath's temporary file is made anew under a name nobody can
+    guess: a hard link to .git/config planted where it would go (at the
+    name an earlier gitrun used, or at the very name it draws) is never
+    written through."""
+    import os
+    import secrets
+
+    from gitrun.workers.scratch import write_beneath
+
+    config = git_repo / ".git" / "config"
+    before = config.read_bytes()
+    os.link(config, git_repo / f".r.html.gitrun-{os.getpid()}.tmp")  # the old, guessable name
+    write_beneath(git_repo, "r.html", b"REPORT", replace=False)
+    assert (git_repo / "r.html").read_bytes() == b"REPORT" and config.read_bytes() == before
+    monkeypatch.setattr(secrets, "token_hex", lambda _n: "guessed")
+    os.link(config, git_repo / ".s.html.gitrun-guessed.tmp")
+    with pytest.raises(FileExistsError):
+        write_beneath(git_repo, "s.html", b"REPORT", replace=False)
+    assert config.read_bytes() == before and not (git_repo / "s.html").exists()

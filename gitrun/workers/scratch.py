@@ -33,6 +33,7 @@ import contextlib
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import stat
 import tempfile
@@ -136,11 +137,17 @@ def write_beneath(repo: Path, path: str, data: bytes, replace: bool = True) -> N
     is linked to its name, which never replaces anything."""
     parent = open_parent(repo, path)
     name = path.rsplit("/", 1)[-1]
-    temp = f".{name}.gitrun-{os.getpid()}.tmp"
+    # A name nobody can guess, made anew (O_EXCL): a link planted at a
+    # predictable one would carry the write to the file it names.
+    temp = f".{name}.gitrun-{secrets.token_hex(8)}.tmp"
     try:
         fd = os.open(
-            temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644, dir_fd=parent
+            temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=parent
         )
+    except BaseException:
+        os.close(parent)
+        raise
+    try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
         if replace:
