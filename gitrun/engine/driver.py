@@ -39,7 +39,7 @@ from gitrun.engine.audit import signature as audit_signature
 from gitrun.engine.budget import Budget
 from gitrun.engine.committer import CommitQueue, Committed, Committer, Landing
 from gitrun.engine.crashpoints import crash_point
-from gitrun.engine.governor import BILLING, ENVIRONMENT, STRICT, Halt, is_throttled, last_line
+from gitrun.engine.governor import ENVIRONMENT, STRICT, Halt, last_line
 from gitrun.engine.recovery import bring_back, reconcile, recover_orphans
 from gitrun.engine.states import (
     COMPLETE,
@@ -55,6 +55,7 @@ from gitrun.engine.states import (
 from gitrun.engine.status import RunStatus, read_status, status_of
 from gitrun.engine.strays import fold_denials
 from gitrun.engine.traces import NoTraces, Traces, open_traces
+from gitrun.engine.verdict import Facts, Park, Rules, judge
 from gitrun.errors import EXIT_DONE, EXIT_FAILED, EXIT_HALTED
 from gitrun.processes import reaper
 from gitrun.processes.proc import clean_env
@@ -70,8 +71,6 @@ from gitrun.words import counted
 from gitrun.workers.attempt import AttemptEnd, Monitor, Runner, RunningAttempt
 from gitrun.workers.executor import command_template, render_command
 from gitrun.workers.pointer import attempt_values
-from gitrun.workers.refusals import BILLING as BILLING_REFUSAL
-from gitrun.workers.refusals import refusal_of
 from gitrun.workers.sandbox import (
     Claims,
     Confined,
@@ -635,45 +634,35 @@ class Driver:
         made_from = self.made_from.pop(end.task, None)
         throttles = self.throttles.pop(end.task, 0)
         confined = self.confined.pop(end.task, None)
-        refused = self._strays(end, confined) if confined else None
+        if confined:
+            bring_back(confined, self.engine, self.ledger, end.task, end.attempt, self.report)
         check = check_task(self.run, task, before, self.committer.object_format)
-        outcome, reason = check.outcome, check.reason
-        if outcome == "invalid":
+        if check.outcome == ledger.INVALID:
             quarantine(self.repo, self.local.quarantine_of(end.task, end.attempt), check.outputs)
-        if outcome != "valid":
-            not_back = end.refused or (confined.refused if isinstance(confined, Scratch) else "")
-            if not_back:  # an output too big (or a link) to bring back from its node or scratch
-                outcome, reason = ledger.INVALID, not_back
-            if confined and confined.displaced and not refused:
-                # Someone else took its directory away as it ran: not the task's failure.
-                outcome = ledger.INTERRUPTED
-                reason = (
-                    f"{', '.join(visible(d) for d in confined.displaced)} was removed or replaced "
-                    "in the work tree while it ran"
-                )
-            elif refused and not end.unstarted:  # bubblewrap could not start the worker
-                self.governor.stop_for(Halt(ENVIRONMENT, refused))
-                outcome, reason = ledger.UNSTARTED, last_line(end.tail)
-            elif end.unstarted:  # its program is not there: no worker ran
-                outcome, reason = ledger.UNSTARTED, end.unstarted
-                self.governor.stop_for(
-                    Halt(
-                        ENVIRONMENT,
-                        f"environment fault: the worker cannot start: {end.unstarted}; install "
-                        "it or fix [executor] command (`gitrun check` says), then `gitrun retry` and "
-                        "`gitrun resume`",
-                    )
-                )
-            elif end.lost:  # its node or worker died: the environment's failure
-                outcome, reason = ledger.LOST, end.lost
-            elif end.fault:  # the client showed an environment fault (gitrun.workers.clients)
-                self.governor.stop_for(Halt(ENVIRONMENT, end.fault))
-            elif refusal := self._refusal(end):
-                outcome, reason = refusal
-            elif is_throttled(end.exit_code, end.tail, self.limits.throttle_patterns):
-                outcome = ledger.THROTTLED
-            elif end.stopped and not end.timed_out:
-                outcome = ledger.INTERRUPTED
+        facts = Facts(
+            check.outcome,
+            check.reason,
+            end.exit_code,
+            end.signal,
+            end.timed_out,
+            end.stopped,
+            end.tail,
+            end.fault,
+            end.lost,
+            end.unstarted,
+            not_back=end.refused or (confined.refused if isinstance(confined, Scratch) else ""),
+            sandboxed=isinstance(confined, Confined),
+            displaced=tuple(confined.displaced) if confined else (),
+            now=time.time(),  # a reset the client announces is a wall-clock time
+            parked_until=self.governor.parked_until,
+        )
+        client = os.path.basename(self.template[0]) if self.template else "the worker"
+        verdict = judge(facts, Rules(self.run.id, self.limits, client))
+        outcome, reason = verdict.outcome, verdict.reason
+        if verdict.halt is not None:
+            self.governor.stop_for(verdict.halt)
+        if verdict.park is not None:
+            self._park(verdict.park)
         ended = Ended(
             end.task,
             end.attempt,
@@ -714,11 +703,11 @@ class Driver:
             self.report(f"{end.task} attempt {end.attempt}: valid ({how}, {end.duration:.1f} s)")
             return
         if status == FAILED:
-            verdict = (
+            follows = (
                 f"failed for good after {counted(self.engine.history[end.task].used, 'attempt')}"
             )
         else:
-            verdict = {
+            follows = {
                 ledger.THROTTLED: f"throttled; concurrency now {self.governor.concurrency}",
                 ledger.INTERRUPTED: "pending",
                 ledger.LOST: "pending, no attempt used",
@@ -731,73 +720,23 @@ class Driver:
         log = self.local.log_of(end.task, end.attempt)
         if os.path.exists(log):
             detail += f" (log: {shown(log)})"
-        self.report(f"{end.task} attempt {end.attempt}: {outcome} ({how}){detail} — {verdict}")
+        self.report(f"{end.task} attempt {end.attempt}: {outcome} ({how}){detail} — {follows}")
 
-    def _refusal(self, end: AttemptEnd) -> tuple[str, str] | None:
-        """An attempt the API refused for a usage limit (the run parks until
-        its reset; a throttle, no attempt used) or for billing (the run
-        halts at once, no attempt used): its outcome and reason, else None."""
-        now = time.time()  # a reset the client announces is a wall-clock time
-        limits = self.limits
-        refusal = refusal_of(end.tail, limits.quota_patterns, limits.billing_patterns, now)
-        if refusal is None:
-            return None
-        client = os.path.basename(self.template[0]) if self.template else "the worker"
-        if refusal.kind == BILLING_REFUSAL:
-            self.governor.stop_for(
-                Halt(
-                    BILLING,
-                    f"billing: {client} said {refusal.said!r}: the API will not serve more "
-                    "until credit is added or the spend cap raised; then "
-                    f"`gitrun retry {self.run.id}` and `gitrun resume {self.run.id}`",
-                )
-            )
-            return ledger.UNSTARTED, f"the API refused to bill: {refusal.said}"
-        until = refusal.until
-        guessed = until is None
-        if until is None:
-            if self.governor.parked_until > now:  # parked already: a guess adds nothing
-                return ledger.THROTTLED, refusal.said
-            until = now + limits.park_default
-        reason = f"usage limit of {client}"
-        if until > self.governor.parked_until:
-            self.engine.record_park(self.ledger, until, reason)
-            self.traces.event("park", {"gitrun.until": ledger.iso(until), "reason": reason})
-            if self.commits is not None:  # on the branch now: a move to another clone waits too
-                self.commits.flush()
-            read = (
-                f" (its reset could not be read from {refusal.said!r}: limits.park_default)"
-                if guessed
-                else ""
-            )
-            self.report(
-                f"{self.governor.parked_text(time.monotonic())}{read}: no new starts, running attempts finish, and "
-                "the run goes on by itself at the reset"
-            )
-        return ledger.THROTTLED, refusal.said
-
-    def _strays(self, end: AttemptEnd, confined: Isolated) -> str | None:
-        """Bring an isolated attempt's own files into the work tree, and record
-        what it wrote outside its own paths (kept out of the work tree); when
-        bubblewrap itself refused to start it, the environment fault to halt with."""
-        bring_back(confined, self.engine, self.ledger, end.task, end.attempt, self.report)
-        first = end.tail.lstrip().partition("\n")[0]
-        if not isinstance(confined, Confined):
-            return None
-        if end.exit_code != 1 or not first.startswith("bwrap: "):
-            return None
-        if "execvp" in first:  # the program is not there: as when it cannot start
-            return (
-                f"environment fault: the worker cannot start: {first.removeprefix('bwrap: ')}; "
-                "install it or fix [executor] command (`gitrun check` says), then `gitrun retry` "
-                "and `gitrun resume`"
-            )
-        return (
-            f"environment fault: bubblewrap could not confine an attempt ({visible(first)}); "
-            "run where it can (user namespaces allowed), or set [executor] isolation = "
-            '"scratch" (a scratch directory per attempt, no namespaces) or "none", then '
-            f"`gitrun retry {self.run.id}` and "
-            f"`gitrun resume {self.run.id}`"
+    def _park(self, park: Park) -> None:
+        """Park the run for a usage limit: no new starts until its reset (the
+        running attempts finish), recorded so that a later driver waits too."""
+        self.engine.record_park(self.ledger, park.until, park.reason)
+        self.traces.event("park", {"gitrun.until": ledger.iso(park.until), "reason": park.reason})
+        if self.commits is not None:  # on the branch now: a move to another clone waits too
+            self.commits.flush()
+        read = (
+            f" (its reset could not be read from {park.unread!r}: limits.park_default)"
+            if park.unread
+            else ""
+        )
+        self.report(
+            f"{self.governor.parked_text(time.monotonic())}{read}: no new starts, running attempts finish, and "
+            "the run goes on by itself at the reset"
         )
 
     def _stage_still_proven(self, stage: str) -> bool:

@@ -30,6 +30,7 @@ from gitrun.engine.committer import Committer, Landing, landing_message
 from gitrun.engine.governor import STRICT, GovernorState, Halt
 from gitrun.engine.states import COMPLETE, FAILED, Ended, Engine
 from gitrun.engine.strays import fold_denials
+from gitrun.engine.verdict import Facts, Rules, judge
 from gitrun.errors import GitrunError
 from gitrun.guard import rules
 from gitrun.guard.agents import worker_agent_type
@@ -426,6 +427,7 @@ class External:
         now = time.time()
         base = self.engine.base
         at_base = git.ls_tree(self.repo, base) if base else {}
+        rules = Rules(self.run.id, self.limits)
         writer = open_ledger(self.run, self.tip)
         try:
             for task_id, lease in list(self.leases.items()):
@@ -435,15 +437,18 @@ class External:
                     lease.before,
                     self.committer.object_format,
                 )
-                outcome = check.outcome
-                if outcome == ledger.INVALID:
+                if check.outcome == ledger.INVALID:
                     where = self.local.quarantine_of(task_id, lease.attempt)
                     quarantine(self.repo, where, check.outputs)
-                if outcome != ledger.VALID and task_id in throttled:
-                    outcome = ledger.THROTTLED
-                elif outcome != ledger.VALID and abandon:
-                    outcome = ledger.ABANDONED
-                reason = check.reason if outcome != ledger.VALID else ""
+                facts = Facts(
+                    check.outcome,
+                    check.reason,
+                    timed_out=now > lease.expires,
+                    named_throttled=task_id in throttled,
+                    abandoned=abandon,
+                )
+                verdict = judge(facts, rules)
+                outcome, reason = verdict.outcome, verdict.reason
                 if reason:
                     result.reasons[task_id] = reason
                 said = self._said_by(task_id, lease.attempt) if outcome != ledger.VALID else []
@@ -456,7 +461,7 @@ class External:
                     now,
                     outcome,
                     reason,
-                    timed_out=now > lease.expires,
+                    timed_out=facts.timed_out,
                     dispatch="external",
                     usage=self._read_usage(task_id, lease.attempt),
                     made_from=lease.made_from,

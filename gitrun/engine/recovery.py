@@ -19,6 +19,7 @@ from gitrun.engine.committer import Committer, Landing, landing_message
 from gitrun.engine.crashpoints import crash_point
 from gitrun.engine.states import COMPLETE, Ended, Engine
 from gitrun.engine.strays import fold_denials
+from gitrun.engine.verdict import Facts, Rules, judge
 from gitrun.processes.cgroups import end_left_group
 from gitrun.processes.reaper import kill_attempt_processes, kill_leftovers, kill_recorded_group
 from gitrun.store import ledger
@@ -54,11 +55,14 @@ def recover_orphans(
         if confined is not None:  # stopped now: what it wrote of its own counts
             bring_back(confined, engine, writer, tid, entry.attempt, report)
         check = check_task(run, task, entry.before, object_format)
-        outcome = ledger.VALID if check.outcome == ledger.VALID else ledger.ABANDONED
         if check.outcome == ledger.INVALID:
             quarantine(run.repo, local.quarantine_of(tid, entry.attempt), check.outputs)
+        # Its driver is gone: a lease abandoned, whatever else it did.
+        verdict = judge(
+            Facts(check.outcome, check.reason, abandoned=True), Rules(run.id, run.limits)
+        )
+        outcome, reason = verdict.outcome, verdict.reason
         now = time.time()
-        reason = check.reason if outcome != ledger.VALID else ""
         made = check.made if outcome == ledger.VALID else None
         ended = Ended(
             tid,
