@@ -1,10 +1,11 @@
 """The driver: launching attempts, judging them from disk, handing them to the committer.
 
 At most the governor's number of attempts run at once, stage by stage. Each
-attempt's outcome comes from the files on disk alone (throttled when it
-failed and its output says so); it is recorded in the ledger, valid tasks go
+attempt's outcome is judged from the files on disk and what was seen of it
+(:mod:`gitrun.engine.verdict`); it is recorded in the ledger, valid tasks go
 to the background committer, and the governor decides when to back off and
-when to halt. :mod:`gitrun.commands.session` sets a driver up for start and resume.
+when to halt; the run says how it goes (:mod:`gitrun.engine.progress`).
+:mod:`gitrun.commands.session` sets a driver up for start and resume.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from gitrun.clock import to_wall
@@ -36,18 +36,24 @@ from gitrun.definition.runfiles import (
 )
 from gitrun.engine.audit import Audit, Signature, Violation
 from gitrun.engine.audit import signature as audit_signature
-from gitrun.engine.budget import Budget
 from gitrun.engine.committer import CommitQueue, Committed, Committer, Landing
 from gitrun.engine.crashpoints import crash_point
 from gitrun.engine.governor import ENVIRONMENT, STRICT, Halt, last_line
+from gitrun.engine.progress import (
+    LoadGate,
+    Progress,
+    Reporter,
+    RunOutcome,
+    ended_line,
+    live_state_of,
+    progress_of,
+)
 from gitrun.engine.recovery import bring_back, reconcile, recover_orphans
 from gitrun.engine.states import (
     COMPLETE,
     DONE,
     FAILED,
     PENDING,
-    RUNNING,
-    STATUSES,
     Ended,
     Engine,
     committed_tasks,
@@ -64,8 +70,7 @@ from gitrun.store import git, ledger
 from gitrun.store.journal import Journal, JournalEntry
 from gitrun.store.jsonlines import shown
 from gitrun.store.local import LocalPaths
-from gitrun.store.lock import LiveAttempt, LiveState, RunLock
-from gitrun.store.usage import UsageTotals
+from gitrun.store.lock import RunLock
 from gitrun.visible import last_lines, visible
 from gitrun.words import counted
 from gitrun.workers.attempt import AttemptEnd, Monitor, Runner, RunningAttempt
@@ -85,41 +90,12 @@ from gitrun.workers.sandbox import (
 from gitrun.workers.scratch import AttemptFiles, Scratch
 from gitrun.workers.workerfiles import worker_files
 
+# What commands build a driver with, and get back from it.
+__all__ = ["Driver", "Progress", "Reporter", "RunOutcome"]
+
 HEARTBEAT = 2.0  # seconds between owner-record heartbeats
 TICK = 0.5  # longest wait before the loop looks at deadlines and signals again
 AUDIT_EVERY = 2.0  # seconds between stray-write audits while attempts end
-
-
-Reporter = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class Progress:
-    """A snapshot for live views."""
-
-    counts: dict[str, int]
-    running: list[tuple[str, int, float]]  # task, attempt, seconds running
-    concurrency: int
-    max_concurrency: int
-    backoff: float  # seconds until starts may resume
-    waiting_for_load: bool
-    canary: list[str]
-    spawns: int
-    usable: int
-    eta: float | None
-    usage: UsageTotals | None = None  # what the run's attempts cost so far
-    budget: Budget | None = None
-    parked: str = ""  # "parked until 15:00 UTC (usage limit of claude)" while it is
-
-
-@dataclass
-class RunOutcome:
-    status: RunStatus
-    exit_code: int
-    stopped_by: str | None = None
-    halt: Halt | None = None
-    violations: list[Violation] = field(default_factory=list)
-    load_held: float = 0.0  # seconds the load gate held starts back
 
 
 class Driver:
@@ -167,15 +143,13 @@ class Driver:
         self.template = command_template(run.packet.executor)
         self.started_at = time.monotonic()
         self.finished_here = 0
-        self.load_held = False  # the load gate held starts at the last look
+        self.load_gate = LoadGate(self.limits, report)
         self.proven_stage: str | None = None  # the stage whose symlink proof holds
         self.attempt_ids: set[str] = set()  # of the attempts this session started
         self.id_of: dict[str, str] = {}  # task -> the id of its latest attempt
         # The definition as it is now, which is what this driver runs: what a
         # worker writes into it later is reported by the audit, never committed.
         self.definition = definition_snapshot(run)
-        self.load_held_since = 0.0
-        self.load_held_for = 0.0  # seconds held, in earlier spells
         # Where identities come from psutil (no /proc), it takes ~25 ms to
         # import; imported now, the first attempt's journal record follows its
         # start at once (a driver killed in between leaves a worker the next
@@ -341,7 +315,7 @@ class Driver:
                         self._halted(halt)
                     if not self.stopping and halt is None:
                         self._launch_ready(now)
-                        self._say_load_gate()
+                        self.load_gate.look(self.governor)
                     if not self.running and not self._waiting(now):
                         break
                     self._wait_and_finish(commits, now)
@@ -360,7 +334,7 @@ class Driver:
                         last_audit = now
                         self.audit_due = False
                     if now - last_beat >= HEARTBEAT:
-                        self._beat()
+                        self.lock.beat(live_state_of(self.governor, self.running.values()))
                         last_beat = now
                 self._audit()  # before the last commit, so violations reach the ledger
                 halt = self.governor.halt
@@ -420,9 +394,7 @@ class Driver:
         else:
             complete = sum(status.counts()[s] for s in COMPLETE)
             code = EXIT_DONE if complete == len(self.tasks) else EXIT_FAILED
-        held = self.load_held_for + (
-            time.monotonic() - self.load_held_since if self.load_held else 0
-        )
+        held = self.load_gate.held_for()
         return RunOutcome(status, code, stopped, halt, self.violations, held)
 
     def _summary(self) -> RunStatus:
@@ -458,7 +430,11 @@ class Driver:
         for end in self.monitor.poll(timeout):
             self._finish(end, commits)
         if self.progress is not None:
-            self.progress(self._progress(time.monotonic()))
+            now = time.monotonic()
+            running = self.running.values()
+            self.progress(
+                progress_of(self.engine, running, self.finished_here, self.started_at, now)
+            )
 
     def _choose_canary(self) -> None:
         if self.engine.choose_canary():
@@ -693,34 +669,11 @@ class Driver:
         crash_point("end.closed")
         self.finished_here += 1
         self.audit_due = True
-        how = f"signal {end.signal}" if end.signal else f"exit {end.exit_code}"
-        if end.lost:
-            how = "lost with its node"
-        if end.timed_out:
-            how += ", timed out"
         if outcome == ledger.VALID:
             commits.put(Landing(end.task, end.attempt, check.outputs, made_from))
-            self.report(f"{end.task} attempt {end.attempt}: valid ({how}, {end.duration:.1f} s)")
-            return
-        if status == FAILED:
-            follows = (
-                f"failed for good after {counted(self.engine.history[end.task].used, 'attempt')}"
-            )
-        else:
-            follows = {
-                ledger.THROTTLED: f"throttled; concurrency now {self.governor.concurrency}",
-                ledger.INTERRUPTED: "pending",
-                ledger.LOST: "pending, no attempt used",
-                ledger.UNSTARTED: "pending, no attempt used",
-            }.get(outcome, "will retry")
-        detail = f": {reason}" if reason else ""
-        said = last_line(end.lost or end.tail)
-        if said:
-            detail += f"; it said: {said}"
+        used = self.engine.history[end.task].used if status == FAILED else None
         log = self.local.log_of(end.task, end.attempt)
-        if os.path.exists(log):
-            detail += f" (log: {shown(log)})"
-        self.report(f"{end.task} attempt {end.attempt}: {outcome} ({how}){detail} — {follows}")
+        self.report(ended_line(end, outcome, reason, used, self.governor.concurrency, log))
 
     def _park(self, park: Park) -> None:
         """Park the run for a usage limit: no new starts until its reset (the
@@ -766,26 +719,6 @@ class Driver:
         for pid in kill_leftovers(self.run.id, ended):
             self.report(f"stopped pid {pid}, left behind by a finished attempt")
 
-    def _say_load_gate(self) -> None:
-        """Say when the load gate starts and stops holding starts back (no silent stall)."""
-        held = self.governor.waiting_for_load
-        if held == self.load_held:
-            return
-        self.load_held = held
-        now = time.monotonic()
-        if held:
-            self.load_held_since = now
-        else:
-            self.load_held_for += now - self.load_held_since
-        if held:
-            self.report(
-                f"starts held: the load average {self.governor.load:.1f} is over "
-                f"{self.limits.load_bound_text()}; one attempt at a time until it drops"
-            )
-        else:
-            bound = self.limits.load_bound()
-            self.report(f"the load average is under max_load {bound:g} again; starts resume")
-
     def _audit(self) -> None:
         if self.audit is None:
             return
@@ -801,44 +734,6 @@ class Driver:
             self.report(f"ownership violation: {violation.describe()}")
             if self.run.packet.ownership.strict:
                 self.governor.stop_for(Halt(STRICT, f"ownership violation: {violation.describe()}"))
-
-    def _beat(self) -> None:
-        governor = self.governor
-        state = LiveState(
-            concurrency=governor.concurrency,
-            max_concurrency=self.limits.concurrency,
-            kill_grace=self.limits.kill_grace,
-            # Read by other processes (status, watchdog): on the wall clock.
-            backoff_until=to_wall(governor.backoff_until) if governor.backoff_until else None,
-            waiting_for_load=governor.waiting_for_load,
-            canary=list(governor.canary),
-            halt=governor.halt.message if governor.halt else None,
-            running=[
-                LiveAttempt(a.task, a.number, a.started, to_wall(a.deadline))
-                for a in self.running.values()
-            ],
-        )
-        self.lock.beat(state)
-
-    def _progress(self, now: float) -> Progress:
-        counts = {status: self.engine.count(status) for status in STATUSES}
-        rate = self.finished_here / max(1e-6, now - self.started_at)
-        left = counts[PENDING] + counts[RUNNING]
-        return Progress(
-            counts=counts,
-            running=[(a.task, a.number, now - a.began) for a in self.running.values()],
-            concurrency=self.governor.concurrency,
-            max_concurrency=self.limits.concurrency,
-            backoff=max(0.0, self.governor.backoff_until - now),
-            waiting_for_load=self.governor.waiting_for_load,
-            canary=list(self.governor.canary),
-            spawns=self.governor.spawns,
-            usable=counts[DONE],
-            eta=left / rate if rate > 0 and self.finished_here >= 3 else None,
-            usage=self.engine.usage,
-            budget=self.engine.budget,
-            parked=self.governor.parked_text(now),
-        )
 
     def _own_files(self) -> dict[str, bytes]:
         # What the committer last published is what the branch holds (else
