@@ -308,9 +308,9 @@ _MARKED = [
     "gitrun.guard.rules:refresh",
     "gitrun.engine.driver:Driver.__init__",
     "gitrun.engine.driver:Driver.drive",
-    "gitrun.engine.driver:Driver._kill_leftovers",
+    "gitrun.engine.launch:Launcher.kill_leftovers",
     "gitrun.engine.committer:CommitQueue.flush",
-    "gitrun.engine.driver:Driver._outcome",
+    "gitrun.engine.driver:outcome_of",
     "gitrun.commands.summary:format_summary",
 ]
 

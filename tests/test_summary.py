@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from gitrun.commands.session import start_run
-from gitrun.engine import driver
+from gitrun.engine import progress
 from gitrun.engine.status import read_status
 from tests.helpers import build_tree, commit_all, fake_worker_run, run_gitrun, write_run
 
@@ -108,7 +108,7 @@ def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         reads.append(run_id)
         return read_status(repo, run_id, run)
 
-    monkeypatch.setattr(driver, "read_status", spy)
+    monkeypatch.setattr(progress, "read_status", spy)
     return reads
 
 

@@ -3,12 +3,14 @@
 A :class:`Progress` snapshot for live views after every wait, the heartbeat's
 :class:`~gitrun.store.lock.LiveState` for ``status`` and ``watchdog``, the
 load gate said when it starts and stops holding starts back, one line per
-attempt that ended, and the :class:`RunOutcome` a driver returns.
+attempt that ended and per park, and the :class:`RunOutcome` a driver
+returns, with the run's status at its end.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -19,8 +21,18 @@ from gitrun.definition.schema import Limits
 from gitrun.engine.audit import Violation
 from gitrun.engine.budget import Budget
 from gitrun.engine.governor import Governor, Halt, last_line
-from gitrun.engine.states import DONE, PENDING, RUNNING, STATUSES, Engine
-from gitrun.engine.status import RunStatus
+from gitrun.engine.states import (
+    COMPLETE,
+    DONE,
+    PENDING,
+    RUNNING,
+    STATUSES,
+    Engine,
+    committed_tasks,
+)
+from gitrun.engine.status import RunStatus, read_status, status_of
+from gitrun.engine.verdict import Park
+from gitrun.errors import EXIT_DONE, EXIT_FAILED, EXIT_HALTED
 from gitrun.store import ledger
 from gitrun.store.jsonlines import shown
 from gitrun.store.lock import LiveAttempt, LiveState
@@ -165,3 +177,67 @@ def ended_line(
     if os.path.exists(log):
         detail += f" (log: {shown(log)})"
     return f"{end.task} attempt {end.attempt}: {outcome} ({how}){detail} — {follows}"
+
+
+def parked_line(governor: Governor, park: Park) -> str:
+    """What is said as the run parks for a usage limit."""
+    read = (
+        f" (its reset could not be read from {park.unread!r}: limits.park_default)"
+        if park.unread
+        else ""
+    )
+    return (
+        f"{governor.parked_text(time.monotonic())}{read}: no new starts, running attempts "
+        "finish, and the run goes on by itself at the reset"
+    )
+
+
+def outcome_of(
+    engine: Engine,
+    tip: str | None,
+    stop_signal: int | None,
+    settled: bool,
+    violations: list[Violation],
+    load_held: float,
+) -> RunOutcome:
+    """What a driver returns as it lets go of the run: its status, its exit
+    code (128 + a signal that stopped it, halted, done or failed), what
+    stopped or halted it, the ownership violations found and how long the
+    load gate held starts back. ``tip``: the last commit its committer made;
+    ``settled``: no signal stopped it and every attempt it started ended."""
+    status = status_at_end(engine, tip, settled)
+    halt = engine.governor.halt
+    stopped = None
+    if stop_signal is not None:
+        code = 128 + stop_signal
+        stopped = signal.Signals(stop_signal).name
+    elif halt is not None:
+        code = EXIT_HALTED
+    else:
+        complete = sum(status.counts()[s] for s in COMPLETE)
+        code = EXIT_DONE if complete == len(engine.run.tasks_by_id) else EXIT_FAILED
+    return RunOutcome(status, code, stopped, halt, violations, load_held)
+
+
+def status_at_end(engine: Engine, tip: str | None, settled: bool) -> RunStatus:
+    """The run's status at the end, as ``gitrun status`` reads it next
+    (no driver shown: this one is letting go of the run).
+
+    From the driver's own engine when that is provably the same answer:
+    every attempt it started ended and was recorded through the engine
+    (which keeps its records and summary as a read of the ledger finds
+    them), every landing was committed by its committer (the run's lock
+    keeps other writers off the branch, so its last commit, ``tip``, is the
+    tip), and the tasks done in the engine are the tasks done at that tip
+    (one ``diff-tree``: a task judged valid against its launch may have put
+    back the content of the fork point, which is not done). Otherwise
+    (stopped by a signal, nothing committed here, the two disagree) the
+    engine is loaded again from the branch, the ledger and the journal."""
+    run = engine.run
+    if settled and tip is not None:
+        done = {tid for tid, status in engine.status.items() if status == DONE}
+        if committed_tasks(run, tip, engine.base, engine.summary.made) == done:
+            return status_of(run, engine, tip, run.repo, driver=None)
+    status = read_status(run.repo, run.id, run)
+    status.driver = None
+    return status
