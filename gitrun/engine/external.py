@@ -3,10 +3,11 @@
 ``next`` leases tasks (as many as the governor allows, canary first) and
 returns their pointers; the orchestrator dispatches each as a subagent and,
 once they have returned, calls ``collect``, which judges every leased task
-from the disk alone: valid outputs are committed, everything else is released
-with an attempt used (invalid files quarantined), and tasks the orchestrator
-names as throttled back off without using one. Leases and the governor's
-state are machine-local (``.git/gitrun/<run>/``).
+from the disk alone (:mod:`gitrun.engine.collect`): valid outputs are
+committed, everything else is released with an attempt used (invalid files
+quarantined), and tasks the orchestrator names as throttled back off without
+using one. Leases and the governor's state are machine-local
+(``.git/gitrun/<run>/``).
 """
 
 from __future__ import annotations
@@ -22,15 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from gitrun.definition.load import RunDef, load_run
-from gitrun.definition.outputs import check_task, prepare_outputs, prior_in_tree, quarantine
+from gitrun.definition.outputs import prepare_outputs
 from gitrun.definition.provenance import Provenance
 from gitrun.definition.runfiles import definition_files, open_ledger
 from gitrun.engine.audit import Audit, AuditState
-from gitrun.engine.committer import Committer, Landing, landing_message
+from gitrun.engine.collect import Collected as Collected  # what collect answers
+from gitrun.engine.collect import collect
+from gitrun.engine.committer import Committer, landing_message
 from gitrun.engine.governor import STRICT, GovernorState, Halt
-from gitrun.engine.states import COMPLETE, FAILED, Ended, Engine
-from gitrun.engine.strays import fold_denials
-from gitrun.engine.verdict import Facts, Rules, judge
+from gitrun.engine.states import FAILED, Engine
 from gitrun.errors import GitrunError
 from gitrun.guard import rules
 from gitrun.guard.agents import worker_agent_type
@@ -41,14 +42,9 @@ from gitrun.store.leases import Lease, read_leases, write_leases
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import RunBusy, run_locked
 from gitrun.store.records import load_record, warn_stderr, write_record
-from gitrun.store.regular import read_regular
-from gitrun.store.usage import Usage
-from gitrun.visible import last_lines
-from gitrun.words import counted
 from gitrun.workers.pointer import render_pointer
 from gitrun.workers.workerfiles import worker_files
 
-MAX_SAID_READ = 2 << 20  # bytes of an attempt's log read for its last lines
 LOCK_PATIENCE = 30.0  # seconds next/collect wait for another next/collect
 LOAD_WAIT = 15.0  # seconds a lead waits before asking again while the machine is busy
 
@@ -97,42 +93,6 @@ class Batch:
             "why": self.why,
             "wait_s": self.wait_s,
             "reason": self.reason,
-        }
-
-
-@dataclass
-class Collected:
-    done: list[str] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
-    invalid: list[str] = field(default_factory=list)
-    throttled: list[str] = field(default_factory=list)
-    # Handed out to a lead session that is gone (a resume took the run over):
-    # released with no attempt used.
-    abandoned: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)  # used up their attempts now
-    reasons: dict[str, str] = field(default_factory=dict)
-    # What a task's subagent said last, stopping without valid outputs (its
-    # SubagentStop hook keeps it in the attempt's log), visible.
-    said: dict[str, list[str]] = field(default_factory=dict)
-    next_step: str = ""
-    halted: bool = False
-    violations: list[str] = field(default_factory=list)  # found by this call's audit
-    notices: list[str] = field(default_factory=list)  # the spend budget's (gitrun.engine.budget)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "done": self.done,
-            "missing": self.missing,
-            "invalid": self.invalid,
-            "throttled": self.throttled,
-            "abandoned": self.abandoned,
-            "failed": self.failed,
-            "reasons": self.reasons,
-            "said": self.said,
-            "next": self.next_step,
-            "halted": self.halted,
-            "violations": self.violations,
-            "notices": self.notices,
         }
 
 
@@ -208,7 +168,7 @@ class External:
         )
         self.audit = Audit(run, state)
 
-    def _audit(self) -> tuple[list[str], list[str]]:
+    def audit_changes(self) -> tuple[list[str], list[str]]:
         """Changes outside every owned path since the last command, while tasks
         were leased: ownership violations, as in command mode (recorded in the
         ledger; under strict ownership they halt the run), and edits of the
@@ -240,7 +200,7 @@ class External:
     # -- next ---------------------------------------------------------------------
 
     def next_batch(self, limit: int | None) -> Batch:
-        violations, edits = self._audit()
+        violations, edits = self.audit_changes()
         batch = Batch(violations=violations, notices=edits)
         try:
             self._fill(batch, limit)
@@ -255,7 +215,7 @@ class External:
                 own = definition_files(self.run)
                 self.committer.commit([], own, landing_message(self.run.id, []))
         finally:
-            self._save()
+            self.save()
         batch.notices += self.governor.take_notices()
         return batch
 
@@ -359,7 +319,7 @@ class External:
             task_id, number, now, expires, before, made_from=made_from, throttles=throttles
         )
         self.engine.begin(task_id)
-        usage = self._usage_file(task_id, number)
+        usage = self.usage_file(task_id, number)
         usage.parent.mkdir(parents=True, exist_ok=True)
         usage.unlink(missing_ok=True)  # an earlier life's, of a run started over
         item: dict[str, Any] = {
@@ -380,163 +340,16 @@ class External:
         }
         return item
 
-    def _said_by(self, task_id: str, attempt: int) -> list[str]:
-        """The last lines of an attempt's log (a subagent's last message)."""
-        try:
-            data = read_regular(self.local.log_of(task_id, attempt), limit=MAX_SAID_READ)
-        except OSError:
-            return []
-        from gitrun.guard.write import WORDS_HEADER
-
-        return last_lines(data.decode(errors="replace").rpartition(WORDS_HEADER)[2])
-
-    def _usage_file(self, task_id: str, attempt: int) -> Path:
+    def usage_file(self, task_id: str, attempt: int) -> Path:
         from gitrun.workers.attempt import usage_file
 
         return usage_file(self.local.log_of(task_id, attempt))
 
-    def _read_usage(self, task_id: str, attempt: int) -> Usage | None:
-        """What the orchestrator wrote the subagent used; None: nothing (unknown)."""
-        from gitrun.workers.clientusage import read_usage_file
-
-        path = self._usage_file(task_id, attempt)
-        usage, problem = read_usage_file(path)
-        if problem:
-            warn_stderr(
-                f"{task_id} attempt {attempt}: the usage file {path} {problem}; its usage is "
-                "unknown (write one JSON object, as docs/ledger.md shows under 'Usage and cost')"
-            )
-        return usage
-
     # -- collect ------------------------------------------------------------------------
 
     def collect(self, throttled: list[str], abandon: bool = False) -> Collected:
-        """Judge every leased task from the disk. ``abandon`` (a resume taking
-        the run over from a lead session that is gone, and its subagents with
-        it): a lease without valid outputs is ``abandoned`` and uses no
-        attempt; the loss breaker still halts a run whose sessions keep dying."""
-        unknown = [t for t in throttled if t not in self.leases]
-        if unknown:
-            raise GitrunError(
-                f"--throttled names {', '.join(unknown)}, which {'is' if len(unknown) == 1 else 'are'} "
-                f"not leased; see `gitrun status {self.run.id}`"
-            )
-        violations, edits = self._audit()
-        result = Collected(violations=violations, notices=edits)
-        landings: list[Landing] = []
-        now = time.time()
-        base = self.engine.base
-        at_base = git.ls_tree(self.repo, base) if base else {}
-        rules = Rules(self.run.id, self.limits)
-        writer = open_ledger(self.run, self.tip)
-        try:
-            for task_id, lease in list(self.leases.items()):
-                check = check_task(
-                    self.run,
-                    self.run.tasks_by_id[task_id],
-                    lease.before,
-                    self.committer.object_format,
-                )
-                if check.outcome == ledger.INVALID:
-                    where = self.local.quarantine_of(task_id, lease.attempt)
-                    quarantine(self.repo, where, check.outputs)
-                facts = Facts(
-                    check.outcome,
-                    check.reason,
-                    timed_out=now > lease.expires,
-                    named_throttled=task_id in throttled,
-                    abandoned=abandon,
-                )
-                verdict = judge(facts, rules)
-                outcome, reason = verdict.outcome, verdict.reason
-                if reason:
-                    result.reasons[task_id] = reason
-                said = self._said_by(task_id, lease.attempt) if outcome != ledger.VALID else []
-                if said:
-                    result.said[task_id] = said
-                ended = Ended(
-                    task_id,
-                    lease.attempt,
-                    lease.leased,
-                    now,
-                    outcome,
-                    reason,
-                    timed_out=facts.timed_out,
-                    dispatch="external",
-                    usage=self._read_usage(task_id, lease.attempt),
-                    made_from=lease.made_from,
-                    made=check.made if outcome == ledger.VALID else None,
-                    said=tuple(said),
-                    throttles=lease.throttles,
-                )
-                fold_denials(self.engine, writer, task_id, lease.attempt)
-                status = self.engine.end(writer, ended)
-                self.leases.pop(task_id)
-                if lease.agent:  # a per-task agent file an older gitrun wrote
-                    from gitrun.guard.agents import remove_agent
-
-                    remove_agent(self.repo, lease.agent)
-                if outcome == ledger.VALID:
-                    landings.append(Landing(task_id, lease.attempt, check.outputs, lease.made_from))
-                    result.done.append(task_id)
-                elif outcome == ledger.THROTTLED:
-                    result.throttled.append(task_id)
-                elif outcome == ledger.ABANDONED:
-                    result.abandoned.append(task_id)
-                else:
-                    (result.invalid if outcome == ledger.INVALID else result.missing).append(
-                        task_id
-                    )
-                    if status == FAILED:
-                        result.failed.append(task_id)
-            # Tasks not handed out whose valid outputs appeared anyway are
-            # committed (outputs decide, not who wrote them), without an attempt
-            # to record.
-            for task_id in self.engine.pending():
-                task = self.run.tasks_by_id[task_id]
-                prior = prior_in_tree(self.run, task, at_base)
-                check = check_task(self.run, task, prior, self.committer.object_format)
-                if check.outcome == ledger.VALID:
-                    self.engine.mark_done(task_id)
-                    landings.append(
-                        Landing(task_id, self.engine.history[task_id].attempts, check.outputs)
-                    )
-                    result.done.append(task_id)
-            self.engine.record_halt(writer)
-        finally:
-            writer.close()
-        self.audit.active = set(self.leases)  # what is still out after this collect
-        recorded = (
-            result.done + result.missing + result.invalid + result.throttled + result.abandoned
-        )
-        if recorded:  # nothing judged, nothing to commit
-            own = definition_files(self.run)
-            self.committer.commit(landings, own, landing_message(self.run.id, landings))
-            left_out = self.committer.take_left_out()
-            result.done = [tid for tid in result.done if tid not in left_out]
-            result.notices += left_out.values()
-        self._save()
-        result.next_step = self._next_step()
-        result.halted = self.governor.halt is not None
-        result.notices += self.governor.take_notices()
-        return result
-
-    def _next_step(self) -> str:
-        run_id = self.run.id
-        if self.governor.halt is not None:
-            return f"halted: {self.governor.halt.message}"
-        left = [tid for tid, status in self.engine.status.items() if status not in COMPLETE]
-        if not left:
-            return (
-                f"every task is done or up to date; bring the results in with "
-                f"`gitrun land {run_id}`"
-            )
-        if not self.engine.pending() and not self.leases:
-            return (
-                f"{counted(len(left), 'task')} used up {'its' if len(left) == 1 else 'their'} "
-                f"attempts; `gitrun retry {run_id}` gives {'it' if len(left) == 1 else 'them'} more"
-            )
-        return f"`gitrun next {run_id}` hands out the next batch"
+        """Judge every leased task from the disk (:func:`gitrun.engine.collect.collect`)."""
+        return collect(self, throttled, abandon)
 
     # -- state --------------------------------------------------------------------------
 
@@ -568,7 +381,8 @@ class External:
         spend.warned |= said
         return said
 
-    def _save(self) -> None:
+    def save(self) -> None:
+        """Keep what the next call needs: the leases, the audit's look, the governor."""
         spend = self.governor.spend
         if spend is not None and spend.warned != self._said:
             from gitrun.engine.budget import write_said
