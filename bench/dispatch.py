@@ -309,7 +309,7 @@ _MARKED = [
     "gitrun.engine.driver:Driver.__init__",
     "gitrun.engine.driver:Driver.drive",
     "gitrun.engine.launch:Launcher.kill_leftovers",
-    "gitrun.engine.committer:CommitQueue.flush",
+    "gitrun.engine.commitqueue:CommitQueue.flush",
     "gitrun.engine.driver:outcome_of",
     "gitrun.commands.summary:format_summary",
 ]

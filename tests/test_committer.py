@@ -173,7 +173,7 @@ def test_a_flush_commits_the_last_landings_and_the_ledger_together(git_repo: Pat
     last records go into one commit, not one each."""
     import threading
 
-    from gitrun.engine.committer import CommitQueue, Committed
+    from gitrun.engine.commitqueue import CommitQueue, Committed
 
     committer = _committer(git_repo)
     grows = iter(range(1000))  # the ledger grows between any two reads
@@ -246,7 +246,7 @@ def test_a_burst_of_landings_wakes_the_committing_thread_once(git_repo: Path) ->
     of them are still committed, in one commit."""
     import threading
 
-    from gitrun.engine.committer import CommitQueue, Committed
+    from gitrun.engine.commitqueue import CommitQueue, Committed
 
     committer = _committer(git_repo)
     made: list[Committed] = []

@@ -22,7 +22,8 @@ from gitrun.definition.load import RunDef
 from gitrun.definition.outputs import TaskCheck, check_task, quarantine
 from gitrun.definition.runfiles import definition_files, definition_snapshot, open_ledger
 from gitrun.engine.audit import Audit, Violation
-from gitrun.engine.committer import CommitQueue, Committed, Committer, Landing
+from gitrun.engine.commitqueue import CommitQueue, Committed
+from gitrun.engine.committer import Committer, Landing
 from gitrun.engine.crashpoints import crash_point
 from gitrun.engine.governor import STRICT, Halt, last_line
 from gitrun.engine.launch import Launched, Launcher

@@ -36,7 +36,8 @@ from gitrun.definition.outputs import (
 from gitrun.definition.provenance import Provenance
 from gitrun.engine.audit import Audit, Signature
 from gitrun.engine.audit import signature as audit_signature
-from gitrun.engine.committer import CommitQueue, Committer, Landing
+from gitrun.engine.commitqueue import CommitQueue
+from gitrun.engine.committer import Committer, Landing
 from gitrun.engine.crashpoints import crash_point
 from gitrun.engine.governor import ENVIRONMENT, STRICT, Halt
 from gitrun.engine.progress import Reporter
