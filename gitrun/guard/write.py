@@ -185,7 +185,8 @@ def keep_denials(
     text = "".join(
         json.dumps(
             {"v": 1, "event": "denied", "task": task, "attempt": attempt, "path": p}
-            | {"tool": tool, "reason": reason, "at": at}
+            | {"tool": tool, "reason": reason, "at": at},
+            allow_nan=False,
         )
         + "\n"
         for p in paths
