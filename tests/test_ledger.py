@@ -142,18 +142,18 @@ def test_a_run_of_many_commits_stores_its_ledger_at_most_twice(
     """One task at a time, each landing in its own commit: git must keep at most
     twice the final ledger (the single ledger.jsonl kept one copy per commit,
     about commits/2 times the final size here)."""
-    from gitrun.engine import committer
+    from gitrun.engine import commitqueue, committer
 
     # Each landing is committed before the driver goes on, so the tasks share
     # no commit however slow a loaded machine makes git (batched by timing,
     # they shared so many that too few commits were left to measure).
-    put = committer.CommitQueue.put
+    put = commitqueue.CommitQueue.put
 
-    def put_then_commit(queue: committer.CommitQueue, landing: committer.Landing) -> None:
+    def put_then_commit(queue: commitqueue.CommitQueue, landing: committer.Landing) -> None:
         put(queue, landing)
         queue.flush()
 
-    monkeypatch.setattr(committer.CommitQueue, "put", put_then_commit)
+    monkeypatch.setattr(commitqueue.CommitQueue, "put", put_then_commit)
     fake_worker_run(git_repo, "r", 40, {}, {"limits": {"concurrency": 1, "canary": 1}})
     assert start_run(git_repo, "r", quiet).exit_code == 0
     commits = int(git(git_repo, "rev-list", "--count", "HEAD..gitrun/r"))

@@ -197,7 +197,9 @@ def test_sixty_tasks_led_with_only_the_plugin_through_throttles_and_a_killed_lea
     added = git(git_repo, "log", "gitrun/r", "--format=", "--name-only", "--", "out/").split()
     assert sorted(added) == sorted(f"out/{t}.json" for t in TASKS), added
     status = json.loads(gitrun_beside_claude(git_repo, "status", "r", "--json").stdout)
-    assert status["counts"]["done"] == 60 and not status.get("violations"), status
+    # The one hostile write, denied by the hook, is all status names.
+    named = {(v.get("event"), v.get("task"), v.get("path")) for v in status["violations"]}
+    assert status["counts"]["done"] == 60 and named <= {("denied", STRAY_WRITE, "out/t23.json")}
     # Neither the throttles nor the killed lead's leases used up an attempt.
     tasks = status["tasks"]
     assert all(tasks[t]["attempts"] == 0 for t in TASKS), tasks
