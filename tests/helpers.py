@@ -163,6 +163,22 @@ def run_gitrun(
     )
 
 
+def gitrun_ok(repo: Path, *args: str) -> str:
+    """What :func:`run_gitrun` printed (stdout, then stderr), once it exited 0."""
+    proc = run_gitrun(repo, *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout + proc.stderr
+
+
+def ran_since(log: Path) -> list[str]:
+    """The tasks a worker that appends its task to ``log`` ran since the last call."""
+    if not log.exists():
+        return []
+    ran = sorted(log.read_text().split())
+    log.unlink()
+    return ran
+
+
 def gitrun_process(repo: Path, *args: str, capture: bool = True) -> subprocess.Popen[str]:
     """gitrun as a real child process in ``repo``. With ``capture`` its output
     is piped for the test to read; a test that never reads it passes False

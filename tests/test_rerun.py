@@ -18,7 +18,9 @@ from tests.helpers import (
     build_tree,
     commit_all,
     git,
+    gitrun_ok,
     ledger_records,
+    ran_since,
     run_gitrun,
     write_run,
 )
@@ -54,21 +56,6 @@ def _run(repo: Path, run_id: str, count: int, rules: str = "upper-case it") -> P
     return log
 
 
-def _ran(log: Path) -> list[str]:
-    """The tasks the worker ran since the last call."""
-    if not log.exists():
-        return []
-    ran = sorted(log.read_text().split())
-    log.unlink()
-    return ran
-
-
-def _ok(repo: Path, *args: str) -> str:
-    proc = run_gitrun(repo, *args)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout + proc.stderr
-
-
 def _status(repo: Path, run_id: str) -> dict[str, object]:
     proc = run_gitrun(repo, "status", run_id, "--json")
     assert proc.returncode == 0, proc.stderr
@@ -84,17 +71,17 @@ def test_a_deterministic_rerun_of_a_landed_run_finishes_with_every_task_done(
     written, each task is done, and the run ends with exit 0 (it halted with
     "unchanged since launch" before)."""
     log = _run(git_repo, "one", 3)
-    _ok(git_repo, "start", "one", "-q")
-    _ok(git_repo, "land", "one")
-    assert _ran(log) == ["t1", "t2", "t3"]
+    gitrun_ok(git_repo, "start", "one", "-q")
+    gitrun_ok(git_repo, "land", "one")
+    assert ran_since(log) == ["t1", "t2", "t3"]
     # The same tasks in run two.
     (git_repo / ".gitrun/runs/two").mkdir()
     for name in ("packet.toml", "tasks.toml"):
         text = (git_repo / ".gitrun/runs/one" / name).read_text()
         (git_repo / ".gitrun/runs/two" / name).write_text(text.replace('"one"', '"two"'))
     commit_all(git_repo, "define two")
-    out = _ok(git_repo, "start", "two", "--all")
-    assert _ran(log) == ["t1", "t2", "t3"]
+    out = gitrun_ok(git_repo, "start", "two", "--all")
+    assert ran_since(log) == ["t1", "t2", "t3"]
     assert "unchanged since launch" not in out
     status = _status(git_repo, "two")
     assert status["counts"] == {
@@ -104,49 +91,49 @@ def test_a_deterministic_rerun_of_a_landed_run_finishes_with_every_task_done(
         "running": 0,
         "failed": 0,
     }
-    _ok(git_repo, "land", "two")
+    gitrun_ok(git_repo, "land", "two")
 
 
 def test_all_runs_every_task_again_and_they_end_done(git_repo: Path) -> None:
     log = _run(git_repo, "r", 3)
-    _ok(git_repo, "start", "r", "-q")
-    _ok(git_repo, "land", "r")
-    _ran(log)
-    out = _ok(git_repo, "start", "r", "--all")
-    assert _ran(log) == ["t1", "t2", "t3"]
+    gitrun_ok(git_repo, "start", "r", "-q")
+    gitrun_ok(git_repo, "land", "r")
+    ran_since(log)
+    out = gitrun_ok(git_repo, "start", "r", "--all")
+    assert ran_since(log) == ["t1", "t2", "t3"]
     assert "started again" in out
     assert _status(git_repo, "r")["counts"]["done"] == 3  # type: ignore[index]
 
 
 def test_a_second_run_with_one_input_changed_runs_one_task(git_repo: Path) -> None:
     log = _run(git_repo, "r", 5)
-    _ok(git_repo, "start", "r", "-q")
-    _ok(git_repo, "land", "r")
-    assert _ran(log) == [f"t{i}" for i in range(1, 6)]
+    gitrun_ok(git_repo, "start", "r", "-q")
+    gitrun_ok(git_repo, "land", "r")
+    assert ran_since(log) == [f"t{i}" for i in range(1, 6)]
     # Nothing changed: check says so, and start runs nothing.
-    assert "5 of 5 tasks are up to date, 0 will run" in _ok(git_repo, "check", "r")
-    out = _ok(git_repo, "start", "r")
-    assert _ran(log) == []
+    assert "5 of 5 tasks are up to date, 0 will run" in gitrun_ok(git_repo, "check", "r")
+    out = gitrun_ok(git_repo, "start", "r")
+    assert ran_since(log) == []
     assert "5 of 5 tasks are up to date" in out
     status = _status(git_repo, "r")
     assert status["counts"]["up-to-date"] == 5  # type: ignore[index]
-    _ok(git_repo, "land", "r")
+    gitrun_ok(git_repo, "land", "r")
     # One input edited (not even committed): that task alone runs.
     (git_repo / "docs/d3.txt").write_text("doc three\n")
-    assert "4 of 5 tasks are up to date, 1 will run" in _ok(git_repo, "check", "r")
-    _ok(git_repo, "start", "r", "-q")
-    assert _ran(log) == ["t3"]
+    assert "4 of 5 tasks are up to date, 1 will run" in gitrun_ok(git_repo, "check", "r")
+    gitrun_ok(git_repo, "start", "r", "-q")
+    assert ran_since(log) == ["t3"]
     status = _status(git_repo, "r")
     assert status["counts"]["done"] == 1  # type: ignore[index]
     assert status["counts"]["up-to-date"] == 4  # type: ignore[index]
     assert json.loads((git_repo / "out/d3.json").read_text()) == {"text": "DOC THREE"}
-    _ok(git_repo, "land", "r")
+    gitrun_ok(git_repo, "land", "r")
     # The rules edited: every task runs.
     packet = git_repo / ".gitrun/runs/r/packet.toml"
     packet.write_text(packet.read_text().replace("upper-case it", "upper-case it all"))
     commit_all(git_repo, "new rules")
-    _ok(git_repo, "start", "r", "-q")
-    assert _ran(log) == [f"t{i}" for i in range(1, 6)]
+    gitrun_ok(git_repo, "start", "r", "-q")
+    assert ran_since(log) == [f"t{i}" for i in range(1, 6)]
 
 
 def test_check_json_carries_the_up_to_date_and_will_run_counts(git_repo: Path) -> None:
@@ -161,10 +148,10 @@ def test_check_json_carries_the_up_to_date_and_will_run_counts(git_repo: Path) -
         3,
     )
     assert fresh["problems"] == []
-    _ok(git_repo, "start", "r", "-q")
-    _ok(git_repo, "land", "r")
+    gitrun_ok(git_repo, "start", "r", "-q")
+    gitrun_ok(git_repo, "land", "r")
     (git_repo / "docs/d2.txt").write_text("doc two\n")
-    text = _ok(git_repo, "check", "r")
+    text = gitrun_ok(git_repo, "check", "r")
     assert "2 of 3 tasks are up to date, 1 will run" in text
     proc = run_gitrun(git_repo, "check", "r", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -183,13 +170,13 @@ def test_check_json_carries_the_up_to_date_and_will_run_counts(git_repo: Path) -
 
 def test_retry_forces_an_up_to_date_task(git_repo: Path) -> None:
     log = _run(git_repo, "r", 2)
-    _ok(git_repo, "start", "r", "-q")
-    _ok(git_repo, "land", "r")
-    _ok(git_repo, "start", "r", "-q")
-    _ran(log)
-    _ok(git_repo, "retry", "r", "t2")
-    _ok(git_repo, "resume", "r", "-q")
-    assert _ran(log) == ["t2"]
+    gitrun_ok(git_repo, "start", "r", "-q")
+    gitrun_ok(git_repo, "land", "r")
+    gitrun_ok(git_repo, "start", "r", "-q")
+    ran_since(log)
+    gitrun_ok(git_repo, "retry", "r", "t2")
+    gitrun_ok(git_repo, "resume", "r", "-q")
+    assert ran_since(log) == ["t2"]
     counts = _status(git_repo, "r")["counts"]
     assert counts["done"] == 1 and counts["up-to-date"] == 1  # type: ignore[index]
 
@@ -204,7 +191,7 @@ def test_all_is_refused_where_no_task_is_up_to_date(git_repo: Path) -> None:
 
 def test_a_started_run_not_landed_is_refused_with_the_way_on(git_repo: Path) -> None:
     _run(git_repo, "r", 1)
-    _ok(git_repo, "start", "r", "-q")
+    gitrun_ok(git_repo, "start", "r", "-q")
     proc = run_gitrun(git_repo, "start", "r")
     assert proc.returncode == 1
     assert "`gitrun resume r`" in proc.stderr and "`gitrun land r`" in proc.stderr
@@ -222,9 +209,9 @@ def test_a_started_run_not_landed_is_refused_with_the_way_on(git_repo: Path) -> 
 )
 def test_a_damaged_provenance_record_makes_the_task_run(git_repo: Path, damage: object) -> None:
     log = _run(git_repo, "r", 2)
-    _ok(git_repo, "start", "r", "-q")
-    _ok(git_repo, "land", "r")
-    _ran(log)
+    gitrun_ok(git_repo, "start", "r", "-q")
+    gitrun_ok(git_repo, "land", "r")
+    ran_since(log)
     git(git_repo, "branch", "-D", "-q", "gitrun/r")  # its copy of the ledger is whole
     chunks = sorted((git_repo / ".gitrun/runs/r/ledger").rglob("*.jsonl"))
     for chunk in chunks:
@@ -236,13 +223,13 @@ def test_a_damaged_provenance_record_makes_the_task_run(git_repo: Path, damage: 
             lines.append(json.dumps(record))
         chunk.write_text("\n".join(lines) + "\n")
     commit_all(git_repo, "a damaged ledger")
-    _ok(git_repo, "start", "r", "-q")
-    assert _ran(log) == ["t1"]
+    gitrun_ok(git_repo, "start", "r", "-q")
+    assert ran_since(log) == ["t1"]
 
 
 def test_attempt_records_keep_what_outputs_were_made_from(git_repo: Path) -> None:
     _run(git_repo, "r", 1)
-    _ok(git_repo, "start", "r", "-q")
+    gitrun_ok(git_repo, "start", "r", "-q")
     valid = [r for r in ledger_records(git_repo) if r.get("outcome") == "valid"]
     assert len(valid) == 1
     made_from = valid[0]["made_from"]
@@ -307,7 +294,7 @@ def test_exactly_the_tasks_an_edit_affects_run_again(git_repo: Path, seed: int) 
         outcome = start_run(git_repo, "r", lambda _line: None)
         assert outcome.exit_code == 0, outcome.status.to_json()
         land_run(git_repo, "r")
-        return _ran(log)
+        return ran_since(log)
 
     define()
     commit_all(git_repo, "two stages")
@@ -363,9 +350,9 @@ def test_a_worker_that_leaves_a_landed_output_as_it_was_is_not_done(
     it unchanged is not done either when the task declares it edits the
     file in place."""
     log = _run(git_repo, "r", 1)
-    _ok(git_repo, "start", "r", "-q")
-    _ok(git_repo, "land", "r")
-    _ran(log)
+    gitrun_ok(git_repo, "start", "r", "-q")
+    gitrun_ok(git_repo, "land", "r")
+    ran_since(log)
     tasks: list[dict[str, object]] = [
         {"id": "t1", "inputs": ["docs/d1.txt"], "outputs": ["out/d1.json"], "edits": edits}
     ]
@@ -391,7 +378,7 @@ def _round(repo: Path, log: Path) -> list[str]:
     outcome = start_run(repo, "r", lambda _line: None)
     assert outcome.exit_code == 0, outcome.status.to_json()
     land_run(repo, "r")
-    return _ran(log)
+    return ran_since(log)
 
 
 def test_a_symlinked_input_reruns_its_task_when_what_it_names_changes(git_repo: Path) -> None:
@@ -471,9 +458,9 @@ def test_readers_of_a_rerun_output_rerun_however_they_name_it(git_repo: Path) ->
     build_tree(git_repo, {"docs/d3.txt": "doc 3\n"})
     define([*work, {"id": "t3", "inputs": ["docs/d3.txt"], "outputs": ["out/d3.json"]}])
     assert _round(git_repo, log) == ["dir", "glob", "t3"]
-    _ok(git_repo, "start", "r", "-q")  # everything up to date
-    assert _ran(log) == []
-    said = _ok(git_repo, "retry", "r", "t2")
+    gitrun_ok(git_repo, "start", "r", "-q")  # everything up to date
+    assert ran_since(log) == []
+    said = gitrun_ok(git_repo, "retry", "r", "t2")
     assert "dir" in said and "glob" in said and "one" not in said
-    _ok(git_repo, "resume", "r", "-q")
-    assert _ran(log) == ["dir", "glob", "t2"]
+    gitrun_ok(git_repo, "resume", "r", "-q")
+    assert ran_since(log) == ["dir", "glob", "t2"]

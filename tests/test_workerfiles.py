@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gitrun.definition.load import load_run
-from tests.helpers import build_tree, commit_all, git, run_gitrun, write_run
+from tests.helpers import build_tree, commit_all, git, gitrun_ok, ran_since, run_gitrun, write_run
 
 # Deterministic: the output is the input upper-cased, as a JSON string; each
 # task it ran is logged, so a test knows what was dispatched.
@@ -49,43 +49,28 @@ def _define(repo: Path, count: int = 3, packet: dict[str, object] | None = None)
     return log
 
 
-def _ran(log: Path) -> list[str]:
-    """The tasks the worker ran since the last call."""
-    if not log.exists():
-        return []
-    ran = sorted(log.read_text().split())
-    log.unlink()
-    return ran
-
-
-def _ok(repo: Path, *args: str) -> str:
-    proc = run_gitrun(repo, *args)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout + proc.stderr
-
-
 def _round(repo: Path, log: Path) -> list[str]:
-    _ok(repo, "start", "r", "-q")
-    _ok(repo, "land", "r")
-    return _ran(log)
+    gitrun_ok(repo, "start", "r", "-q")
+    gitrun_ok(repo, "land", "r")
+    return ran_since(log)
 
 
 def test_editing_the_worker_script_reruns_every_task_and_an_input_one(git_repo: Path) -> None:
     log = _define(git_repo)
     commit_all(git_repo, "define r")
     assert _round(git_repo, log) == ["t1", "t2", "t3"]
-    assert "3 of 3 tasks are up to date, 0 will run" in _ok(git_repo, "check", "r")
+    assert "3 of 3 tasks are up to date, 0 will run" in gitrun_ok(git_repo, "check", "r")
     # The worker changes (the same output, another script): every task runs.
     (git_repo / "worker.sh").write_text(WORKER + "# version 2\n")
     commit_all(git_repo, "worker, version 2")
-    checked = _ok(git_repo, "check", "r")
+    checked = gitrun_ok(git_repo, "check", "r")
     assert "up to date" not in checked, checked
     assert _round(git_repo, log) == ["t1", "t2", "t3"]
-    assert "3 of 3 tasks are up to date, 0 will run" in _ok(git_repo, "check", "r")
+    assert "3 of 3 tasks are up to date, 0 will run" in gitrun_ok(git_repo, "check", "r")
     # One input changes: one task runs.
     (git_repo / "docs/d2.txt").write_text("doc two\n")
     commit_all(git_repo, "one input")
-    assert "2 of 3 tasks are up to date, 1 will run" in _ok(git_repo, "check", "r")
+    assert "2 of 3 tasks are up to date, 1 will run" in gitrun_ok(git_repo, "check", "r")
     assert _round(git_repo, log) == ["t2"]
 
 
@@ -96,10 +81,10 @@ def test_editing_a_validators_schema_reruns_every_task(git_repo: Path) -> None:
     build_tree(git_repo, {"schemas/out.json": json.dumps(SCHEMA)})
     commit_all(git_repo, "define r")
     assert _round(git_repo, log) == ["t1", "t2", "t3"]
-    assert "3 of 3 tasks are up to date, 0 will run" in _ok(git_repo, "check", "r")
+    assert "3 of 3 tasks are up to date, 0 will run" in gitrun_ok(git_repo, "check", "r")
     (git_repo / "schemas/out.json").write_text(json.dumps({**SCHEMA, "title": "an output"}))
     commit_all(git_repo, "schema, version 2")
-    assert "up to date" not in _ok(git_repo, "check", "r")
+    assert "up to date" not in gitrun_ok(git_repo, "check", "r")
     assert _round(git_repo, log) == ["t1", "t2", "t3"]
 
 
@@ -174,18 +159,18 @@ def test_a_fresh_clone_resumes_the_committed_run(git_repo: Path, tmp_path: Path)
     git(git_repo, "commit", "-q", "-m", "the worker")
     started = run_gitrun(git_repo, "start", "r")
     assert started.returncode == 1, started.stdout + started.stderr  # t3 failed
-    assert _ran(log) == ["t1", "t2", "t3"]
+    assert ran_since(log) == ["t1", "t2", "t3"]
     git(git_repo, "push", "-q", "origin", "main", "gitrun/r")
 
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", str(remote), str(clone))
     (tmp_path / "allow").touch()
-    _ok(clone, "retry", "r", "t3")
+    gitrun_ok(clone, "retry", "r", "t3")
     resumed = run_gitrun(clone, "resume", "r")
     said = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, said
     assert "cannot open" not in said
-    assert _ran(log) == ["t3"]
+    assert ran_since(log) == ["t3"]
     status = run_gitrun(clone, "status", "r", "--json")
     assert json.loads(status.stdout)["counts"]["done"] == 3, status.stdout
 
