@@ -142,6 +142,32 @@ def test_a_worker_file_not_committed_is_refused_by_check_and_start(
     assert git(git_repo, "branch", "--list", "gitrun/r") == ""  # never half started
 
 
+def test_a_declared_input_the_command_names_may_be_edited_like_any_input(
+    git_repo: Path,
+) -> None:
+    # The command reads docs/in.md by name, and every task declares it: it is
+    # task data (hashed as found at launch), not a worker file to refuse.
+    build_tree(git_repo, {"docs/in.md": "base\n"})
+    commit_all(git_repo, "input")
+    (git_repo / "docs/in.md").write_text("edited, not committed\n")
+    script = (
+        "import os, pathlib; saw = pathlib.Path('docs/in.md').read_text(); "
+        "pathlib.Path(os.environ['GITRUN_OUTPUTS']).write_text(saw)"
+    )
+    tasks: list[dict[str, object]] = [
+        {"id": "t1", "inputs": ["docs/in.md"], "outputs": ["out/t1.md"]}
+    ]
+    write_run(git_repo, "r", tasks, {"executor": {"command": ["python3", "-c", script]}})
+    proc = run_gitrun(git_repo, "check", "r")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (git_repo / "docs/in.py").write_text("x = 1\n")  # untracked, named, declared by none
+    script2 = script + "; import runpy; runpy.run_path(pathlib.Path('docs/in.py'))"
+    write_run(git_repo, "r", tasks, {"executor": {"command": ["python3", "-c", script2]}})
+    proc = run_gitrun(git_repo, "check", "r")
+    assert proc.returncode != 0
+    assert "[worker-file] docs/in.py is untracked" in proc.stdout + proc.stderr
+
+
 def test_a_fresh_clone_resumes_the_committed_run(git_repo: Path, tmp_path: Path) -> None:
     """The run that a start refused for its untracked worker, once the
     worker is committed: started here (t3 fails), pushed, and resumed on a

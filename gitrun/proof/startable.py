@@ -356,8 +356,11 @@ def worker_file_problems(
 ) -> list[Problem]:
     """The files of ``workers`` (path -> where the definition names it) that
     are not committed: untracked, changed since the commit, or absent from
-    the base commit (``base_files``; a file git ignores)."""
+    the base commit (``base_files``; a file git ignores). A file some task
+    declares as an input is task data, taken as the attempt finds it (an
+    input's provenance is its blob at launch), so it is not refused here."""
     carried = set(definition_paths(run))  # on the run's branch, with the definition
+    carried.update(path for task in run.tasks for path in task.inputs)
     dirty = set(changed)
     problems: list[Problem] = []
     for path, where in workers.items():
