@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gitrun.definition.load import LEDGER_NAME, PACKET_NAME, TASKS_NAME, RunDef
+from gitrun.definition.schema import JsonSchemaValidator
 from gitrun.errors import GitrunError
 from gitrun.problem import Problem
 from gitrun.store import git, ledger
@@ -44,7 +45,9 @@ def definition_paths(run: RunDef) -> list[str]:
     paths = [f"{run.dir}/{PACKET_NAME}", f"{run.dir}/{TASKS_NAME}"]
     named = [task.bundle for task in run.tasks if task.bundle]
     named += [
-        getattr(validator, "schema", None) or "" for validator in run.packet.validators.values()
+        validator.schema
+        for validator in run.packet.validators.values()
+        if isinstance(validator, JsonSchemaValidator)
     ]
     inside = sorted({p for p in named if p.startswith(run.dir + "/") and _is_plain(p, run.dir)})
     return paths + inside

@@ -18,7 +18,7 @@ from gitrun.collector import collector_paused
 from gitrun.definition.load import GITRUN_DIR, RunDef, Task, load_run
 from gitrun.definition.provenance import up_to_date
 from gitrun.definition.runfiles import run_file_problems
-from gitrun.definition.schema import BUILTIN_VALIDATORS
+from gitrun.definition.schema import BUILTIN_VALIDATORS, JsonSchemaValidator
 from gitrun.errors import DefinitionError
 from gitrun.layout import branch_ref
 from gitrun.ownership.claims import OWNS, READS, Claim, OwnerIndex, find_meetings
@@ -332,7 +332,7 @@ def _validator_problems(run: RunDef) -> list[Problem]:
                         )
                     )
     for name, validator in declared.items():
-        schema = getattr(validator, "schema", None)
+        schema = validator.schema if isinstance(validator, JsonSchemaValidator) else None
         if schema is not None and not (run.repo / schema).is_file():
             out.append(
                 Problem(
