@@ -25,7 +25,7 @@ import tomli_w
 from typer.testing import CliRunner
 
 from gitrun.cli.main import app
-from gitrun.definition.schema import _merge  # tables merge the way configuration layers do
+from gitrun.definition.layers import merge  # tables merge the way configuration layers do
 from tests.helpers import build_tree, git_env
 
 RUN = "r"
@@ -67,9 +67,7 @@ def _where(file: str, dotted: str) -> str:
 
 def _packet_case(name: str, override: dict[str, Any], dotted: str, target: str = PACKET) -> Case:
     if target == PACKET:
-        files: dict[str, str | bytes | None] = {
-            PACKET: tomli_w.dumps(_merge(BASE_PACKET, override))
-        }
+        files: dict[str, str | bytes | None] = {PACKET: tomli_w.dumps(merge(BASE_PACKET, override))}
     else:
         files = {target: tomli_w.dumps(override)}
     return Case(name, _where(target, dotted), files)
@@ -312,7 +310,7 @@ def _path_cases() -> Iterator[Case]:
         yield Case(
             f"protected {text!r}",
             rf"{re.escape(PACKET)}(:\d+)*: .*{re.escape(repr(text))}",
-            {PACKET: tomli_w.dumps(_merge(BASE_PACKET, {"ownership": {"protected": [text]}}))},
+            {PACKET: tomli_w.dumps(merge(BASE_PACKET, {"ownership": {"protected": [text]}}))},
         )
     overlap = [
         {"id": "t1", "outputs": ["out/a.json"], "owns": ["out/"]},
@@ -327,7 +325,7 @@ def _path_cases() -> Iterator[Case]:
     yield Case(
         "embedded placeholder",
         rf"{re.escape(PACKET)}(:\d+)*: .*executor",
-        {PACKET: tomli_w.dumps(_merge(BASE_PACKET, inject))},
+        {PACKET: tomli_w.dumps(merge(BASE_PACKET, inject))},
     )
 
 
@@ -689,7 +687,7 @@ PROCESS_CASES: list[tuple[dict[str, str | bytes | None], list[str], dict[str, st
     ({PACKET: "x = " + "[" * 3000 + "]" * 3000}, ["check", RUN], {}, "nested too deeply"),
     ({}, ["start", RUN], {"GITRUN_MODEL": " "}, "GITRUN_MODEL"),
     (
-        {PACKET: tomli_w.dumps(_merge(BASE_PACKET, {"limits": {"timeout": NAN}}))},
+        {PACKET: tomli_w.dumps(merge(BASE_PACKET, {"limits": {"timeout": NAN}}))},
         ["start", RUN],
         {},
         "limits.timeout",

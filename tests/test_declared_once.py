@@ -11,7 +11,6 @@ file derived from a definition; nothing else under ``.git/gitrun/`` holds it.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import json
 import os
 import subprocess
@@ -20,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from gitrun.definition.schema import Limits, Packet, env_overrides, table_fields
+from gitrun.definition.layers import env_overrides
+from gitrun.definition.messages import fields_of, unwrap
+from gitrun.definition.schema import Limits, Packet
 from tests.helpers import commit_all, run_gitrun, write_run
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gitrun"
@@ -53,8 +54,8 @@ def test_every_override_is_a_marker_on_its_field() -> None:
         "GITRUN_MAX_TOKENS",
     }
     for table, key, _read in overrides.values():
-        section = table_fields(Packet)[table]
-        assert key in table_fields(section), (table, key)
+        section = unwrap(fields_of(Packet)[table])
+        assert key in section.model_fields, (table, key)
 
 
 def test_no_module_names_an_override_but_the_schema() -> None:
@@ -79,7 +80,7 @@ MIRROR = 6
 def test_no_module_but_the_schema_lists_the_limits() -> None:
     """No other class declares the limits' fields, and no literal spells them
     out (a table of defaults, a mirror of the values)."""
-    limits = {field.name for field in dataclasses.fields(Limits)}
+    limits = set(Limits.model_fields)
     offenders = []
     for path, tree in _modules().items():
         # a packet written as a literal ({"limits": {...}}, the demo's) is a
@@ -112,7 +113,7 @@ def test_no_module_but_the_schema_lists_the_limits() -> None:
 
 def test_the_checker_finds_a_mirror_of_the_limits() -> None:
     """The walk above sees a mirror when there is one."""
-    fields = [f.name for f in dataclasses.fields(Limits)][:MIRROR]
+    fields = list(Limits.model_fields)[:MIRROR]
     tree = ast.parse("DEFAULTS = {" + ", ".join(f"{name!r}: 0" for name in fields) + "}")
     dicts = [n for n in ast.walk(tree) if isinstance(n, ast.Dict)]
     keys = {k.value for k in dicts[0].keys if isinstance(k, ast.Constant)}  # type: ignore[misc]

@@ -23,7 +23,7 @@ import tomli_w
 
 from gitrun.commands.session import start_run
 from gitrun.definition.load import load_run
-from gitrun.definition.schema import Executor, adapter
+from gitrun.definition.schema import Executor
 from gitrun.processes.proc import clean_env
 from gitrun.proof.check import check_run
 from gitrun.workers.executor import (
@@ -285,7 +285,7 @@ def test_unsafe_templates_are_refused_by_check_and_at_render(
     assert executor_messages, f"{name}: check passed"
     assert all("[executor]" in m for m in executor_messages)
     assert any(fix in m for m in executor_messages), executor_messages
-    template = command_template(adapter(Executor).validate_python(executor))
+    template = command_template(Executor.model_validate(executor))
     assert template is not None
     markers = tmp_path / "markers"
     markers.mkdir()

@@ -27,7 +27,7 @@ import pytest
 
 from gitrun.commands.session import CheckFailed, resume_run, start_run
 from gitrun.definition.load import load_run
-from gitrun.definition.schema import Executor, Limits, adapter, parse_bytes
+from gitrun.definition.schema import Executor, Limits, parse_bytes
 from gitrun.engine.governor import ENVIRONMENT, EndFacts, Governor
 from gitrun.errors import GitrunError
 from gitrun.proof.check import check_run
@@ -59,7 +59,7 @@ def quiet(_line: str) -> None:
 
 
 def test_the_executor_table_takes_ray_fields_and_per_stage_resources() -> None:
-    executor = adapter(Executor).validate_python(
+    executor = Executor.model_validate(
         {
             "kind": "ray",
             "address": "ray://head.example:10001",

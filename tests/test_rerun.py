@@ -320,12 +320,10 @@ def test_exactly_the_tasks_an_edit_affects_run_again(git_repo: Path, seed: int) 
 def test_every_field_of_a_task_is_in_its_definition_digest() -> None:
     """The digest lists a task's fields one by one: a field added to the
     schema must be added there too, or editing it would not rerun the task."""
-    import dataclasses
-
     from gitrun.definition.schema import Task
 
     digested = {"id", "stage", "outputs", "inputs", "owns", "note", "bundle", "edits"}
-    assert {f.name for f in dataclasses.fields(Task)} == digested, (
+    assert set(Task.model_fields) == digested, (
         "a new field of Task belongs in Provenance.definition (gitrun/definition/provenance.py)"
     )
 

@@ -9,16 +9,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from gitrun.collector import collector_paused
-from gitrun.definition.schema import (
-    Limits,
-    Packet,
-    SchemaError,
-    TaskFile,
-    adapter,
-    resolve_packet,
-    validate_layer,
-)
+from gitrun.definition.layers import resolve_packet
+from gitrun.definition.messages import SchemaError, validate_layer
+from gitrun.definition.schema import Limits, Packet, TaskFile
 from gitrun.definition.schema import OutputSpec as OutputSpec
 from gitrun.definition.schema import Task as Task
 from gitrun.definition.sources import source_key
@@ -201,9 +197,7 @@ def _validate_tasks(raw: dict[str, Any], shown: str, text: str, path: Path) -> l
 def _validate_each(entries: list[Any]) -> list[Task] | None:
     """The tasks of a table, each entry dropped once validated; None when one is
     wrong (``entries`` is then partly gone)."""
-    from pydantic import ValidationError
-
-    check = adapter(Task).validate_python
+    check = Task.model_validate
     tasks: list[Task] = []
     for index, entry in enumerate(entries):
         try:

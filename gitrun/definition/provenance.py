@@ -19,7 +19,6 @@ nothing: the task runs.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -136,7 +135,7 @@ class Provenance:
         executor = packet.executor
         return {
             "format": FORMAT,
-            "rules": dataclasses.asdict(packet.rules),
+            "rules": packet.rules.model_dump(),
             "executor": {
                 "kind": executor.kind,
                 "preset": executor.preset,
@@ -148,7 +147,7 @@ class Provenance:
             },
             "model": packet.model_for(stage),
             "validators": {
-                name: dataclasses.asdict(validator)
+                name: validator.model_dump()
                 for name, validator in sorted(packet.validators.items())
             },
         }
