@@ -223,7 +223,6 @@ def test_a_park_moves_with_the_branch_to_a_fresh_clone(git_repo: Path, tmp_path:
     git(tmp_path, "clone", "-q", str(remote), str(clone))
     (clone / ".git/reset-at").write_text((git_repo / ".git/reset-at").read_text())
     (clone / ".git/refused").touch()  # (the worker's own memory of its one refusal)
-    began = time.time()
     resumed = subprocess.run(
         [sys.executable, "-m", "gitrun", "resume", "r"],
         cwd=clone,
@@ -232,9 +231,10 @@ def test_a_park_moves_with_the_branch_to_a_fresh_clone(git_repo: Path, tmp_path:
         timeout=120,
     )
     assert resumed.returncode == 0, resumed.stderr
-    # (a loaded machine may reach the resume after the reset: then nothing is left to wait)
-    assert began >= until or "parked until " in resumed.stderr, resumed.stderr
     assert time.time() >= until
+    # The proof is the starts: none between the refusal and the reset, on
+    # the clone too. (Whether the resume says "parked until" depends on how
+    # long a loaded machine takes to bring it to its first decision.)
     refused_at = dt.datetime.fromisoformat(str(park["at"])).timestamp()
     assert not [t for t, at in _starts(clone) if refused_at < at < until]
     assert len([r for r in ledger_records(clone) if r.get("outcome") == "valid"]) == 4
