@@ -63,8 +63,9 @@ def main() -> int:
     if mode in ("hang", "denied_then_hang"):
         print("working on it...", flush=True)
         time.sleep(3600)
-    meet = spec.get("meet")  # {"dir": ..., "count": N}: wait (bounded) until N workers run
-    here = None
+    # {"dir": ..., "count": N}: wait (bounded) until N workers have arrived;
+    # the first N meet, every later one finds them there and goes on.
+    meet = spec.get("meet")
     if isinstance(meet, dict):
         here = Path(meet["dir"]) / f"{task}.{attempt}"
         here.touch()
@@ -103,8 +104,6 @@ def main() -> int:
     for path in outputs:
         write_whole(path, valid)
     _log(spec, "wrote")
-    if here is not None:
-        here.unlink()
     if mode == "stray":
         stray = str(spec.get("stray_path", "stray/{task}.txt")).format(task=task)
         write_whole(stray, "not mine to write")

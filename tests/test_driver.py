@@ -123,7 +123,9 @@ def test_concurrency_is_capped(git_repo: Path, tmp_path: Path) -> None:
         "spawn_log": str(tmp_path / "spawns.log"),
         "meet": {"dir": str(tmp_path / "meet"), "count": 3},
     }
-    spec_path = fake_worker_run(git_repo, "r", 9, spec, {"limits": {"concurrency": 3}})
+    spec_path = fake_worker_run(
+        git_repo, "r", 9, spec, {"limits": {"concurrency": 3, "canary": 0, "max_load": 1000.0}}
+    )
     assert start_run(git_repo, "r", quiet).exit_code == 0
     events = sorted((at, e) for _, _, e, at in spawn_events(spec_path))
     # A worker counts as running from its "start" to its "wrote" line.

@@ -81,7 +81,7 @@ def test_kill_9_at_random_moments_then_resume(git_repo: Path, tmp_path: Path) ->
 
 
 def test_user_commits_on_their_branch_while_the_run_commits(git_repo: Path, tmp_path: Path) -> None:
-    fake_worker_run(git_repo, "r", 200, {}, {"limits": {"concurrency": 4}})
+    fake_worker_run(git_repo, "r", 60, {}, {"limits": {"concurrency": 4}})
     build_tree(git_repo, {"user/staged-before.txt": "staged before the run\n"})
     git(git_repo, "add", "user/staged-before.txt")
     head_before = git(git_repo, "rev-parse", "HEAD").strip()
@@ -107,7 +107,7 @@ def test_user_commits_on_their_branch_while_the_run_commits(git_repo: Path, tmp_
     # No user path in any gitrun commit.
     per_path = _commits_per_path(git_repo, "gitrun/r")
     assert not [p for p in per_path if p.startswith("user/")]
-    assert sum(1 for p in per_path if p.startswith("out/")) == 200
+    assert sum(1 for p in per_path if p.startswith("out/")) == 60
 
 
 def test_resume_on_a_fresh_clone_carries_attempt_counts(git_repo: Path, tmp_path: Path) -> None:
