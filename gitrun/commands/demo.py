@@ -30,6 +30,7 @@ from gitrun.engine.status import read_status
 from gitrun.errors import GitrunError, UsageError
 from gitrun.processes.proc import clean_env, run_cmd
 from gitrun.store import git, ledger
+from gitrun.store.events import AttemptRecord, Outcome
 
 RUN_ID = "demo"
 DEMO_IDENTITY = {
@@ -184,10 +185,10 @@ def _report(repo: Path, say: Say) -> None:
     say(log.decode().rstrip())
     status = read_status(repo, RUN_ID)
     records = ledger.read_ledger(repo / load_run(repo, RUN_ID).dir)
-    attempts = [r for r in records if "outcome" in r]
+    attempts = [r for r in ledger.typed(records) if isinstance(r, AttemptRecord)]
     outcomes: dict[str, int] = {}
     for record in attempts:
-        outcomes[str(record["outcome"])] = outcomes.get(str(record["outcome"]), 0) + 1
+        outcomes[record.outcome] = outcomes.get(record.outcome, 0) + 1
     say(
         f"\n{status.spawns} spawns for {status.usable} usable outputs; attempts by outcome: "
         + ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items()))
@@ -203,7 +204,7 @@ def _report(repo: Path, say: Say) -> None:
             f"A runner that trusts exit statuses would have re-run {len(liars)} tasks needlessly: "
             f"{', '.join(liars)} (each wrote a valid output, then exited non-zero)."
         )
-    quarantined = sorted({str(r["task"]) for r in attempts if r["outcome"] == "invalid"})
+    quarantined = sorted({r.task for r in attempts if r.outcome == Outcome.INVALID})
     if quarantined:
         say(f"Invalid outputs were quarantined, not committed: {', '.join(quarantined)}.")
     page = write_report(repo, RUN_ID, repo / default_path(RUN_ID))

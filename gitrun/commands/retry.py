@@ -12,12 +12,12 @@ from gitrun.commands.session import take_remote_branch
 from gitrun.definition.load import RunDef, load_run
 from gitrun.definition.provenance import reads_any
 from gitrun.definition.runfiles import open_ledger
-from gitrun.engine.budget import BUDGET_EVENT, Budget, money
+from gitrun.engine.budget import Budget, money
 from gitrun.engine.states import FAILED, UP_TO_DATE
 from gitrun.engine.status import RunStatus, read_status
 from gitrun.errors import GitrunError, UsageError
 from gitrun.layout import branch_ref
-from gitrun.store import git, ledger
+from gitrun.store import events, git
 from gitrun.store.branches import refuse_checked_out
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import run_locked
@@ -74,20 +74,13 @@ def retry_tasks(
         writer = open_ledger(run, git.rev_parse(repo, branch_ref(run_id)))
         try:
             if raising:
-                writer.write(
-                    {
-                        "event": BUDGET_EVENT,
-                        "max_cost_usd": budget_usd,
-                        "max_tokens": tokens,
-                        "at": at,
-                    }
-                )
+                writer.write(events.Budget(budget_usd, tokens, at))
             chosen += _readers_of(run, status, chosen)
             for tid in chosen:
-                writer.write({"event": ledger.RETRY, "task": tid, "at": at})
+                writer.write(events.Retry(tid, at))
             lifted = status.halt["message"] if status.halt else None
             if lifted is not None:
-                writer.write({"event": ledger.LIFT, "at": at})
+                writer.write(events.Lift(at))
         finally:
             writer.close()
         new = None

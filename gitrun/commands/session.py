@@ -47,6 +47,7 @@ from gitrun.problem import Problem
 from gitrun.proof.check import check_run
 from gitrun.store import git, ledger, refs
 from gitrun.store.branches import find_tip, landed, refuse_checked_out
+from gitrun.store.events import Start, iso
 from gitrun.store.ledger import CHUNK_DIR
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import RunLock, run_locked
@@ -165,14 +166,7 @@ def _create_branch(
         _forget_round(local)
     writer = open_ledger(run, landed)
     try:
-        writer.write(
-            {
-                "event": ledger.START,
-                "base": head,
-                "up_to_date": fresh,
-                "at": ledger.iso(time.time()),
-            }
-        )
+        writer.write(Start(head, fresh, iso(time.time())))
     finally:
         writer.close()
     committer = Committer(repo, run_id, local)

@@ -10,7 +10,7 @@ from gitrun.engine.motion import LED, STALLED, utc
 from gitrun.engine.states import COMPLETE, DONE, FAILED, PENDING, RUNNING, UP_TO_DATE
 from gitrun.engine.status import BRANCH_GONE, RunStatus, TaskStatus
 from gitrun.engine.strays import WRITTEN
-from gitrun.store import ledger
+from gitrun.store.events import TIMED_OUT
 from gitrun.store.lock import LiveState
 from gitrun.words import counted
 
@@ -194,7 +194,7 @@ def _last(task: TaskStatus, numbered: bool = True) -> str:
     if task.kind is None:
         return f"not tried yet; outputs {', '.join(task.missing)}"
     said = f"last attempt {task.ended_attempt} {task.kind}" if numbered else task.kind
-    if task.kind == ledger.TIMED_OUT:
+    if task.kind == TIMED_OUT:
         took = task.records[-1].get("duration")
         if isinstance(took, int | float):
             said += f" after {took:.0f} s (limits.timeout)"

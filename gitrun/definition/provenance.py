@@ -33,6 +33,8 @@ from gitrun.definition.outputs import blob_on_disk
 from gitrun.layout import BRANCH_PREFIX
 from gitrun.ownership.patterns import PatternError, matches, parse
 from gitrun.store import git, ledger
+from gitrun.store.events import FORMAT as LEDGER_FORMAT
+from gitrun.store.events import Outcome
 from gitrun.store.jsonlines import parse_lines
 
 # Part of every definition digest: a change of what goes into one makes every
@@ -271,7 +273,7 @@ def earlier_outputs(repo: Path, base: str) -> Earlier:
     earlier: Earlier = {}
     for data in git.read_blobs(repo, sorted(shas)).values():
         for record in parse_lines(data.decode("utf-8", errors="replace")):
-            if record.get("outcome") != ledger.VALID or not _readable(record):
+            if record.get("outcome") != Outcome.VALID or not _readable(record):
                 continue
             made_from = MadeFrom.from_json(record.get("made_from"))
             made = made_of(record)
@@ -282,8 +284,8 @@ def earlier_outputs(repo: Path, base: str) -> Earlier:
 
 def _readable(record: Mapping[str, Any]) -> bool:
     """A record of a format this version reads (a newer one may mean more)."""
-    version = record.get("v", ledger.LEDGER_FORMAT)
-    return type(version) is int and version <= ledger.LEDGER_FORMAT
+    version = record.get("v", LEDGER_FORMAT)
+    return type(version) is int and version <= LEDGER_FORMAT
 
 
 def up_to_date(run: RunDef, base: str | None, worker_files: Iterable[str]) -> list[str]:

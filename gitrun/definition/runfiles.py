@@ -22,7 +22,7 @@ from gitrun.definition.load import LEDGER_NAME, PACKET_NAME, TASKS_NAME, RunDef
 from gitrun.definition.schema import JsonSchemaValidator
 from gitrun.errors import GitrunError
 from gitrun.problem import Problem
-from gitrun.store import git, ledger
+from gitrun.store import events, git, ledger
 from gitrun.store.jsonlines import file_error, parse_lines
 
 
@@ -297,7 +297,7 @@ def _is_ledger_text(data: bytes) -> bool:
             return False
         if not isinstance(record, dict):
             return False
-        if not isinstance(record.get("task"), str) and not isinstance(record.get("event"), str):
+        if not events.is_record(record):
             return False
     return True
 
@@ -448,28 +448,26 @@ def refuse_rewritten_definition(run: RunDef, tip: str, take_edits: bool = False)
     from gitrun.definition.outputs import blob_on_disk
 
     suspect: dict[str, str] = {}  # path -> when the audit saw it change
-    for record in ledger.current_round(ledger.read_ledger(run.repo / run.dir)):
-        path = record.get("path")
-        if not isinstance(path, str):
-            continue
-        event, state = record.get("event"), record.get("state")
-        if event == "violation" or (event == DEFINITION_EVENT and state == "changed"):
-            suspect[path] = str(record.get("at", "?"))
-        elif event == DEFINITION_EVENT and state in ("verified", "taken"):
-            suspect.pop(path, None)
+    for record in ledger.typed(ledger.current_round(ledger.read_ledger(run.repo / run.dir))):
+        if isinstance(record, events.Violation) or (
+            isinstance(record, events.DefinitionEvent) and record.state == events.CHANGED
+        ):
+            suspect[record.path] = record.at or "?"
+        elif isinstance(record, events.DefinitionEvent) and record.state in SETTLED:
+            suspect.pop(record.path, None)
     watched = [p for p in definition_paths(run) if p in suspect]
     if not watched:
         return
     committed = git.ls_tree(run.repo, tip, watched)
     fmt = git.object_format(run.repo)
-    settled: dict[str, str] = {}  # path -> verified (as committed) or taken (the edit)
+    settled: dict[str, str] = {}  # path -> VERIFIED (as committed) or TAKEN (the edit)
     for path in watched:
         now = blob_on_disk(run.repo / path, fmt)
         if now is None or now == committed.get(path, ("", ""))[1]:
-            settled[path] = "verified"
+            settled[path] = events.VERIFIED
             continue
         if take_edits:
-            settled[path] = "taken"
+            settled[path] = events.TAKEN
             continue
         raise GitrunError(
             f"{path} was edited while the run was driven (at {suspect[path]}) and differs from "
@@ -481,9 +479,9 @@ def refuse_rewritten_definition(run: RunDef, tip: str, take_edits: bool = False)
     writer = open_ledger(run, tip)
     try:
         for path, state in settled.items():
-            writer.write({"event": DEFINITION_EVENT, "path": path, "state": state})
+            writer.write(events.DefinitionEvent(path, state))
     finally:
         writer.close()
 
 
-DEFINITION_EVENT = "definition"
+SETTLED = (events.VERIFIED, events.TAKEN)  # a definition file no longer suspect

@@ -34,12 +34,12 @@ from typing import Any
 
 from gitrun.definition.beside import is_any_run_file, runs_beside
 from gitrun.definition.load import PACKET_NAME, RUNS_DIR, TASKS_NAME, RunDef
-from gitrun.definition.runfiles import DEFINITION_EVENT, definition_paths, is_ledger_path
+from gitrun.definition.runfiles import definition_paths, is_ledger_path
 from gitrun.layout import run_ids
 from gitrun.ownership.claims import OWNS, Claim, OwnerIndex
 from gitrun.ownership.patterns import PatternError, escape, parse
 from gitrun.ownership.temporaries import is_client_mark, target_of_temporary
-from gitrun.store import git
+from gitrun.store import events, git
 from gitrun.store.branches import run_branches
 from gitrun.store.records import VERSION, Fields, RecordInvalid
 from gitrun.store.repo import common_git_dir
@@ -65,16 +65,10 @@ class Violation:
             )
         return f"{visible(self.path)} changed outside every owned path (running: {who})"
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> events.Violation | events.DefinitionEvent:
         if self.edit:
-            return {
-                "event": DEFINITION_EVENT,
-                "state": "changed",
-                "path": self.path,
-                "tasks": self.tasks,
-                "at": self.at,
-            }
-        return {"event": "violation", "path": self.path, "tasks": self.tasks, "at": self.at}
+            return events.DefinitionEvent(self.path, events.CHANGED, self.tasks, self.at)
+        return events.Violation(self.path, self.tasks, self.at)
 
 
 Signature = tuple[int, int, int, int] | None

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gitrun.store import events, ledger
 from gitrun.store.records import VERSION, Fields, load_record, write_record
 from gitrun.store.usage import UsageTotals, is_dollars, is_token_count, median
 from gitrun.words import counted
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
     from gitrun.definition.load import RunDef
     from gitrun.definition.schema import Limits
 
-BUDGET_EVENT = "budget"  # a ledger event: `gitrun retry --budget/--tokens` set the budget
 _SLACK = 1e-9  # dollars compared as floats: $0.1 + $0.2 may be $0.30000000000000004
 
 
@@ -61,14 +61,14 @@ class Budget:
 def budget_of(limits: Limits, records: list[dict[str, Any]]) -> Budget:
     """The packet's budget, as the ledger's latest ``budget`` events set it."""
     cost, tokens = limits.max_cost_usd, limits.max_tokens
-    for record in records:
-        if record.get("event") != BUDGET_EVENT:
+    for record in ledger.typed(records):
+        if not isinstance(record, events.Budget):
             continue
         # Out of range (a ledger an older gitrun wrote): not a budget, skipped.
-        value = record.get("max_cost_usd")
+        value = record.max_cost_usd
         if is_dollars(value) and isinstance(value, int | float) and value > 0:
             cost = float(value)
-        value = record.get("max_tokens")
+        value = record.max_tokens
         if is_token_count(value) and type(value) is int and value > 0:
             tokens = value
     return Budget(cost, tokens)

@@ -23,7 +23,8 @@ from gitrun.engine.states import COMPLETE, FAILED, Ended
 from gitrun.engine.strays import fold_denials
 from gitrun.engine.verdict import Facts, Rules, judge
 from gitrun.errors import GitrunError
-from gitrun.store import git, ledger
+from gitrun.store import git
+from gitrun.store.events import Outcome
 from gitrun.store.records import warn_stderr
 from gitrun.store.regular import read_regular
 from gitrun.store.usage import Usage
@@ -127,7 +128,7 @@ def collect(ext: External, throttled: list[str], abandon: bool = False) -> Colle
     try:
         for task_id, lease in list(leases.items()):
             check = check_task(run, run.tasks_by_id[task_id], lease.before, object_format)
-            if check.outcome == ledger.INVALID:
+            if check.outcome == Outcome.INVALID:
                 where = ext.local.quarantine_of(task_id, lease.attempt)
                 quarantine(ext.repo, where, check.outputs)
             facts = Facts(
@@ -141,7 +142,7 @@ def collect(ext: External, throttled: list[str], abandon: bool = False) -> Colle
             outcome, reason = verdict.outcome, verdict.reason
             if reason:
                 result.reasons[task_id] = reason
-            said = _said_by(ext, task_id, lease.attempt) if outcome != ledger.VALID else []
+            said = _said_by(ext, task_id, lease.attempt) if outcome != Outcome.VALID else []
             if said:
                 result.said[task_id] = said
             ended = Ended(
@@ -155,7 +156,7 @@ def collect(ext: External, throttled: list[str], abandon: bool = False) -> Colle
                 dispatch="external",
                 usage=_read_usage(ext, task_id, lease.attempt),
                 made_from=lease.made_from,
-                made=check.made if outcome == ledger.VALID else None,
+                made=check.made if outcome == Outcome.VALID else None,
                 said=tuple(said),
                 throttles=lease.throttles,
             )
@@ -166,15 +167,15 @@ def collect(ext: External, throttled: list[str], abandon: bool = False) -> Colle
                 from gitrun.guard.agents import remove_agent
 
                 remove_agent(ext.repo, lease.agent)
-            if outcome == ledger.VALID:
+            if outcome == Outcome.VALID:
                 landings.append(Landing(task_id, lease.attempt, check.outputs, lease.made_from))
                 result.done.append(task_id)
-            elif outcome == ledger.THROTTLED:
+            elif outcome == Outcome.THROTTLED:
                 result.throttled.append(task_id)
-            elif outcome == ledger.ABANDONED:
+            elif outcome == Outcome.ABANDONED:
                 result.abandoned.append(task_id)
             else:
-                (result.invalid if outcome == ledger.INVALID else result.missing).append(task_id)
+                (result.invalid if outcome == Outcome.INVALID else result.missing).append(task_id)
                 if status == FAILED:
                     result.failed.append(task_id)
         # Tasks not handed out whose valid outputs appeared anyway are
@@ -184,7 +185,7 @@ def collect(ext: External, throttled: list[str], abandon: bool = False) -> Colle
             task = run.tasks_by_id[task_id]
             prior = prior_in_tree(run, task, at_base)
             check = check_task(run, task, prior, object_format)
-            if check.outcome == ledger.VALID:
+            if check.outcome == Outcome.VALID:
                 engine.mark_done(task_id)
                 landings.append(Landing(task_id, engine.history[task_id].attempts, check.outputs))
                 result.done.append(task_id)

@@ -43,7 +43,8 @@ from gitrun.engine.states import FAILED, PENDING, Ended, Engine
 from gitrun.engine.strays import fold_denials
 from gitrun.engine.traces import NoTraces, Traces, open_traces
 from gitrun.engine.verdict import Facts, Park, Rules, Verdict, judge
-from gitrun.store import git, ledger
+from gitrun.store import git
+from gitrun.store.events import Outcome, iso
 from gitrun.store.journal import Journal, JournalEntry
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import RunLock
@@ -267,7 +268,7 @@ class Driver:
             bring_back(confined, self.engine, self.ledger, end.task, end.attempt, self.report)
         before = launched.before if launched else None
         check = check_task(self.run, self.tasks[end.task], before, self.committer.object_format)
-        if check.outcome == ledger.INVALID:
+        if check.outcome == Outcome.INVALID:
             quarantine(self.repo, self.local.quarantine_of(end.task, end.attempt), check.outputs)
         facts = _facts_of(end, check, confined, self.governor.parked_until)
         verdict = judge(facts, Rules(self.run.id, self.limits, self.launcher.placement.client))
@@ -287,7 +288,7 @@ class Driver:
         crash_point("end.closed")
         self.finished_here += 1
         self.audit_due = True
-        if verdict.outcome == ledger.VALID:
+        if verdict.outcome == Outcome.VALID:
             commits.put(Landing(end.task, end.attempt, check.outputs, ended.made_from))
         used = self.engine.history[end.task].used if status == FAILED else None
         log = self.local.log_of(end.task, end.attempt)
@@ -298,7 +299,7 @@ class Driver:
         """Park the run for a usage limit: no new starts until its reset (the
         running attempts finish), recorded so that a later driver waits too."""
         self.engine.record_park(self.ledger, park.until, park.reason)
-        self.traces.event("park", {"gitrun.until": ledger.iso(park.until), "reason": park.reason})
+        self.traces.event("park", {"gitrun.until": iso(park.until), "reason": park.reason})
         if self.commits is not None:  # on the branch now: a move to another clone waits too
             self.commits.flush()
         self.report(parked_line(self.governor, park))
@@ -363,7 +364,7 @@ def _facts_of(
 
 def _ended(end: AttemptEnd, verdict: Verdict, check: TaskCheck, launched: Launched | None) -> Ended:
     """The record of a worker's attempt, judged."""
-    valid = verdict.outcome == ledger.VALID
+    valid = verdict.outcome == Outcome.VALID
     return Ended(
         end.task,
         end.attempt,

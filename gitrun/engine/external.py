@@ -36,8 +36,9 @@ from gitrun.errors import GitrunError
 from gitrun.guard import rules
 from gitrun.guard.agents import worker_agent_type
 from gitrun.layout import branch_ref
-from gitrun.store import git, ledger
+from gitrun.store import git
 from gitrun.store.branches import find_tip
+from gitrun.store.events import iso
 from gitrun.store.leases import Lease, read_leases, write_leases
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import RunBusy, run_locked
@@ -329,7 +330,7 @@ class External:
             "pointer": pointer,
             "outputs": outputs,
             "model": self.run.packet.model_for(stage),
-            "expires": ledger.iso(now + self.limits.timeout),
+            "expires": iso(now + self.limits.timeout),
             "agent": worker_agent_type(self.repo),  # the subagent type to dispatch it with
             # Where the orchestrator may write what the subagent used (the JSON
             # object of $GITRUN_USAGE); collect puts it in the attempt's record.

@@ -47,6 +47,7 @@ from gitrun.processes import reaper
 from gitrun.processes.proc import clean_env
 from gitrun.processes.reaper import kill_leftovers
 from gitrun.store import git, ledger
+from gitrun.store.events import Outcome, Suspect, iso
 from gitrun.store.journal import Journal, JournalEntry
 from gitrun.store.jsonlines import shown
 from gitrun.store.local import LocalPaths
@@ -393,7 +394,7 @@ class Launcher:
         Asked only when every output is a regular file there."""
         prior = prior_in_tree(self.run, task, self.base_tree)
         check = check_task(self.run, task, prior, self.committer.object_format)
-        if check.outcome != "valid":
+        if check.outcome != Outcome.VALID:
             return False
         appeared = [o.path for o in check.outputs if self._appeared(o.path, o.blob)]
         if appeared:
@@ -401,14 +402,8 @@ class Launcher:
             where = self.local.quarantine_of(task.id, number)
             quarantine(self.repo, where, check.outputs, suspect=True)
             suspects = self._out_when_written(appeared)
-            record = {
-                "event": "suspect",
-                "task": task.id,
-                "paths": appeared,
-                "tasks": suspects,
-                "aside": number,  # kept under its last attempt's number (gitrun.engine.strays)
-                "at": ledger.iso(time.time()),
-            }
+            # Kept under its last attempt's number (gitrun.engine.strays).
+            record = Suspect(task.id, appeared, suspects, number, iso(time.time()))
             self.engine.write(self.ledger, record)
             self.report(
                 f"{task.id}: {', '.join(visible(p) for p in appeared)} appeared while other "

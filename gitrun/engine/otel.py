@@ -23,7 +23,7 @@ from opentelemetry.trace import Span, Status, StatusCode, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 import gitrun
-from gitrun.store import ledger
+from gitrun.store.events import Outcome
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 _NS = 1_000_000_000
 # Outcomes that are the task's failure (a throttle, an interruption, a lost
 # node or a worker that never started are not: no attempt is held against it).
-_FAILED = {ledger.MISSING, ledger.INVALID}
+_FAILED = {Outcome.MISSING, Outcome.INVALID}
 
 
 def _ns(seconds: float) -> int:
@@ -93,11 +93,11 @@ class OtelTraces:  # a gitrun.engine.traces.Traces
             if usage.model:
                 facts["gitrun.model"] = usage.model
         span.set_attributes(facts)
-        if ended.outcome == ledger.THROTTLED:
+        if ended.outcome == Outcome.THROTTLED:
             at = _ns(ended.ended)
             span.add_event("throttled", timestamp=at)
             self._drive.add_event("throttled", {"gitrun.task": ended.task}, timestamp=at)
-        if ended.outcome == ledger.VALID:
+        if ended.outcome == Outcome.VALID:
             span.set_status(Status(StatusCode.OK))
         elif ended.outcome in _FAILED:
             span.set_status(Status(StatusCode.ERROR, ended.reason or ended.outcome))

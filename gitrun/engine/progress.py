@@ -33,7 +33,7 @@ from gitrun.engine.states import (
 from gitrun.engine.status import RunStatus, read_status, status_of
 from gitrun.engine.verdict import Park
 from gitrun.errors import EXIT_DONE, EXIT_FAILED, EXIT_HALTED
-from gitrun.store import ledger
+from gitrun.store.events import Outcome
 from gitrun.store.jsonlines import shown
 from gitrun.store.lock import LiveAttempt, LiveState
 from gitrun.store.usage import UsageTotals
@@ -159,17 +159,18 @@ def ended_line(
         how = "lost with its node"
     if end.timed_out:
         how += ", timed out"
-    if outcome == ledger.VALID:
+    if outcome == Outcome.VALID:
         return f"{end.task} attempt {end.attempt}: valid ({how}, {end.duration:.1f} s)"
     if used is not None:
         follows = f"failed for good after {counted(used, 'attempt')}"
     else:
-        follows = {
-            ledger.THROTTLED: f"throttled; concurrency now {concurrency}",
-            ledger.INTERRUPTED: "pending",
-            ledger.LOST: "pending, no attempt used",
-            ledger.UNSTARTED: "pending, no attempt used",
-        }.get(outcome, "will retry")
+        then: dict[str, str] = {
+            Outcome.THROTTLED: f"throttled; concurrency now {concurrency}",
+            Outcome.INTERRUPTED: "pending",
+            Outcome.LOST: "pending, no attempt used",
+            Outcome.UNSTARTED: "pending, no attempt used",
+        }
+        follows = then.get(outcome, "will retry")
     detail = f": {reason}" if reason else ""
     said = last_line(end.lost or end.tail)
     if said:

@@ -23,6 +23,7 @@ from gitrun.engine.verdict import Facts, Rules, judge
 from gitrun.processes.cgroups import end_left_group
 from gitrun.processes.reaper import kill_attempt_processes, kill_leftovers, kill_recorded_group
 from gitrun.store import ledger
+from gitrun.store.events import Outcome, Stray, iso
 from gitrun.store.journal import read_journal, running_records
 from gitrun.visible import visible
 from gitrun.workers.sandbox import Isolated, left_by
@@ -55,7 +56,7 @@ def recover_orphans(
         if confined is not None:  # stopped now: what it wrote of its own counts
             bring_back(confined, engine, writer, tid, entry.attempt, report)
         check = check_task(run, task, entry.before, object_format)
-        if check.outcome == ledger.INVALID:
+        if check.outcome == Outcome.INVALID:
             quarantine(run.repo, local.quarantine_of(tid, entry.attempt), check.outputs)
         # Its driver is gone: a lease abandoned, whatever else it did.
         verdict = judge(
@@ -63,7 +64,7 @@ def recover_orphans(
         )
         outcome, reason = verdict.outcome, verdict.reason
         now = time.time()
-        made = check.made if outcome == ledger.VALID else None
+        made = check.made if outcome == Outcome.VALID else None
         ended = Ended(
             tid,
             entry.attempt,
@@ -99,14 +100,7 @@ def bring_back(
         report(f"{task} attempt {attempt}: could not bring back {visible(line)}")
     if not strays:
         return
-    record = {
-        "event": "stray",
-        "task": task,
-        "attempt": attempt,
-        "paths": strays,
-        "at": ledger.iso(time.time()),
-    }
-    engine.write(writer, record)
+    engine.write(writer, Stray(task, attempt, strays, iso(time.time())))
     shown_paths = ", ".join(visible(p) for p in strays[:5])
     more = f" and {len(strays) - 5} more" if len(strays) > 5 else ""
     report(
@@ -132,10 +126,10 @@ def reconcile(
         prior = prior_in_tree(run, task, at_base)
         check = check_task(run, task, prior, committer.object_format)
         attempts = engine.history[tid].attempts
-        if check.outcome == ledger.VALID:
+        if check.outcome == Outcome.VALID:
             landings.append(Landing(tid, attempts, check.outputs))
             engine.mark_done(tid)
-        elif check.outcome == ledger.INVALID:
+        elif check.outcome == Outcome.INVALID:
             moved = quarantine(run.repo, engine.local.quarantine_of(tid, attempts), check.outputs)
             report(f"{tid}: quarantined {', '.join(moved)} ({check.reason})")
     if landings:

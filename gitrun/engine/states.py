@@ -27,8 +27,9 @@ from gitrun.definition.runfiles import read_run_ledger
 from gitrun.engine.budget import SpendGate, budget_of
 from gitrun.engine.governor import PERSISTENT, EndFacts, Governor, Halt, choose_canary
 from gitrun.engine.strays import StrayWrite, stray_writes
-from gitrun.store import git, ledger
+from gitrun.store import events, git, ledger
 from gitrun.store.branches import committed_records, find_tip
+from gitrun.store.events import COUNTED, AttemptRecord, Outcome, Park, Record, iso
 from gitrun.store.history import find_base
 from gitrun.store.journal import running_records
 from gitrun.store.local import LocalPaths
@@ -287,7 +288,7 @@ class Engine:
         its record (once), and the task moves on. Returns its new status."""
         tid = ended.task
         history = self.history[tid]
-        counted = ended.outcome in ledger.COUNTED
+        counted = ended.outcome in COUNTED
         failed_for_good = counted and history.used + 1 >= self.limits.max_attempts
         began, finished = ended.span or (ended.started, ended.ended)
         facts = EndFacts(
@@ -302,19 +303,19 @@ class Engine:
         )
         in_canary = bool(self.governor.canary)
         self.governor.ended(facts, self.clock(), failed_for_good)
-        backed_off = self.governor.concurrency if ended.outcome == ledger.THROTTLED else None
+        backed_off = self.governor.concurrency if ended.outcome == Outcome.THROTTLED else None
         self.record(writer, ended, backed_off)
-        if ended.outcome == ledger.VALID:  # its cost is in self.usage now
+        if ended.outcome == Outcome.VALID:  # its cost is in self.usage now
             stage = self.run.stage_of(self.tasks[tid])
             self.governor.output_valid(stage, in_canary and not self.governor.canary)
-        if ended.outcome == ledger.VALID:
+        if ended.outcome == Outcome.VALID:
             self._set(tid, DONE)
         elif failed_for_good:
             self._set(tid, FAILED)
         else:
             self._set(tid, PENDING)
             queue = self.queues[self.run.stage_of(self.tasks[tid])]
-            if ended.outcome == ledger.THROTTLED:
+            if ended.outcome == Outcome.THROTTLED:
                 queue.appendleft(tid)  # not its fault: first again, not after the rest
             else:
                 queue.append(tid)
@@ -328,7 +329,7 @@ class Engine:
         key = (ended.task, ended.attempt, ended.throttles)
         if key in self.recorded:
             return False
-        record = ledger.AttemptRecord(
+        record = AttemptRecord(
             ended.task,
             ended.attempt,
             self.run.stage_of(self.tasks[ended.task]),
@@ -346,7 +347,7 @@ class Engine:
             made=dict(ended.made) if ended.made else None,
             said=list(ended.said),
             throttles=ended.throttles,
-        ).to_json()
+        )
         self.write(writer, record)
         self.recorded.add(key)
         # The usage as the ledger keeps it (a cost in micro-dollars), as a
@@ -354,19 +355,19 @@ class Engine:
         ledger.note_usage(self.usage, record)
         return True
 
-    def write(self, writer: ledger.LedgerWriter, record: dict[str, Any]) -> None:
+    def write(self, writer: ledger.LedgerWriter, record: Record) -> None:
         """Write ``record`` to the ledger, and keep what the engine read of
         the ledger (records, summary) as a read of it now would find it."""
         writer.write(record)
-        self.records.append(record)
-        ledger.note(self.summary, record)
+        line = record.to_json()
+        self.records.append(line)
+        ledger.note(self.summary, line)
 
     def record_park(self, writer: ledger.LedgerWriter, until: float, reason: str) -> None:
         """Park the run until ``until`` (a usage limit's reset), in the ledger:
         a resume, even on another clone, waits for it too."""
         self.governor.park(until, reason)
-        record = {"event": ledger.PARK, "until": ledger.iso(until), "reason": reason}
-        self.write(writer, {**record, "at": ledger.iso(time.time())})
+        self.write(writer, Park(iso(until), reason, iso(time.time())))
 
     def record_halt(self, writer: ledger.LedgerWriter) -> None:
         """A halt only a person can lift holds every later resume, next and
@@ -375,8 +376,7 @@ class Engine:
         if halt is None or halt.kind not in PERSISTENT or self.halt_recorded:
             return
         self.halt_recorded = True
-        record = {"event": ledger.HALT, "kind": halt.kind, "message": halt.message}
-        self.write(writer, {**record, "at": ledger.iso(time.time())})
+        self.write(writer, events.Halt(halt.kind, halt.message, iso(time.time())))
 
     def _set(self, tid: str, status: str) -> None:
         old = self.status[tid]

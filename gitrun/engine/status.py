@@ -21,6 +21,7 @@ from gitrun.engine.strays import DENIED, MAX_DENIED, SUSPECT, StrayWrite, kept_d
 from gitrun.layout import branch_ref
 from gitrun.store import git, ledger
 from gitrun.store.branches import Landed, landed
+from gitrun.store.events import iso
 from gitrun.store.jsonlines import shown
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import Owner, is_locked, read_owner
@@ -160,11 +161,11 @@ class RunStatus:
             "violations": [write.to_json() for write in self.violations],
             "halt": self.halt,
             "parked": (
-                {"until": ledger.iso(self.parked_until), "reason": self.park_reason}
+                {"until": iso(self.parked_until), "reason": self.park_reason}
                 if self.parked_until
                 else None
             ),
-            "stalled_since": ledger.iso(self.stalled_since) if self.stalled_since else None,
+            "stalled_since": iso(self.stalled_since) if self.stalled_since else None,
             "spend": spend_json(self.usage, self.usable, self.budget),
             "tasks": {tid: task.to_json() for tid, task in self.tasks.items()},
         }
@@ -264,12 +265,12 @@ def _stray_writes(engine: Engine, tasks: dict[str, TaskStatus]) -> list[StrayWri
                 found.append(
                     StrayWrite(
                         DENIED,
-                        str(line.get("path")),
+                        line.path,
                         task.id,
                         task.last_attempt,
-                        at=str(line.get("at") or ""),
-                        tool=str(line.get("tool") or ""),
-                        reason=str(line.get("reason") or ""),
+                        at=line.at,
+                        tool=line.tool,
+                        reason=line.reason,
                     )
                 )
     return found

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from gitrun.errors import GitrunError
 from gitrun.store import ledger
+from gitrun.store.events import Denied, Event, Record, Stray, Suspect, Violation, iso
 from gitrun.store.jsonlines import read_lines
 from gitrun.store.local import LocalPaths
 from gitrun.visible import visible
@@ -39,13 +40,10 @@ class Recorder(Protocol):
     local: LocalPaths
     records: list[dict[str, Any]]
 
-    def write(self, writer: ledger.LedgerWriter, record: dict[str, Any]) -> None: ...
+    def write(self, writer: ledger.LedgerWriter, record: Record) -> None: ...
 
 
-VIOLATION = "violation"
-STRAY = "stray"
-SUSPECT = "suspect"
-DENIED = "denied"
+VIOLATION, STRAY, SUSPECT, DENIED = Event.VIOLATION, Event.STRAY, Event.SUSPECT, Event.DENIED
 KINDS = (VIOLATION, STRAY, SUSPECT, DENIED)
 WRITTEN = (VIOLATION, STRAY, SUSPECT)  # writes that happened (a denied one did not)
 MAX_DENIED = 20  # distinct paths of one attempt's denied writes the ledger keeps
@@ -86,7 +84,7 @@ class StrayWrite:
         return f"{path} changed outside every owned path (running: {running})"
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"event": self.kind, "path": self.path}
+        data: dict[str, Any] = {"event": self.kind, "path": self.path}  # status --json
         if self.task is not None:
             data["task"] = self.task
         if self.attempt is not None:
@@ -103,44 +101,47 @@ class StrayWrite:
 def stray_writes(records: list[dict[str, Any]]) -> list[StrayWrite]:
     """The stray and denied writes among a ledger's records, in order."""
     found: list[StrayWrite] = []
-    for r in records:
-        kind = r.get("event")
-        if kind not in KINDS:
-            continue
-        task = r.get("task") if isinstance(r.get("task"), str) else None
-        number = r.get("attempt") if type(r.get("attempt")) is int else None
-        tasks = [str(t) for t in r.get("tasks") or [] if isinstance(t, str)]
-        at = str(r.get("at") or "")
-        paths = r.get("paths") if kind in (STRAY, SUSPECT) else [r.get("path")]
-        for path in paths if isinstance(paths, list) else []:
-            if not isinstance(path, str):
-                continue
-            times, kept_as = r.get("times"), r.get("aside")
+    for record in ledger.typed(records):
+        if isinstance(record, Violation):
+            found.append(StrayWrite(VIOLATION, record.path, tasks=record.tasks, at=record.at))
+        elif isinstance(record, Stray | Suspect):
+            task = record.task or None
+            number = record.attempt if isinstance(record, Stray) else None
+            kept_as = record.aside if isinstance(record, Suspect) else None
+            tasks = record.tasks if isinstance(record, Suspect) else []
+            for path in record.paths:
+                if isinstance(path, str):
+                    found.append(
+                        StrayWrite(
+                            record.event, path, task, number, tasks, record.at, kept_as=kept_as
+                        )
+                    )
+        elif isinstance(record, Denied):
             found.append(
                 StrayWrite(
-                    str(kind),
-                    path,
-                    task,
-                    number,
-                    tasks,
-                    at,
-                    tool=str(r.get("tool") or ""),
-                    reason=str(r.get("reason") or ""),
-                    times=times if type(times) is int and times > 0 else 1,
-                    kept_as=kept_as if type(kept_as) is int else None,
+                    DENIED,
+                    record.path,
+                    record.task or None,
+                    record.attempt,
+                    [],
+                    record.at,
+                    tool=record.tool,
+                    reason=record.reason,
+                    times=record.times or 1,
                 )
             )
     return found
 
 
-def kept_denials(where: Path) -> list[dict[str, Any]]:
+def kept_denials(where: Path) -> list[Denied]:
     """The denied writes kept at ``where``, beside an attempt's log. The logs
     folder is writable to a confined worker: what it put there in place of
     the file (a directory, a FIFO) holds no denials and stops nothing."""
     try:
-        return read_lines(where)
+        lines = read_lines(where)
     except GitrunError:
         return []
+    return [line for line in ledger.typed(lines) if isinstance(line, Denied)]
 
 
 def fold_denials(engine: Recorder, writer: ledger.LedgerWriter, task: str, attempt: int) -> None:
@@ -157,24 +158,16 @@ def fold_denials(engine: Recorder, writer: ledger.LedgerWriter, task: str, attem
         for w in stray_writes(engine.records)
         if w.kind == DENIED and w.task == task
     }
-    asked: dict[str, list[dict[str, Any]]] = {}
+    asked: dict[str, list[Denied]] = {}
     for line in kept:
-        if isinstance(line.get("path"), str):
-            asked.setdefault(line["path"], []).append(line)
+        asked.setdefault(line.path, []).append(line)
     for path, lines in list(asked.items())[:MAX_DENIED]:
         if (task, attempt, path) in known:
             continue
         first = lines[0]
-        record = {
-            "event": DENIED,
-            "task": task,
-            "attempt": attempt,
-            "path": path,
-            "tool": str(first.get("tool") or ""),
-            "reason": str(first.get("reason") or ""),
-            "times": len(lines),
-            "at": str(first.get("at") or ledger.iso(0)),
-        }
-        engine.write(writer, record)
+        denied = Denied(
+            task, attempt, path, first.tool, first.reason, first.at or iso(0), len(lines)
+        )
+        engine.write(writer, denied)
     with contextlib.suppress(OSError):
         os.unlink(where)

@@ -23,7 +23,7 @@ from enum import StrEnum
 
 from gitrun.definition.schema import Limits
 from gitrun.engine.governor import BILLING, ENVIRONMENT, Halt, is_throttled, last_line
-from gitrun.store import ledger
+from gitrun.store.events import COUNTED, Outcome
 from gitrun.visible import visible
 from gitrun.workers.refusals import BILLING as BILLING_REFUSAL
 from gitrun.workers.refusals import Refusal, refusal_of
@@ -99,35 +99,35 @@ class Verdict:
     @property
     def uses_attempt(self) -> bool:
         """Whether it counts against the task's attempts."""
-        return self.outcome in ledger.COUNTED
+        return self.outcome in COUNTED
 
     @property
     def retries(self) -> bool:
         """Whether the task is to be tried again (once its attempts allow and
         no halt holds the run)."""
-        return self.outcome != ledger.VALID
+        return self.outcome != Outcome.VALID
 
 
 def judge(facts: Facts, rules: Rules) -> Verdict:
     """The outcome of an attempt, its reason and what follows."""
-    if facts.outputs == ledger.VALID:
-        return Verdict(Kind.VALID, ledger.VALID)
+    if facts.outputs == Outcome.VALID:
+        return Verdict(Kind.VALID, Outcome.VALID)
     outcome, reason = facts.outputs, facts.judged
     if facts.not_back:  # an output too big (or a link) to bring back from its node or scratch
-        outcome, reason = ledger.INVALID, facts.not_back
+        outcome, reason = Outcome.INVALID, facts.not_back
     refused = _confinement_refused(facts, rules)
     if facts.displaced and not refused:  # someone else took its directory: not the task's failure
         displaced = ", ".join(visible(d) for d in facts.displaced)
         why = f"{displaced} was removed or replaced in the work tree while it ran"
-        return Verdict(Kind.INTERRUPTED, ledger.INTERRUPTED, why)
+        return Verdict(Kind.INTERRUPTED, Outcome.INTERRUPTED, why)
     if refused and not facts.unstarted:  # bubblewrap could not start the worker
         halt = Halt(ENVIRONMENT, refused)
-        return Verdict(Kind.UNSTARTED, ledger.UNSTARTED, last_line(facts.said), halt)
+        return Verdict(Kind.UNSTARTED, Outcome.UNSTARTED, last_line(facts.said), halt)
     if facts.unstarted:  # its program is not there: no worker ran
         halt = Halt(ENVIRONMENT, _cannot_start(facts.unstarted))
-        return Verdict(Kind.UNSTARTED, ledger.UNSTARTED, facts.unstarted, halt)
+        return Verdict(Kind.UNSTARTED, Outcome.UNSTARTED, facts.unstarted, halt)
     if facts.lost:  # its node or worker died: the environment's failure
-        return Verdict(Kind.LOST, ledger.LOST, facts.lost)
+        return Verdict(Kind.LOST, Outcome.LOST, facts.lost)
     if facts.fault:  # the client showed an environment fault: the attempt counts, the run halts
         return Verdict(Kind.FAULT, outcome, reason, Halt(ENVIRONMENT, facts.fault))
     limits = rules.limits
@@ -135,11 +135,11 @@ def judge(facts: Facts, rules: Rules) -> Verdict:
     if refusal is not None:
         return _refused(refusal, facts, rules)
     if facts.named_throttled or is_throttled(facts.exit_code, facts.said, limits.throttle_patterns):
-        return Verdict(Kind.THROTTLED, ledger.THROTTLED, reason)
+        return Verdict(Kind.THROTTLED, Outcome.THROTTLED, reason)
     if facts.abandoned:
-        return Verdict(Kind.ABANDONED, ledger.ABANDONED, reason)
+        return Verdict(Kind.ABANDONED, Outcome.ABANDONED, reason)
     if facts.stopped and not facts.timed_out:
-        return Verdict(Kind.INTERRUPTED, ledger.INTERRUPTED, reason)
+        return Verdict(Kind.INTERRUPTED, Outcome.INTERRUPTED, reason)
     if facts.timed_out:
         return Verdict(Kind.TIMED_OUT, outcome, reason)
     return Verdict(Kind(outcome), outcome, reason)
@@ -157,16 +157,16 @@ def _refused(refusal: Refusal, facts: Facts, rules: Rules) -> Verdict:
             f"`gitrun retry {rules.run_id}` and `gitrun resume {rules.run_id}`",
         )
         reason = f"the API refused to bill: {refusal.said}"
-        return Verdict(Kind.BILLING, ledger.UNSTARTED, reason, halt)
+        return Verdict(Kind.BILLING, Outcome.UNSTARTED, reason, halt)
     until, unread = refusal.until, ""
     if until is None:
         if facts.parked_until > facts.now:  # parked already: a guess adds nothing
-            return Verdict(Kind.PARKED, ledger.THROTTLED, refusal.said)
+            return Verdict(Kind.PARKED, Outcome.THROTTLED, refusal.said)
         until, unread = facts.now + rules.limits.park_default, refusal.said
     park = None
     if until > facts.parked_until:
         park = Park(until, f"usage limit of {rules.client}", unread)
-    return Verdict(Kind.PARKED, ledger.THROTTLED, refusal.said, park=park)
+    return Verdict(Kind.PARKED, Outcome.THROTTLED, refusal.said, park=park)
 
 
 def _confinement_refused(facts: Facts, rules: Rules) -> str:

@@ -167,6 +167,7 @@ def keep_denials(
     import stat
     import time
 
+    from gitrun.store.events import FORMAT, Denied
     from gitrun.store.local import LEASES, LOGS, denials_name, run_home
 
     home = run_home(repo.git_dir, rules.run_id)  # os.path only: this is the write hook
@@ -184,9 +185,7 @@ def keep_denials(
     task = rules.task_id
     text = "".join(
         json.dumps(
-            {"v": 1, "event": "denied", "task": task, "attempt": attempt, "path": p}
-            | {"tool": tool, "reason": reason, "at": at},
-            allow_nan=False,
+            {"v": FORMAT} | Denied(task, attempt, p, tool, reason, at).to_json(), allow_nan=False
         )
         + "\n"
         for p in paths
@@ -265,6 +264,7 @@ def subagent_stop(stdin: str, environ: dict[str, str]) -> HookResult:
 
     from gitrun.definition.load import load_run
     from gitrun.definition.outputs import check_task
+    from gitrun.store.events import Outcome
 
     assert repo is not None  # a task context has a repository
     run = load_run(Path(repo.root), context.run_id)
@@ -272,7 +272,7 @@ def subagent_stop(stdin: str, environ: dict[str, str]) -> HookResult:
     if task is None:
         return HookResult(0)  # edited away since: outputs are judged on disk anyway
     check = check_task(run, task)
-    if check.outcome == "valid":
+    if check.outcome == Outcome.VALID:
         return HookResult(0)
     keep_last_words(repo, context.run_id, task.id, data.get("last_assistant_message"))
     if data.get("stop_hook_active"):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gitrun.errors import GitrunError
+from gitrun.store.events import is_record
 
 # The most a file of JSON lines is read (a ledger chunk or the journal is a
 # few MiB at most): a file larger is not gitrun's, and would fill memory.
@@ -59,9 +60,7 @@ def parse_lines(text: str) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
     texts: dict[str, str] = {}
     for record in values:
-        if isinstance(record, dict) and (
-            isinstance(record.get("task"), str) or isinstance(record.get("event"), str)
-        ):
+        if isinstance(record, dict) and is_record(record):
             # One copy of each short text value per file too: a big run's ledger
             # is 50,000 records of the same few outcomes, stages and models.
             for key, value in record.items():

@@ -26,50 +26,38 @@ import os
 import re
 import threading
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
 from gitrun.errors import GitrunError
 from gitrun.layout import LEDGER_NAME
+from gitrun.store.events import COUNTED as COUNTED
+from gitrun.store.events import (
+    AttemptRecord,
+    Halt,
+    LedgerRecord,
+    Lift,
+    Outcome,
+    Park,
+    Record,
+    Retry,
+    Start,
+    is_attempt,
+    read,
+)
 from gitrun.store.jsonlines import LineWriter as LineWriter  # the local journal's too
 from gitrun.store.jsonlines import file_error, line_of, shown
 from gitrun.store.jsonlines import read_lines as read_lines
 from gitrun.store.regular import read_regular
-from gitrun.store.usage import Usage, UsageTotals, usage_of
+from gitrun.store.usage import UsageTotals
 
-# Outcomes decided from disk after an attempt.
-VALID = "valid"
-MISSING = "missing"
-INVALID = "invalid"
-# The attempt was stopped by gitrun (Ctrl-C, SIGTERM) or lost with a dead driver;
-# neither uses up one of the task's attempts.
-INTERRUPTED = "interrupted"
-ABANDONED = "abandoned"
-# The worker was throttled by its API (exit 75 or a throttle message) and its
-# outputs did not validate: it backs off and uses no attempt, not even its
-# number (the try after it is the same attempt again; ``throttles`` tells
-# the tries of one attempt number apart).
-THROTTLED = "throttled"
-# The machine running it was lost (a Ray node or worker died) before its
-# outputs came back: the environment's failure, not the task's.
-LOST = "lost"
-# The worker's program could not be started (not installed, not executable):
-# the environment's fault; the run halts and no attempt is used.
-UNSTARTED = "unstarted"
-COUNTED = (MISSING, INVALID)
-# What an attempt that ended is called where a person reads it (status, the
-# report): its outcome, but for one its timeout stopped and one gitrun stopped.
-TIMED_OUT = "timed out"
-STOPPED = "stopped"
-# Run-level events.
-HALT = "halt"
-PARK = "park"  # the run waits for a usage limit's reset (gitrun.workers.refusals)
-LIFT = "lift"
-START = "start"
-RETRY = "retry"
+# The outcomes by the names this module gave them before gitrun.store.events
+# declared them (scripts and tests read them here).
+VALID, MISSING, INVALID = Outcome.VALID, Outcome.MISSING, Outcome.INVALID
+INTERRUPTED, ABANDONED, THROTTLED = Outcome.INTERRUPTED, Outcome.ABANDONED, Outcome.THROTTLED
+LOST, UNSTARTED = Outcome.LOST, Outcome.UNSTARTED
 
 
 @dataclass
@@ -100,7 +88,7 @@ class TaskHistory:
         numbering: a throttled try leaves the number to the try after it.
         (Older ledgers gave each throttle a number of its own: such a record
         only moves the numbering past it.)"""
-        if outcome == THROTTLED:
+        if outcome == Outcome.THROTTLED:
             if attempt > self.attempts + 1:
                 self.attempts, self.throttles = attempt - 1, 0
             if attempt == self.attempts + 1:
@@ -137,80 +125,71 @@ def summarize(records: list[dict[str, Any]]) -> LedgerSummary:
     return summary
 
 
-def note(summary: LedgerSummary, record: dict[str, Any]) -> None:
+def note(summary: LedgerSummary, data: Mapping[str, Any]) -> None:
     """What one more record of the ledger changes in ``summary`` (the one
     reading of a record: a summary kept current as records are written is
     the summary of the ledger read back)."""
-    event = record.get("event")
-    if event == HALT and isinstance(record.get("kind"), str):
-        message = record.get("message")
-        summary.halt = {"kind": record["kind"], "message": str(message or record["kind"])}
-        return
-    if event == LIFT:
+    record = read(data)
+    if isinstance(record, Halt):
+        summary.halt = {"kind": record.kind, "message": record.message}
+    elif isinstance(record, Lift):
         summary.halt = None
-        return
-    if event == PARK and isinstance(record.get("until"), str):
-        with suppress(ValueError):
-            until = datetime.fromisoformat(record["until"]).timestamp()
-            summary.park = {"until": until, "reason": str(record.get("reason") or "")}
-        return
-    if event == START:
-        fresh = record.get("up_to_date")
-        for tid in fresh if isinstance(fresh, list) else ():
-            if isinstance(tid, str):
-                summary.tasks.setdefault(tid, TaskHistory()).up_to_date = True
-        return
-    if not isinstance(record.get("task"), str) or event not in (None, RETRY):
-        return  # run-level events (ownership violations, a task's suspect output...)
-    history = summary.tasks.setdefault(record["task"], TaskHistory())
-    if record.get("event") == RETRY:
+    elif isinstance(record, Park):
+        until = record.until_epoch
+        if until is not None:
+            summary.park = {"until": until, "reason": record.reason}
+    elif isinstance(record, Start):
+        for tid in record.up_to_date:
+            summary.tasks.setdefault(tid, TaskHistory()).up_to_date = True
+    elif isinstance(record, Retry):
+        history = summary.tasks.setdefault(record.task, TaskHistory())
         history.used = 0
         history.up_to_date = False  # `gitrun retry RUN TASK` runs it again
-        return
-    number, outcome = record.get("attempt"), record.get("outcome")
-    if type(number) is int:
-        history.number(number, outcome)
-    history.spawns += 1
-    if outcome in COUNTED:
-        history.used += 1
-    history.last_outcome = outcome if isinstance(outcome, str) else None
-    reason = record.get("reason")
-    history.last_reason = reason if isinstance(reason, str) else None
-    if outcome == VALID:
-        made = record.get("made")
-        history.made = made if isinstance(made, dict) else None
+    elif isinstance(record, AttemptRecord):
+        history = summary.tasks.setdefault(record.task, TaskHistory())
+        history.number(record.attempt, record.outcome)
+        history.spawns += 1
+        if record.outcome in COUNTED:
+            history.used += 1
+        history.last_outcome = record.outcome or None
+        history.last_reason = record.reason if isinstance(data.get("reason"), str) else None
+        if record.outcome == Outcome.VALID:
+            history.made = record.made
+    # else run-level events (ownership violations, a task's suspect output...)
 
 
 def note_numbers(summary: LedgerSummary, earlier: list[dict[str, Any]]) -> None:
     """The attempt numbers earlier rounds used, so that the current round's
     attempts go on from them (their logs and quarantine are kept by number)."""
-    for record in earlier:
-        tid, number = record.get("task"), record.get("attempt")
-        if isinstance(tid, str) and type(number) is int and record.get("event") is None:
-            summary.tasks.setdefault(tid, TaskHistory()).number(number, record.get("outcome"))
+    for data in earlier:
+        record = read(data)
+        if isinstance(record, AttemptRecord):
+            summary.tasks.setdefault(record.task, TaskHistory()).number(
+                record.attempt, record.outcome
+            )
 
 
-def try_of(record: Mapping[str, Any]) -> tuple[str, int, int] | None:
+def try_of(data: Mapping[str, Any]) -> tuple[str, int, int] | None:
     """The try an attempt record is of: task, attempt number and throttled
     tries of that number before it (one record per try); None for events."""
-    tid, number, throttles = record.get("task"), record.get("attempt"), record.get("throttles", 0)
-    if record.get("event") is not None or not isinstance(tid, str) or type(number) is not int:
+    record = read(data)
+    if not isinstance(record, AttemptRecord) or type(data.get("attempt")) is not int:
         return None
-    return tid, number, throttles if type(throttles) is int else 0
+    return record.task, record.attempt, record.throttles
 
 
 def current_round(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The records of the run's current round: from its last ``start`` event
     on (all of them for a run started before rounds)."""
     for at in range(len(records) - 1, -1, -1):
-        if records[at].get("event") == START:
+        if isinstance(read(records[at]), Start):
             return records[at:] if at else records
     return records
 
 
-def iso(ts: float) -> str:
-    """A ledger timestamp: UTC, milliseconds."""
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+def typed(records: list[dict[str, Any]]) -> list[LedgerRecord]:
+    """The typed records of a ledger's lines, passing over what no kind reads."""
+    return [r for r in map(read, records) if r is not None]
 
 
 def merge_text(local: str, committed: str) -> str:
@@ -318,85 +297,14 @@ def read_ledger(run_dir: Path) -> list[dict[str, Any]]:
     return records
 
 
-LEDGER_FORMAT = 1  # the "v" of every attempt record; docs/ledger.md documents the format
-
-
 def attempt_kind(record: Mapping[str, Any]) -> str:
-    """What an attempt that ended was, in a word a person reads: ``timed out``
-    when its timeout stopped it without valid outputs, ``stopped`` when gitrun
-    stopped it (Ctrl-C, ``gitrun stop``), else its outcome (``invalid``,
-    ``missing``, ``throttled``, ``abandoned``, ...)."""
-    outcome = str(record.get("outcome"))
-    if record.get("timed_out") is True and outcome != VALID:
-        return TIMED_OUT
-    return STOPPED if outcome == INTERRUPTED else outcome
+    """What an attempt that ended was, in a word a person reads (:attr:`AttemptRecord.kind`)."""
+    return AttemptRecord.from_json(record).kind
 
 
 def attempt_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The attempt records among a ledger's records (not run-level events), in order."""
-    return [r for r in records if "attempt" in r and "event" not in r]
-
-
-@dataclass(frozen=True)
-class AttemptRecord:
-    """One attempt, as the ledger keeps it: the one definition both dispatch
-    modes write (docs/ledger.md, "The ledger"). Times are UTC ISO 8601 with
-    milliseconds; ``exit``/``signal`` are None where no process was seen
-    (external dispatch, or an attempt a dead driver left)."""
-
-    task: str
-    attempt: int
-    stage: str
-    started: float
-    ended: float
-    outcome: str  # valid, missing, invalid, throttled, interrupted, abandoned
-    exit: int | None = None
-    signal: int | None = None
-    timed_out: bool = False
-    reason: str = ""
-    dispatch: str = "command"  # or "external"
-    concurrency: int | None = None  # after a throttle: the concurrency backed off to
-    # What its client reported it used (gitrun.store.usage); None: nothing was
-    # reported, so its cost is unknown (never zero).
-    usage: Usage | None = None
-    # A valid attempt's provenance (gitrun.definition.provenance): what its
-    # outputs were made from, and the blob id of each output it made.
-    made_from: dict[str, str] | None = None
-    made: dict[str, str] | None = None
-    # A failed attempt's last lines of output, made visible (the log has all of it).
-    said: list[str] = field(default_factory=list)
-    throttles: int = 0  # the tries of this attempt number the API throttled before it
-
-    def to_json(self) -> dict[str, Any]:
-        record: dict[str, Any] = {
-            "v": LEDGER_FORMAT,
-            "task": self.task,
-            "attempt": self.attempt,
-            **({"throttles": self.throttles} if self.throttles else {}),
-            "stage": self.stage,
-            "started": iso(self.started),
-            "ended": iso(self.ended),
-            "duration": round(self.ended - self.started, 3),
-            "exit": self.exit,
-            "signal": self.signal,
-            "timed_out": self.timed_out,
-            "outcome": self.outcome,
-        }
-        if self.reason:
-            record["reason"] = self.reason
-        if self.dispatch != "command":
-            record["dispatch"] = self.dispatch
-        if self.concurrency is not None:
-            record["concurrency"] = self.concurrency
-        if self.usage is not None:
-            record["usage"] = self.usage.to_json()
-        if self.made_from is not None:
-            record["made_from"] = self.made_from
-        if self.made is not None:
-            record["made"] = self.made
-        if self.said:
-            record["said"] = self.said
-        return record
+    """The attempt records among a ledger's lines (not run-level events), in order."""
+    return [r for r in records if is_attempt(r)]
 
 
 def usage_totals(records: list[dict[str, Any]]) -> UsageTotals:
@@ -410,14 +318,11 @@ def usage_totals(records: list[dict[str, Any]]) -> UsageTotals:
     return totals
 
 
-def note_usage(totals: UsageTotals, record: dict[str, Any]) -> None:
+def note_usage(totals: UsageTotals, record: AttemptRecord | Mapping[str, Any]) -> None:
     """What one attempt record adds to ``totals`` (as read back from the ledger)."""
-    stage = record.get("stage")
-    totals.add(
-        usage_of(record),
-        valid=record.get("outcome") == VALID,
-        stage=stage if isinstance(stage, str) else "",
-    )
+    if not isinstance(record, AttemptRecord):
+        record = AttemptRecord.from_json(record)
+    totals.add(record.usage, valid=record.outcome == Outcome.VALID, stage=record.stage)
 
 
 class LedgerWriter:
@@ -459,8 +364,10 @@ class LedgerWriter:
         self.blob_ids: dict[str, tuple[tuple[int, int], str]] = {}
         self.object_format: str | None = None
 
-    def write(self, record: dict[str, Any]) -> None:
-        data = line_of(record).encode("utf-8")
+    def write(self, record: Record | Mapping[str, Any]) -> None:
+        """Append ``record`` (a typed record; or a line's object as read, written as it is)."""
+        fields = record.to_json() if isinstance(record, Record) else dict(record)
+        data = line_of(fields).encode("utf-8")
         with self._lock:
             if self._handle is not None and self._handed > self._size + len(data):
                 self._handle.close()

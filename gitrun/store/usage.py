@@ -18,6 +18,7 @@ reader (:mod:`gitrun.workers.clientusage`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,7 +136,7 @@ class Usage:
         )
 
 
-def usage_of(record: dict[str, Any]) -> Usage | None:
+def usage_of(record: Mapping[str, Any]) -> Usage | None:
     """The usage an attempt record holds; None when it holds none (an older
     record, or a client that reported nothing) or one gitrun cannot read."""
     value = record.get("usage")

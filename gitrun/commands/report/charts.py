@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from html import escape
 
 from gitrun.commands.report.timeline import Attempt, Concurrency
-from gitrun.store import ledger
+from gitrun.store.events import STOPPED, Outcome
 from gitrun.visible import visible
 
 WIDTH = 1100
@@ -231,7 +231,7 @@ def _merged_bars(
         spans.setdefault((row, a.kind), []).append((scale.x(a.start), scale.x(a.end)))
         kinds = counts.setdefault(row, {})
         kinds[a.kind] = kinds.get(a.kind, 0) + 1
-    order = {kind: i for i, kind in enumerate([ledger.VALID, ledger.STOPPED])}
+    order = {kind: i for i, kind in enumerate([Outcome.VALID, STOPPED])}
     parts = []
     for row in sorted(counts):
         ids = task_ids[row * per_row : (row + 1) * per_row]

@@ -29,7 +29,6 @@ from gitrun.commands.report.committed import CommittedRun, read_committed
 from gitrun.commands.report.timeline import (
     KINDS,
     LOST,
-    TIMED_OUT,
     Attempt,
     canary_attempts,
     concurrency_over_time,
@@ -42,23 +41,24 @@ from gitrun.engine.strays import WRITTEN, stray_writes
 from gitrun.errors import GitrunError
 from gitrun.resources import template_text
 from gitrun.store import ledger
+from gitrun.store.events import STOPPED, TIMED_OUT, Halt, Lift, Outcome
 from gitrun.visible import visible
 
 # One colour per outcome, told apart with the common colour-vision deficiencies.
 COLOURS = {
-    ledger.VALID: "#2a9d5c",
-    ledger.INVALID: "#d1495b",
-    ledger.MISSING: "#f0a03c",
-    ledger.THROTTLED: "#4a7fe0",
+    Outcome.VALID: "#2a9d5c",
+    Outcome.INVALID: "#d1495b",
+    Outcome.MISSING: "#f0a03c",
+    Outcome.THROTTLED: "#4a7fe0",
     TIMED_OUT: "#8e5bd1",
     LOST: "#5f6670",
-    ledger.STOPPED: "#b9bec5",
+    STOPPED: "#b9bec5",
 }
 OTHER_COLOUR = "#222222"  # an outcome this version does not know
 STATUS_COLOURS = {
-    DONE: COLOURS[ledger.VALID],
-    UP_TO_DATE: COLOURS[ledger.VALID],
-    FAILED: COLOURS[ledger.INVALID],
+    DONE: COLOURS[Outcome.VALID],
+    UP_TO_DATE: COLOURS[Outcome.VALID],
+    FAILED: COLOURS[Outcome.INVALID],
     PENDING: "#8a8f98",
 }
 LISTED = 20  # tasks or violations named in the summary before "and N more"
@@ -184,15 +184,16 @@ def _markers(records: list[dict[str, object]], takeovers: list[float]) -> list[M
         )
         for at in takeovers
     ]
-    for r in records:
-        at = parse_time(r.get("at"))
+    for record in ledger.typed(records):
+        if not isinstance(record, Halt | Lift):
+            continue
+        at = parse_time(record.at)
         if at is None:
             continue
-        if r.get("event") == ledger.HALT:
-            kind = str(r.get("kind", "halt"))
-            said = visible(str(r.get("message") or kind))  # as status shows it
-            markers.append(Marker(at, "halt", f"halt: {visible(kind)}", said))
-        elif r.get("event") == ledger.LIFT:
+        if isinstance(record, Halt):
+            said = visible(record.message)  # as status shows it
+            markers.append(Marker(at, "halt", f"halt: {visible(record.kind)}", said))
+        else:
             markers.append(Marker(at, "lift", "lifted", "`gitrun retry` lifted the halt"))
     return markers
 

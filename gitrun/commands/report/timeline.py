@@ -14,19 +14,19 @@ from typing import Any
 from gitrun.definition.schema import Limits
 from gitrun.engine.governor import EndFacts, Governor
 from gitrun.store import ledger
+from gitrun.store.events import STOPPED, TIMED_OUT, Outcome
 
 # How an attempt is drawn: as status names it (gitrun.store.ledger.attempt_kind),
 # except that one whose driver died reads "lost".
-TIMED_OUT = ledger.TIMED_OUT
-LOST = "lost"
+LOST = Outcome.LOST
 KINDS = (
-    ledger.VALID,
-    ledger.INVALID,
-    ledger.MISSING,
-    ledger.THROTTLED,
+    Outcome.VALID,
+    Outcome.INVALID,
+    Outcome.MISSING,
+    Outcome.THROTTLED,
     TIMED_OUT,
     LOST,
-    ledger.STOPPED,
+    STOPPED,
 )
 
 
@@ -56,7 +56,7 @@ class Attempt:
     @property
     def lied(self) -> bool:
         """It wrote valid output and still exited non-zero."""
-        return self.outcome == ledger.VALID and self.exit not in (0, None)
+        return self.outcome == Outcome.VALID and self.exit not in (0, None)
 
 
 def needless_reruns(records: list[dict[str, Any]]) -> list[str]:
@@ -66,7 +66,7 @@ def needless_reruns(records: list[dict[str, Any]]) -> list[str]:
         {
             str(r["task"])
             for r in ledger.attempt_records(records)
-            if r.get("outcome") == ledger.VALID and r.get("exit") not in (0, None)
+            if r.get("outcome") == Outcome.VALID and r.get("exit") not in (0, None)
         }
     )
 
@@ -90,7 +90,7 @@ def read_attempts(records: list[dict[str, Any]]) -> list[Attempt]:
             continue
         tid, number, throttles = identity
         outcome = str(r.get("outcome"))
-        kind = LOST if outcome == ledger.ABANDONED else ledger.attempt_kind(r)
+        kind = LOST if outcome == Outcome.ABANDONED else ledger.attempt_kind(r)
         exit_code, sig = r.get("exit"), r.get("signal")
         attempts.append(
             Attempt(
@@ -119,7 +119,7 @@ def read_attempts(records: list[dict[str, Any]]) -> list[Attempt]:
 def _recovered(record: dict[str, Any]) -> bool:
     """Recorded after the fact by a driver taking over from a dead one: no
     process was seen end, yet gitrun launched it."""
-    if record.get("outcome") == ledger.ABANDONED:
+    if record.get("outcome") == Outcome.ABANDONED:
         return True
     return (
         record.get("dispatch", "command") == "command"
@@ -134,7 +134,7 @@ def canary_attempts(attempts: list[Attempt], canary: int) -> set[tuple[str, int,
     first valid one ended was the canary's."""
     if canary <= 0:
         return set()
-    first_valid = min((a.end for a in attempts if a.outcome == ledger.VALID), default=None)
+    first_valid = min((a.end for a in attempts if a.outcome == Outcome.VALID), default=None)
     return {
         (a.task, a.number, a.throttles)
         for a in attempts
@@ -178,7 +178,7 @@ def concurrency_over_time(attempts: list[Attempt], limits: Limits, tasks: int) -
     takeovers: list[float] = []
     candidates = {a.end for a in attempts if a.recovered}
     candidates |= {
-        s for a in attempts if a.outcome == ledger.INTERRUPTED for s in _next(starts, a.end)
+        s for a in attempts if a.outcome == Outcome.INTERRUPTED for s in _next(starts, a.end)
     }
     for at in sorted(candidates):
         if not takeovers or _started_between(starts, takeovers[-1], at):
@@ -197,9 +197,9 @@ def concurrency_over_time(attempts: list[Attempt], limits: Limits, tasks: int) -
             facts = EndFacts(attempt.task, attempt.outcome, attempt.end - attempt.start,
                              attempt.exit, attempt.signal, False, "", attempt.start)  # fmt: skip
             governor.ended(facts, at)
-            if attempt.outcome == ledger.VALID:
+            if attempt.outcome == Outcome.VALID:
                 seen_valid = True
-            elif attempt.outcome == ledger.THROTTLED:
+            elif attempt.outcome == Outcome.THROTTLED:
                 if attempt.concurrency is not None:
                     governor.concurrency = attempt.concurrency
                 until = min([governor.backoff_until, *_next(starts, at)])
@@ -210,7 +210,7 @@ def concurrency_over_time(attempts: list[Attempt], limits: Limits, tasks: int) -
             allowed[-1] = (at, value)
         elif not allowed or allowed[-1][1] != value:
             allowed.append((at, value))
-    throttles = [a for a in ends if a.outcome == ledger.THROTTLED]
+    throttles = [a for a in ends if a.outcome == Outcome.THROTTLED]
     return Concurrency(running, allowed, throttles, backoffs, takeovers)
 
 
