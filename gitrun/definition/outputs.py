@@ -34,6 +34,7 @@ from gitrun.definition.schema import (
     RegexValidator,
     Validator,
 )
+from gitrun.store.events import Outcome
 from gitrun.store.regular import read_regular
 from gitrun.visible import visible
 
@@ -49,7 +50,7 @@ MAX_SCHEMA_BYTES = 16 << 20
 @dataclass(frozen=True)
 class OutputCheck:
     path: str
-    state: str  # "valid", "missing" or "invalid"
+    state: str  # Outcome.VALID, MISSING or INVALID
     reason: str = ""
     data: bytes | None = None  # the exact bytes validated (valid outputs)
     mode: str = "100644"
@@ -63,18 +64,18 @@ class TaskCheck:
     @property
     def outcome(self) -> str:
         states = {o.state for o in self.outputs}
-        if states == {"valid"}:
-            return "valid"
-        return "invalid" if "invalid" in states else "missing"
+        if states == {Outcome.VALID}:
+            return Outcome.VALID
+        return Outcome.INVALID if Outcome.INVALID in states else Outcome.MISSING
 
     @property
     def reason(self) -> str:
-        return "; ".join(f"{o.path}: {o.reason}" for o in self.outputs if o.state != "valid")
+        return "; ".join(f"{o.path}: {o.reason}" for o in self.outputs if o.state != Outcome.VALID)
 
     @property
     def made(self) -> dict[str, str] | None:
         """Each output's blob id when every output is valid, else None."""
-        if self.outcome != "valid":
+        if self.outcome != Outcome.VALID:
             return None
         return {o.path: o.blob for o in self.outputs}
 
@@ -219,7 +220,7 @@ def prepare_outputs(
         except OSError:
             mode = None
         if mode is not None and stat.S_ISLNK(mode) and aside is not None:
-            quarantine(run.repo, aside(), [OutputCheck(output.path, "invalid", "a symlink")])
+            quarantine(run.repo, aside(), [OutputCheck(output.path, Outcome.INVALID, "a symlink")])
         # One stat answers the usual case, an output not there yet.
         before[output.path] = (
             _mark_of(path, run.edits_in_place(task, output), object_format)
@@ -286,19 +287,19 @@ def _check_in(
     try:
         info = os.stat(name, dir_fd=parent, follow_symlinks=False)
     except FileNotFoundError:
-        return OutputCheck(path, "missing", "does not exist")
+        return OutputCheck(path, Outcome.MISSING, "does not exist")
     except OSError as exc:
-        return OutputCheck(path, "invalid", f"cannot be read ({exc.strerror})")
+        return OutputCheck(path, Outcome.INVALID, f"cannot be read ({exc.strerror})")
     if stat.S_ISLNK(info.st_mode):
-        return OutputCheck(path, "invalid", "is a symlink, not a regular file")
+        return OutputCheck(path, Outcome.INVALID, "is a symlink, not a regular file")
     if not stat.S_ISREG(info.st_mode):
         kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-        return OutputCheck(path, "invalid", f"is {kind}")
+        return OutputCheck(path, Outcome.INVALID, f"is {kind}")
     cap = run.packet.limits.max_output_bytes
     if info.st_size > cap:
         return OutputCheck(
             path,
-            "invalid",
+            Outcome.INVALID,
             f"is {info.st_size:,} bytes, over limits.max_output_bytes = {cap:,}; raise that "
             "limit in the packet if an output is meant to be this big",
         )
@@ -308,33 +309,35 @@ def _check_in(
         fd = os.open(name, _READ_FLAGS, dir_fd=parent)
     except OSError as exc:
         # Since the look above, it became a symlink or went: never followed.
-        return OutputCheck(path, "invalid", f"cannot be read safely ({exc.strerror})")
+        return OutputCheck(path, Outcome.INVALID, f"cannot be read safely ({exc.strerror})")
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            return OutputCheck(path, "invalid", "is not a regular file")
+            return OutputCheck(path, Outcome.INVALID, "is not a regular file")
         data = _read_at_most(fd, cap + 1, info.st_size)
     except OSError as exc:
-        return OutputCheck(path, "invalid", f"cannot be read safely ({exc.strerror})")
+        return OutputCheck(path, Outcome.INVALID, f"cannot be read safely ({exc.strerror})")
     finally:
         os.close(fd)
     if len(data) > cap:  # it grew since the stat
-        return OutputCheck(path, "invalid", f"is over limits.max_output_bytes = {cap:,}")
+        return OutputCheck(path, Outcome.INVALID, f"is over limits.max_output_bytes = {cap:,}")
     if not data:
-        return OutputCheck(path, "invalid", "is empty")
+        return OutputCheck(path, Outcome.INVALID, "is empty")
     if prior is not None and prior.startswith(_STAT_MARK) and stat_mark(info) == prior:
         return OutputCheck(
-            path, "missing", "was not written: it is the file that was there at launch, untouched"
+            path,
+            Outcome.MISSING,
+            "was not written: it is the file that was there at launch, untouched",
         )
     blob = blob_id(data, object_format)
     if blob == prior:
-        return OutputCheck(path, "missing", "is unchanged since launch")
+        return OutputCheck(path, Outcome.MISSING, "is unchanged since launch")
     for validator in run.validators_of(output):
         problem = run_validator(run, validator, path, data)
         if problem:
-            return OutputCheck(path, "invalid", problem)
+            return OutputCheck(path, Outcome.INVALID, problem)
     mode = "100755" if info.st_mode & stat.S_IXUSR else "100644"
-    return OutputCheck(path, "valid", data=data, mode=mode, blob=blob)
+    return OutputCheck(path, Outcome.VALID, data=data, mode=mode, blob=blob)
 
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
@@ -363,19 +366,19 @@ def _unreachable(repo: Path, path: str, walk: OSError) -> OutputCheck:
     link = linked_parent(repo, path)
     if link is not None:
         return OutputCheck(
-            path, "invalid", f"{link} is a symlink; an output is never written through one"
+            path, Outcome.INVALID, f"{link} is a symlink; an output is never written through one"
         )
     try:
         os.lstat(repo / path)
     except FileNotFoundError:
-        return OutputCheck(path, "missing", "does not exist")
+        return OutputCheck(path, Outcome.MISSING, "does not exist")
     except NotADirectoryError:
-        return OutputCheck(path, "missing", "a parent is not a directory")
+        return OutputCheck(path, Outcome.MISSING, "a parent is not a directory")
     except OSError as exc:
-        return OutputCheck(path, "invalid", f"cannot be read ({exc.strerror})")
+        return OutputCheck(path, Outcome.INVALID, f"cannot be read ({exc.strerror})")
     # It is there, yet the walk failed: a directory on the way changed
     # meanwhile, or cannot be opened.
-    return OutputCheck(path, "invalid", f"cannot be read safely ({walk.strerror})")
+    return OutputCheck(path, Outcome.INVALID, f"cannot be read safely ({walk.strerror})")
 
 
 def run_validator(run: RunDef, name: str, path: str, data: bytes) -> str | None:
@@ -515,7 +518,7 @@ def quarantine(
     """
     moved: list[str] = []
     for check in checks:
-        if check.state != "invalid" and not suspect:
+        if check.state != Outcome.INVALID and not suspect:
             continue
         name = check.path.rsplit("/", 1)[-1]
         try:

@@ -34,7 +34,7 @@ from gitrun.layout import BRANCH_PREFIX
 from gitrun.ownership.patterns import PatternError, matches, parse
 from gitrun.store import git, ledger
 from gitrun.store.events import FORMAT as LEDGER_FORMAT
-from gitrun.store.events import Outcome
+from gitrun.store.events import AttemptRecord, Outcome, read
 from gitrun.store.jsonlines import parse_lines
 
 # Part of every definition digest: a change of what goes into one makes every
@@ -272,11 +272,14 @@ def earlier_outputs(repo: Path, base: str) -> Earlier:
                 shas.add(sha)
     earlier: Earlier = {}
     for data in git.read_blobs(repo, sorted(shas)).values():
-        for record in parse_lines(data.decode("utf-8", errors="replace")):
-            if record.get("outcome") != Outcome.VALID or not _readable(record):
+        for line in parse_lines(data.decode("utf-8", errors="replace")):
+            record = read(line)
+            if not isinstance(record, AttemptRecord) or record.outcome != Outcome.VALID:
                 continue
-            made_from = MadeFrom.from_json(record.get("made_from"))
-            made = made_of(record)
+            if not _readable(line):
+                continue
+            made_from = MadeFrom.from_json(record.made_from)
+            made = record.made or None
             if made_from is not None and made is not None:
                 earlier.setdefault(made_from, []).append(made)
     return earlier

@@ -44,7 +44,7 @@ from gitrun.engine.strays import fold_denials
 from gitrun.engine.traces import NoTraces, Traces, open_traces
 from gitrun.engine.verdict import Facts, Park, Rules, Verdict, judge
 from gitrun.store import git
-from gitrun.store.events import Outcome, iso
+from gitrun.store.events import Event, Outcome, iso
 from gitrun.store.journal import Journal, JournalEntry
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import RunLock
@@ -198,7 +198,7 @@ class Driver:
     def _halted(self, halt: Halt) -> None:
         self.report(f"halted: {halt.message}")
         self.engine.record_halt(self.ledger)
-        self.traces.event("halt", {"gitrun.halt": halt.kind, "message": halt.message})
+        self.traces.event(Event.HALT, {"gitrun.halt": halt.kind, "message": halt.message})
 
     def _handle_stops(self, commits: CommitQueue) -> None:
         if self.stopping:
@@ -299,7 +299,7 @@ class Driver:
         """Park the run for a usage limit: no new starts until its reset (the
         running attempts finish), recorded so that a later driver waits too."""
         self.engine.record_park(self.ledger, park.until, park.reason)
-        self.traces.event("park", {"gitrun.until": iso(park.until), "reason": park.reason})
+        self.traces.event(Event.PARK, {"gitrun.until": iso(park.until), "reason": park.reason})
         if self.commits is not None:  # on the branch now: a move to another clone waits too
             self.commits.flush()
         self.report(parked_line(self.governor, park))

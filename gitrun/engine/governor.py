@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gitrun.store.events import Outcome
 from gitrun.store.records import VERSION, Fields, is_finite
 from gitrun.visible import last_lines
 
@@ -280,7 +281,7 @@ class Governor:
         # The level it started at (0: not started by this governor). Probes
         # start alone (see slots), so a throttle's level is the load the API refused.
         level = self.levels.pop(facts.task, 0)
-        if facts.outcome == "valid":
+        if facts.outcome == Outcome.VALID:
             self.usable += 1
             self._streak.clear()
             self._lost = 0
@@ -289,12 +290,12 @@ class Governor:
                 self.canary = []  # the canary passed: widen the fan-out
             self._valid_durations = [*self._valid_durations[-(VALID_KEPT - 1) :], facts.duration]
             self._grow(level, facts.started)
-        elif facts.outcome == "throttled":
+        elif facts.outcome == Outcome.THROTTLED:
             if now >= self.park_ends:  # (a usage limit is no congestion)
                 self._throttled(facts, level, now)
-        elif facts.outcome in ("lost", "abandoned"):
+        elif facts.outcome in (Outcome.LOST, Outcome.ABANDONED):
             self._note_loss(facts)
-        elif facts.outcome != "interrupted":
+        elif facts.outcome != Outcome.INTERRUPTED:
             self._note_failure(facts)
         if failed_for_good:
             self.failed += 1

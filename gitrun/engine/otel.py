@@ -23,7 +23,7 @@ from opentelemetry.trace import Span, Status, StatusCode, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 import gitrun
-from gitrun.store.events import Outcome
+from gitrun.store.events import Event, Outcome
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ class OtelTraces:  # a gitrun.engine.traces.Traces
 
     def event(self, name: str, attributes: Mapping[str, str | float]) -> None:
         self._drive.add_event(name, dict(attributes))
-        if name == "halt":
+        if name == Event.HALT:
             self._drive.set_status(Status(StatusCode.ERROR, str(attributes.get("message", ""))))
 
     def close(self) -> None:

@@ -23,6 +23,7 @@ from enum import StrEnum
 
 from gitrun.definition.schema import Limits
 from gitrun.engine.governor import BILLING, ENVIRONMENT, Halt, is_throttled, last_line
+from gitrun.store import events
 from gitrun.store.events import COUNTED, Outcome
 from gitrun.visible import visible
 from gitrun.workers.refusals import BILLING as BILLING_REFUSAL
@@ -32,18 +33,22 @@ from gitrun.workers.refusals import Refusal, refusal_of
 class Kind(StrEnum):
     """Why an attempt came to its outcome (the ledger records the outcome's word)."""
 
-    VALID = "valid"  # every output valid: committed
-    INVALID = "invalid"  # an output is there and fails its check (or could not be brought back)
-    MISSING = "missing"  # an output is not there
-    TIMED_OUT = "timed out"  # stopped at its timeout, outputs missing or invalid
+    VALID = Outcome.VALID  # every output valid: committed
+    INVALID = (
+        Outcome.INVALID
+    )  # an output is there and fails its check (or could not be brought back)
+    MISSING = Outcome.MISSING  # an output is not there
+    TIMED_OUT = events.TIMED_OUT  # stopped at its timeout, outputs missing or invalid
     FAULT = "environment fault"  # its client showed an environment fault: the run halts
-    UNSTARTED = "unstarted"  # its worker could not start: the run halts, no attempt used
+    UNSTARTED = Outcome.UNSTARTED  # its worker could not start: the run halts, no attempt used
     BILLING = "billing"  # the API refused to bill: the run halts, no attempt used
     PARKED = "parked"  # a usage limit: the run parks until its reset, no attempt used
-    THROTTLED = "throttled"  # the API was busy: back off, no attempt used
-    LOST = "lost"  # its node or worker died: no attempt used
-    INTERRUPTED = "interrupted"  # stopped by gitrun, or its directory taken away: no attempt used
-    ABANDONED = "abandoned"  # its lead or driver is gone: no attempt used
+    THROTTLED = Outcome.THROTTLED  # the API was busy: back off, no attempt used
+    LOST = Outcome.LOST  # its node or worker died: no attempt used
+    INTERRUPTED = (
+        Outcome.INTERRUPTED
+    )  # stopped by gitrun, or its directory taken away: no attempt used
+    ABANDONED = Outcome.ABANDONED  # its lead or driver is gone: no attempt used
 
 
 @dataclass(frozen=True)

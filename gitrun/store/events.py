@@ -120,7 +120,9 @@ def _texts(data: Mapping[str, Any], name: str) -> dict[str, str] | None:
     value = data.get(name)
     if not isinstance(value, dict):
         return None
-    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+    if all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        return value
+    return None  # damaged: as if it named none
 
 
 class Record:

@@ -14,7 +14,7 @@ from typing import Any
 from gitrun.definition.schema import Limits
 from gitrun.engine.governor import EndFacts, Governor
 from gitrun.store import ledger
-from gitrun.store.events import STOPPED, TIMED_OUT, Outcome
+from gitrun.store.events import COMMAND, STOPPED, TIMED_OUT, AttemptRecord, Outcome
 
 # How an attempt is drawn: as status names it (gitrun.store.ledger.attempt_kind),
 # except that one whose driver died reads "lost".
@@ -64,9 +64,11 @@ def needless_reruns(records: list[dict[str, Any]]) -> list[str]:
     each wrote a valid output, then exited non-zero."""
     return sorted(
         {
-            str(r["task"])
-            for r in ledger.attempt_records(records)
-            if r.get("outcome") == Outcome.VALID and r.get("exit") not in (0, None)
+            r.task
+            for r in ledger.typed(records)
+            if isinstance(r, AttemptRecord)
+            and r.outcome == Outcome.VALID
+            and r.exit not in (0, None)
         }
     )
 
@@ -83,49 +85,38 @@ def parse_time(value: object) -> float | None:
 def read_attempts(records: list[dict[str, Any]]) -> list[Attempt]:
     """The attempt records with readable times, ordered by start."""
     attempts = []
-    for r in ledger.attempt_records(records):
-        start, end = parse_time(r.get("started")), parse_time(r.get("ended"))
-        identity = ledger.try_of(r)
-        if start is None or end is None or identity is None:
-            continue
-        tid, number, throttles = identity
-        outcome = str(r.get("outcome"))
-        kind = LOST if outcome == Outcome.ABANDONED else ledger.attempt_kind(r)
-        exit_code, sig = r.get("exit"), r.get("signal")
+    for line in ledger.attempt_records(records):
+        r = AttemptRecord.from_json(line)
+        if not r.started or not r.ended or ledger.try_of(line) is None:
+            continue  # no readable times, or no attempt number
         attempts.append(
             Attempt(
-                task=tid,
-                number=number,
-                stage=str(r.get("stage", "")),
-                start=start,
-                end=max(start, end),
-                outcome=outcome,
-                kind=kind,
-                exit=exit_code if type(exit_code) is int else None,
-                signal=sig if type(sig) is int else None,
-                reason=str(r.get("reason") or ""),
-                concurrency=r["concurrency"] if type(r.get("concurrency")) is int else None,
+                task=r.task,
+                number=r.attempt,
+                stage=r.stage,
+                start=r.started,
+                end=max(r.started, r.ended),
+                outcome=r.outcome,
+                kind=LOST if r.outcome == Outcome.ABANDONED else r.kind,
+                exit=r.exit,
+                signal=r.signal,
+                reason=r.reason,
+                concurrency=r.concurrency,
                 recovered=_recovered(r),
-                said=tuple(str(line) for line in r["said"])
-                if isinstance(r.get("said"), list)
-                else (),
-                throttles=throttles,
+                said=tuple(r.said),
+                throttles=r.throttles,
             )
         )
     attempts.sort(key=lambda a: (a.start, a.end))
     return attempts
 
 
-def _recovered(record: dict[str, Any]) -> bool:
+def _recovered(record: AttemptRecord) -> bool:
     """Recorded after the fact by a driver taking over from a dead one: no
     process was seen end, yet gitrun launched it."""
-    if record.get("outcome") == Outcome.ABANDONED:
+    if record.outcome == Outcome.ABANDONED:
         return True
-    return (
-        record.get("dispatch", "command") == "command"
-        and record.get("exit") is None
-        and record.get("signal") is None
-    )
+    return record.dispatch == COMMAND and record.exit is None and record.signal is None
 
 
 def canary_attempts(attempts: list[Attempt], canary: int) -> set[tuple[str, int, int]]:
