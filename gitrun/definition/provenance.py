@@ -238,17 +238,6 @@ def _identities(repo: Path, paths: Iterable[str], indexed: Mapping[str, str]) ->
     return identities
 
 
-def made_of(record: Mapping[str, Any]) -> dict[str, str] | None:
-    """The outputs a valid attempt record says it made (path -> blob id), or
-    None when it names none or is damaged."""
-    made = record.get("made")
-    if not isinstance(made, dict) or not made:
-        return None
-    if all(isinstance(k, str) and isinstance(v, str) for k, v in made.items()):
-        return made
-    return None
-
-
 Earlier = dict[MadeFrom, list[dict[str, str]]]
 
 

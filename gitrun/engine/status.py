@@ -21,7 +21,7 @@ from gitrun.engine.strays import DENIED, MAX_DENIED, SUSPECT, StrayWrite, kept_d
 from gitrun.layout import branch_ref
 from gitrun.store import git, ledger
 from gitrun.store.branches import Landed, landed
-from gitrun.store.events import iso
+from gitrun.store.events import AttemptRecord, iso
 from gitrun.store.jsonlines import shown
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import Owner, is_locked, read_owner
@@ -57,14 +57,12 @@ class TaskStatus:
     @property
     def ended_attempt(self) -> int | None:
         """The number of its last attempt that ended (the one ``kind`` is of)."""
-        number = self.records[-1].get("attempt") if self.records else None
-        return number if type(number) is int else None
+        return AttemptRecord.from_json(self.records[-1]).attempt or None if self.records else None
 
     @property
     def said(self) -> list[str]:
         """What its last attempt printed last, when it did not end valid."""
-        said = self.records[-1].get("said") if self.records else None
-        return [str(line) for line in said] if isinstance(said, list) else []
+        return AttemptRecord.from_json(self.records[-1]).said if self.records else []
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -287,7 +285,7 @@ def status_of(
     damaged = tip is None and git.ref_target(repo, branch_ref(run.id)) is not None
     records: dict[str, list[dict[str, Any]]] = {}
     for record in ledger.attempt_records(engine.records):
-        records.setdefault(str(record.get("task")), []).append(record)
+        records.setdefault(AttemptRecord.from_json(record).task, []).append(record)
     tasks: dict[str, TaskStatus] = {}
     local = engine.local
     for task in run.tasks:
