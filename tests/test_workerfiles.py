@@ -256,3 +256,30 @@ def test_which_arguments_name_the_workers_files(git_repo: Path, tmp_path: Path) 
         "docs/a.md": "[validators.shape] schema",
         "tools/w.py": "[validators.lint] command",
     }
+
+
+def test_a_neighbour_run_s_output_the_command_waits_for_is_no_worker_file(
+    git_repo: Path,
+) -> None:
+    # Run b's worker waits for a/a1.json, which run a writes as it runs: the
+    # file is there, untracked, when b starts, and it is a's output.
+    script = "while [ ! -s a/a1.json ]; do sleep 0.05; done; echo '{}' > \"$GITRUN_OUTPUTS\""
+    for run_id in ("a", "b"):
+        tasks: list[dict[str, object]] = [
+            {"id": f"{run_id}1", "outputs": [f"{run_id}/{run_id}1.json"]}
+        ]
+        write_run(git_repo, run_id, tasks, {"executor": {"command": ["sh", "-c", script]}})
+    commit_all(git_repo, "define a and b")
+    build_tree(git_repo, {"a/a1.json": "{}\n"})  # a's worker wrote it
+    assert run_gitrun(git_repo, "check", "b").returncode == 0
+    write_run(
+        git_repo,
+        "b",
+        [{"id": "b1", "outputs": ["b/b1.json"]}],
+        {"executor": {"command": ["sh", "-c", script.replace("a/a1", "c/c1")]}},
+    )
+    commit_all(git_repo, "b waits for c/c1.json")
+    build_tree(git_repo, {"c/c1.json": "{}\n"})  # no run owns this one
+    proc = run_gitrun(git_repo, "check", "b")
+    assert proc.returncode != 0
+    assert "[worker-file] c/c1.json is untracked" in proc.stdout + proc.stderr

@@ -47,6 +47,17 @@ def beside_problems(run: RunDef, owned: list[Claim]) -> list[Problem]:
     return out
 
 
+def owned_beside(run: RunDef, paths: list[str]) -> set[str]:
+    """Those of ``paths`` a run beside ``run`` owns: another run's outputs,
+    which appear in the work tree while it runs."""
+    if not paths:
+        return set()
+    index = OwnerIndex(
+        [c for other in runs_beside(run.repo, run.id) for c in _owned_claims(other.run)]
+    )
+    return {path for path in paths if index.owners(path)}
+
+
 def _owned_claims(run: RunDef) -> list[Claim]:
     """The owned claims of ``run``'s tasks; an unusable pattern is left out
     (that run's own check names it)."""

@@ -51,6 +51,7 @@ from gitrun.ownership.patterns import (
 )
 from gitrun.problem import Problem
 from gitrun.processes.proc import clean_env
+from gitrun.proof.beside import owned_beside
 from gitrun.store.regular import read_regular
 from gitrun.store.tomlfile import write_atomic
 from gitrun.visible import visible
@@ -358,13 +359,22 @@ def worker_file_problems(
     are not committed: untracked, changed since the commit, or absent from
     the base commit (``base_files``; a file git ignores). A file some task
     declares as an input is task data, taken as the attempt finds it (an
-    input's provenance is its blob at launch), so it is not refused here."""
+    input's provenance is its blob at launch), and a file a run beside this
+    one owns is that run's output: neither is refused here."""
     carried = set(definition_paths(run))  # on the run's branch, with the definition
     carried.update(path for task in run.tasks for path in task.inputs)
     dirty = set(changed)
+    unsure = [
+        path
+        for path in workers
+        if path not in carried and (path in dirty or path not in base_files)
+    ]
+    # A run beside this one writes its outputs into the work tree as it goes:
+    # a command that names one (a worker waiting for it) names no worker file.
+    theirs = owned_beside(run, unsure)
     problems: list[Problem] = []
     for path, where in workers.items():
-        if path in carried:
+        if path in carried or path in theirs:
             continue
         shown, quoted = visible(path), shlex.quote(path)
         if path in dirty:
