@@ -113,7 +113,7 @@ def setup_subagent(root: Path) -> tuple[Path, bytes]:
     out = subprocess.run(  # an external run's start hands out the canary
         [*gitrun, "start", "bench", "--json"], cwd=repo, env=env, capture_output=True, check=True
     ).stdout
-    pointer, task = json.loads(out)[0]["pointer"], json.loads(out)[0]["task"]
+    ((task, pointer),) = json.loads(out)["leased"].items()
     transcript = root / "session.jsonl"
     lead = {
         "session_id": "bench",
