@@ -7,6 +7,7 @@ Every error builds its whole user-facing sentence; the CLI prints it after
 from __future__ import annotations
 
 from collections.abc import Sequence
+from shlex import quote
 
 # How a run's command ends, in either dispatch mode: every task done, some
 # task failed for good, halted (canary, environment fault, a budget, the halt
@@ -86,7 +87,6 @@ class GitUnavailable(GitrunError):
         if at < 0:
             return None
         where = output[at + len(cls.DUBIOUS) :].split("'\n", 1)[0].rstrip("'\n")
-        from shlex import quote
 
         return cls(
             f"git refuses to work in {where}: it is owned by another user (git's "
