@@ -77,6 +77,7 @@ def start_time(pid: int) -> float | None:
     own elsewhere. The one reading of a start time that records and the checks
     of records share: a pid reused by a later process has another."""
     if not HAS_PROC:  # pragma: no cover - macOS and the BSDs
+        # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
         import psutil
 
         try:
@@ -154,6 +155,7 @@ def _environ(pid: int) -> dict[str, str] | None:
     name skipped, a later one winning); None when it cannot be read (gone,
     or another user's)."""
     if not HAS_PROC:  # pragma: no cover - macOS and the BSDs
+        # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
         import psutil
 
         try:
@@ -275,6 +277,7 @@ def _argv_cmdline(argv: list[str]) -> list[str]:
 
 
 def _identity_psutil(pid: int) -> dict[str, Any]:  # pragma: no cover - macOS and the BSDs
+    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
     import psutil
 
     deadline = time.monotonic() + CMDLINE_PATIENCE
@@ -390,6 +393,7 @@ def kill_attempt_processes(record: Mapping[str, Any]) -> bool:
     unique per attempt) and when it was written. A process is killed only if
     it carries that id, with this run, task and attempt, and started after the
     record; a group it leads goes with it. Whether anything was killed."""
+    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
     import psutil
 
     env = attempt_env(record)
@@ -440,6 +444,7 @@ def is_recorded_process(record: Mapping[str, Any]) -> bool:
     same pid, same create time, same command line. Enough for a driver's
     owner record only together with proof that the pid holds the run's lock
     (:mod:`gitrun.commands.watchdog`); a worker needs :func:`is_recorded_worker`."""
+    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
     import psutil
 
     fields = _recorded(record)
@@ -474,6 +479,7 @@ def _live_since(pid: int, created: float) -> Any:
     """The process ``pid`` (a ``psutil.Process``) when it runs, is not a
     zombie, and started when recorded; else None (the pid was reused, or it
     is gone)."""
+    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
     import psutil
 
     try:
@@ -528,6 +534,7 @@ def kill_recorded_group(record: Mapping[str, Any]) -> bool:
     ``attempt_id`` never leads to a signal, nor does one naming gitrun itself
     or its own group.
     """
+    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
     import psutil
 
     found = _worker_record(record)
@@ -563,6 +570,7 @@ def kill_recorded_group(record: Mapping[str, Any]) -> bool:
 
 def _kill_members(pgid: int, created: float, env: Mapping[str, str]) -> bool:
     """Kill, one by one, the members of a leaderless group that prove to be the attempt's."""
+    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
     import psutil
 
     if not env.get("GITRUN_ATTEMPT_ID"):
@@ -582,6 +590,7 @@ def _kill_members(pgid: int, created: float, env: Mapping[str, str]) -> bool:
 
 
 def _is_attempt_member(proc: Any, created: float, env: Mapping[str, str]) -> bool:
+    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
     import psutil
 
     try:
@@ -597,6 +606,7 @@ def _is_attempt_member(proc: Any, created: float, env: Mapping[str, str]) -> boo
 
 def group_members(pgid: int) -> list[Any]:
     """The processes (``psutil.Process``) whose process group is ``pgid``."""
+    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
     import psutil
 
     members = []
@@ -610,6 +620,7 @@ def group_members(pgid: int) -> list[Any]:
 def is_running(pid: int) -> bool:
     """Whether ``pid`` runs: not gone, and not a zombie nobody reaped yet (a
     container's init may never reap the orphans it inherits)."""
+    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
     import psutil
 
     try:
@@ -658,6 +669,7 @@ def kill_leftovers(run_id: str, attempt_ids: set[str]) -> list[int]:
 def _kill_leftovers_psutil(
     run_id: str, attempt_ids: set[str]
 ) -> list[int]:  # pragma: no cover - macOS and the BSDs
+    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
     import psutil
 
     killed: list[int] = []
