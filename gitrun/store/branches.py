@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gitrun.errors import GitrunError
 from gitrun.layout import BRANCH_PREFIX, LEDGER_NAME, RUNS_DIR, branch_ref, is_run_id
 from gitrun.processes.proc import run_cmd
 from gitrun.store import git
@@ -222,8 +223,6 @@ def checked_out_in(common_dir: Path, branch: str) -> Path | None:
 def refuse_checked_out(common_dir: Path, run_id: str) -> None:
     """Raise the sentence for a run's branch a work tree has checked out:
     moving it would move that work tree's HEAD under its index and files."""
-    from gitrun.errors import GitrunError
-
     branch = f"{BRANCH_PREFIX}{run_id}"
     tree = checked_out_in(common_dir, branch)
     if tree is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 
+from gitrun.store.leases import read_leases
 from gitrun.store.records import VERSION, Fields, RecordInvalid, load_record, write_record
 
 # The write hooks read dispatches (a subagent's every write): no dataclasses here.
@@ -151,7 +152,7 @@ def record_dispatch(local: LocalPaths, run_id: str, task_id: str, tool_use_id: s
     and no other Agent call dispatched this try of it: the attempt number;
     None when the task is not leased, :data:`DISPATCHED` when another
     subagent has it."""
-    from gitrun.store.leases import read_leases
+    # deferred: the write hook (<= 3x `python -c pass`) reads dispatches, and takes no lock
     from gitrun.store.lock import RunBusy, run_locked
 
     deadline = time.monotonic() + LOCK_PATIENCE

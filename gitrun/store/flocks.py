@@ -18,6 +18,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from gitrun.store.regular import NotRegular, explained, kind_of, refuse_other_kinds
+
 # A file system without flock says so with one of these.
 _NO_FLOCK = {errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", -1)}
 
@@ -34,8 +36,6 @@ def hold(path: Path, wait: bool = True) -> Iterator[None]:
     open file, and ``flock`` belongs to the open file. A directory, FIFO or
     device in the lock's place is :class:`~gitrun.store.regular.NotRegular`:
     a lock on ``/dev/zero`` would be shared with every process on the machine."""
-    from gitrun.store.regular import explained, refuse_other_kinds
-
     try:
         # Non-blocking: opening a FIFO must not wait for a peer.
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
@@ -67,6 +67,7 @@ def hold(path: Path, wait: bool = True) -> Iterator[None]:
 @contextlib.contextmanager
 def _filelock(path: Path, wait: bool) -> Iterator[None]:
     """filelock's lock, for a file system without ``flock``."""
+    # deferred: filelock takes ~30 ms to import; only a held lock needs it
     from filelock import FileLock, Timeout
 
     lock = FileLock(str(path), timeout=-1 if wait else 0)
@@ -86,8 +87,6 @@ def is_held(path: Path) -> bool:
     descriptor of its own (closing it drops what the try took). Where that
     try cannot be made (a link, a file system without ``flock``) filelock
     is asked."""
-    from gitrun.store.regular import NotRegular, kind_of, refuse_other_kinds
-
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:

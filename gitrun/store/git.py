@@ -120,6 +120,7 @@ def prepare_writes() -> None:
 
 def _import_command_layer() -> None:
     with contextlib.suppress(Exception):
+        # deferred: GitPython takes ~60 ms to import; only the commands that use it pay
         import git.cmd  # noqa: F401
 
 
@@ -132,6 +133,7 @@ def _command_layer(argv: list[str], repo: Path) -> tuple[Git, type[GitPythonErro
     :func:`commit_tree` reads are English whatever the user's locale.
     """
     try:
+        # deferred: GitPython takes ~60 ms to import; only the commands that use it pay
         from git.cmd import Git
         from git.exc import CommandError as GitPythonError
     except ImportError as exc:  # GitPython looks for git when it is first imported

@@ -16,6 +16,7 @@ from typing import Any
 
 from gitrun.errors import GitrunError
 from gitrun.store.events import is_record
+from gitrun.store.regular import NotRegular, explained, read_regular
 
 # The most a file of JSON lines is read (a ledger chunk or the journal is a
 # few MiB at most): a file larger is not gitrun's, and would fill memory.
@@ -25,8 +26,6 @@ MAX_LINES_BYTES = 2**30
 def read_lines(path: Path) -> list[dict[str, Any]]:
     """The records of a JSON-lines file; lines that are not records are skipped
     (a crash cut them short, or bytes that are not UTF-8 replaced them)."""
-    from gitrun.store.regular import read_regular
-
     try:
         data = read_regular(path, limit=MAX_LINES_BYTES + 1)  # a FIFO is refused, not waited on
     except FileNotFoundError:
@@ -118,8 +117,6 @@ class LineWriter:
     killed; nothing waits in a buffer of this process)."""
 
     def __init__(self, path: Path) -> None:
-        from gitrun.store.regular import explained
-
         self._path = path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -161,8 +158,6 @@ def shown(path: Path) -> str:
 
 
 def file_error(path: Path, exc: OSError, verb: str) -> GitrunError:
-    from gitrun.store.regular import NotRegular
-
     where = shown(path)
     if isinstance(exc, NotRegular):
         return GitrunError(

@@ -16,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import os
 
+from gitrun.store.repo import common_git_dir
+
 TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
 if TYPE_CHECKING:
     from pathlib import Path
@@ -57,6 +59,7 @@ class LocalPaths:
 
     @classmethod
     def of(cls, repo: Path, run_id: str) -> LocalPaths:
+        # deferred: the write hook (<= 3x `python -c pass`) needs it only here
         from gitrun.store import git
 
         return cls.under(git.git_dir(repo), run_id)
@@ -64,9 +67,8 @@ class LocalPaths:
     @classmethod
     def under(cls, git_dir: Path, run_id: str) -> LocalPaths:
         """For a caller that knows the git directory (and spares a git process)."""
+        # deferred: the write hook (<= 3x `python -c pass`) needs it only here
         from pathlib import Path
-
-        from gitrun.store.repo import common_git_dir
 
         return cls(Path(common_git_dir(str(git_dir))) / HOME / run_id, git_dir / HOME / run_id)
 
@@ -237,8 +239,6 @@ def denials_name(task: str, attempt: int) -> str:
 def run_home(git_dir: str, run_id: str) -> str:
     """``LocalPaths.under(git_dir, run_id).root`` as text, for the write hooks,
     which must not pay for importing pathlib on every call."""
-    from gitrun.store.repo import common_git_dir
-
     return os.path.join(common_git_dir(git_dir), HOME, run_id)
 
 
@@ -247,6 +247,7 @@ def local_runs(repo: Path) -> list[str]:
 
     None readable (or none yet) is an empty list: each run says what is wrong
     with its own state when it is inspected."""
+    # deferred: the write hook (<= 3x `python -c pass`) needs it only here
     from gitrun.store import git
 
     return local_runs_under(git.git_dir(repo))
@@ -254,10 +255,6 @@ def local_runs(repo: Path) -> list[str]:
 
 def local_runs_under(git_dir: Path) -> list[str]:
     """:func:`local_runs` for a caller that knows the git directory."""
-    import contextlib
-
-    from gitrun.store.repo import common_git_dir
-
     found: set[str] = set()
     for home in {git_dir / HOME, type(git_dir)(common_git_dir(str(git_dir))) / HOME}:
         with contextlib.suppress(OSError):

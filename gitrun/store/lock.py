@@ -12,14 +12,22 @@ from __future__ import annotations
 
 import errno
 import os
+import socket
+import stat
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gitrun.errors import GitrunError
+from gitrun.processes.reaper import identity
+from gitrun.store.flocks import (  # flock itself: filelock imports asyncio (~45 ms)
+    Held,
+    hold,
+    is_held,
+)
 from gitrun.store.local import LocalPaths
 from gitrun.store.records import (
     VERSION,
@@ -30,6 +38,7 @@ from gitrun.store.records import (
     warn_stderr,
     write_record,
 )
+from gitrun.store.regular import NotRegular
 
 
 @dataclass(frozen=True)
@@ -219,6 +228,7 @@ def _live_owner(local: LocalPaths, patience: float = 2.0) -> tuple[Owner | None,
     The holder writes its record just after taking the lock, so a record
     naming a dead process is the previous holder's: wait for the new one.
     """
+    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
     import psutil
 
     deadline = time.monotonic() + patience
@@ -244,8 +254,6 @@ class RunLock:
     """
 
     def __init__(self, local: LocalPaths, warn: Callable[[str], None] = warn_stderr) -> None:
-        from gitrun.processes.reaper import identity
-
         self.local = local
         self.warn = warn
         me = identity(os.getpid())
@@ -293,11 +301,6 @@ PROBE_PATIENCE = 0.2  # seconds a start waits for the lock when it is only being
 @contextmanager
 def run_locked(local: LocalPaths, run_id: str) -> Iterator[RunLock]:
     """Hold the run's driver lock, or raise RunBusy naming its holder."""
-    from contextlib import ExitStack
-
-    from gitrun.store.flocks import Held, hold  # flock itself: filelock imports asyncio (~45 ms)
-    from gitrun.store.regular import NotRegular
-
     with ExitStack() as lock:
         try:
             local.root.mkdir(parents=True, exist_ok=True)
@@ -329,8 +332,6 @@ def run_locked(local: LocalPaths, run_id: str) -> Iterator[RunLock]:
 
 def is_locked(local: LocalPaths) -> bool:
     """Whether a live process holds the run's driver lock right now."""
-    from gitrun.store.flocks import is_held
-
     return is_held(local.lock)
 
 
@@ -346,8 +347,6 @@ def lock_damage(local: LocalPaths) -> str:
     process holds a lock on the file it shares an inode with, anywhere on the
     machine, so no signal may rest on such a lock.
     """
-    import stat
-
     for directory in (local.root.parent, local.root):
         try:
             st = os.lstat(directory)
@@ -413,6 +412,4 @@ def lock_holders(lock: Path, table: Path | None = None) -> set[int] | None:
 
 
 def _hostname() -> str:
-    import socket  # not for what only reads the lock (status): it costs milliseconds
-
     return socket.gethostname()

@@ -47,6 +47,7 @@ import math
 import sys
 
 from gitrun.errors import GitrunError
+from gitrun.store.regular import NotRegular, read_regular
 
 # The write hooks read leases and dispatches through these records, so
 # importing this module costs no typing, pathlib or dataclasses.
@@ -195,8 +196,6 @@ def _parse(
     path: Path | str, upgrade: Callable[[object], object] | None
 ) -> tuple[str, dict[str, Any]]:
     """("", the version-1 object) or (what is wrong, {}); FileNotFoundError when absent."""
-    from gitrun.store.regular import NotRegular, read_regular
-
     try:
         raw = read_regular(path, limit=MAX_RECORD_BYTES + 1)  # a FIFO is refused, not waited on
     except FileNotFoundError:
@@ -264,6 +263,7 @@ def write_record(path: Path, record: Record, durable: bool = False) -> None:
 
     ``durable`` adds an fsync, for a record that must survive a crash of the
     machine, not only of the process."""
+    # deferred: the write hook (<= 3x `python -c pass`) needs it only here
     from gitrun.store.tomlfile import write_atomic
 
     write_atomic(path, json.dumps(record.to_json(), allow_nan=False).encode(), durable=durable)

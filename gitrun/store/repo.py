@@ -107,6 +107,7 @@ def _ask_git(start: str, env: Mapping[str, str]) -> Repo | None:
 
 def _ask_path(start: str, env: Mapping[str, str], option: str) -> str | None:
     """The one path ``git rev-parse <option>`` prints, less its last newline."""
+    # deferred: the write hook (<= 3x `python -c pass`) needs it only here
     import subprocess
 
     try:

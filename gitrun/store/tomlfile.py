@@ -6,10 +6,14 @@ import bisect
 import os
 import re
 import tempfile
+import tomllib
 from pathlib import Path
 from typing import Any
 
+import tomli_w
+
 from gitrun.errors import DefinitionError
+from gitrun.store.regular import NotRegular, read_regular
 
 _WHERE = re.compile(r"^(?P<msg>.*?)\s*\(at line (?P<line>\d+), column (?P<col>\d+)\)$")
 
@@ -22,7 +26,6 @@ def read_toml(path: Path, shown: str | None = None) -> dict[str, Any]:
 def read_toml_text(path: Path, shown: str | None = None) -> tuple[str, dict[str, Any]]:
     """The text of ``path`` and its parsed TOML; ``shown`` names the file in errors."""
     name = shown or str(path)
-    from gitrun.store.regular import NotRegular, read_regular
 
     try:
         data = read_regular(path)  # a FIFO there is refused, not waited on
@@ -46,7 +49,6 @@ def read_toml_text(path: Path, shown: str | None = None) -> tuple[str, dict[str,
             [f"{name}:1: starts with a byte order mark (BOM); save the file as UTF-8 without one"],
             path=name,
         )
-    import tomllib  # only a definition that is read from its TOML needs it
 
     try:
         return text, tomllib.loads(text)
@@ -84,8 +86,6 @@ def write_atomic(path: Path, data: bytes, durable: bool = True) -> None:
         os.replace(tmp, path)
     except IsADirectoryError as exc:  # a directory in the file's place: said, never removed
         Path(tmp).unlink(missing_ok=True)
-        from gitrun.store.regular import NotRegular
-
         raise NotRegular(str(path), "a directory") from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -93,8 +93,6 @@ def write_atomic(path: Path, data: bytes, durable: bool = True) -> None:
 
 
 def write_toml(path: Path, value: dict[str, Any]) -> None:
-    import tomli_w
-
     write_atomic(path, tomli_w.dumps(value).encode())
 
 

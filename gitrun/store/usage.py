@@ -18,6 +18,7 @@ reader (:mod:`gitrun.workers.clientusage`).
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -259,6 +260,4 @@ class UsageTotals:
 
 def median(values: list[float] | list[int]) -> float:
     """statistics.median, imported only when a median is wanted (status shows none)."""
-    import statistics
-
     return statistics.median(values)
