@@ -20,6 +20,7 @@ import json
 import os
 import re
 import stat
+import subprocess
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from gitrun.definition.schema import (
     RegexValidator,
     Validator,
 )
+from gitrun.processes.proc import clean_env
 from gitrun.store.events import Outcome
 from gitrun.store.regular import read_regular
 from gitrun.visible import visible
@@ -442,7 +444,7 @@ def _run_declared(run: RunDef, validator: Validator, path: str, data: bytes) -> 
 
 
 def _check_schema(run: RunDef, validator: JsonSchemaValidator, data: bytes) -> str | None:
-    import jsonschema  # lazy: 75 ms to import, only runs that use schemas pay
+    import jsonschema  # deferred: 75 ms to import, only runs that use schemas pay
 
     problem = _run_builtin("json", data)
     if problem:
@@ -480,10 +482,6 @@ def _clipped(message: str) -> str:
 
 
 def _check_command(run: RunDef, validator: CommandValidator, path: str) -> str | None:
-    import subprocess
-
-    from gitrun.processes.proc import clean_env
-
     argv = [*validator.command, path]
     try:
         proc = subprocess.run(

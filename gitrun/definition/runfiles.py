@@ -12,6 +12,7 @@ symlink there is refused, so its target's content is never committed.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import Iterable, Mapping
@@ -19,11 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from gitrun.definition.load import LEDGER_NAME, PACKET_NAME, TASKS_NAME, RunDef
+from gitrun.definition.outputs import blob_id, blob_on_disk
 from gitrun.definition.schema import JsonSchemaValidator
 from gitrun.errors import GitrunError
+from gitrun.layout import branch_ref
 from gitrun.problem import Problem
 from gitrun.store import events, git, ledger
 from gitrun.store.jsonlines import file_error, parse_lines
+from gitrun.store.tomlfile import write_atomic
 
 
 def own_paths(run: RunDef) -> list[str]:
@@ -85,8 +89,6 @@ def definition_files(
     commit), saves reading the branch. Raises GitrunError for a file that is a
     symlink or not a regular file (``gitrun check`` reports the same before launch).
     """
-    from gitrun.definition.outputs import blob_id
-
     files = dict(snapshot) if snapshot is not None else definition_snapshot(run)
     if at_tip is None:
         at_tip = _ledger_at_tip(run)
@@ -119,8 +121,6 @@ def _take_written(
     """A chunk of the live writer goes to the commit from what the writer
     wrote (never from the work tree's copy, which a stash or a clean may
     have taken away or put back older), unless the branch holds it as it is."""
-    from gitrun.definition.outputs import blob_id
-
     path = f"{run.dir}/{name}"
     stamp = (len(data), -1)  # a chunk only grows: its length names its content
     known = writer.blob_ids.get(name)
@@ -141,8 +141,6 @@ def _take_written(
 
 def _ledger_at_tip(run: RunDef) -> dict[str, str]:
     """The ledger's files on the run's branch: path -> blob id."""
-    from gitrun.layout import branch_ref
-
     tip = git.rev_parse(run.repo, branch_ref(run.id))
     return committed_ledger_files(run.repo, run.dir, tip) if tip else {}
 
@@ -185,8 +183,6 @@ def read_run_ledger(repo: Path, run_dir: str, tip: str | None) -> list[dict[str,
     it. One ``ls-tree``, and one ``cat-file`` only for the files whose copy
     on disk is not the committed one.
     """
-    from gitrun.definition.outputs import blob_id
-
     on_disk = repo / run_dir
     if tip is None:
         return ledger.read_ledger(on_disk)
@@ -218,8 +214,6 @@ def _read_unless_committed(
     """Read a ledger file for a commit, unless the branch holds it as it is:
     the commit's tree starts from the branch's, so it keeps that file, and a
     long run's commit reads and hashes only its newest chunks."""
-    from gitrun.definition.outputs import blob_id
-
     path = f"{run.dir}/{name}"
     full = run.repo / path
     info = _regular(run, path)
@@ -284,8 +278,6 @@ def _refuse_foreign_ledger(run: RunDef, path: str, files: dict[str, bytes]) -> N
 def _is_ledger_text(data: bytes) -> bool:
     """Every line a ledger record (a JSON object naming a task or an event),
     or the remains of one a crash cut short (it starts like one)."""
-    import json
-
     for line in data.splitlines():
         if not line.strip():
             continue
@@ -406,9 +398,6 @@ def merge_committed_ledger(repo: Path, blobs: dict[str, str]) -> None:
     clone) is written; one that differs keeps its own lines in their order,
     after the committed lines it lacks, so no record is lost or doubled.
     """
-    from gitrun.definition.outputs import blob_id
-    from gitrun.store.tomlfile import write_atomic
-
     fmt = git.object_format(repo) if blobs else "sha1"
     local = _present(repo, blobs)
     wanted = {p: sha for p, sha in blobs.items() if p not in local or blob_id(local[p], fmt) != sha}
@@ -445,8 +434,6 @@ def refuse_rewritten_definition(run: RunDef, tip: str, take_edits: bool = False)
     recorded (a ``definition`` event) and later edits, made while no driver
     runs, are the lead's own and are taken as they are.
     """
-    from gitrun.definition.outputs import blob_on_disk
-
     suspect: dict[str, str] = {}  # path -> when the audit saw it change
     for record in ledger.typed(ledger.current_round(ledger.read_ledger(run.repo / run.dir))):
         if isinstance(record, events.Violation) or (
