@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import re
 
-from gitrun.guard.rules import TaskRules
+from gitrun.guard.rules import NoSuchTask, TaskRules, rules_of
+from gitrun.guard.subagents import claims_a_task, task_of_subagent
 from gitrun.store.repo import Repo, find_repo
 
 TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
@@ -101,9 +102,6 @@ def task_context(
     through the Agent call that dispatched it (:mod:`gitrun.guard.subagents`,
     which raises :class:`~gitrun.guard.subagents.Unresolved` when it cannot tell).
     """
-    from gitrun.guard.rules import NoSuchTask, rules_of
-    from gitrun.guard.subagents import claims_a_task, task_of_subagent
-
     run_id, task_id = environ.get("GITRUN_RUN"), environ.get("GITRUN_TASK")
     # In a task's context (either variable set) a task that cannot be
     # identified fails closed: it is never judged as "no task at all".

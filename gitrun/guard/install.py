@@ -25,8 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from gitrun.errors import GitrunError
+from gitrun.guard.sandbox import claude_sandbox, missing_sandbox_tools
+from gitrun.processes.proc import run_cmd
 from gitrun.resources import data_dir
 from gitrun.store import git
+from gitrun.store.repo import common_git_dir
 from gitrun.store.tomlfile import write_atomic
 
 MARKER = "gitrun-managed-hook"
@@ -206,8 +209,6 @@ def lead_sandbox(repo: Path) -> dict[str, Any]:
     subagent). gitrun itself runs outside it, and only with the session's
     permission (``--allowedTools "Bash(gitrun next:*)"``); the hook denies
     gitrun to subagents."""
-    from gitrun.guard.sandbox import claude_sandbox
-
     return claude_sandbox(repo, LEAD_EXCLUDED)
 
 
@@ -285,8 +286,6 @@ def install_sandbox(repo: Path) -> str:
     where the sandbox cannot start: the client would refuse to start at all.
     gitrun's own sandbox for the place a clone was moved or copied from is
     replaced; a block of the user's is never touched."""
-    from gitrun.guard.sandbox import missing_sandbox_tools
-
     missing = missing_sandbox_tools()
     if missing:
         return (
@@ -345,8 +344,6 @@ def uninstall_sandbox(repo: Path) -> str:
 
 def _exclude_from_git(repo: Path, name: str) -> None:
     """Keep a machine-local file out of commits (``.git/info/exclude``)."""
-    from gitrun.processes.proc import run_cmd
-
     ignored = run_cmd(
         ["git", "-C", str(repo), "check-ignore", "-q", "--no-index", name], check=False
     )
@@ -360,8 +357,6 @@ def _exclude_from_git(repo: Path, name: str) -> None:
 
 
 def _common_git_dir(repo: Path) -> Path:
-    from gitrun.store.repo import common_git_dir
-
     return Path(common_git_dir(str(git.git_dir(repo))))
 
 

@@ -21,6 +21,8 @@ import json
 import re
 
 from gitrun.guard.context import HookFailure, HookResult, deny, pointers_in, repo_of, task_context
+from gitrun.layout import run_ids
+from gitrun.store.local import LocalPaths
 
 TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
 if TYPE_CHECKING:
@@ -86,11 +88,10 @@ def pre_agent(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
     tool_use_id = data.get("tool_use_id")
     if not isinstance(tool_use_id, str) or not tool_use_id:
         raise HookFailure("the Agent call has no tool_use_id, so its subagent could not be known")
+    # deferred: the write hook (<= 3x `python -c pass`) needs it only here
     from pathlib import Path
 
-    from gitrun.layout import run_ids
     from gitrun.store.dispatches import DISPATCHED, description_of, record_dispatch
-    from gitrun.store.local import LocalPaths
 
     if run_id not in run_ids(repo.root):
         return deny(f"there is no gitrun run {run_id!r} in this repository; check the pointer")

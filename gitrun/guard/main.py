@@ -8,9 +8,13 @@ typer commands of the same names call :func:`run` too, for ``--help``.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
+
+from gitrun.guard import write
+from gitrun.guard.write import blocked, claims_task
 
 TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
 if TYPE_CHECKING:
@@ -46,8 +50,6 @@ _WHAT = {"pre-write": "write", "pre-commit": "commit", "subagent-stop": "stop"}
 
 
 def _hook(name: str) -> Callable[[str, dict[str, str]], HookResult]:
-    from gitrun.guard import write
-
     if name == "pre-write":
         return write.pre_write
     if name == "subagent-stop":
@@ -64,8 +66,6 @@ def run(name: str) -> int:
     on stderr (fail closed). Outside every task's context an
     unexpected error stays a crash, for the command line to report.
     """
-    from gitrun.guard.write import blocked, claims_task
-
     environ = dict(os.environ)
     raw = ""
     what = _WHAT[name]
@@ -102,8 +102,6 @@ def run(name: str) -> int:
 
 
 def _parsed(raw: str) -> object:
-    import json
-
     try:
         return json.loads(raw)
     except Exception:  # malformed, or nested too deep to parse

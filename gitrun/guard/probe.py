@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import tomli_w
+
+from gitrun.definition.load import RUNS_DIR
 from gitrun.errors import GitrunError
 from gitrun.guard.install import (
     CHAINED,
@@ -40,6 +43,7 @@ from gitrun.guard.install import (
     stale_sandbox,
 )
 from gitrun.guard.plugin import enabled_by
+from gitrun.processes.proc import clean_env, run_cmd
 
 SETTINGS_FILES = (SETTINGS, LOCAL_SETTINGS)
 PROBE_RUN = "hook-probe"
@@ -108,18 +112,11 @@ def _run(
 
 
 def _base_env() -> dict[str, str]:
-    from gitrun.processes.proc import clean_env
-
     return {k: v for k, v in clean_env().items() if not k.startswith("GITRUN_")}
 
 
 def _sample_repo(root: Path) -> Path:
     """A repository holding one run whose task t1 owns ``out/owned.json``."""
-    import tomli_w
-
-    from gitrun.definition.load import RUNS_DIR
-    from gitrun.processes.proc import run_cmd
-
     repo = root / "sample"
     run_dir = repo / RUNS_DIR / PROBE_RUN
     run_dir.mkdir(parents=True)

@@ -27,12 +27,16 @@ judge exactly as ``check`` and the audit do.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 
 from gitrun.definition.sources import source_key
 from gitrun.layout import branch_ref
+from gitrun.ownership.temporaries import target_of_temporary
+from gitrun.store.local import HOOK_RULES, run_home
+from gitrun.store.regular import read_regular
 from gitrun.store.repo import Repo as Repo
 from gitrun.store.repo import find_repo as find_repo
 
@@ -50,6 +54,7 @@ _END = b"\n# end of the hook rules\n"  # a file cut short does not end so
 
 def started_runs(repo: Repo) -> set[str]:
     """The runs whose branch exists (``layout.branch_ref``), in one git call."""
+    # deferred: the write hook (<= 3x `python -c pass`) needs it only here
     import subprocess
 
     proc = subprocess.run(
@@ -62,8 +67,6 @@ def started_runs(repo: Repo) -> set[str]:
 
 
 def rules_path(repo: Repo, run_id: str) -> str:
-    from gitrun.store.local import HOOK_RULES, run_home
-
     return os.path.join(run_home(repo.git_dir, run_id), HOOK_RULES)
 
 
@@ -84,8 +87,6 @@ class TaskRules:
     def owns_path(self, path: str) -> bool:
         """``path`` is owned by the task, itself or as a client's atomic-write
         temporary of an owned path (as the audit judges it)."""
-        from gitrun.ownership.temporaries import target_of_temporary
-
         if self._owned.fullmatch(path) is not None:
             return True
         target = target_of_temporary(path)
@@ -124,8 +125,6 @@ def refresh(local: LocalPaths, run: RunDef) -> None:
     They are keyed by what ``run`` was loaded from, not by the files as they
     are now (an edit since is seen by the next call). A failure only leaves
     the work to the next call."""
-    import contextlib
-
     key, path = run.key, str(local.hook_rules)
     if key and _cached(path, key, None) is None:
         with contextlib.suppress(OSError, ValueError):
@@ -140,6 +139,7 @@ def _current(
     found = _cached(path, key, task_id)
     if found is not None:
         return found
+    # deferred: the write hook (<= 3x `python -c pass`) needs it only here
     from pathlib import Path
 
     from gitrun.definition.load import load_run
@@ -160,8 +160,6 @@ def _cached(
     """(header, the task's (regex, owned patterns)) from the cache when it holds
     ``key``; None when the cache is missing, stale or damaged (it is then
     written again)."""
-    from gitrun.store.regular import read_regular
-
     try:
         # Not a regular file (a FIFO would make the hook wait for a writer
         # until the client kills it, and lets the write through): written again.
@@ -199,6 +197,7 @@ def _cached(
 
 
 def _write(path: str, key: str, run: RunDef) -> None:
+    # deferred: the write hook (<= 3x `python -c pass`) needs it only here
     from pathlib import Path
 
     from gitrun.store.tomlfile import write_atomic
@@ -208,6 +207,7 @@ def _write(path: str, key: str, run: RunDef) -> None:
 
 
 def _lines(run: RunDef, key: str) -> Iterator[str]:
+    # deferred: the write hook (<= 3x `python -c pass`) needs it only here
     from gitrun.ownership.patterns import owner_regex
 
     protected = run.packet.protected

@@ -18,6 +18,11 @@ import json
 import os
 import re
 
+from gitrun.guard.rules import NoSuchTask, rules_of
+from gitrun.store.local import BOUND, DISPATCHES, HOME, LEASES, run_home
+from gitrun.store.regular import NotRegular, read_regular
+from gitrun.store.repo import common_git_dir
+
 TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
@@ -82,8 +87,6 @@ def meta_path(data: dict[str, Any]) -> str:
 
 
 def read_subagent(data: dict[str, Any]) -> Subagent:
-    from gitrun.store.regular import NotRegular, read_regular
-
     path = meta_path(data)
     try:  # a FIFO in its place must not hang the hook: regular files only
         meta = json.loads(read_regular(path, follow=False, limit=MAX_META_BYTES))
@@ -119,10 +122,6 @@ def task_of_subagent(repo: Repo, data: dict[str, Any]) -> TaskRules | None:
     """The run and task a subagent was dispatched for; None for a subagent no
     gitrun task concerns (launched without a pointer). Raises
     :class:`Unresolved` when it cannot tell, or when the dispatch is stale."""
-    from gitrun.guard.rules import NoSuchTask, rules_of
-    from gitrun.store.local import DISPATCHES, HOME, LEASES, run_home
-    from gitrun.store.repo import common_git_dir
-
     try:
         runs = sorted(os.listdir(os.path.join(common_git_dir(repo.git_dir), HOME)))
     except OSError:
@@ -173,9 +172,6 @@ def bind(home: str, sub: Subagent, task_id: str) -> None:
     """Bind the dispatch ``sub`` names to ``sub``'s agent_id, the first time
     a subagent uses it; a different subagent naming the same dispatch (its
     meta file copied or forged) is refused."""
-    from gitrun.store.local import BOUND
-    from gitrun.store.regular import read_regular
-
     if _TOOL_USE_ID.fullmatch(sub.tool_use_id) is None:
         raise Unresolved(
             f"this subagent's toolUseId {sub.tool_use_id!r} is not one Claude Code makes"
@@ -201,8 +197,6 @@ def bind(home: str, sub: Subagent, task_id: str) -> None:
 def _take(folder: str, path: str, agent_id: str) -> str:
     """Record ``agent_id`` at ``path`` unless another got there first; the
     agent_id recorded there."""
-    from gitrun.store.regular import read_regular
-
     os.makedirs(folder, exist_ok=True)
     # Written whole, then linked in place: a reader sees no name or the whole id.
     draft = f"{path}.{os.getpid()}.draft"
@@ -223,6 +217,7 @@ def _quiet(_line: str) -> None:
 
 def dispatch_of(path: str, tool_use_id: str) -> tuple[str, int, int] | None:
     """(task, attempt, throttles) the dispatch record at ``path`` holds for ``tool_use_id``."""
+    # deferred: the write hook (<= 3x `python -c pass`) needs it only here
     from gitrun.store.dispatches import read_dispatches_at
 
     found = read_dispatches_at(path, warn=_quiet).get(tool_use_id)
@@ -231,6 +226,7 @@ def dispatch_of(path: str, tool_use_id: str) -> tuple[str, int, int] | None:
 
 def leased_try(path: str, task_id: str) -> tuple[int, int] | None:
     """The try (attempt, throttles) the lease record at ``path`` holds for ``task_id``."""
+    # deferred: the write hook (<= 3x `python -c pass`) needs it only here
     from gitrun.store.leases import read_leases_at
 
     found = read_leases_at(path, warn=_quiet).get(task_id)

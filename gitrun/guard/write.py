@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+import time
 
 from gitrun.guard.context import (
     AGENT_TOOLS,
@@ -36,7 +38,11 @@ from gitrun.guard.context import (
     repo_of,
     task_context,
 )
-from gitrun.layout import GITRUN_DIR
+from gitrun.guard.lead import pre_agent, pre_bash
+from gitrun.guard.rules import protected_of, started_runs
+from gitrun.guard.subagents import Unresolved, is_subagent, leased_try, meta_path
+from gitrun.layout import GITRUN_DIR, run_ids
+from gitrun.store.local import LEASES, LOGS, LocalPaths, denials_name, run_home
 
 TYPE_CHECKING = False  # typing costs a hook call milliseconds; mypy reads this as True
 if TYPE_CHECKING:
@@ -85,13 +91,9 @@ def pre_write(stdin: str, environ: dict[str, str]) -> HookResult:
 
 
 def _pre_write(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
-    from gitrun.guard.subagents import Unresolved
-
     tool = data.get("tool_name")
     try:
         if tool in AGENT_TOOLS or tool in SHELL_TOOLS:
-            from gitrun.guard.lead import pre_agent, pre_bash
-
             return (pre_agent if tool in AGENT_TOOLS else pre_bash)(data, environ)
         if tool not in WRITE_TOOLS:
             return HookResult(0)
@@ -168,15 +170,12 @@ def keep_denials(
     import time
 
     from gitrun.store.events import FORMAT, Denied
-    from gitrun.store.local import LEASES, LOGS, denials_name, run_home
 
     home = run_home(repo.git_dir, rules.run_id)  # os.path only: this is the write hook
     number = environ.get("GITRUN_ATTEMPT", "") if environ.get("GITRUN_TASK") else ""
     if number.isdigit():
         attempt = int(number)
     else:
-        from gitrun.guard.subagents import leased_try
-
         leased = leased_try(os.path.join(home, LEASES), rules.task_id)
         if leased is None:
             return
@@ -214,8 +213,6 @@ def _check_protected_for_subagents(
     path = _relative(repo, target, cwd)
     if path is None:
         return HookResult(0)
-    from gitrun.guard.rules import protected_of, started_runs
-    from gitrun.layout import run_ids
 
     runs = run_ids(repo.root)
     started = started_runs(repo) if runs else set()
@@ -239,9 +236,6 @@ def subagent_stop(stdin: str, environ: dict[str, str]) -> HookResult:
         return HookResult(0)
     cwd = data.get("cwd") if isinstance(data.get("cwd"), str) else None
     repo = repo_of(cwd)
-    import time
-
-    from gitrun.guard.subagents import is_subagent, meta_path
 
     # A subagent that made no tool call may stop before the client has
     # written its meta file, which names its task: give the client a moment.
@@ -260,6 +254,7 @@ def subagent_stop(stdin: str, environ: dict[str, str]) -> HookResult:
             time.sleep(0.05)
     if context is None:
         return HookResult(0)
+    # deferred: the write hook (<= 3x `python -c pass`) needs it only here
     from pathlib import Path
 
     from gitrun.definition.load import load_run
@@ -298,11 +293,8 @@ def keep_last_words(repo: Repo, run_id: str, task_id: str, message: object) -> N
     outputs, to its attempt's log (the leased attempt's): ``collect`` quotes
     it and ``gitrun logs`` prints it, as for a worker gitrun started. Best
     effort: the outputs decide, whatever is kept here."""
-    import stat
+    # deferred: the write hook (<= 3x `python -c pass`) needs it only here
     from pathlib import Path
-
-    from gitrun.guard.subagents import leased_try
-    from gitrun.store.local import LocalPaths
 
     if not isinstance(message, str) or not message.strip():
         return
