@@ -16,6 +16,7 @@ are recorded on the wall clock as well.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import selectors
@@ -581,8 +582,6 @@ def _killed(pid: int) -> bool:
 
 def cannot_start(program: str, exc: OSError) -> str:
     """Why ``program`` did not start, as a sentence's subject and clause."""
-    import errno
-
     shown = visible(program)
     if exc.errno == errno.ENOENT:
         where = "does not exist" if "/" in program else "not found on PATH"

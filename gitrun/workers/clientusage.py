@@ -37,6 +37,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from gitrun.store.records import Fields, RecordInvalid
+from gitrun.store.regular import NotRegular, read_regular
 from gitrun.store.usage import KINDS, Usage, is_dollars, is_token_count
 
 MAX_LINE = 8 << 20  # a report line longer than this is not kept (its usage is unknown)
@@ -367,9 +369,6 @@ MAX_FILE = 64 << 10
 def read_usage_file(path: Path) -> tuple[Usage | None, str]:
     """(the usage a worker wrote to ``$GITRUN_USAGE``, "") or (None, why it
     cannot be read, a warning); (None, "") when the worker wrote none."""
-    from gitrun.store.records import Fields, RecordInvalid
-    from gitrun.store.regular import NotRegular, read_regular
-
     try:
         # Never follow a link, never wait on a FIFO or a device the worker put there.
         raw = read_regular(path, follow=False, limit=MAX_FILE + 1)

@@ -16,12 +16,15 @@ problem, and :func:`render_command` refuses it too.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from gitrun.definition.schema import Executor
 from gitrun.errors import GitrunError
+from gitrun.guard.install import claude_hooks
+from gitrun.guard.sandbox import claude_sandbox
 from gitrun.workers.interpreters import code_slots
 from gitrun.workers.presets import DEFAULT, PRESETS, SHELL_PRESET, client_of, find_preset
 
@@ -106,11 +109,6 @@ def preset_extras(executor: Executor) -> list[str]:
 def claude_settings(repo: Path | None = None) -> str:
     """gitrun's hooks as ``--settings`` JSON; with ``repo``, also the Bash
     sandbox that keeps the shell from writing in it."""
-    import json
-
-    from gitrun.guard.install import claude_hooks
-    from gitrun.guard.sandbox import claude_sandbox
-
     settings: dict[str, object] = {"hooks": claude_hooks()}
     if repo is not None:
         settings["sandbox"] = claude_sandbox(repo)

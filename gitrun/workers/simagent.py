@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from gitrun.workers.attempt import is_running
+
 TEMPERAMENTS = ("steady", "steady", "steady", "liar", "flaky", "sloppy")
 THROTTLE_MESSAGE = "Server is temporarily limiting requests (not your usage limit)"
 
@@ -85,8 +87,6 @@ def report_usage(rng: random.Random) -> None:
 def _crowd_size(crowd: Path) -> int:
     """Copies running now; lock files of copies killed without cleanup (gone,
     or zombies nobody reaped) are dropped."""
-    from gitrun.workers.attempt import is_running
-
     alive = 0
     for lock in crowd.iterdir():
         if lock.name.isdigit() and is_running(int(lock.name)):

@@ -359,6 +359,7 @@ class RayRunner:
 
 def _connect(address: str, run_id: str) -> Any:
     try:
+        # deferred: ray is an optional extra (gitrun[ray])
         import ray
     except ImportError as exc:
         raise GitrunError(

@@ -231,6 +231,7 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 def _node_address() -> str:
     try:
+        # deferred: ray is an optional extra (gitrun[ray])
         import ray
 
         return str(ray.util.get_node_ip_address())
