@@ -16,6 +16,7 @@ from typing import Any
 
 from gitrun.collector import collector_paused
 from gitrun.definition.load import GITRUN_DIR, RunDef, Task, load_run
+from gitrun.definition.outputs import blob_on_disk
 from gitrun.definition.provenance import up_to_date
 from gitrun.definition.runfiles import run_file_problems
 from gitrun.definition.schema import BUILTIN_VALIDATORS, JsonSchemaValidator
@@ -46,6 +47,7 @@ from gitrun.proof.placement import (
 )
 from gitrun.proof.startable import input_problems, program_check, worker_file_problems
 from gitrun.store import git, refs
+from gitrun.store.branches import find_tip
 from gitrun.words import counted
 from gitrun.workers.executor import (
     command_template,
@@ -57,6 +59,7 @@ from gitrun.workers.executor import (
     uses_model,
 )
 from gitrun.workers.pointer import attempt_values, render_pointer
+from gitrun.workers.ray.executor import ray_problems
 from gitrun.workers.sandbox import isolation_of
 from gitrun.workers.workerfiles import worker_files
 
@@ -604,9 +607,6 @@ def _dirty_problems(run: RunDef, owned: list[Claim], changed: list[str]) -> list
 def _as_on_the_branch(run: RunDef, paths: list[str]) -> set[str]:
     """Those of ``paths`` whose file on disk is the one the run's branch
     holds: a started or finished run's own outputs, not edits in the way."""
-    from gitrun.definition.outputs import blob_on_disk
-    from gitrun.store.branches import find_tip
-
     found = find_tip(run.repo, run.id) if paths else None
     if found is None:
         return set()
@@ -698,8 +698,6 @@ def _executor_model_problems(run: RunDef) -> list[Problem]:
                 )
             )
     if executor.kind == "ray":  # the module imports Ray only when a run drives it
-        from gitrun.workers.ray.executor import ray_problems
-
         out += ray_problems(run)
     for stage in run.stage_names if uses_model(template) else ():
         if not run.packet.model_for(stage):

@@ -28,6 +28,7 @@ from gitrun.errors import GitrunError
 from gitrun.guard.install import LOCAL_SETTINGS, stale_sandbox
 from gitrun.guard.sandbox import missing_sandbox_tools
 from gitrun.problem import Problem
+from gitrun.workers.executor import CLAUDE_SETTINGS, claude_settings, command_template
 from gitrun.workers.presets import find_preset
 
 # The hook events of Claude Code 2.1.332.
@@ -149,8 +150,6 @@ def _lead_sandbox_problems(run: RunDef) -> list[Problem]:
 def _settings_arguments(run: RunDef) -> list[tuple[str, str]]:
     """(where, JSON) of every ``--settings`` JSON in a claude command, with
     gitrun's own filled in for this repository."""
-    from gitrun.workers.executor import CLAUDE_SETTINGS, claude_settings, command_template
-
     executor = run.packet.executor
     if executor.kind != "command":
         return []

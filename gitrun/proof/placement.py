@@ -29,6 +29,8 @@ from gitrun.ownership.claims import OWNS, Claim, find_meetings
 from gitrun.ownership.patterns import Pattern, escape, parse
 from gitrun.problem import Problem
 from gitrun.store import git
+from gitrun.store.branches import find_tip, landed
+from gitrun.store.history import find_base
 
 SYMLINK_MODE = "120000"
 GITLINK_MODE = "160000"  # a submodule: a commit of another repository
@@ -63,9 +65,6 @@ class BaseTree:
 def base_commit(run: RunDef) -> str | None:
     """The run's fork point once it started, else HEAD (where start will fork,
     as it will for a run landed in HEAD, which starts again)."""
-    from gitrun.store.branches import find_tip, landed
-    from gitrun.store.history import find_base
-
     head = git.rev_parse(run.repo, "HEAD")
     branch = find_tip(run.repo, run.id)
     if branch and not (head and landed(run.repo, run.id, branch.tip, git.git_dir(run.repo))):

@@ -52,7 +52,10 @@ from gitrun.ownership.patterns import (
 from gitrun.problem import Problem
 from gitrun.processes.proc import clean_env
 from gitrun.proof.beside import owned_beside
+from gitrun.store.git import git_dir
+from gitrun.store.local import HOME
 from gitrun.store.regular import read_regular
+from gitrun.store.repo import common_git_dir
 from gitrun.store.tomlfile import write_atomic
 from gitrun.visible import visible
 from gitrun.workers.executor import command_template
@@ -246,10 +249,6 @@ def _key(program: str) -> str | None:
 
 
 def _cache_path(repo: Path) -> Path:
-    from gitrun.store.git import git_dir
-    from gitrun.store.local import HOME
-    from gitrun.store.repo import common_git_dir
-
     return Path(common_git_dir(str(git_dir(repo)))) / HOME / CACHE_NAME
 
 
