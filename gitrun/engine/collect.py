@@ -30,6 +30,7 @@ from gitrun.store.regular import read_regular
 from gitrun.store.usage import Usage
 from gitrun.visible import last_lines
 from gitrun.words import counted
+from gitrun.workers.clientusage import read_usage_file
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -164,6 +165,7 @@ def collect(ext: External, throttled: list[str], abandon: bool = False) -> Colle
             status = engine.end(writer, ended)
             leases.pop(task_id)
             if lease.agent:  # a per-task agent file an older gitrun wrote
+                # deferred: next and collect (<= 35x `python -c pass`) need it only here
                 from gitrun.guard.agents import remove_agent
 
                 remove_agent(ext.repo, lease.agent)
@@ -228,6 +230,7 @@ def _said_by(ext: External, task_id: str, attempt: int) -> list[str]:
         data = read_regular(ext.local.log_of(task_id, attempt), limit=MAX_SAID_READ)
     except OSError:
         return []
+    # deferred: next and collect (<= 35x `python -c pass`) need it only here
     from gitrun.guard.write import WORDS_HEADER
 
     return last_lines(data.decode(errors="replace").rpartition(WORDS_HEADER)[2])
@@ -235,8 +238,6 @@ def _said_by(ext: External, task_id: str, attempt: int) -> list[str]:
 
 def _read_usage(ext: External, task_id: str, attempt: int) -> Usage | None:
     """What the orchestrator wrote the subagent used; None: nothing (unknown)."""
-    from gitrun.workers.clientusage import read_usage_file
-
     path = ext.usage_file(task_id, attempt)
     usage, problem = read_usage_file(path)
     if problem:

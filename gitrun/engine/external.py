@@ -27,6 +27,7 @@ from gitrun.definition.outputs import prepare_outputs
 from gitrun.definition.provenance import Provenance
 from gitrun.definition.runfiles import definition_files, open_ledger
 from gitrun.engine.audit import Audit, AuditState
+from gitrun.engine.budget import read_said, write_said
 from gitrun.engine.collect import Collected as Collected  # what collect answers
 from gitrun.engine.collect import collect
 from gitrun.engine.committer import Committer, landing_message
@@ -342,6 +343,7 @@ class External:
         return item
 
     def usage_file(self, task_id: str, attempt: int) -> Path:
+        # deferred: next and collect (<= 35x `python -c pass`) need it only here
         from gitrun.workers.attempt import usage_file
 
         return usage_file(self.local.log_of(task_id, attempt))
@@ -369,8 +371,6 @@ class External:
         """The spend budget's warnings said already in this run: each call is
         a process of its own, and says one once (``afresh``: start and
         resume, which say them again, as a driver does in command mode)."""
-        from gitrun.engine.budget import read_said
-
         spend = self.governor.spend
         if afresh:
             with contextlib.suppress(OSError):  # what cannot go is only said once more
@@ -386,8 +386,6 @@ class External:
         """Keep what the next call needs: the leases, the audit's look, the governor."""
         spend = self.governor.spend
         if spend is not None and spend.warned != self._said:
-            from gitrun.engine.budget import write_said
-
             write_said(self.local.budget_warnings, spend.warned)
             self._said = set(spend.warned)
         write_leases(self.local, self.leases)

@@ -46,6 +46,7 @@ from gitrun.engine.traces import NoTraces, Traces
 from gitrun.processes import reaper
 from gitrun.processes.proc import clean_env
 from gitrun.processes.reaper import kill_leftovers
+from gitrun.proof.check import stage_symlink_problems
 from gitrun.store import git, ledger
 from gitrun.store.events import Outcome, Suspect, iso
 from gitrun.store.journal import Journal, JournalEntry
@@ -55,6 +56,7 @@ from gitrun.visible import visible
 from gitrun.workers.attempt import Monitor, Runner, RunningAttempt
 from gitrun.workers.executor import command_template, render_command
 from gitrun.workers.pointer import attempt_values
+from gitrun.workers.ray.executor import RayRunner
 from gitrun.workers.sandbox import (
     Claims,
     Confined,
@@ -227,6 +229,7 @@ class Launcher:
         # start at once (a driver killed in between leaves a worker the next
         # resume cannot stop). With /proc, a start needs no psutil at all.
         if not reaper.HAS_PROC:  # pragma: no cover - macOS and the BSDs
+            # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
             import psutil  # noqa: F401
 
         # Set as driving begins (:meth:`begin`).
@@ -338,7 +341,6 @@ class Launcher:
         if stage == self.proven_stage:
             return True
         self.proven_stage = stage
-        from gitrun.proof.check import stage_symlink_problems
 
         problems = stage_symlink_problems(self.run, stage)
         if not problems:
@@ -369,8 +371,6 @@ class Launcher:
         """Where attempts run: child processes here, or tasks on a Ray cluster
         (imported only then: Ray is an optional extra, and heavy)."""
         if self.run.packet.executor.kind == "ray":
-            from gitrun.workers.ray.executor import RayRunner
-
             return RayRunner(self.run, self.engine.base, self.report)
         return Monitor(kill_grace=self.run.limits.kill_grace)
 

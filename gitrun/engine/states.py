@@ -32,6 +32,7 @@ from gitrun.store.branches import committed_records, find_tip
 from gitrun.store.events import COUNTED, AttemptRecord, Outcome, Park, Record, iso
 from gitrun.store.history import find_base
 from gitrun.store.journal import running_records
+from gitrun.store.leases import read_leases
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import is_locked
 from gitrun.store.usage import Usage
@@ -88,8 +89,6 @@ def running_now(run: RunDef, local: LocalPaths) -> set[str]:
     an external run, or the journal of a live driver (a dead driver's journal
     names attempts nobody runs any more)."""
     if run.executor_kind == "external":
-        from gitrun.store.leases import read_leases
-
         return set(read_leases(local))
     return set(running_records(local)) if is_locked(local) else set()
 

@@ -23,6 +23,7 @@ from gitrun.store import git, ledger
 from gitrun.store.branches import Landed, landed
 from gitrun.store.events import AttemptRecord, iso
 from gitrun.store.jsonlines import shown
+from gitrun.store.leases import read_leases
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import Owner, is_locked, read_owner
 from gitrun.store.records import RecordDamaged
@@ -207,8 +208,6 @@ def _note_motion(
     external = run.executor_kind == "external"
     leases_out = False
     if external:
-        from gitrun.store.leases import read_leases
-
         leases_out = any(lease.expires > now for lease in read_leases(local).values())
     heartbeat = None
     if not alive:  # a killed driver's record stays: its last heartbeat

@@ -76,6 +76,7 @@ def open_traces(run_id: str, tasks: int, report: Callable[[str], None]) -> Trace
     if by is None:
         return NoTraces()
     try:
+        # deferred: OpenTelemetry is an optional extra (gitrun[otel])
         from gitrun.engine.otel import OtelTraces
     except ImportError:
         report(
