@@ -26,6 +26,7 @@ from gitrun.commands.report.page import default_path, write_report
 from gitrun.commands.report.timeline import needless_reruns
 from gitrun.commands.scaffold import new_run
 from gitrun.definition.load import load_run
+from gitrun.engine.budget import spend_text, tokens_text
 from gitrun.engine.status import read_status
 from gitrun.errors import GitrunError, UsageError
 from gitrun.processes.proc import clean_env, run_cmd
@@ -193,7 +194,6 @@ def _report(repo: Path, say: Say) -> None:
         f"\n{status.spawns} spawns for {status.usable} usable outputs; attempts by outcome: "
         + ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items()))
     )
-    from gitrun.engine.budget import spend_text, tokens_text
 
     for line in (spend_text(status.usage, status.usable, status.budget), tokens_text(status.usage)):
         if line:

@@ -10,8 +10,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
+from gitrun.commands.external import drive_external
+from gitrun.commands.summary import format_status, format_status_line, format_summary
+from gitrun.engine.status import read_status, where
+from gitrun.store.local import LocalPaths
 from gitrun.visible import visible
 from gitrun.words import counted
 
@@ -57,14 +62,11 @@ def drive(
     """``gitrun start`` or ``resume``: its exit code. A command-mode run is
     driven to its end; an external run prints its first batch. ``rerun_all``
     (start only): run every task, up to date or not."""
-    from functools import partial
-
+    # deferred: status (<= 25x `python -c pass`) imports this module, not start
     from gitrun.commands.session import open_run, resume_run, start_run
 
     loaded = open_run(repo, run, resume, event)
     if loaded.executor_kind == "external":
-        from gitrun.commands.external import drive_external
-
         return drive_external(repo, run, as_json, resume, event, rerun_all, take_edits, full)
     # resume loads the definition again under the lock, after restoring it
     drive_run = (
@@ -91,8 +93,6 @@ def drive(
         data["load_held_seconds"] = round(outcome.load_held, 1)
         text = json.dumps(data, indent=2, allow_nan=False)
     else:
-        from gitrun.commands.summary import format_summary
-
         text = format_summary(outcome.status, outcome.stopped_by, outcome.halt, outcome.load_held)
     try:
         sys.stdout.write(visible(text, lines=True) + "\n")
@@ -114,10 +114,8 @@ def show_status(repo: Path, run: str | None, as_json: bool, show_all: bool) -> N
     if run is None:
         list_runs(repo, as_json, show_all)
         return
-    from gitrun.engine.status import read_status
 
     st = read_status(repo, run, landing=True)
-    from gitrun.commands.summary import format_status
 
     if as_json:
         out.write(json_text(st.to_json()) + "\n")
@@ -133,10 +131,8 @@ def list_runs(repo: Path, as_json: bool, show_all: bool) -> None:
     run (with ``show_all``, also the leftovers: a branch or local state
     without a run)."""
     out = sys.stdout
+    # deferred: status (<= 25x `python -c pass`) imports this module, not start
     from gitrun.commands.leftovers import leftovers, run_pieces, shown_path
-    from gitrun.commands.summary import format_status_line
-    from gitrun.engine.status import read_status, where
-    from gitrun.store.local import LocalPaths
 
     git_dir = Path(where(repo).git_dir)
     pieces = run_pieces(repo, git_dir)

@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 import sys
 
-from gitrun.errors import EXIT_DONE, EXIT_FAILED, EXIT_HALTED
+from gitrun.errors import EXIT_DONE, EXIT_FAILED, EXIT_HALTED, GitrunError, UsageError
 from gitrun.guard.install import plugin_dir
+from gitrun.store import git
 from gitrun.visible import visible
 
 TYPE_CHECKING = False  # typing costs milliseconds; mypy reads this as True
@@ -64,6 +65,7 @@ def begin(
     """Start or resume an external run (``gitrun start``/``resume``, and the
     MCP server's): what a resume collected (leases of a lead that is gone
     come back abandoned, using no attempt), and the first batch."""
+    # deferred: --help imports this module (lead_guide), not the engine and pydantic
     from gitrun.commands.session import prepare_external
     from gitrun.engine.external import external_run
 
@@ -79,8 +81,8 @@ def begin_external(
     """:func:`begin`, for a caller that knows only the run's name (the MCP
     server's ``start`` and ``resume``): the run opened as ``gitrun start``
     opens it, and refused unless its executor is external."""
+    # deferred: --help imports this module (lead_guide), not the engine and pydantic
     from gitrun.commands.session import open_run
-    from gitrun.errors import GitrunError
 
     if open_run(repo, run, resume, event).executor_kind != "external":
         raise GitrunError(
@@ -92,11 +94,10 @@ def begin_external(
 
 def lease(repo: Path, run: str, max_tasks: int | None) -> Batch:
     """Lease the next batch (``gitrun next``, and the MCP server's ``next``)."""
+    # deferred: --help imports this module (lead_guide), not the engine and pydantic
     from gitrun.engine.external import external_run
 
     if max_tasks is not None and max_tasks < 1:
-        from gitrun.errors import UsageError
-
         raise UsageError("--max must be 1 or more")
     with external_run(repo, run) as ext:
         return ext.next_batch(max_tasks)
@@ -105,8 +106,8 @@ def lease(repo: Path, run: str, max_tasks: int | None) -> Batch:
 def collect_leases(repo: Path, run: str, throttled: list[str]) -> Collected:
     """Judge every leased task from the disk (``gitrun collect``, and the MCP
     server's ``collect``)."""
+    # deferred: --help imports this module (lead_guide), not the engine and pydantic
     from gitrun.engine.external import external_run
-    from gitrun.store import git
 
     git.prepare_writes()  # it commits what validated: the import overlaps the reads before
     with external_run(repo, run) as ext:

@@ -12,6 +12,11 @@ from collections import deque
 from types import TracebackType
 from typing import Any
 
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
+
+from gitrun.engine.budget import money, per_usable
 from gitrun.engine.driver import Progress
 from gitrun.visible import visible
 from gitrun.words import counted
@@ -28,8 +33,6 @@ def _duration(seconds: float) -> str:
 
 def _spend(p: Progress) -> str:
     """Spend so far, short: "spent $1.20 of $40 (2 unknown); $0.10/usable; wasted $0.30"."""
-    from gitrun.engine.budget import money, per_usable
-
     usage, budget = p.usage, p.budget
     if usage is None or not usage.attempts:
         return ""
@@ -55,9 +58,6 @@ def _spend(p: Progress) -> str:
 
 class LiveView:
     def __init__(self, run_id: str, max_running_shown: int = 12) -> None:
-        from rich.console import Console
-        from rich.live import Live
-
         self.run_id = run_id
         self.latest: Progress | None = None
         self.events: deque[str] = deque(maxlen=6)
@@ -83,9 +83,6 @@ class LiveView:
         self.latest = snapshot
 
     def __rich__(self) -> Any:
-        from rich.console import Group
-        from rich.text import Text
-
         p = self.latest
         if p is None:
             return Text(f"gitrun {self.run_id}: starting…")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gitrun.layout import run_ids
+from gitrun.store.git import find_repo_root
 from gitrun.store.repo import find_repo
 
 
@@ -14,7 +15,6 @@ def repo_root(directory: Path | None) -> Path:
     found = find_repo(str(directory) if directory else None)
     if found is not None:
         return Path(found.root)
-    from gitrun.store.git import find_repo_root  # only to say why there is no repository
 
     return find_repo_root(Path(directory) if directory else None)
 

@@ -10,10 +10,14 @@ from __future__ import annotations
 import glob
 import os
 import string
+import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
+
+import tomli_w
+from pydantic import TypeAdapter, ValidationError
 
 from gitrun.definition.load import (
     CONFIG_FILE,
@@ -289,8 +293,6 @@ def _named_table(schema: str) -> str:
 
 
 def _check_model(model: str) -> None:
-    from pydantic import TypeAdapter, ValidationError
-
     try:
         TypeAdapter(ModelName).validate_python(model)
     except ValidationError as exc:
@@ -308,16 +310,12 @@ def _write_error(repo: Path, exc: OSError, folder: str) -> GitrunError:
 def _toml_value(value: str) -> str:
     """``value`` as a TOML string literal, escaped by tomli-w (a text of
     several lines as one ``\"\"\"`` string, to read as it was written)."""
-    import tomli_w
-
     text = tomli_w.dumps({"v": value}, multiline_strings=True)
     return text.removeprefix("v = ").removesuffix("\n")
 
 
 def _render(template: str, values: dict[str, str], expected: dict[str, Any]) -> str:
     """A template with its values filled in, checked to read back as ``expected``."""
-    import tomllib
-
     text = string.Template(template_text(template)).substitute(values)
     data = tomllib.loads(text)
     for table, fields in expected.items():

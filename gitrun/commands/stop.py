@@ -20,9 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gitrun.commands.watchdog import unproven_driver
-from gitrun.definition.load import check_run_id, list_runs
+from gitrun.definition.load import check_run_id, list_runs, load_run
+from gitrun.engine.states import COMPLETE
+from gitrun.engine.status import read_status
 from gitrun.errors import GitrunError
-from gitrun.processes.reaper import is_recorded_process, signal_recorded_process
+from gitrun.processes.reaper import is_recorded_process, is_running, signal_recorded_process
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import Owner, is_locked, lock_damage, read_owner
 from gitrun.store.records import RecordDamaged
@@ -92,8 +94,6 @@ def _holder(local: LocalPaths, run_id: str) -> Owner | None:
     """The owner record of the lock's live holder; None once nobody holds the
     lock. A driver writes its record just after it takes the lock: a record
     missing or naming a dead process is waited for, briefly."""
-    from gitrun.processes.reaper import is_running
-
     deadline = time.monotonic() + OWNER_PATIENCE
     while True:
         try:
@@ -117,7 +117,6 @@ def _nobody_drives(repo: Path, run_id: str) -> str:
     """What to say of a run no driver runs now, and what comes next."""
     if run_id not in list_runs(repo) and not LocalPaths.of(repo, run_id).root.exists():
         return f"run {run_id!r}: no such run here, so no driver to stop"
-    from gitrun.definition.load import load_run
 
     try:
         external = load_run(repo, run_id).executor_kind == "external"
@@ -134,9 +133,6 @@ def _nobody_drives(repo: Path, run_id: str) -> str:
 def _next_step(repo: Path, run_id: str) -> str:
     """The next command for a run nobody drives: land it when every task is
     done, else resume it (or start it, when it never started)."""
-    from gitrun.engine.states import COMPLETE
-    from gitrun.engine.status import read_status
-
     try:
         status = read_status(repo, run_id, landing=True)
     except GitrunError:

@@ -6,6 +6,7 @@ import time
 from typing import TYPE_CHECKING
 
 from gitrun.engine.budget import spend_text, tokens_text
+from gitrun.engine.governor import parked_clause
 from gitrun.engine.motion import LED, STALLED, utc
 from gitrun.engine.states import COMPLETE, DONE, FAILED, PENDING, RUNNING, UP_TO_DATE
 from gitrun.engine.status import BRANCH_GONE, RunStatus, TaskStatus
@@ -179,8 +180,6 @@ def format_status(status: RunStatus, limit: int | None = 20) -> str:
 def parked_text(until: float, reason: str) -> str:
     """A parked run, as status says it: until when (as everywhere, and with its
     date: a weekly limit resets days ahead) and why."""
-    from gitrun.engine.governor import parked_clause
-
     return (
         f"{parked_clause(until, reason or 'a usage limit')}: no new starts until "
         f"{utc(until)}; a driver goes on by itself then"

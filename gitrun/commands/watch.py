@@ -17,11 +17,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from gitrun.commands.drive import event
+from gitrun.commands.live import LiveView
+from gitrun.commands.summary import format_status, format_status_line
 from gitrun.definition.load import RunDef, load_run
 from gitrun.engine.driver import Progress
+from gitrun.engine.governor import parked_clause
 from gitrun.engine.motion import DRIVEN, LED
 from gitrun.engine.states import DONE, FAILED, PENDING, RUNNING
 from gitrun.engine.status import RunStatus, read_status
+from gitrun.store.lock import LiveState
 from gitrun.visible import visible
 
 WATCH_EVERY = 1.0  # seconds between two readings of the run's status
@@ -29,15 +34,10 @@ WATCH_EVERY = 1.0  # seconds between two readings of the run's status
 
 def watch_status(repo: Path, run_id: str, every: float = WATCH_EVERY) -> int:
     """Show ``run_id`` as it moves until nobody moves it on; its exit code (0)."""
-    from gitrun.commands.drive import event
-    from gitrun.commands.summary import format_status, format_status_line
-
     run = load_run(repo, run_id)
     watcher = _Watcher(run_id)
     status = read_status(repo, run_id, run)
     if sys.stderr.isatty() and sys.stdout.isatty():
-        from gitrun.commands.live import LiveView
-
         with LiveView(run_id) as view:
             while _moving(status):
                 for line in watcher.changes(status):
@@ -107,9 +107,6 @@ class _Watcher:
 
     def progress(self, status: RunStatus) -> Progress:
         """The live view's snapshot, from the driver's heartbeat as status reads it."""
-        from gitrun.engine.governor import parked_clause
-        from gitrun.store.lock import LiveState
-
         now = self.clock()
         counts = status.counts()
         state = status.driver.state if status.driver is not None else LiveState()

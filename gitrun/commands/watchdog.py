@@ -22,7 +22,10 @@ from typing import Any
 
 from gitrun.definition.load import list_runs
 from gitrun.definition.schema import parse_duration
-from gitrun.errors import UsageError
+from gitrun.engine.motion import STALLED, utc
+from gitrun.engine.states import PENDING, RUNNING
+from gitrun.engine.status import read_status
+from gitrun.errors import GitrunError, UsageError
 from gitrun.processes.reaper import (
     is_recorded_worker,
     kill_recorded_group,
@@ -188,11 +191,6 @@ def _stalled(repo: Path, run_id: str) -> tuple[str, str] | None:
     watchdog watches drivers, and ``gitrun status`` or ``check`` name what is
     wrong with a definition.
     """
-    from gitrun.engine.motion import STALLED, utc
-    from gitrun.engine.states import PENDING, RUNNING
-    from gitrun.engine.status import read_status
-    from gitrun.errors import GitrunError
-
     try:
         status = read_status(repo, run_id, landing=True)
     except GitrunError:

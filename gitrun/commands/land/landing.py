@@ -93,7 +93,9 @@ from gitrun.commands.land.look import (
     refuse_an_operation_in_progress,
 )
 from gitrun.commands.land.plan import Plan, refuse_what_is_in_the_way
+from gitrun.commands.report.committed import read_committed
 from gitrun.engine.crashpoints import crash_point
+from gitrun.engine.states import COMPLETE, FAILED, PENDING
 from gitrun.errors import CommandError, GitrunError
 from gitrun.processes import reaper
 from gitrun.store import git
@@ -207,9 +209,6 @@ def _not_done(repo: Path, run_id: str, partial: bool) -> str:
     """What a landing leaves out, as the end of its summary ("" when every task
     is done, as the run's branch holds it); refuses a run not finished unless
     ``partial``, and ``partial`` where every task is done."""
-    from gitrun.commands.report.committed import read_committed
-    from gitrun.engine.states import COMPLETE, FAILED, PENDING
-
     counts = read_committed(repo, run_id).counts()
     total, done = sum(counts.values()), sum(counts[s] for s in COMPLETE)
     if done == total:

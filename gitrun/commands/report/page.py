@@ -36,12 +36,15 @@ from gitrun.commands.report.timeline import (
     parse_time,
     read_attempts,
 )
+from gitrun.engine.budget import budget_of, money, per_usable, spend_text, tokens_text
 from gitrun.engine.states import DONE, FAILED, PENDING, UP_TO_DATE
 from gitrun.engine.strays import WRITTEN, stray_writes
 from gitrun.errors import GitrunError
 from gitrun.resources import template_text
 from gitrun.store import ledger
 from gitrun.store.events import STOPPED, TIMED_OUT, Halt, Lift, Outcome
+from gitrun.store.local import LocalPaths
+from gitrun.store.tomlfile import write_atomic
 from gitrun.visible import visible
 
 # One colour per outcome, told apart with the common colour-vision deficiencies.
@@ -97,9 +100,6 @@ def write_report(repo: Path, run_id: str, path: Path | None = None) -> Path:
     """Render the run's report and write it (default: with the run's local
     state, ``.git/gitrun/RUN/report.html``, so the work tree gets no file);
     the path written."""
-    from gitrun.store.local import LocalPaths
-    from gitrun.store.tomlfile import write_atomic
-
     page = render_report(repo, run_id)
     target = path if path is not None else LocalPaths.of(repo, run_id).report
     try:
@@ -292,8 +292,6 @@ def _summary(c: CommittedRun, attempts: list[Attempt], throttles: int) -> str:
 def _spend(c: CommittedRun, usable: int) -> tuple[list[str], list[str]]:
     """The spend's numbers (spent, per usable output, wasted, unknown, tokens)
     and its lines (the budget, tokens by model), from the committed ledger."""
-    from gitrun.engine.budget import budget_of, money, per_usable, spend_text, tokens_text
-
     totals = ledger.usage_totals(c.records)
     budget = budget_of(c.run.limits, c.records)
     known = bool(totals.stage_costs)

@@ -7,6 +7,7 @@ Plain computations over ledger records (no git, no disk), for the HTML report.
 from __future__ import annotations
 
 import random
+from bisect import bisect_right
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -230,8 +231,6 @@ def _cap(governor: Governor) -> int:
 
 def _next(starts: list[float], after: float) -> list[float]:
     """The first start after ``after``, as a list of at most one."""
-    from bisect import bisect_right
-
     i = bisect_right(starts, after)
     return starts[i : i + 1]
 
