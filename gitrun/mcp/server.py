@@ -25,7 +25,20 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from pydantic import BaseModel, Field
 
 import gitrun
+from gitrun.commands.check import check_data
+from gitrun.commands.external import begin_external, collect_leases, lease
+from gitrun.commands.report.page import (
+    default_path,
+    is_report_of,
+    render_report,
+    write_report,
+)
+from gitrun.commands.retry import retry_tasks
+from gitrun.engine.status import read_status
 from gitrun.errors import GitrunError
+from gitrun.layout import PACKET_NAME, RUNS_DIR, check_run_id, run_id_problem
+from gitrun.mcp.confine import confined_target, write_target
+from gitrun.workers.scratch import read_regular
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -143,19 +156,13 @@ def build(repo: Path) -> MCPServer[Any]:
 
     @server.tool(description="A run's progress: its state, counts, attempts, spend and tasks.")
     def status(run: RunName) -> dict[str, Any]:
-        from gitrun.engine.status import read_status
-
         return call(lambda: read_status(repo, run, landing=True).to_json())
 
     @server.tool(description="Prove a run is safe to launch: every problem, not only the first.")
     def check(run: RunName) -> CheckOut:
-        from gitrun.commands.check import check_data
-
         return CheckOut.model_validate(call(lambda: check_data(repo, run)))
 
     def begun(run: str, resume: bool) -> StartedOut:
-        from gitrun.commands.external import begin_external
-
         said: list[str] = []
         collected, batch = begin_external(repo, run, resume, said.append)
         return StartedOut(
@@ -188,8 +195,6 @@ def build(repo: Path) -> MCPServer[Any]:
         run: RunName,
         max: Annotated[int | None, Field(ge=1, description="Lease at most this many.")] = None,
     ) -> BatchOut:
-        from gitrun.commands.external import lease
-
         return _batch(call(lambda: lease(repo, run, max)))
 
     @server.tool(
@@ -202,8 +207,6 @@ def build(repo: Path) -> MCPServer[Any]:
             list[str], Field(description="Tasks whose subagent reported a rate limit or overload.")
         ] = [],  # noqa: B006 - the SDK copies it into each call's arguments
     ) -> CollectedOut:
-        from gitrun.commands.external import collect_leases
-
         return _collected(call(lambda: collect_leases(repo, run, list(throttled))))
 
     @server.tool(
@@ -218,8 +221,6 @@ def build(repo: Path) -> MCPServer[Any]:
         max_cost_usd: Annotated[float | None, Field(description="The new budget in USD.")] = None,
         max_tokens: Annotated[int | None, Field(ge=1, description="The new token budget.")] = None,
     ) -> RetriedOut:
-        from gitrun.commands.retry import retry_tasks
-
         def retried() -> RetriedOut:
             done = retry_tasks(repo, run, list(tasks), max_cost_usd, max_tokens)
             budget = done.budget
@@ -255,9 +256,6 @@ def build(repo: Path) -> MCPServer[Any]:
         mime_type="application/toml",
     )
     def packet(run: str) -> str:
-        from gitrun.layout import PACKET_NAME, RUNS_DIR, run_id_problem
-        from gitrun.workers.scratch import read_regular
-
         wrong = run_id_problem(run)
         if wrong is not None:
             raise ResourceError(f"{run!r} is no run id: {wrong}")
@@ -276,15 +274,6 @@ def _write_report(repo: Path, run: str, output: str | None) -> Path:
     run's local state (a place gitrun names, not the caller); or at the
     caller's place, confined as a worker's writes are
     (:mod:`gitrun.mcp.confine`), never over anything but an earlier report."""
-    from gitrun.commands.report.page import (
-        default_path,
-        is_report_of,
-        render_report,
-        write_report,
-    )
-    from gitrun.layout import check_run_id
-    from gitrun.mcp.confine import confined_target, write_target
-
     check_run_id(run)
     if output is None:
         return write_report(repo, run)
