@@ -18,6 +18,7 @@ import typer
 from typer.core import TyperGroup
 
 from gitrun import __version__
+from gitrun.commands.repo import repo_root, run_names
 from gitrun.errors import GitrunError
 
 EXIT_INTERNAL = 70  # EX_SOFTWARE
@@ -52,6 +53,7 @@ def report_failure(exc: BaseException) -> int:
     gitrun's own errors as their lines, anything else as an internal error
     with the traceback kept in a log file."""
     if isinstance(exc, BrokenPipeError):  # `gitrun ... | head`: the reader has gone
+        # deferred: --help and status (<= 25x `python -c pass`) import only the command run
         from gitrun.commands.drive import silence
 
         silence(sys.stdout)
@@ -114,16 +116,12 @@ def _root(
 def _repo(ctx: typer.Context) -> Path:
     """The top of the work tree holding ``-C DIR`` (default: here); git's own
     error outside every work tree."""
-    from gitrun.commands.repo import repo_root
-
     return repo_root(ctx.find_root().obj)
 
 
 def complete_run(ctx: typer.Context, incomplete: str) -> list[str]:
     """The shell's completion of a RUN argument: the runs defined in the work
     tree (of ``-C DIR`` when given); nothing outside a repository."""
-    from gitrun.commands.repo import run_names
-
     directory = ctx.find_root().params.get("directory")  # the root callback has not run
     return run_names(directory, incomplete)
 

@@ -32,6 +32,7 @@ class _CommandAfterDashes(TyperCommand):
 @app.command()
 def init(ctx: typer.Context) -> None:
     """Create .gitrun/config.toml with commented defaults in this repository."""
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.scaffold import init_repo
 
     typer.echo(init_repo(_repo(ctx)).message)
@@ -91,6 +92,7 @@ def new(
     whole argument {task}, {pointer}, {inputs} or {outputs} (and the other
     placeholders) becoming that task's value.
     """
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.scaffold import new_run, told_new
 
     directory = ctx.find_root().obj  # -C DIR: a relative --rules-file is found from there
@@ -135,6 +137,7 @@ def check(
     that owned paths hold no uncommitted changes, that pointers fit, and that
     the model comes from configuration. Exit 0 when clean, 1 otherwise.
     """
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.check import show_check
 
     raise typer.Exit(show_check(_repo(ctx), run, as_json, typer.echo))

@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 
 from gitrun.cli.app import _repo, app, complete_run
+from gitrun.errors import UsageError
+from gitrun.layout import check_run_id
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 every task done; 1 some task failed for good; 2 usage error; "
@@ -28,6 +30,7 @@ def _drive(
     take_edits: bool = False,
     full: bool = False,
 ) -> None:
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.drive import drive
 
     raise typer.Exit(drive(_repo(ctx), run, as_json, quiet, resume, rerun_all, take_edits, full))
@@ -145,8 +148,8 @@ def status(
     disk; safe to run while the run is being driven.
     """
     if watch:
+        # deferred: --help and status (<= 25x `python -c pass`) import only the command run
         from gitrun.commands.watch import watch_status
-        from gitrun.errors import UsageError
 
         if run is None or as_json:
             raise UsageError(
@@ -173,6 +176,7 @@ def list_runs(
 ) -> None:
     """List the runs here, one line each: its state, counts, spawns and yield
     (`gitrun status` without a run says the same)."""
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.drive import list_runs
 
     list_runs(_repo(ctx), as_json, show_all)
@@ -207,6 +211,7 @@ def logs(
     then its last 64 KiB); a worker that printed nothing leaves none. A
     task keeps the logs of its last 5 attempts.
     """
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.logs import show_logs
 
     show_logs(_repo(ctx), run, task, attempt, follow, lambda text: typer.echo(text, nl=False))
@@ -229,6 +234,7 @@ def log(
     ] = False,
 ) -> None:
     """Show a run's history from its branch: when, which tasks, which attempt."""
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.history import show_log
 
     show_log(_repo(ctx), run, as_json, attempts, typer.echo)
@@ -260,6 +266,7 @@ def report(
     attempt, concurrency over time, summary numbers and a sortable table of
     tasks, from what the run's branch holds (so it works on a fresh clone and
     after `gitrun land`). Prints the path it wrote. For text, `gitrun status RUN`."""
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.report.page import said_path, write_report
 
     del html  # accepted for the scripts that pass it; HTML is what report writes
@@ -288,8 +295,8 @@ def land(
     else that would be overwritten stops it with nothing changed. A land
     that was killed half way is finished by the next one.
     """
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.land.landing import land_run
-    from gitrun.layout import check_run_id
 
     check_run_id(run)
     typer.echo(land_run(_repo(ctx), run, squash=squash, partial=partial))
@@ -322,6 +329,7 @@ def rm(
     `gitrun next` handed out and `gitrun collect` did not judge. Refuses a run being
     driven, or whose dead driver left workers running, even with --force.
     """
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.remove import remove_run
 
     remove_run(_repo(ctx), run, force, typer.echo)
@@ -355,6 +363,7 @@ def retry(
     (failed canary, environment fault, strict ownership violation, spend
     budget); with --budget or --tokens, raise the run's spend budget (kept in
     its ledger); then `gitrun resume RUN`."""
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.retry import retry_run
 
     retry_run(_repo(ctx), run, list(tasks or []), budget, tokens, typer.echo)
@@ -379,6 +388,7 @@ def watchdog(
     park holds it: "stalled since T", T in UTC). Meant for cron, e.g.
     `*/10 * * * * cd /path/to/repo && gitrun watchdog --kill`.
     """
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.watchdog import duration_option, watch_runs
 
     stale_after = duration_option("--stale", stale)
@@ -416,6 +426,7 @@ def stop(
     driver runs the run (nothing to stop: it says so); 1 when the driver
     cannot be proved, runs on another host, or is still there after --wait.
     """
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.stop import stop_run
     from gitrun.commands.watchdog import duration_option
 
@@ -439,6 +450,7 @@ def demo(
     write invalid JSON and get throttled; kills its own driver halfway as a
     lost session would, resumes, lands the run and shows what happened.
     """
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.demo import run_demo
 
     result = run_demo(directory, tasks, seed, typer.echo)

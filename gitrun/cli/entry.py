@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import sys
 
+from gitrun import __version__
+
 TYPE_CHECKING = False  # typing costs the write hook milliseconds; mypy reads this as True
 if TYPE_CHECKING:
     from typing import NoReturn
@@ -53,12 +55,11 @@ def _is_open(fd: int) -> bool:
 def main() -> int:
     argv = sys.argv[1:]
     if argv in (["--version"], ["-V"]):
-        from gitrun import __version__
-
         sys.stdout.write(f"gitrun {__version__}\n")
         return 0
     if len(argv) == 2 and argv[0] == "hook" and argv[1] in ("pre-write", "pre-commit"):
-        # the hot path: Claude Code runs the write hook before every write of every agent
+        # the hot path: Claude Code runs the write hook before every write of every agent;
+        # deferred: the hooks import no typer (<= 3x `python -c pass`), --version no hook
         from gitrun.commands.hook import run_hook
 
         try:

@@ -9,6 +9,7 @@ import typer
 
 from gitrun.cli.app import _repo, app, complete_run
 from gitrun.commands.external import lead_guide
+from gitrun.errors import GitrunError
 
 
 def lead_guide_epilog() -> str:
@@ -55,6 +56,7 @@ def next_batch(
     the spend budget); 3 when halted; 1 when nothing is left but some task
     used up its attempts.
     """
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.external import next_batch
 
     raise typer.Exit(next_batch(_repo(ctx), run, max_tasks, as_json, full))
@@ -93,6 +95,7 @@ def collect(
     Missing or invalid outputs use up an attempt (invalid files are
     quarantined); tasks named with --throttled back off without using one.
     """
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.external import collect
 
     raise typer.Exit(collect(_repo(ctx), run, list(throttled or []), as_json, full))
@@ -110,12 +113,11 @@ def mcp_server(ctx: typer.Context) -> None:
     """
     repo = _repo(ctx)
     try:
+        # deferred: the MCP SDK is an optional extra (gitrun[mcp])
         from gitrun.mcp.server import serve
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] != "mcp":
             raise
-        from gitrun.errors import GitrunError
-
         raise GitrunError(
             "gitrun mcp needs the mcp extra, which is not installed here: pip install 'gitrun[mcp]'"
         ) from None

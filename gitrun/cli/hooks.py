@@ -20,6 +20,7 @@ app.add_typer(hook_app, name="hook")
 
 
 def _run_hook(name: str) -> None:
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.hook import run_hook
 
     raise typer.Exit(run_hook(name))
@@ -78,6 +79,7 @@ def hooks_install(
     gitrun-worker agent is written to .claude/agents/. Start the lead
     session after this: agent files are read when a session starts.
     """
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.hooks import install_hooks
 
     install_hooks(_repo(ctx), git_hook, claude, force, sandbox, typer.echo)
@@ -91,6 +93,7 @@ def hooks_uninstall(
     force: _Force = False,
 ) -> None:
     """Remove only what gitrun installed (a chained hook is put back)."""
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.hooks import uninstall_hooks
 
     uninstall_hooks(_repo(ctx), git_hook, claude, force, typer.echo)
@@ -106,6 +109,7 @@ def hooks_status(
 
     Exit 0 when every hook checked runs and blocks what it must; 1 otherwise.
     """
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.hooks import check_hooks
 
     raise typer.Exit(check_hooks(_repo(ctx), git_hook, claude, typer.echo))
@@ -157,6 +161,7 @@ def plugin_install(
     ask it for a fan-out (`/gitrun:fanout REQUEST`) or `/gitrun:lead RUN`
     (a `claude -p` lead also needs `--permission-mode acceptEdits`).
     """
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.hooks import install_plugin
 
     where = _repo(ctx) if scope is not Scope.user or sandbox else Path.cwd()
@@ -168,6 +173,7 @@ def plugin_uninstall(
     ctx: typer.Context, scope: _Scope = Scope.user, sandbox: _PluginSandbox = False
 ) -> None:
     """Uninstall the gitrun plugin from a scope (and gitrun's Bash sandbox with --sandbox)."""
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.hooks import uninstall_plugin
 
     where = _repo(ctx) if scope is not Scope.user or sandbox else Path.cwd()
@@ -178,6 +184,7 @@ def plugin_uninstall(
 def plugin_path() -> None:
     """Print the plugin's folder: `claude --plugin-dir "$(gitrun plugin path)"` loads it
     for one session, with nothing installed."""
+    # deferred: --help and status (<= 25x `python -c pass`) import only the command run
     from gitrun.commands.hooks import plugin_path
 
     typer.echo(plugin_path())
