@@ -51,6 +51,7 @@ from gitrun.store.jsonlines import LineWriter as LineWriter  # the local journal
 from gitrun.store.jsonlines import file_error, line_of, shown
 from gitrun.store.jsonlines import read_lines as read_lines
 from gitrun.store.regular import read_regular
+from gitrun.store.tomlfile import write_atomic
 from gitrun.store.usage import UsageTotals
 
 # The outcomes by the names this module gave them before gitrun.store.events
@@ -451,8 +452,6 @@ class LedgerWriter:
     def _put_back(self, name: str) -> None:
         """Chunk ``name`` in the work tree as this writer wrote it, when the
         copy there is an older one of it (never over anything else)."""
-        from gitrun.store.tomlfile import write_atomic
-
         path = self._run_dir / name
         written = bytes(self._written.get(name, b""))
         try:
