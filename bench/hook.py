@@ -114,7 +114,7 @@ def setup_subagent(root: Path) -> tuple[Path, bytes]:
         [*gitrun, "start", "bench", "--json"], cwd=repo, env=env, capture_output=True, check=True
     ).stdout
     ((task, pointer),) = json.loads(out)["leased"].items()
-    transcript = root / "session.jsonl"
+    transcript = root / "bench.jsonl"  # the session's own: <session_id>.jsonl
     lead = {
         "session_id": "bench",
         "transcript_path": str(transcript),
@@ -134,7 +134,7 @@ def setup_subagent(root: Path) -> tuple[Path, bytes]:
     )
     if b'"allow"' not in proc.stdout:
         raise SystemExit(f"the lead's dispatch was not allowed: {proc.stdout!r} {proc.stderr!r}")
-    meta = root / "session" / "subagents" / "agent-a1.meta.json"
+    meta = root / "bench" / "subagents" / "agent-a1.meta.json"
     meta.parent.mkdir(parents=True)
     meta.write_text(json.dumps({"agentType": "x", "description": "d", "toolUseId": "toolu_bench"}))
     sub = write_input(
