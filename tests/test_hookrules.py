@@ -363,8 +363,13 @@ def test_a_subagents_dispatch_and_lease_are_what_the_records_hold(tmp_path: Path
     local = LocalPaths(tmp_path)
     local.leases.write_text(
         json.dumps(
-            [{"task": "t1", "attempt": 2, "leased": 1.0, "expires": 9.0, "before": {}}]
-        )  # a bare list: the oldest lease file
+            {
+                "v": 1,
+                "leases": [
+                    {"task": "t1", "attempt": 2, "leased": 1.0, "expires": 9.0, "before": {}}
+                ],
+            }
+        )
     )
     local.dispatches.write_text(
         json.dumps(

@@ -36,7 +36,6 @@ class Lease:
     marks at that moment (``before``: see :func:`gitrun.definition.outputs.prepare_outputs`)."""
 
     __slots__ = (
-        "agent",
         "attempt",
         "before",
         "expires",
@@ -53,7 +52,6 @@ class Lease:
         leased: float,
         expires: float,
         before: dict[str, str | None],
-        agent: str | None = None,
         made_from: dict[str, str] | None = None,
         throttles: int = 0,
     ) -> None:
@@ -64,7 +62,6 @@ class Lease:
         self.leased = leased
         self.expires = expires
         self.before = before
-        self.agent = agent
         # What the attempt makes its outputs from (gitrun.definition.provenance).
         self.made_from = made_from
 
@@ -86,9 +83,8 @@ class Lease:
             isinstance(made_from, dict) and all(isinstance(v, str) for v in made_from.values())
         ):
             made_from = None  # damaged: the attempt's provenance is unknown, nothing worse
-        agent = data.optional_string("agent")
         throttles = data.integer("throttles") if "throttles" in data.data else 0
-        return cls(task, attempt, leased, expires, before, agent, made_from, throttles)
+        return cls(task, attempt, leased, expires, before, made_from, throttles)
 
     @property
     def try_of(self) -> tuple[int, int]:
@@ -99,7 +95,7 @@ class Lease:
         return {name: getattr(self, name) for name in _FIELDS}
 
 
-_FIELDS = ("task", "attempt", "leased", "expires", "before", "agent", "made_from", "throttles")
+_FIELDS = ("task", "attempt", "leased", "expires", "before", "made_from", "throttles")
 
 
 class LeaseFile:
@@ -135,11 +131,6 @@ class LeaseFile:
         return found
 
 
-def _upgrade(value: object) -> object:
-    """Before records had a version, the file was a bare list of leases."""
-    return {"v": 1, "leases": value} if isinstance(value, list) else value
-
-
 def read_leases(local: LocalPaths, warn: Warn = warn_stderr) -> dict[str, Lease]:
     return read_leases_at(local.leases, warn)
 
@@ -152,7 +143,6 @@ def read_leases_at(path: Path | str, warn: Warn = warn_stderr) -> dict[str, Leas
         what="lease file",
         fix=f"ignored: {SKIPPED}",
         warn=warn,
-        upgrade=_upgrade,
     )
     if found is None:
         return {}

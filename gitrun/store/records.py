@@ -32,10 +32,7 @@ A new record, in full::
 
 ``from_json`` reads fields only through :class:`Fields`, whose getters raise
 :class:`RecordInvalid` naming the field; ``load_record`` turns that into the
-sentence. A file written before records had a version (no ``"v"``) is read as
-version 1; a file whose old shape was not a JSON object (a bare list, a line
-of text) is brought to version 1 by the ``upgrade`` function the caller
-passes, like a converter of old metadata. Bump ``"v"`` only for a change an
+sentence, as it does for a file without a ``"v"``. Bump ``"v"`` only for a change an
 older reader would misread; a new optional field needs no bump (readers
 ignore fields they do not know).
 """
@@ -162,7 +159,6 @@ def load_record(
     what: str,
     fix: str,
     warn: Warn | None = None,
-    upgrade: Callable[[object], object] | None = None,
 ) -> T | None:
     """The record stored at ``path``, or None when there is no such file.
 
@@ -170,12 +166,10 @@ def load_record(
     names the record in sentences ("the driver's owner record"); ``fix`` says
     what to do, or, for a skipped record, what skipping it means. A damaged
     file raises :class:`RecordDamaged` when ``warn`` is None, and otherwise is
-    reported through ``warn`` and read as absent. ``upgrade`` brings an old
-    shape to a version-1 object: it gets the parsed JSON when that is not an
-    object with a ``"v"``, or the raw text when the file is not JSON at all.
+    reported through ``warn`` and read as absent.
     """
     try:
-        problem, data = _parse(path, upgrade)
+        problem, data = _parse(path)
     except FileNotFoundError:
         return None
     if not problem:
@@ -192,9 +186,7 @@ def load_record(
     return None
 
 
-def _parse(
-    path: Path | str, upgrade: Callable[[object], object] | None
-) -> tuple[str, dict[str, Any]]:
+def _parse(path: Path | str) -> tuple[str, dict[str, Any]]:
     """("", the version-1 object) or (what is wrong, {}); FileNotFoundError when absent."""
     try:
         raw = read_regular(path, limit=MAX_RECORD_BYTES + 1)  # a FIFO is refused, not waited on
@@ -216,16 +208,12 @@ def _parse(
     except RecursionError:
         return "is nested too deeply to be one of gitrun's records", {}
     except ValueError as exc:
-        if upgrade is None:
-            return f"is not valid JSON ({_json_problem(exc, text)})", {}
-        value = upgrade(text)
-        if not isinstance(value, dict):
-            return f"is not valid JSON ({_json_problem(exc, text)})", {}
-    if not (isinstance(value, dict) and "v" in value) and upgrade is not None:
-        value = upgrade(value)
+        return f"is not valid JSON ({_json_problem(exc, text)})", {}
     if not isinstance(value, dict):
         return f"holds a JSON {_json_type(value)}, not an object", {}
-    version = value.get("v", VERSION)  # written before records had a version
+    if "v" not in value:
+        return 'has no format version ("v"), which every record of gitrun\'s has', {}
+    version = value["v"]
     if type(version) is not int:
         return f"has a format version that is not a whole number ({version!r})", {}
     if version != VERSION:
