@@ -19,7 +19,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from gitrun.guard.install import PLUGIN, plugin_dir
-from gitrun.guard.subagents import PREFIX
 from gitrun.store.tomlfile import write_atomic
 
 AGENTS_DIR = ".claude/agents"
@@ -58,9 +57,3 @@ def uninstall_worker_agent(repo: Path) -> str:
         return f"{shown}: not there; nothing to remove"
     path.unlink()
     return f"{shown}: removed the {WORKER_AGENT} agent"
-
-
-def remove_agent(repo: Path, name: str) -> None:
-    """Remove a per-task agent file an older gitrun wrote for a lease."""
-    if name.startswith(PREFIX) and "/" not in name and name != WORKER_AGENT:
-        (repo / AGENTS_DIR / f"{name}.md").unlink(missing_ok=True)

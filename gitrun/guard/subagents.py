@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from gitrun.guard.rules import TaskRules
     from gitrun.store.repo import Repo
 
-PREFIX = "gitrun-"  # agent types gitrun makes (and older per-task ones): they claim a task
+PREFIX = "gitrun-"  # agent types gitrun makes: they claim a task
 _AGENT_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")  # a UUID, as Claude Code makes them
 
