@@ -164,11 +164,6 @@ def collect(ext: External, throttled: list[str], abandon: bool = False) -> Colle
             fold_denials(engine, writer, task_id, lease.attempt)
             status = engine.end(writer, ended)
             leases.pop(task_id)
-            if lease.agent:  # a per-task agent file an older gitrun wrote
-                # deferred: next and collect (<= 35x `python -c pass`) need it only here
-                from gitrun.guard.agents import remove_agent
-
-                remove_agent(ext.repo, lease.agent)
             if outcome == Outcome.VALID:
                 landings.append(Landing(task_id, lease.attempt, check.outputs, lease.made_from))
                 result.done.append(task_id)

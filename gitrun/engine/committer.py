@@ -90,14 +90,6 @@ class Tip:
 _HEX = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
-def _tip_upgrade(value: object) -> object:
-    """Before records had a version, the file was the commit id on a line of its
-    own (which JSON reads as a number when it has no letter and no leading 0)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
-    return {"v": 1, "commit": value.strip()} if isinstance(value, str) else value
-
-
 def read_tip(local: LocalPaths, warn: Warn = warn_stderr) -> str | None:
     """The run's last published commit as recorded here, or None (a damaged
     record is only a warning: it serves recovery and advice, never correctness)."""
@@ -107,7 +99,6 @@ def read_tip(local: LocalPaths, warn: Warn = warn_stderr) -> str | None:
         what="record of the run branch's last commit",
         fix="ignored: recovery falls back on the branch's reflog",
         warn=warn,
-        upgrade=_tip_upgrade,
     )
     return tip.commit if tip is not None else None
 
