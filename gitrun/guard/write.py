@@ -166,6 +166,7 @@ def keep_denials(
     name them after the run, on any clone. The attempt is the environment's
     (a worker gitrun started) or the lease's (a lead's subagent). Best
     effort: the write is denied whatever is kept here."""
+    # deferred: only a denied write pays for these (the write hook's <= 3x `python -c pass`)
     import stat
     import time
 

@@ -86,14 +86,19 @@ TAKEN = "taken"  # `gitrun resume --take-edits` took the edit
 
 def iso(ts: float) -> str:
     """A ledger timestamp: UTC, milliseconds."""
-    from datetime import UTC, datetime  # not at the top: the write hook imports this module
+    from datetime import (
+        UTC,
+        datetime,
+    )  # deferred: the write hook imports this module (<= 3x `python -c pass`)
 
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
 
 
 def _epoch(value: object) -> float:
     """A ledger timestamp in epoch seconds (0 for one that is not a timestamp)."""
-    from datetime import datetime  # not at the top: the write hook imports this module
+    from datetime import (
+        datetime,
+    )  # deferred: the write hook imports this module (<= 3x `python -c pass`)
 
     try:
         return datetime.fromisoformat(value).timestamp() if isinstance(value, str) else 0.0
@@ -264,7 +269,9 @@ class AttemptRecord(Record):
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Self:
-        from gitrun.store.usage import usage_of  # it imports dataclasses: not in the write hook
+        from gitrun.store.usage import (
+            usage_of,
+        )  # deferred: it imports dataclasses, which the write hook must not
 
         duration = data.get("duration")
         return cls(
@@ -378,7 +385,9 @@ class Park(Record):
     @property
     def until_epoch(self) -> float | None:
         """``until`` in epoch seconds; None when it is not a timestamp."""
-        from datetime import datetime  # not at the top: the write hook imports this module
+        from datetime import (
+            datetime,
+        )  # deferred: the write hook imports this module (<= 3x `python -c pass`)
 
         try:
             return datetime.fromisoformat(self.until).timestamp()
