@@ -33,7 +33,7 @@ POINTER = VALUES["pointer"]
 DOCUMENTED = {
     "codex": [
         "codex", "exec", "--model", "configured-model", "--sandbox", "workspace-write",
-        "--ephemeral", "--json", POINTER,
+        "--json", POINTER,
     ],
     "gemini": [
         "gemini", "--model", "configured-model", "--skip-trust", "--approval-mode", "yolo",
@@ -57,6 +57,31 @@ def test_presets_render_the_documented_argv(preset: str) -> None:
     assert render_command(template, VALUES) == DOCUMENTED[preset]
 
 
+def test_a_preset_whose_attempts_may_be_resumed_keeps_its_conversation() -> None:
+    """claude is given its conversation's id up front, codex saves its session
+    (no --ephemeral) and names it; `resume = false` gives the plain argv, and
+    a resumed try runs the client's resume command with the continuation."""
+    values = {**VALUES, "conversation": "0c0ffee0-aaaa-bbbb-cccc-000000000001"}
+    claude = render_command(command_template(Executor(preset="claude")) or [], values)
+    assert claude[claude.index("--session-id") + 1] == values["conversation"]
+    off = Executor(preset="codex", resume=False)
+    assert "--ephemeral" in render_command(command_template(off) or [], values)
+    resumed = command_template(Executor(preset="codex"), resumed=True) or []
+    assert render_command(resumed, values) == [
+        "codex", "exec", "resume", "--model", "configured-model", "-c",
+        "sandbox_mode=workspace-write", "--json", values["conversation"], POINTER,
+    ]  # fmt: skip
+    confined = command_template(Executor(preset="codex"), confined=True, resumed=True) or []
+    assert "sandbox_mode=danger-full-access" in confined
+    resumed = command_template(Executor(preset="claude"), resumed=True) or []
+    argv = render_command(resumed, values)
+    assert argv[:5] == ["claude", "-p", POINTER, "--resume", values["conversation"]]
+    assert "--session-id" not in argv
+    assert command_template(Executor(command=["claude", "-p", "{pointer}"]), resumed=True) == [
+        "claude", "-p", "{pointer}",
+    ]  # fmt: skip
+
+
 def test_claude_preset_passes_the_write_hooks() -> None:
     template = command_template(Executor(preset="claude"))
     assert template is not None
@@ -66,8 +91,9 @@ def test_claude_preset_passes_the_write_hooks() -> None:
         "--permission-mode", "acceptEdits", "--output-format",
     ]  # fmt: skip
     assert argv[8] == "json"  # its closing object carries the usage
-    assert argv[9] == "--settings"
-    settings = json.loads(argv[10])
+    assert argv[9] == "--session-id"  # its conversation, for a try that continues it
+    assert argv[11] == "--settings"
+    settings = json.loads(argv[12])
     hooks = settings["hooks"]
     assert settings["sandbox"]["filesystem"]["denyWrite"] == ["/work/repo"]
     assert "hook pre-write" in hooks["PreToolUse"][0]["hooks"][0]["command"]

@@ -226,3 +226,61 @@ def test_the_sentences_name_the_run_and_the_client() -> None:
     assert (guessed.park.reason, guessed.park.unread) == ("usage limit of claude", UNREAD_QUOTA)
     read = judge(replace(MISSING, exit_code=1, said=QUOTA % (NOW + HOUR)), RULES)
     assert read.park is not None and read.park.unread == ""
+
+
+# -- the try after a cut-off: its conversation continued, or a fresh start ----------------
+
+CUT = dict(cut_off=True, conversation="c0ffee00-0000", found=True, turns=3, size=900)
+NEXT_ROWS: list[tuple[str, dict[str, Any], bool, str]] = [
+    ("a cut-off try with turns done is continued", CUT, True, ""),
+    ("a try that ended, not cut off, starts fresh", {**CUT, "cut_off": False}, False, ""),
+    ("no conversation known: fresh", {**CUT, "conversation": ""}, False, ""),
+    (
+        "a resumed try that failed is followed by a fresh one, never another resume",
+        {**CUT, "resumed": True},
+        False,
+        "the try before was a resumed one, and it failed",
+    ),
+    (
+        "its client keeps the conversation no more (another machine, a cleared home)",
+        {**CUT, "found": False},
+        False,
+        "its conversation c0ffee00-0000 is gone",
+    ),
+    (
+        "a conversation too large to reload",
+        {**CUT, "size": 10**9},
+        False,
+        "its conversation is too large to reload (1000000000 bytes)",
+    ),
+    ("cut off before its first turn: nothing to continue", {**CUT, "turns": 0}, False, ""),
+]
+
+
+@pytest.mark.parametrize(
+    ("seen", "resumes", "why"), [r[1:] for r in NEXT_ROWS], ids=[r[0] for r in NEXT_ROWS]
+)
+def test_the_try_after(seen: dict[str, Any], resumes: bool, why: str) -> None:
+    from gitrun.engine.verdict import Tried, next_try
+
+    plan = next_try(Tried(**{"max_bytes": 32 * 2**20, **seen}))
+    assert (plan.resume, plan.why) == (resumes, why)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "timed_out", "cut"),
+    [
+        ("throttled", False, True),  # after its client's retries, or a usage limit's park
+        ("missing", True, True),  # its timeout
+        ("invalid", True, True),
+        ("abandoned", False, True),  # its driver died
+        ("interrupted", False, True),  # gitrun stopped it
+        ("missing", False, False),  # it ended by itself without its outputs
+        ("invalid", False, False),
+        ("valid", True, False),
+    ],
+)
+def test_what_counts_as_cut_off(outcome: str, timed_out: bool, cut: bool) -> None:
+    from gitrun.engine.verdict import is_cut_off
+
+    assert is_cut_off(outcome, timed_out) is cut

@@ -247,6 +247,10 @@ class Executor(Table):
     # brought back (gitrun.workers.scratch); "none" as it is, with the
     # stray-write audit; "auto" sandbox where it works.
     isolation: Literal["auto", "sandbox", "scratch", "none"] = "auto"
+    # Whether a try after a cut-off attempt (a throttle after its first turn,
+    # a usage limit, a timeout, a killed driver) continues that attempt's
+    # conversation, where its preset's client can (docs/agent-clients.md).
+    resume: bool = True
 
     @field_validator("address")
     @classmethod

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 from gitrun.definition.load import RunDef
 from gitrun.definition.outputs import TaskCheck, check_task, quarantine
@@ -39,6 +40,7 @@ from gitrun.engine.progress import (
     progress_of,
 )
 from gitrun.engine.recovery import bring_back, reconcile, recover_orphans
+from gitrun.engine.salvage import Start
 from gitrun.engine.states import FAILED, PENDING, Ended, Engine
 from gitrun.engine.strays import fold_denials
 from gitrun.engine.traces import NoTraces, Traces, open_traces
@@ -111,13 +113,26 @@ class Driver:
     def recover(self) -> None:
         """Stop what a dead driver of this run left running and record its attempts."""
         recover_orphans(
-            self.run, self.engine, self.ledger, self.committer.object_format, self.report
+            self.run,
+            self.engine,
+            self.ledger,
+            self.committer.object_format,
+            self.report,
+            self.launcher.salvage,
         )
 
     def reconcile(self) -> None:
         """Commit valid outputs already on disk; quarantine invalid ones."""
         base_tree = self.launcher.base_tree
-        reconcile(self.run, self.engine, self.committer, base_tree, self._own_files, self.report)
+        reconcile(
+            self.run,
+            self.engine,
+            self.committer,
+            base_tree,
+            self._own_files,
+            self.report,
+            self.launcher.salvage,
+        )
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -268,15 +283,19 @@ class Driver:
             bring_back(confined, self.engine, self.ledger, end.task, end.attempt, self.report)
         before = launched.before if launched else None
         check = check_task(self.run, self.tasks[end.task], before, self.committer.object_format)
-        if check.outcome == Outcome.INVALID:
-            quarantine(self.repo, self.local.quarantine_of(end.task, end.attempt), check.outputs)
         facts = _facts_of(end, check, confined, self.governor.parked_until)
         verdict = judge(facts, Rules(self.run.id, self.limits, self.launcher.placement.client))
+        start = launched.start if launched else Start()
+        salvage = self.launcher.salvage
+        conversation = start.conversation or salvage.said(self.local.log_of(end.task, end.attempt))
+        kept = salvage.after(verdict.outcome, end.timed_out, conversation, start.resumed).resume
+        if check.outcome == Outcome.INVALID and not kept:  # a resumed try finds them in place
+            quarantine(self.repo, self.local.quarantine_of(end.task, end.attempt), check.outputs)
         if verdict.halt is not None:
             self.governor.stop_for(verdict.halt)
         if verdict.park is not None:
             self._park(verdict.park)
-        ended = _ended(end, verdict, check, launched)
+        ended = replace(_ended(end, verdict, check, launched), conversation=conversation)
         crash_point("end.judged")
         fold_denials(self.engine, self.ledger, end.task, end.attempt)
         status = self.engine.end(self.ledger, ended)
@@ -384,6 +403,8 @@ def _ended(end: AttemptEnd, verdict: Verdict, check: TaskCheck, launched: Launch
         made=check.made if valid else None,
         throttles=launched.throttles if launched else 0,
         span=end.span,
+        resumed_from=launched.start.resumed_from if launched else None,
+        fresh_because=launched.start.fresh_because if launched else "",
     )
 
 

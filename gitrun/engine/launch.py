@@ -21,7 +21,7 @@ import stat
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gitrun.clock import to_wall
@@ -41,6 +41,7 @@ from gitrun.engine.committer import Committer, Landing
 from gitrun.engine.crashpoints import crash_point
 from gitrun.engine.governor import ENVIRONMENT, STRICT, Halt
 from gitrun.engine.progress import Reporter
+from gitrun.engine.salvage import Salvage, Start
 from gitrun.engine.states import Engine
 from gitrun.engine.traces import NoTraces, Traces
 from gitrun.processes import reaper
@@ -80,6 +81,7 @@ class Launched:
     made_from: dict[str, str]  # what it makes its outputs from, as its launch found it
     throttles: int  # the tries of its number the API throttled before it
     confined: Isolated | None  # its sandbox or scratch directory (None: the repository)
+    start: Start = field(default_factory=Start)  # its conversation, the try it continues
 
 
 class Placement:
@@ -102,6 +104,7 @@ class Placement:
         self.isolation = Isolation()
         self.plans: dict[str, Plan] = {}
         self.template = command_template(run.packet.executor)
+        self.resumed_template = command_template(run.packet.executor, resumed=True)
 
     @property
     def client(self) -> str:
@@ -124,7 +127,9 @@ class Placement:
                 left.discard()  # its scratch directory lies outside the git directory
         shutil.rmtree(self.local.sandboxes, ignore_errors=True)
         self.isolation = isolation_of(self.run, self.env)
-        self.template = command_template(self.run.packet.executor, self.isolation.confined)
+        executor, confined = self.run.packet.executor, self.isolation.confined
+        self.template = command_template(executor, confined)
+        self.resumed_template = command_template(executor, confined, resumed=True)
         if self.isolation.problem:
             self.engine.governor.stop_for(
                 Halt(
@@ -219,6 +224,7 @@ class Launcher:
         self.monitor = self._runner()
         self.base_env = _worker_env()
         self.placement = Placement(run, local, engine, self.base_env, report)
+        self.salvage = Salvage(run, self.base_env)
         self.made_logs = False  # the logs directory was made
         self.id_prefix = uuid.uuid4().hex[:24]
         self.count = 0  # attempts started by this driver
@@ -258,7 +264,12 @@ class Launcher:
     def launch(self, task: Task) -> bool:
         """Start an attempt of ``task``; False when its valid output was on
         disk already (committed instead)."""
-        number, throttles = self.engine.history[task.id].upcoming
+        history = self.engine.history[task.id]
+        number, throttles = history.upcoming
+        values = attempt_values(self.run, task, number)
+        start = self.salvage.start(history, values)
+        if not start.resumed and history.conversation:
+            self._set_aside_kept(task, number - 1)
         # Where a link standing at an output goes (left before this attempt).
         aside = functools.partial(self.local.quarantine_of, task.id, number - 1)
         object_format = self.committer.object_format
@@ -272,14 +283,13 @@ class Launcher:
             if found is None:  # set aside: its outputs are not on disk now
                 before = prepare_outputs(self.run, task, object_format, aside)
         made_from = self.provenance.of(task).to_json()
-        values = attempt_values(self.run, task, number)
-        template = self.placement.template
+        template = self.placement.resumed_template if start.resumed else self.placement.template
         assert template is not None  # check_run refuses a command executor without one
         attempt_id = self._next_attempt_id()
         self.attempt_ids.add(attempt_id)
         self.id_of[task.id] = attempt_id
         confine, cwd, confined = self.placement.place(task, attempt_id, values)
-        self.launched[task.id] = Launched(before, made_from, throttles, confined)
+        self.launched[task.id] = Launched(before, made_from, throttles, confined, start)
         env = {**self.base_env, **{_env_name(k): v for k, v in values.items()}}
         env.update(self.run.packet.executor.env)
         env["GITRUN_ATTEMPT_ID"] = attempt_id
@@ -302,6 +312,8 @@ class Launcher:
             before,
             made_from=made_from,
             throttles=throttles,
+            conversation=start.conversation,
+            resumed_from=start.resumed_from,
         )
         self.journal.write(ahead)
         crash_point("launch.ahead")
@@ -328,10 +340,14 @@ class Launcher:
                 to_wall(attempt.deadline),  # a later driver reads it
                 made_from=made_from,
                 throttles=throttles,
+                conversation=start.conversation,
+                resumed_from=start.resumed_from,
             )
             self.journal.write(spawned)
             crash_point("launch.journaled")
         again = f" again, after {throttles} throttled" if throttles else ""
+        if start.resumed:
+            again += f", continuing the conversation of attempt {history.last_try[0]}"
         self.report(f"{task.id} attempt {number}: started{again}")
         return True
 
@@ -353,6 +369,14 @@ class Launcher:
             )
         )
         return False
+
+    def _set_aside_kept(self, task: Task, number: int) -> None:
+        """A fresh try after one whose invalid outputs stayed for a resumed
+        try that is not to be (its conversation gone since): they are
+        quarantined now, as they would have been when it ended."""
+        check = check_task(self.run, task, None, self.committer.object_format)
+        if check.outcome == Outcome.INVALID:
+            quarantine(self.repo, self.local.quarantine_of(task.id, number), check.outputs)
 
     def take(self, task_id: str) -> Launched | None:
         """An attempt of ``task_id`` ended: what its launch kept (None: nothing

@@ -17,6 +17,7 @@ from gitrun.definition.load import RunDef
 from gitrun.definition.outputs import check_task, prior_in_tree, quarantine
 from gitrun.engine.committer import Committer, Landing, landing_message
 from gitrun.engine.crashpoints import crash_point
+from gitrun.engine.salvage import Salvage
 from gitrun.engine.states import COMPLETE, Ended, Engine
 from gitrun.engine.strays import fold_denials
 from gitrun.engine.verdict import Facts, Rules, judge
@@ -32,7 +33,12 @@ Reporter = Callable[[str], None]
 
 
 def recover_orphans(
-    run: RunDef, engine: Engine, writer: ledger.LedgerWriter, object_format: str, report: Reporter
+    run: RunDef,
+    engine: Engine,
+    writer: ledger.LedgerWriter,
+    object_format: str,
+    report: Reporter,
+    salvage: Salvage,
 ) -> None:
     """Stop workers a dead driver left running and record their attempts (each
     once, whatever step the dead driver reached); stop what its ended attempts
@@ -56,13 +62,16 @@ def recover_orphans(
         if confined is not None:  # stopped now: what it wrote of its own counts
             bring_back(confined, engine, writer, tid, entry.attempt, report)
         check = check_task(run, task, entry.before, object_format)
-        if check.outcome == Outcome.INVALID:
-            quarantine(run.repo, local.quarantine_of(tid, entry.attempt), check.outputs)
         # Its driver is gone: a lease abandoned, whatever else it did.
         verdict = judge(
             Facts(check.outcome, check.reason, abandoned=True), Rules(run.id, run.limits)
         )
         outcome, reason = verdict.outcome, verdict.reason
+        conversation = entry.conversation or salvage.said(local.log_of(tid, entry.attempt))
+        resumed = entry.resumed_from is not None
+        kept = salvage.after(outcome, False, conversation, resumed).resume
+        if check.outcome == Outcome.INVALID and not kept:  # a resumed try finds them in place
+            quarantine(run.repo, local.quarantine_of(tid, entry.attempt), check.outputs)
         now = time.time()
         made = check.made if outcome == Outcome.VALID else None
         ended = Ended(
@@ -75,6 +84,8 @@ def recover_orphans(
             made_from=entry.made_from,
             made=made,
             throttles=entry.throttles,
+            conversation=conversation,
+            resumed_from=entry.resumed_from,
         )
         fold_denials(engine, writer, tid, entry.attempt)
         engine.record(writer, ended)
@@ -116,8 +127,10 @@ def reconcile(
     at_base: dict[str, tuple[str, str]],
     own_files: Callable[[], dict[str, bytes]],
     report: Reporter,
+    salvage: Salvage | None = None,
 ) -> None:
-    """Commit valid outputs already on disk; quarantine invalid ones."""
+    """Commit valid outputs already on disk; quarantine invalid ones (but
+    those a resumed try is to find in place)."""
     landings: list[Landing] = []
     for tid, status in list(engine.status.items()):
         if status in COMPLETE:
@@ -130,6 +143,8 @@ def reconcile(
             landings.append(Landing(tid, attempts, check.outputs))
             engine.mark_done(tid)
         elif check.outcome == Outcome.INVALID:
+            if salvage is not None and salvage.keeps(engine.history[tid]):
+                continue
             moved = quarantine(run.repo, engine.local.quarantine_of(tid, attempts), check.outputs)
             report(f"{tid}: quarantined {', '.join(moved)} ({check.reason})")
     if landings:

@@ -121,6 +121,15 @@ class Ended:
     # clock (a driver's monotonic one), for the governor's arithmetic; None:
     # ``started`` and ``ended`` serve.
     span: tuple[float, float] | None = None
+    # Its conversation, the try it continued, why it started fresh
+    # (gitrun.store.ledger.AttemptRecord).
+    conversation: str = ""
+    resumed_from: tuple[int, int] | None = None
+    fresh_because: str = ""
+
+
+def _try_named(found: tuple[int, int] | None) -> dict[str, int] | None:
+    return None if found is None else {"attempt": found[0], "throttles": found[1]}
 
 
 class _Histories(dict[str, ledger.TaskHistory]):
@@ -346,6 +355,9 @@ class Engine:
             made=dict(ended.made) if ended.made else None,
             said=list(ended.said),
             throttles=ended.throttles,
+            conversation=ended.conversation,
+            resumed_from=_try_named(ended.resumed_from),
+            fresh_because=ended.fresh_because,
         )
         self.write(writer, record)
         self.recorded.add(key)

@@ -196,3 +196,53 @@ def _cannot_start(why: str) -> str:
         f"environment fault: the worker cannot start: {why}; install it or fix [executor] "
         "command (`gitrun check` says), then `gitrun retry` and `gitrun resume`"
     )
+
+
+# -- the try after: continue its conversation, or start fresh ---------------------------------
+
+
+def is_cut_off(outcome: str, timed_out: bool) -> bool:
+    """Whether an attempt (as the ledger records it) was cut off mid-task:
+    throttled (a usage limit's park too), timed out, stopped by gitrun, or
+    left by a dead driver, with no valid outputs."""
+    if outcome == Outcome.VALID:
+        return False
+    return timed_out or outcome in (Outcome.THROTTLED, Outcome.INTERRUPTED, Outcome.ABANDONED)
+
+
+@dataclass(frozen=True)
+class Tried:
+    """What is known of a task's latest try, for the next one."""
+
+    cut_off: bool  # it was cut off mid-task (:func:`is_cut_off`)
+    conversation: str = ""  # its conversation's id ("": none known)
+    resumed: bool = False  # it was itself a resumed try
+    found: bool = False  # its client still keeps the conversation here
+    turns: int = 0  # the turns the conversation holds (tool calls)
+    size: int = 0  # its size in bytes
+    max_bytes: int = 0  # the most its client reloads
+
+
+@dataclass(frozen=True)
+class NextTry:
+    resume: bool  # continue the conversation
+    why: str = ""  # why a try after a cut-off starts fresh ("": nothing to say)
+
+
+def next_try(tried: Tried) -> NextTry:
+    """Whether the next try continues the latest try's conversation; in this
+    order: only a cut-off try with a known conversation is continued, never a
+    resumed one that failed (no loop of resumes), never one its client no
+    longer keeps (another machine, a cleared home), holds no turn of, or
+    could not reload."""
+    if not tried.cut_off or not tried.conversation:
+        return NextTry(False)
+    if tried.resumed:
+        return NextTry(False, "the try before was a resumed one, and it failed")
+    if not tried.found:
+        return NextTry(False, f"its conversation {tried.conversation} is gone")
+    if tried.size > tried.max_bytes:
+        return NextTry(False, f"its conversation is too large to reload ({tried.size} bytes)")
+    if tried.turns == 0:
+        return NextTry(False)  # cut off before its first turn: nothing to continue
+    return NextTry(True)

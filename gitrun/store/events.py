@@ -130,6 +130,16 @@ def _texts(data: Mapping[str, Any], name: str) -> dict[str, str] | None:
     return None  # damaged: as if it named none
 
 
+def _try(value: object) -> dict[str, int] | None:
+    """A try named ``{"attempt": N, "throttles": K}`` (None: none, or damaged)."""
+    if not isinstance(value, dict):
+        return None
+    attempt, throttles = value.get("attempt"), value.get("throttles", 0)
+    if type(attempt) is not int or type(throttles) is not int:
+        return None
+    return {"attempt": attempt, "throttles": throttles}
+
+
 class Record:
     """A record of the ledger; equal to another of its type with the same JSON."""
 
@@ -164,14 +174,17 @@ class AttemptRecord(Record):
     __slots__ = (
         "attempt",
         "concurrency",
+        "conversation",
         "dispatch",
         "duration",
         "ended",
         "exit",
+        "fresh_because",
         "made",
         "made_from",
         "outcome",
         "reason",
+        "resumed_from",
         "said",
         "signal",
         "stage",
@@ -202,6 +215,9 @@ class AttemptRecord(Record):
         said: list[str] | None = None,
         throttles: int = 0,
         duration: float | None = None,
+        conversation: str = "",
+        resumed_from: dict[str, int] | None = None,
+        fresh_because: str = "",
     ) -> None:
         self.task = task
         self.attempt = attempt
@@ -226,6 +242,13 @@ class AttemptRecord(Record):
         self.said = said or []
         self.throttles = throttles  # the tries of this attempt number throttled before it
         self.duration = round(ended - started, 3) if duration is None else duration
+        # Its client's conversation ("": none known), the try whose conversation
+        # it continued ({"attempt": N, "throttles": K}; None: it started fresh),
+        # and why it started fresh although the try before was cut off
+        # (gitrun.engine.salvage).
+        self.conversation = conversation
+        self.resumed_from = resumed_from
+        self.fresh_because = fresh_because
 
     @property
     def kind(self) -> str:
@@ -265,6 +288,12 @@ class AttemptRecord(Record):
             record["made"] = self.made
         if self.said:
             record["said"] = self.said
+        if self.conversation:
+            record["conversation"] = self.conversation
+        if self.resumed_from is not None:
+            record["resumed_from"] = self.resumed_from
+        if self.fresh_because:
+            record["fresh_because"] = self.fresh_because
         return record
 
     @classmethod
@@ -293,6 +322,9 @@ class AttemptRecord(Record):
             _strs(data, "said"),
             _int(data, "throttles") or 0,
             duration if type(duration) in (int, float) else None,
+            _str(data, "conversation"),
+            _try(data.get("resumed_from")),
+            _str(data, "fresh_because"),
         )
 
 

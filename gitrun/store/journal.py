@@ -45,6 +45,10 @@ class JournalEntry:
     # as the launch found it; None when unknown.
     made_from: dict[str, str] | None = None
     throttles: int = 0  # the tries of this attempt number the API throttled before it
+    # Its conversation when known at launch, and the try it continues
+    # (attempt, throttles), for a later driver that records it.
+    conversation: str = ""
+    resumed_from: tuple[int, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"v": JOURNAL_FORMAT, "task": self.task, "attempt": self.attempt}
@@ -61,6 +65,8 @@ class JournalEntry:
             "cmdline": self.cmdline,
             "deadline": self.deadline,
             "made_from": self.made_from,
+            "conversation": self.conversation or None,
+            "resumed_from": list(self.resumed_from) if self.resumed_from else None,
         }
         data.update({k: v for k, v in optional.items() if v is not None})
         return data
@@ -108,7 +114,20 @@ class JournalEntry:
             _time(item.get("deadline")),
             made_from=_strings(item.get("made_from")),
             throttles=throttles,
+            conversation=_text(item.get("conversation")),
+            resumed_from=_try(item.get("resumed_from")),
         )
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _try(value: object) -> tuple[int, int] | None:
+    """A try's (attempt, throttles), as a journal entry names it."""
+    if isinstance(value, list) and len(value) == 2 and all(type(v) is int for v in value):
+        return value[0], value[1]
+    return None
 
 
 def _time(value: object) -> float | None:

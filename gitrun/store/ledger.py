@@ -72,6 +72,13 @@ class TaskHistory:
     # The outputs its latest valid attempt made (path -> blob id), if it said.
     made: dict[str, str] | None = None
     up_to_date: bool = False  # not dispatched this round: its outputs at the base are current
+    # Its latest try, for the next one (gitrun.engine.verdict.next_try): the
+    # attempt number and throttles naming it, whether it timed out, its
+    # conversation's id and whether it was itself a resumed try.
+    last_try: tuple[int, int] = (0, 0)
+    last_timed_out: bool = False
+    conversation: str = ""
+    last_resumed: bool = False
 
     @property
     def upcoming(self) -> tuple[int, int]:
@@ -153,6 +160,10 @@ def note(summary: LedgerSummary, data: Mapping[str, Any]) -> None:
         if record.outcome in COUNTED:
             history.used += 1
         history.last_outcome = record.outcome or None
+        history.last_try = (record.attempt, record.throttles)
+        history.last_timed_out = record.timed_out
+        history.conversation = record.conversation
+        history.last_resumed = record.resumed_from is not None
         history.last_reason = record.reason if isinstance(data.get("reason"), str) else None
         if record.outcome == Outcome.VALID:
             history.made = record.made

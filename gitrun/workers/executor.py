@@ -26,11 +26,18 @@ from gitrun.errors import GitrunError
 from gitrun.guard.install import claude_hooks
 from gitrun.guard.sandbox import claude_sandbox
 from gitrun.workers.interpreters import code_slots
-from gitrun.workers.presets import DEFAULT, PRESETS, SHELL_PRESET, client_of, find_preset
+from gitrun.workers.presets import (
+    DEFAULT,
+    PRESETS,
+    SHELL_PRESET,
+    Resume,
+    client_of,
+    find_preset,
+)
 
 PLACEHOLDERS = (
     "pointer", "task", "run", "model", "packet", "attempt", "outputs", "inputs", "stage",
-    "claude_settings",
+    "claude_settings", "conversation",
 )  # fmt: skip
 # Filled by gitrun itself, never from the environment: gitrun's hooks and
 # Bash sandbox for this repository, as Claude Code `--settings` JSON.
@@ -66,15 +73,19 @@ _MODEL_FLAG = re.compile(r"(?:^|\s)--model(?:=|\s+)(\S+)")
 _FROM_CONFIG = {"{model}", "$GITRUN_MODEL", "${GITRUN_MODEL}"}
 
 
-def command_template(executor: Executor, confined: bool = False) -> list[str] | None:
+def command_template(
+    executor: Executor, confined: bool = False, resumed: bool = False
+) -> list[str] | None:
     """The argv template for a command executor; None when there is none;
-    ``confined``: its attempts run under gitrun's sandbox.
+    ``confined``: its attempts run under gitrun's sandbox; ``resumed``: the
+    try continues a cut-off attempt's conversation (:func:`resumable`).
 
     `command` replaces the preset entirely; `args` are appended either way.
     A preset whose client runs gitrun's write-time hooks (claude) gets them
     through its settings, so ownership is enforced while the agent writes.
     """
     record = find_preset(executor.preset)
+    resume = resumable(executor)
     if executor.command is not None:
         base = list(executor.command)
     elif record is None:
@@ -84,11 +95,28 @@ def command_template(executor: Executor, confined: bool = False) -> list[str] | 
             return None
         base = [*record.argv, executor.shell]
     else:
-        base = list(record.argv) + preset_extras(executor)
+        if resume is None:
+            base = list(record.argv)
+        elif resumed:
+            base = list(resume.argv)
+        else:  # a try that may be resumed: its conversation kept, under a known id
+            base = [w for w in record.argv if w not in resume.drop] + list(resume.given)
+        base += preset_extras(executor)
         for old, new in record.when_confined if confined else ():
             # its own sandbox cannot nest in gitrun's (see Preset.when_confined)
-            base[base.index(old)] = new
+            base = [new if word == old else word for word in base]
     return base + list(executor.args)
+
+
+def resumable(executor: Executor) -> Resume | None:
+    """How a command run's cut-off attempts continue their conversation: its
+    preset's way, unless ``[executor] resume = false``, its own ``command``
+    (whose client gitrun cannot tell how to resume) or a Ray cluster (whose
+    nodes keep the conversations) says otherwise."""
+    record = find_preset(executor.preset)
+    if record is None or executor.command is not None or executor.kind != "command":
+        return None
+    return record.resume if executor.resume else None
 
 
 def preset_extras(executor: Executor) -> list[str]:

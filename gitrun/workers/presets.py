@@ -62,6 +62,31 @@ class Hooks:
 
 
 @dataclass(frozen=True)
+class Resume:
+    """How a client continues a conversation an attempt was cut off in
+    (docs/agent-clients.md, "Continuing a cut-off attempt").
+
+    A fresh try adds ``given`` to its argv (the conversation's id given up
+    front, ``{conversation}``) and leaves out ``drop`` (what keeps the client
+    from saving it); a client that takes no id names it in its output, which
+    ``said`` reads (its first group). A resumed try runs ``argv``, whose
+    ``{pointer}`` is the continuation prompt. The conversation is kept under
+    the client's home (``home``: the variable naming it, else ``default``
+    under ``$HOME``) in the file ``stored`` matches (``{conversation}`` the
+    id); a line matching ``turn`` there is a turn it did (none: nothing to
+    continue), and one over ``max_bytes`` is too large to reload."""
+
+    argv: tuple[str, ...]
+    home: tuple[str, str]
+    stored: str
+    turn: str
+    given: tuple[str, ...] = ()
+    drop: tuple[str, ...] = ()
+    said: str = ""
+    max_bytes: int = 32 * 2**20
+
+
+@dataclass(frozen=True)
 class Preset:
     """One agent client, as gitrun runs it."""
 
@@ -82,6 +107,7 @@ class Preset:
     # Under isolation = "auto": why gitrun leaves it unconfined ("": gitrun confines it).
     own_sandbox: str = ""
     script: bool = False  # its command line is the packet's `[executor] shell` script
+    resume: Resume | None = None  # how it continues a cut-off attempt's conversation
 
 
 _NETWORK_FIX = "check the network and the client's API base URL and key"
@@ -118,11 +144,24 @@ CLAUDE = Preset(
         billing=(r"credit balance is too low",),
     ),
     hooks=Hooks("--settings", ("--disallowedTools", "Bash")),
+    # Its conversation under ~/.claude/projects/<the directory, dashed>/<id>.jsonl,
+    # one JSON line per message.
+    resume=Resume(
+        argv=(
+            "claude", "-p", "{pointer}", "--resume", "{conversation}", "--model", "{model}",
+            "--permission-mode", "acceptEdits", "--output-format", "json",
+        ),
+        home=("CLAUDE_CONFIG_DIR", ".claude"),
+        stored="projects/*/{conversation}.jsonl",
+        turn=r'"type":"tool_use"',
+        given=("--session-id", "{conversation}"),
+    ),
 )
 CODEX = Preset(
     name="codex",
     program="codex",
-    # --ephemeral: no saved session per task.
+    # --ephemeral: no saved session per task (left out where its attempts
+    # may be resumed: `[executor] resume`, on by default).
     argv=(
         "codex", "exec", "--model", "{model}", "--sandbox", "workspace-write", "--ephemeral",
         "--json", "{pointer}",
@@ -153,11 +192,27 @@ CODEX = Preset(
     # codex's own sandbox cannot nest in gitrun's: it makes mount points
     # (.agents, .codex) in the repository, which is read-only there.
     # gitrun's bubblewrap alone holds its writes to the task's paths.
-    when_confined=(("workspace-write", "danger-full-access"),),
+    when_confined=(
+        ("workspace-write", "danger-full-access"),
+        ("sandbox_mode=workspace-write", "sandbox_mode=danger-full-access"),
+    ),
     # Confined by gitrun, its commands would get the network its own keeps from them.
     own_sandbox="workers are not confined by gitrun: codex's own sandbox holds them "
     '(isolation = "sandbox" confines codex by gitrun\'s alone, which cannot keep the '
     "network from its commands)",
+    # `codex exec resume` takes no --sandbox: its -c value, not TOML, is read as text.
+    # Its conversation: $CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl.
+    resume=Resume(
+        argv=(
+            "codex", "exec", "resume", "--model", "{model}", "-c",
+            "sandbox_mode=workspace-write", "--json", "{conversation}", "{pointer}",
+        ),
+        home=("CODEX_HOME", ".codex"),
+        stored="sessions/*/*/*/rollout-*-{conversation}.jsonl",
+        turn=r'"type":"function_call"',
+        drop=("--ephemeral",),
+        said=r'"type":"thread\.started","thread_id":"([0-9A-Za-z-]+)"',
+    ),
 )
 GEMINI = Preset(
     name="gemini",
