@@ -101,8 +101,11 @@ def claude_env(
         for k, v in os.environ.items()
         if k.startswith("GIT_") or k in ("LANG", "LC_ALL", "USER", "LOGNAME")
     }
+    from tests.realclient.clis import gitrun_source
+
     env.update(
         {
+            "PYTHONPATH": gitrun_source(),
             "HOME": str(home),
             "TMPDIR": short_tmpdir(home),  # the client's scratch files stay with the test
             "PATH": path

@@ -89,6 +89,15 @@ def private_bin(tmp_path: Path, name: str) -> Path:
     return folder
 
 
+def gitrun_source() -> str:
+    """The folder the gitrun under test is imported from: a gitrun run as a
+    child process (and the hooks it installs) runs this code, not whatever
+    copy the interpreter's site-packages points at."""
+    import gitrun
+
+    return str(Path(gitrun.__file__).resolve().parents[1])
+
+
 def offline_env(home: Path, bin_dir: Path, **extra: str) -> dict[str, str]:
     """The environment of a gitrun run over a client with no network: a
     private HOME and TMPDIR, the client first on PATH, git's test settings
@@ -101,6 +110,7 @@ def offline_env(home: Path, bin_dir: Path, **extra: str) -> dict[str, str]:
     }
     env.update(
         {
+            "PYTHONPATH": gitrun_source(),
             "HOME": str(home),
             "TMPDIR": str(home),
             "PATH": os.pathsep.join([str(bin_dir), "/usr/local/bin", "/usr/bin", "/bin"]),

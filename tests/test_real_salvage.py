@@ -1,0 +1,228 @@
+"""A cut-off attempt continued, with the real pinned clients against the mock model.
+
+Each worker does six tool turns (five commands, then the write of its
+output) and closes with a line. Its conversation is cut off at its fourth
+turn: a 429 its client gives up on, a command that outlives the attempt's
+timeout, or a driver killed with SIGKILL (then ``gitrun resume``). The try
+after it must continue the conversation (its first request carries the
+turns done) with the continuation prompt, and the ledger must say so; it
+starts fresh when the conversation is gone, and after a resumed try that
+failed. Skipped, with the reason, without the clients (``.ci/install-clients``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import commit_all, ledger_records, write_run
+from tests.realclient.claude import INSTALLED, claude_binary, claude_env
+from tests.realclient.clis import gitrun
+from tests.realclient.mockmodel import Failure, MockModel, Request, Turn, bash, say, write
+
+pytestmark = pytest.mark.realclient
+
+OUTPUT = "out/t1.json"
+CUT_AT = 3  # the fourth turn
+THROTTLE = Failure(headers=(("retry-after", "120"),))  # over a minute: claude gives up at once
+HANG = bash("python3 -c 'import time; time.sleep(100)'", "Wait")  # outlives the attempt
+
+
+class Worker:
+    """The model's side of one task: turn ``n`` of the conversation is the
+    script's ``n``-th (counted from the turns the request carries), but the
+    first ``cuts`` times the fourth is reached it is ``cut``."""
+
+    def __init__(self, repo: Path, cut: Turn | Failure, cuts: int = 1) -> None:
+        steps: list[Turn] = [bash(f"echo step {n}", f"Step {n}") for n in range(1, 6)]
+        self.script = [*steps, write(str(repo / OUTPUT), '{"done": true}')]
+        self.cut, self.cuts = cut, cuts
+        self.asked: list[int] = []  # the turns each agent-loop request carried
+        self.lock = threading.Lock()
+        self.hung = threading.Event()
+
+    def __call__(self, request: Request) -> Turn | Failure:
+        messages = request.body.get("messages") or []
+        steps = sum(1 for m in messages if m.get("role") == "assistant")
+        self.asked.append(steps)
+        if steps == CUT_AT and self.cuts > 0:
+            self.cuts -= 1
+            if self.cut is HANG:
+                self.hung.set()
+            return self.cut
+        return self.script[steps] if steps < len(self.script) else say("done")
+
+
+def _run(repo: Path, timeout: str = "60s", **executor: object) -> None:
+    packet = {
+        "executor": {"preset": "claude", **executor},
+        "model": {"default": "claude-mock-1"},
+        "limits": {
+            "canary": 0,
+            "concurrency": 1,
+            "max_attempts": 3,
+            "timeout": timeout,
+            "backoff_base": "1s",
+            "backoff_cap": "1s",
+            "max_load": 1e6,
+            "max_spawns": 10,
+        },
+    }
+    write_run(repo, "c", [{"id": "t1", "outputs": [OUTPUT]}], packet)
+    commit_all(repo, "run c")
+
+
+def _env(repo: Path, url: str) -> dict[str, str]:
+    env = claude_env(repo.parent / "home", url)
+    env["PATH"] = os.pathsep.join([str(INSTALLED.parent), env["PATH"]])
+    return env
+
+
+def _tries(repo: Path) -> list[dict[str, Any]]:
+    return [r for r in ledger_records(repo, "c") if "outcome" in r and "event" not in r]
+
+
+def _committed_once(repo: Path) -> None:
+    shown = subprocess.run(
+        ["git", "show", f"gitrun/c:{OUTPUT}"], cwd=repo, capture_output=True, text=True, check=True
+    )
+    assert json.loads(shown.stdout) == {"done": True}
+    log = subprocess.run(
+        ["git", "log", "--format=%(trailers:key=Gitrun-Task,valueonly)", "gitrun/c"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert log.stdout.split().count("t1") == 1
+
+
+@pytest.fixture
+def repo(git_repo: Path) -> Path:
+    claude_binary()
+    (git_repo.parent / "home").mkdir()
+    return git_repo
+
+
+def test_claude_continues_a_conversation_a_throttle_cut_off(repo: Path) -> None:
+    _run(repo)
+    worker = Worker(repo, THROTTLE)
+    with MockModel(worker, max_requests=40) as model:
+        done = gitrun(repo, _env(repo, model.url), "start", "c")
+        continued = [r for r in model.requests if r.is_agent_turn][CUT_AT + 1]
+    assert done.returncode == 0, done.stdout + done.stderr
+    first, second = _tries(repo)
+    assert (first["attempt"], first["outcome"]) == (1, "throttled")
+    assert (second["attempt"], second["outcome"]) == (1, "valid")
+    assert second["resumed_from"] == {"attempt": 1, "throttles": 0}
+    assert first["conversation"] == second["conversation"]
+    # The try after the cut carried the three turns done, and was told to go on.
+    assert worker.asked == [0, 1, 2, 3, 3, 4, 5, 6]
+    said = json.dumps(continued.body["messages"][-1])
+    assert "was cut off" in said and "gitrun run c, task t1" in said
+    assert "continuing the conversation of attempt 1" in done.stderr
+    _committed_once(repo)
+
+
+def test_claude_continues_a_conversation_its_timeout_cut_off(repo: Path) -> None:
+    _run(repo, timeout="12s")
+    worker = Worker(repo, HANG)
+    with MockModel(worker, max_requests=40, lifetime=180) as model:
+        done = gitrun(repo, _env(repo, model.url), "start", "c")
+    assert done.returncode == 0, done.stdout + done.stderr
+    first, second = _tries(repo)
+    assert (first["outcome"], first["timed_out"]) == ("missing", True)
+    assert (second["attempt"], second["outcome"]) == (2, "valid")
+    assert second["resumed_from"] == {"attempt": 1, "throttles": 0}
+    # Nothing redone: the resumed conversation holds the four turns (claude
+    # closes the interrupted command's with a note of its own).
+    assert worker.asked[:4] == [0, 1, 2, 3] and worker.asked[4] > CUT_AT
+    _committed_once(repo)
+
+
+def _kill_driver_at_the_cut(repo: Path, worker: Worker, env: dict[str, str]) -> None:
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "gitrun", "start", "c"],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert worker.hung.wait(90), "the worker never reached its fourth turn"
+        time.sleep(2.0)  # its command runs: the conversation holds the turn
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=30)
+
+
+def test_claude_continues_the_conversation_of_a_driver_killed_with_sigkill(repo: Path) -> None:
+    _run(repo)
+    worker = Worker(repo, HANG)
+    with MockModel(worker, max_requests=40, lifetime=180) as model:
+        env = _env(repo, model.url)
+        _kill_driver_at_the_cut(repo, worker, env)
+        done = gitrun(repo, env, "resume", "c")
+    assert done.returncode == 0, done.stdout + done.stderr
+    first, second = _tries(repo)
+    assert (first["attempt"], first["outcome"]) == (1, "abandoned")
+    assert second["outcome"] == "valid" and second["resumed_from"] == {
+        "attempt": 1,
+        "throttles": 0,
+    }
+    assert worker.asked[4] > CUT_AT
+    _committed_once(repo)
+
+
+def test_claude_starts_fresh_when_the_conversation_is_gone(repo: Path) -> None:
+    """A resume on another machine: the client's home holds no conversation."""
+    _run(repo)
+    worker = Worker(repo, HANG)
+    with MockModel(worker, max_requests=40, lifetime=180) as model:
+        env = _env(repo, model.url)
+        _kill_driver_at_the_cut(repo, worker, env)
+        shutil.rmtree(repo.parent / "home" / ".claude" / "projects")
+        done = gitrun(repo, env, "resume", "c")
+    assert done.returncode == 0, done.stdout + done.stderr
+    first, second = _tries(repo)
+    assert first["outcome"] == "abandoned" and "resumed_from" not in second
+    assert second["fresh_because"] == f"its conversation {first['conversation']} is gone"
+    assert worker.asked[4] == 0  # from its first turn
+    _committed_once(repo)
+
+
+def test_claude_starts_fresh_after_a_resumed_try_that_failed(repo: Path) -> None:
+    _run(repo)
+    worker = Worker(repo, THROTTLE, cuts=2)  # the resumed try is refused too
+    with MockModel(worker, max_requests=40) as model:
+        done = gitrun(repo, _env(repo, model.url), "start", "c")
+    assert done.returncode == 0, done.stdout + done.stderr
+    first, resumed, fresh = _tries(repo)
+    assert first["outcome"] == resumed["outcome"] == "throttled"
+    assert resumed["resumed_from"] == {"attempt": 1, "throttles": 0}
+    assert fresh["outcome"] == "valid" and "resumed_from" not in fresh
+    assert fresh["fresh_because"] == "the try before was a resumed one, and it failed"
+    assert worker.asked == [0, 1, 2, 3, 3, 0, 1, 2, 3, 4, 5, 6]
+    _committed_once(repo)
+
+
+def test_resume_false_starts_every_try_fresh(repo: Path) -> None:
+    _run(repo, resume=False)
+    worker = Worker(repo, THROTTLE)
+    with MockModel(worker, max_requests=40) as model:
+        done = gitrun(repo, _env(repo, model.url), "start", "c")
+    assert done.returncode == 0, done.stdout + done.stderr
+    first, second = _tries(repo)
+    assert "conversation" not in first and "resumed_from" not in second
+    assert worker.asked == [0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6]
+    _committed_once(repo)
