@@ -226,3 +226,111 @@ def test_resume_false_starts_every_try_fresh(repo: Path) -> None:
     assert "conversation" not in first and "resumed_from" not in second
     assert worker.asked == [0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6]
     _committed_once(repo)
+
+
+# -- codex: `codex exec resume SESSION_ID PROMPT`, its id read from `thread.started` -------
+
+
+class CodexWorker:
+    """The same worker for codex: its turn is counted from the function calls
+    the request's conversation holds."""
+
+    def __init__(self, cut: str) -> None:
+        from tests.realclient.openai_mock import shell
+
+        steps = [shell(f"echo step {n}") for n in range(1, 6)]
+        self.script = [
+            *steps,
+            shell(f"mkdir -p out && printf '%s' '{{\"done\": true}}' > {OUTPUT}"),
+        ]
+        self.cut = cut  # "throttle", "hang" (a command that outlives it) or "stall" (no answer)
+        self.cuts = 1
+        self.asked: list[int] = []
+        self.hung = threading.Event()
+
+    def turn(self, request: Any) -> Any:
+        from tests.realclient.openai_mock import shell
+        from tests.realclient.scripted import Refuse, Reply
+
+        items = request.body.get("input") or []
+        steps = sum(1 for i in items if isinstance(i, dict) and i.get("type") == "function_call")
+        self.asked.append(steps)
+        if steps == CUT_AT and self.cuts > 0:
+            self.cuts -= 1
+            if self.cut == "hang":
+                self.hung.set()
+                return shell("python3 -c 'import time; time.sleep(100)'")
+            if self.cut == "stall":  # codex's command tool yields while a command runs on
+                time.sleep(30)  # past the attempt's timeout, on this request's own thread
+            return Refuse(429, {"error": {"type": "rate_limit_exceeded", "message": "Rate limit"}})
+        return self.script[steps] if steps < len(self.script) else Reply("done")
+
+
+def _codex(tmp_path: Path, worker: CodexWorker) -> Any:
+    from tests.realclient.openai_mock import OpenAIMock
+
+    class Conversing(OpenAIMock):
+        def answer(self, request: Any) -> Any:
+            self.request = request
+            return super().answer(request)
+
+        def next_turn(self) -> Any:
+            turn = worker.turn(self.request)
+            from tests.realclient.scripted import Call
+
+            if isinstance(turn, Call):
+                turn = Call(turn.name, turn.args, self.new_id("call_mock"), turn.namespace)
+            return turn
+
+    return Conversing([], max_requests=60, lifetime=180)
+
+
+@pytest.mark.parametrize("cut", ["throttle", "timeout", "sigkill"])
+def test_codex_continues_a_cut_off_conversation(git_repo: Path, tmp_path: Path, cut: str) -> None:
+    from tests.realclient.clis import client_binary, codex_env
+
+    client_binary("codex")
+    packet = {
+        "executor": {"preset": "codex"},
+        "model": {"default": "gpt-mock"},
+        "limits": {
+            "canary": 0,
+            "max_attempts": 3,
+            "max_spawns": 10,
+            "timeout": "20s" if cut == "timeout" else "90s",
+            "backoff_base": "1s",
+            "backoff_cap": "1s",
+            "max_load": 1e6,
+        },
+    }
+    write_run(git_repo, "c", [{"id": "t1", "outputs": [OUTPUT]}], packet)
+    commit_all(git_repo, "run c")
+    worker = CodexWorker({"throttle": "throttle", "timeout": "stall", "sigkill": "hang"}[cut])
+    with _codex(tmp_path, worker) as api:
+        retries = "request_max_retries = 0\nstream_max_retries = 0\n"
+        env = codex_env(tmp_path, api.url + "/v1", retries)
+        if cut == "sigkill":
+            driver = subprocess.Popen(
+                [sys.executable, "-m", "gitrun", "start", "c"],
+                cwd=git_repo,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            try:
+                assert worker.hung.wait(90), "the worker never reached its fourth turn"
+                time.sleep(2.0)
+            finally:
+                driver.send_signal(signal.SIGKILL)
+                driver.wait(timeout=30)
+            done = gitrun(git_repo, env, "resume", "c")
+        else:
+            done = gitrun(git_repo, env, "start", "c")
+    assert done.returncode == 0, done.stdout + done.stderr
+    first, second = _tries(git_repo)
+    expected = {"throttle": "throttled", "timeout": "missing", "sigkill": "abandoned"}[cut]
+    assert first["outcome"] == expected and first["conversation"]
+    assert second["outcome"] == "valid"
+    assert second["resumed_from"] == {"attempt": 1, "throttles": 0}
+    assert worker.asked[: CUT_AT + 1] == [0, 1, 2, 3] and worker.asked[CUT_AT + 1] >= CUT_AT
+    _committed_once(git_repo)
