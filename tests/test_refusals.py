@@ -74,6 +74,17 @@ def test_a_reset_is_read_from_every_form_or_not_at_all() -> None:
     assert reset_of("You've hit your limit", NOW) is None
     assert reset_of("resets 25:99", NOW) is None
 
+    # codex names the date when the reset is on another day (NOW is 20:00 UTC, Dec 3rd).
+    def utc(*when: int) -> float:
+        return dt.datetime(*when, tzinfo=dt.UTC).timestamp()
+
+    tomorrow = "You've hit your usage limit. Try again at Dec 4th, 2026 12:47 AM."
+    assert reset_of(tomorrow, NOW, dt.UTC) == utc(2026, 12, 4, 0, 47)
+    assert reset_of("try again at Jan 1st, 2027 3:05 PM.", NOW, dt.UTC) == utc(2027, 1, 1, 15, 5)
+    assert reset_of("try again at 7:30 PM.", NOW, dt.UTC) == utc(2026, 12, 4, 19, 30)
+    assert reset_of("try again at Dec 2nd, 2026 3:05 PM.", NOW, dt.UTC) is None  # gone by
+    assert reset_of("try again at Feb 30th, 2027 3:05 PM.", NOW, dt.UTC) is None
+
 
 def _script(reset_in: float, text: str = CLAUDE_EVENT) -> str:
     """t1's first try prints the refusal (and, for a quota, its reset in

@@ -32,11 +32,17 @@ QUOTA = "quota"
 BILLING = "billing"
 
 _EPOCH = re.compile(r'"resets_?at"\s*:\s*"?(\d{9,11})', re.IGNORECASE)
+# A clock time, after a date when the reset is on another day: codex says
+# "try again at 3:05 PM" for today, "try again at Dec 7th, 2026 12:47 AM" else.
 _CLOCK = re.compile(
-    r"(?:resets?|try again)\s+(?:at\s+)?(\d{1,2})(?::(\d{2}))?\s*([ap]\.?m\.?)?"
-    r"(?:\s*\(([A-Za-z_+\-/0-9]+)\))?",
+    r"(?:resets?|try again)\s+(?:at\s+)?"
+    r"(?:(?P<month>[A-Za-z]{3,9})\.?\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?,?\s+(?P<year>\d{4}),?\s+"
+    r"(?:at\s+)?)?"
+    r"(?P<hour>\d{1,2})(?::(?P<minute>\d{2}))?\s*(?P<half>[ap]\.?m\.?)?"
+    r"(?:\s*\((?P<zone>[A-Za-z_+\-/0-9]+)\))?",
     re.IGNORECASE,
 )
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 _IN = re.compile(
     r"(?:try again|resets?|retry) in\s+(\d{1,6})(?:\.\d+)?\s*"
     r"(second|sec|s|minute|min|m|hour|hr|h|day|d)s?\b",
@@ -84,9 +90,10 @@ def reset_of(output: str, now: float, local: dt.tzinfo | None = None) -> float |
 
 
 def _next_clock(found: re.Match[str], now: float, local: dt.tzinfo | None) -> float | None:
-    """The next moment after ``now`` showing the clock time ``found`` names."""
-    hour, minute = int(found[1]), int(found[2] or 0)
-    half = (found[3] or "").lower().replace(".", "")
+    """The moment the clock time ``found`` names: on its date when it names
+    one, else the next such moment after ``now``."""
+    hour, minute = int(found["hour"]), int(found["minute"] or 0)
+    half = (found["half"] or "").lower().replace(".", "")
     if half:
         if not 1 <= hour <= 12:
             return None
@@ -94,9 +101,9 @@ def _next_clock(found: re.Match[str], now: float, local: dt.tzinfo | None) -> fl
     if hour > 23 or minute > 59:
         return None
     zone: dt.tzinfo | None = local
-    if found[4]:
+    if found["zone"]:
         try:
-            zone = dt.UTC if found[4].upper() == "UTC" else ZoneInfo(found[4])
+            zone = dt.UTC if found["zone"].upper() == "UTC" else ZoneInfo(found["zone"])
         except (ZoneInfoNotFoundError, ValueError):
             zone = local
     # No zone named: the machine's own, which the client printed it in.
@@ -105,8 +112,20 @@ def _next_clock(found: re.Match[str], now: float, local: dt.tzinfo | None) -> fl
         if zone
         else dt.datetime.fromtimestamp(now).astimezone()
     )
+    if found["month"]:
+        month = found["month"][:3].lower()
+        if month not in _MONTHS:
+            return None
+        try:
+            at = at.replace(
+                year=int(found["year"]), month=_MONTHS.index(month) + 1, day=int(found["day"])
+            )
+        except ValueError:
+            return None  # no such day
     reset = at.replace(hour=hour, minute=minute, second=0, microsecond=0)
     if reset.timestamp() <= now:
+        if found["month"]:
+            return None  # a date gone by is no reset
         reset += dt.timedelta(days=1)
     return reset.timestamp()
 
