@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -82,6 +83,18 @@ def build_all_globs(repo: Path, n: int) -> None:
     build_shared_globs(repo, n, every=1)
 
 
+def commit_inputs(repo: Path, n: int) -> None:
+    """The tasks' inputs, ``docs/chNNNNN.md``, committed: `check` proves each
+    exists in the work tree or at the base commit."""
+    docs = repo / "docs"
+    docs.mkdir()
+    for i in range(n):
+        (docs / f"ch{i:05d}.md").write_text(f"chapter {i}\n")
+    env = git_env()
+    subprocess.run(["git", "-C", str(repo), "add", "docs"], check=True, env=env)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "inputs"], check=True, env=env)
+
+
 SHAPES = {"files": build_run, "shared globs": build_shared_globs, "all globs": build_all_globs}
 
 
@@ -101,6 +114,7 @@ def main() -> int:
             for n in sizes:
                 repo = make_repo(Path(tmp) / f"{shape.replace(' ', '-')}{n}")
                 build(repo, n)
+                commit_inputs(repo, n)
                 repos[shape, n] = repo
         first: dict[tuple[str, int], Sample] = {}
         samples: dict[tuple[str, int], list[Sample]] = {key: [] for key in repos}
