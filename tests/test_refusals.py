@@ -169,6 +169,7 @@ def test_a_billing_refusal_halts_at_once_and_holds(git_repo: Path) -> None:
 
 
 def test_an_external_run_s_next_waits_out_a_park(git_repo: Path) -> None:
+    from gitrun.store import events
     from gitrun.store import ledger as ledger_mod
 
     table = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(1, 3)]
@@ -189,9 +190,9 @@ def test_an_external_run_s_next_waits_out_a_park(git_repo: Path) -> None:
     assert [b["task"] for b in gitrun("start", "e")["leased"]] == ["t1"]  # type: ignore[attr-defined]
     # t1's subagent met a usage limit: the park is in the ledger, as a driver writes it.
     until = time.time() + 3600
-    record = {"event": "park", "until": ledger_mod.iso(until), "reason": "usage limit of codex"}
+    record = {"event": "park", "until": events.iso(until), "reason": "usage limit of codex"}
     ledger_mod.LedgerWriter(git_repo / ".gitrun/runs/e").write(
-        {**record, "at": ledger_mod.iso(time.time())}
+        {**record, "at": events.iso(time.time())}
     )
     (git_repo / "out/t1.json").write_text("{}")
     gitrun("collect", "e")
