@@ -31,7 +31,8 @@ from gitrun.engine.budget import read_said, write_said
 from gitrun.engine.collect import Collected as Collected  # what collect answers
 from gitrun.engine.collect import collect
 from gitrun.engine.committer import Committer, landing_message
-from gitrun.engine.governor import STRICT, GovernorState, Halt
+from gitrun.engine.congestion import GovernorState
+from gitrun.engine.governor import STRICT, Halt
 from gitrun.engine.states import FAILED, Engine
 from gitrun.errors import GitrunError
 from gitrun.guard import rules

@@ -5,13 +5,8 @@ about every attempt that ended. The governor holds these
 policies:
 
 - a canary: the first tasks run alone until one produces valid output;
-- throttles use up no attempt, and are met by congestion control: one
-  decrease per congestion event (throttles of attempts that started before
-  the last decrease are the same event), the level that throttled remembered
-  as the API's ceiling, quick regrowth to just under it and slow probing
-  above it, starts above the level known to work spaced out so that a
-  throttle is heard before many more start, and a jittered backoff when the
-  API's capacity is found lower than it was;
+- throttles use up no attempt, and are met by congestion control
+  (:mod:`gitrun.engine.congestion`: the adaptive concurrency rule);
 - an environment-fault breaker: attempts that all end fast with no output
   and the same diagnostic halt the run instead of burning retries;
 - a spawn budget and a halt policy on tasks failed for good;
@@ -35,10 +30,10 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from gitrun.engine.congestion import Congestion, GovernorState
 from gitrun.store.events import Outcome
-from gitrun.store.records import VERSION, Fields, is_finite
 from gitrun.visible import last_lines
 
 if TYPE_CHECKING:
@@ -46,11 +41,6 @@ if TYPE_CHECKING:
     from gitrun.engine.budget import SpendGate
 
 THROTTLE_EXIT = 75  # EX_TEMPFAIL
-# Pacing of starts above the level known to work (Governor.pace_gap).
-BLIND_GAP = 0.1  # seconds at most, before any throttle came back
-MAX_GAP = 10.0  # seconds at most, after
-VALID_KEPT = 9  # the valid attempts' durations a typical one is the median of
-BURST = 0.05  # seconds: starts closer than this (or half the gap) are one burst
 
 # Halt reasons, which the CLI maps to exit code 3.
 CANARY = "canary"
@@ -131,8 +121,6 @@ class Governor:
     failed: int = 0  # tasks failed for good
     usable: int = 0
     rng: random.Random = field(default_factory=random.Random)
-    concurrency: int = 0
-    backoff_until: float = 0.0
     waiting_for_load: bool = False
     load: float = 0.0  # the last load average read
     # What held the last `slots` below the concurrency: "throttled", "load",
@@ -147,29 +135,54 @@ class Governor:
     # The clock every ``now`` given to the governor is read from: time.time
     # (external dispatch) or time.monotonic (a driver).
     clock: Callable[[], float] = time.time
-    _throttles: int = 0  # congestion events since the last valid completion
-    _valid_run: int = 0  # valid completions since the last change of concurrency
-    # Congestion control. The level of an attempt is how many of this
-    # governor's attempts were out when it started, itself included.
-    ceiling: int = 0  # the lowest level the API throttled at (0: none known)
-    decreased_at: float = 0.0  # when concurrency last went down for a throttle
-    proven: int = 1  # the highest level an attempt started at and ended valid
-    last_start: float = 0.0  # when an attempt last started
-    probe_failures: int = 0  # probes above the ceiling throttled since it was found
-    throttle_latency: float = 0.0  # how long the fastest throttle took to come back
-    levels: dict[str, int] = field(default_factory=dict)  # running attempts' levels
-    _burst: list[str] = field(default_factory=list)  # the attempts started together last
-    paced: bool = True  # False: starts go out together (external dispatch)
-    _valid_durations: list[float] = field(default_factory=list)  # the last few
+    # The adaptive concurrency (gitrun.engine.congestion).
+    congestion: Congestion = field(init=False)
     _streak: list[EndFacts] = field(default_factory=list)  # fast, empty endings in a row
     _lost: int = 0  # attempts lost with their machine since the last valid completion
     _canary_failed: set[str] = field(default_factory=set)
     spend: SpendGate | None = None  # the spend budget, when the run has one
 
     def __post_init__(self) -> None:
-        self.concurrency = self.concurrency or self.limits.concurrency
+        self.congestion = Congestion(self.limits, self.rng)
         self._check_budget()
         self._check_policy()
+
+    # -- the congestion control's numbers, as the callers read them ----------------
+
+    @property
+    def concurrency(self) -> int:
+        return self.congestion.concurrency
+
+    @concurrency.setter
+    def concurrency(self, value: int) -> None:
+        self.congestion.concurrency = value
+
+    @property
+    def backoff_until(self) -> float:
+        return self.congestion.backoff_until
+
+    @backoff_until.setter
+    def backoff_until(self, value: float) -> None:
+        self.congestion.backoff_until = value
+
+    @property
+    def ceiling(self) -> int:
+        return self.congestion.ceiling
+
+    @property
+    def probe_failures(self) -> int:
+        return self.congestion.probe_failures
+
+    @property
+    def paced(self) -> bool:
+        return self.congestion.paced
+
+    @paced.setter
+    def paced(self, value: bool) -> None:
+        self.congestion.paced = value
+
+    def pace_gap(self) -> float:
+        return self.congestion.pace_gap()
 
     # -- may attempts start? ------------------------------------------------------
 
@@ -207,16 +220,9 @@ class Governor:
             # breaker needs to decide: the fault costs exactly its window.
             hold(self.limits.breaker_size - len(self._streak), "failing fast")
         hold(self.limits.spawn_budget(self.tasks) - self.spawns + running, "spawn budget")
-        free = max(0, cap - running)
-        # Above the level known to work, one start per gap: a throttle is
-        # heard before many more attempts run into it.
-        known = max(0, self.proven - running)
-        gap = self.pace_gap()
-        if gap and free > known:
-            # A probe starts alone, a gap after any other start: whatever the
-            # API refuses next is then the probe, not an attempt beside it.
-            probes = 1 if not known and now >= self.last_start + gap else 0
-            free, self.held = known + probes, "pacing"
+        free, pacing = self.congestion.paced_room(max(0, cap - running), running, now)
+        if pacing:
+            self.held = "pacing"
         if self.spend is not None and stage is not None and free:
             room = self.spend.room(stage, running, free)
             if room < free:
@@ -240,59 +246,29 @@ class Governor:
         if now < self.backoff_until:
             return self.backoff_until
         if self.held == "pacing":
-            return self.last_start + self.pace_gap()
+            return self.congestion.last_start + self.pace_gap()
         return now + 1.0 if self.waiting_for_load else None
-
-    def pace_gap(self) -> float:
-        """Seconds between two starts above the level known to work: as long
-        as a throttle took to come back, once one has (at most MAX_GAP);
-        before that a fraction of a typical attempt's time, so that finding
-        the ceiling costs a run of long attempts little and one of short
-        attempts nothing (no attempt has ended valid yet: no gap)."""
-        if not self.paced:
-            return 0.0
-        if self.throttle_latency:
-            return min(MAX_GAP, self.throttle_latency)
-        if not self._valid_durations:
-            return 0.0
-        typical = sorted(self._valid_durations)[len(self._valid_durations) // 2]
-        return min(BLIND_GAP, typical / (2 * self.limits.concurrency))
 
     def started(self, task: str = "", now: float = 0.0) -> None:
         """An attempt of ``task`` started at ``now``."""
         self.spawns += 1
-        level = len(self.levels) + 1
-        gap = self.pace_gap()
-        if now - self.last_start >= (min(BURST, gap / 2) if gap else BURST):
-            self._burst = []
-        if task:
-            # Attempts started together race to the API, and which of them it
-            # refuses is chance: each has the level of the whole burst.
-            self._burst.append(task)
-            for member in self._burst:
-                if member in self.levels or member == task:
-                    self.levels[member] = level
-        self.last_start = now
+        self.congestion.started(task, now)
         self._check_budget()
 
     # -- an attempt ended ------------------------------------------------------------
 
     def ended(self, facts: EndFacts, now: float, failed_for_good: bool = False) -> None:
-        # The level it started at (0: not started by this governor). Probes
-        # start alone (see slots), so a throttle's level is the load the API refused.
-        level = self.levels.pop(facts.task, 0)
+        level = self.congestion.ended(facts.task)
         if facts.outcome == Outcome.VALID:
             self.usable += 1
             self._streak.clear()
             self._lost = 0
-            self._throttles = 0
             if self.canary:
                 self.canary = []  # the canary passed: widen the fan-out
-            self._valid_durations = [*self._valid_durations[-(VALID_KEPT - 1) :], facts.duration]
-            self._grow(level, facts.started)
+            self.congestion.valid(level, facts.duration, facts.started)
         elif facts.outcome == Outcome.THROTTLED:
             if now >= self.park_ends:  # (a usage limit is no congestion)
-                self._throttled(facts, level, now)
+                self.congestion.throttled(level, facts.duration, facts.started, now)
         elif facts.outcome in (Outcome.LOST, Outcome.ABANDONED):
             self._note_loss(facts)
         elif facts.outcome != Outcome.INTERRUPTED:
@@ -301,72 +277,6 @@ class Governor:
             self.failed += 1
             self._check_policy()
         self._check_canary(failed_for_good, facts)
-
-    def _grow(self, level: int, started: float) -> None:
-        """An attempt that started at ``level`` ended valid: that level works
-        (unless it was out when the API refused that level: of a burst, some
-        get through). Below the ceiling concurrency grows back by one per
-        valid completion; at it, by one (a probe) after ``grow_after`` rounds
-        at the level, and twice as many rounds after each probe the API
-        throttled."""
-        if self.ceiling and started < self.decreased_at:
-            level = min(level, self.ceiling - 1)
-        self.proven = max(self.proven, level)
-        if self.ceiling and level >= self.ceiling:
-            self.ceiling, self.probe_failures = level + 1, 0  # the API takes more now
-        limit = self.limits.concurrency
-        if self.concurrency >= limit:
-            return
-        if not self.ceiling or self.concurrency < self.ceiling - 1:
-            self.concurrency += 1
-            self._valid_run = 0
-            return
-        self._valid_run += 1
-        rounds = self.limits.grow_after * 2**self.probe_failures
-        if self._valid_run >= rounds * self.concurrency:
-            self.concurrency += 1
-            self._valid_run = 0
-
-    def _throttled(self, facts: EndFacts, load: int, now: float) -> None:
-        """The API throttled an attempt while ``load`` attempts were out (0:
-        unknown). One decrease per congestion event, to just under the
-        lowest load the API refused in it, and a jittered backoff: short when
-        the ceiling was found or held against a probe (the smaller fan-out
-        is under what the API takes), exponential when it is not."""
-        self._valid_run = 0
-        if facts.duration > 0:
-            fastest = self.throttle_latency or facts.duration
-            self.throttle_latency = min(fastest, facts.duration)
-        load = load or self.concurrency
-        if facts.started and facts.started < self.decreased_at:
-            # Started before the last decrease: the same congestion event. It
-            # says only that the API takes fewer than was thought.
-            if load < self.ceiling:
-                self.ceiling = load
-                self.concurrency = max(1, min(self.concurrency, load - 1))
-                self.proven = min(self.proven, self.concurrency)
-            return
-        self.decreased_at = now
-        previous = self.ceiling
-        probing = bool(previous) and self.concurrency >= previous
-        self.ceiling = min(previous or load, load)
-        self.concurrency = max(1, min(self.concurrency, self.ceiling) - 1)
-        self.proven = min(self.proven, self.concurrency)
-        if probing:
-            self.probe_failures += 1  # the ceiling holds; probe less often
-        if (previous and not probing) or load <= 1:
-            # Refused at a load it took before, or with nothing else out: the
-            # API's capacity dropped, and a smaller fan-out is not enough.
-            self._throttles += 1
-            cap = min(
-                self.limits.backoff_cap, self.limits.backoff_base * 2 ** (self._throttles - 1)
-            )
-        else:
-            # The ceiling found, or held against a probe: the smaller fan-out
-            # is under it, and a short wait (as long as two throttles take to
-            # come back) keeps the retries apart.
-            cap = min(self.limits.backoff_base, 2 * self.throttle_latency)
-        self.backoff_until = max(self.backoff_until, now + self.rng.uniform(0, cap))
 
     def _note_failure(self, facts: EndFacts) -> None:
         fast_and_empty = facts.duration < self.limits.breaker_fast and facts.wrote_nothing
@@ -466,99 +376,10 @@ class Governor:
 
     def export(self) -> GovernorState:
         """What must outlive one process (external dispatch calls gitrun per batch)."""
-        return GovernorState(
-            self.concurrency,
-            self.backoff_until,
-            self._throttles,
-            self._valid_run,
-            self.ceiling,
-            self.decreased_at,
-            self.proven,
-            self.last_start,
-            self.probe_failures,
-            self.throttle_latency,
-            dict(self.levels),
-            tuple(self._valid_durations),
-        )
+        return self.congestion.export()
 
     def restore(self, state: GovernorState) -> None:
-        if 1 <= state.concurrency <= self.limits.concurrency:
-            self.concurrency = state.concurrency
-        self.backoff_until = state.backoff_until
-        self._throttles = max(0, state.throttles)
-        self._valid_run = max(0, state.valid_run)
-        self.ceiling = max(0, state.ceiling)
-        self.decreased_at = state.decreased_at
-        self.proven = max(1, state.proven)
-        self.last_start = state.last_start
-        self.probe_failures = max(0, state.probe_failures)
-        self.throttle_latency = max(0.0, state.throttle_latency)
-        self.levels = {t: n for t, n in state.levels.items() if n > 0}
-        self._valid_durations = [d for d in state.valid_durations if d >= 0][-VALID_KEPT:]
-
-
-@dataclass(frozen=True)
-class GovernorState:
-    """The governor's state between two calls of external dispatch
-    (``.git/gitrun/<run>/governor.json``, a version-1 record; a record
-    written before congestion control has its fields' defaults)."""
-
-    concurrency: int
-    backoff_until: float = 0.0
-    throttles: int = 0  # congestion events since the last valid completion
-    valid_run: int = 0  # valid completions since the last change of concurrency
-    ceiling: int = 0
-    decreased_at: float = 0.0
-    proven: int = 1
-    last_start: float = 0.0
-    probe_failures: int = 0
-    throttle_latency: float = 0.0
-    levels: dict[str, int] = field(default_factory=dict)
-    valid_durations: tuple[float, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "v": VERSION,
-            "concurrency": self.concurrency,
-            "backoff_until": self.backoff_until,
-            "throttles": self.throttles,
-            "valid_run": self.valid_run,
-            "ceiling": self.ceiling,
-            "decreased_at": self.decreased_at,
-            "proven": self.proven,
-            "last_start": self.last_start,
-            "probe_failures": self.probe_failures,
-            "throttle_latency": self.throttle_latency,
-            "levels": self.levels,
-            "valid_durations": list(self.valid_durations),
-        }
-
-    @classmethod
-    def from_json(cls, data: Fields) -> GovernorState:
-        given = data.data
-
-        def whole(name: str, default: int) -> int:
-            return data.integer(name) if name in given else default
-
-        def number(name: str) -> float:
-            return data.number(name) if name in given else 0.0
-
-        levels = data.mapping("levels") if "levels" in given else {}
-        durations = data.array("valid_durations") if "valid_durations" in given else []
-        return cls(
-            data.integer("concurrency"),
-            data.number("backoff_until"),
-            data.integer("throttles"),
-            data.integer("valid_run"),
-            whole("ceiling", 0),
-            number("decreased_at"),
-            whole("proven", 1),
-            number("last_start"),
-            whole("probe_failures", 0),
-            number("throttle_latency"),
-            {str(t): n for t, n in levels.items() if type(n) is int},
-            tuple(float(d) for d in durations if is_finite(d)),
-        )
+        self.congestion.restore(state)
 
 
 def _describe_exit(facts: EndFacts) -> str:
