@@ -17,6 +17,18 @@ Per case (C, K, T, N), interleaved round by round, medians of the rounds:
 
     python bench/throttle.py [--repeat 3] [--case C,K,T,N ...]
 
+A ceiling that moves, and one per model (``--scenario``; each API's time is
+taken as the API sees it, from the first call on a model to its last output,
+against an oracle that knows the ceiling at each instant and never waits):
+
+- ``moving``: N = 100 tasks of 1 s on one model, K = 16, the ceiling 8 for
+  the first third of the oracle's time, then 4, then 12. Targets: <= 1.10x
+  the oracle, throttled <= 5% of N.
+- ``stages``: two stages of 60 tasks of 1 s on two models whose ceilings are
+  3 and 6, K = 16. Target: each model within 1.10x its own oracle.
+- ``fixed``: ceilings 3, 5 and 8 (N = 40, 50, 60), K = 16. Targets: <= 1.05x
+  the oracle, throttled <= 3% of N.
+
 Without GNU parallel the peer columns stay empty (`apt-get install parallel`).
 """
 
@@ -66,6 +78,160 @@ def worker(slots: Path, ceiling: int, seconds: float, output: Path) -> int:
         return 0
     print(THROTTLED, file=sys.stderr)
     return 1
+
+
+def api_call(api: Path, model: str, seconds: float, output: Path) -> int:
+    """One call of a simulated API whose ceiling per model follows a schedule
+    (``schedule-<model>.json``: [[from_s, ceiling], ...], seconds after the
+    first call on the model): a slot is free while fewer calls are held than
+    the ceiling now; calls in flight keep theirs when it drops."""
+    phases = json.loads((api / f"schedule-{model}.json").read_text())
+    slots = api / f"slots-{model}"
+    slots.mkdir(parents=True, exist_ok=True)
+    log = api / f"calls-{model}.log"
+    with open(api / f"gate-{model}", "w") as gate:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        now = time.time()
+        first = api / f"first-{model}"
+        try:
+            began = float(first.read_text())
+        except FileNotFoundError:
+            began = now
+            first.write_text(repr(now))
+        ceiling = [c for at, c in phases if now - began >= at][-1]
+        held, free = 0, None
+        for number in range(max(c for _, c in phases)):
+            handle = open(slots / f"slot{number}", "w")  # noqa: SIM115 - held until exit
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held += 1
+                handle.close()
+                continue
+            if free is None:
+                free = handle
+            else:
+                handle.close()
+        accepted = free is not None and held < ceiling
+        with open(log, "a") as said:
+            said.write(f"{'start' if accepted else 'throttled'} {now}\n")
+    if not accepted:
+        print(THROTTLED, file=sys.stderr)
+        return 1
+    time.sleep(seconds)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps({"task": output.stem}) + "\n")
+    with open(log, "a") as said:
+        said.write(f"out {time.time()}\n")
+    return 0
+
+
+def oracle_time(phases: list[list[float]], seconds: float, n: int) -> float:
+    """The time an oracle that knows the ceiling at each instant takes: it
+    starts as many calls as the ceiling allows the moment it allows them."""
+    ends: list[float] = []
+    now, left = 0.0, n
+    while left or ends:
+        ends = [e for e in ends if e > now]
+        ceiling = int([c for at, c in phases if now >= at][-1])
+        go = max(0, min(left, ceiling - len(ends)))
+        ends += [now + seconds] * go
+        left -= go
+        if not left:
+            return max(ends) if ends else now
+        later = [at for at, _ in phases if at > now]
+        now = min([*ends, *later])
+    return now
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What one model's API saw of a run."""
+
+    took: float  # from its first call to its last output
+    throttled: int
+    made: int
+
+
+def api_seen(api: Path, model: str) -> Seen:
+    lines = [line.split() for line in (api / f"calls-{model}.log").read_text().splitlines()]
+    calls = [float(t) for kind, t in lines if kind in ("start", "throttled")]
+    outs = [float(t) for kind, t in lines if kind == "out"]
+    throttled = sum(1 for kind, _ in lines if kind == "throttled")
+    return Seen(max(outs) - min(calls) if outs else math.inf, throttled, len(outs))
+
+
+def run_models(
+    root: Path, stages: list[tuple[str, list[list[float]], int]], k: int, t: float
+) -> dict[str, Seen]:
+    """One gitrun run of stages in order, each of its own tasks on its own
+    model (``stages``: model, its ceiling's schedule, tasks)."""
+    repo = make_repo(root / "repo")
+    api = root / "api"
+    api.mkdir()
+    tasks: list[dict[str, object]] = []
+    models: dict[str, str] = {}
+    for number, (model, phases, n) in enumerate(stages):
+        (api / f"schedule-{model}.json").write_text(json.dumps(phases))
+        stage = f"s{number}"
+        models[stage] = model
+        tasks += [
+            {"id": f"{stage}t{i:03d}", "stage": stage, "outputs": [f"out/{stage}t{i:03d}.json"]}
+            for i in range(1, n + 1)
+        ]
+    script = str(Path(__file__).resolve())
+    command = [sys.executable, script, "--api", str(api), "{model}", str(t), "{outputs}"]
+    # The simulated API is shared state in a temporary directory: no private /tmp.
+    executor = {"kind": "command", "command": command, "isolation": "none"}
+    run_dir = write_bench_run(repo, tasks, executor, concurrency=k)
+    packet = (run_dir / "packet.toml").read_text()
+    packet = packet.replace('default = "bench-model"', f'default = "{stages[0][0]}"')
+    packet += "\n[model.stages]\n" + "".join(f'{s} = "{m}"\n' for s, m in models.items())
+    packet += "".join(f'\n[[stages]]\nname = "{s}"\n' for s in models)
+    (run_dir / "packet.toml").write_text(packet)
+    env = {**git_env(), "GITRUN_MAX_LOAD": "1000000"}
+    done = subprocess.run(
+        [*gitrun_argv(), "start", "bench"], cwd=repo, env=env, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        print(done.stdout[-2000:], done.stderr[-2000:], file=sys.stderr)
+    return {model: api_seen(api, model) for model, _, _ in stages}
+
+
+MOVING = [[0.0, 8], [13 / 3, 4], [26 / 3, 12]]  # thirds of the oracle's 13 s
+SCENARIOS: dict[str, list[tuple[str, list[tuple[str, list[list[float]], int]], float, float]]] = {
+    # name: [(case, stages, target wall, target throttled share)]
+    "moving": [("8, 4, 12", [("m", MOVING, 100)], 1.10, 0.05)],
+    "stages": [("3 then 6", [("a", [[0, 3]], 60), ("b", [[0, 6]], 60)], 1.10, 1.0)],
+    "fixed": [(f"{c}", [("m", [[0, c]], n)], 1.05, 0.03) for c, n in ((3, 40), (5, 50), (8, 60))],
+}
+
+
+def run_scenario(name: str, repeat: int) -> bool:
+    """Each case of scenario ``name`` ``repeat`` times; its table; whether its targets hold."""
+    ok = True
+    print(f"throttle --scenario {name}: medians of {repeat} rounds, K = 16, T = 1 s")
+    print("| case | model | API time | oracle | ratio | throttled | outputs | target |")
+    print("|---|---|---|---|---|---|---|---|")
+    for case, stages, wall_target, share in SCENARIOS[name]:
+        rounds = []
+        for _ in range(repeat):
+            with tempfile.TemporaryDirectory(prefix="gitrun-throttle-") as tmp:
+                rounds.append(run_models(Path(tmp), stages, 16, 1.0))
+        for model, phases, n in stages:
+            took = statistics.median(r[model].took for r in rounds)
+            throttled = statistics.median(r[model].throttled for r in rounds)
+            made = min(r[model].made for r in rounds)
+            oracle = oracle_time(phases, 1.0, n)
+            passed = took <= wall_target * oracle and throttled <= share * n and made == n
+            ok = ok and passed
+            print(
+                f"| {case} | {model} | {took:.1f} s | {oracle:.1f} s | {took / oracle:.2f}x | "
+                f"{throttled:g} ({throttled / n:.0%}) | {made}/{n} | "
+                f"{'PASS' if passed else 'MISS'} |",
+                flush=True,
+            )
+    return ok
 
 
 def _worker_argv(slots: Path, ceiling: int, seconds: float, output: str) -> list[str]:
@@ -128,11 +294,20 @@ def main() -> int:
     )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--case", action="append", help="C,K,T,N (repeatable)")
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS), action="append")
     parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--api", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         slots, ceiling, seconds, output = args.worker
         return worker(Path(slots), int(ceiling), float(seconds), Path(output))
+    if args.api:
+        api, model, seconds, output = args.api
+        return api_call(Path(api), model, float(seconds), Path(output))
+    if args.scenario:
+        passed = [run_scenario(name, args.repeat) for name in args.scenario]
+        print(f"machine: {machine()}; load average (1 min) at the end {os.getloadavg()[0]:.2f}")
+        return 0 if all(passed) else 1
     cases = CASES
     if args.case:
         cases = []

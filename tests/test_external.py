@@ -212,10 +212,13 @@ def test_governor_state_outlives_a_call_and_damage_to_it_is_a_warning(git_repo: 
     assert collected.returncode == 0, collected.stderr
     state = LocalPaths.of(git_repo, "e").governor
     saved = json.loads(state.read_text())
-    # Four leased at once, one throttled: just under the four the API refused.
-    assert saved["v"] == 1 and saved["concurrency"] == 3 and saved["ceiling"] == 4
+    # Four leased at once, one throttled: just under the four the API refused,
+    # in the one model bucket the run calls (its client and its model).
+    bucket = saved["buckets"]["external/test-model"]
+    assert saved["v"] == 1 and bucket["concurrency"] == 3 and bucket["ceiling"] == 4
     # The backoff's length is random (jitter): make it last, then it must be read back.
-    state.write_text(json.dumps({**saved, "backoff_until": time.time() + 3600}))
+    bucket["backoff_until"] = time.time() + 3600
+    state.write_text(json.dumps(saved))
     held = _gitrun(git_repo, "next", "e")  # the backoff, read back from disk, holds it
     assert "throttled: wait" in held.stdout + held.stderr, held.stdout
     state.write_text('{"v": 1, "concurrency": "two"')  # cut short
@@ -225,7 +228,8 @@ def test_governor_state_outlives_a_call_and_damage_to_it_is_a_warning(git_repo: 
     [warning] = proc.stderr.strip().splitlines()
     assert warning.startswith(f"gitrun: warning: {state} is not valid JSON"), warning
     assert "start afresh" in warning
-    assert json.loads(state.read_text())["concurrency"] == 4  # written anew
+    written = json.loads(state.read_text())["buckets"]["external/test-model"]
+    assert written["concurrency"] == 4  # written anew
 
 
 def test_external_runs_get_the_stray_write_audit(git_repo: Path) -> None:

@@ -68,6 +68,47 @@ def test_throttled_workers_back_off_and_shrink_concurrency(git_repo: Path, tmp_p
     assert len(trailers) == 16 and all(t.endswith("=1") for t in trailers), trailers
 
 
+def test_each_bucket_s_concurrency_its_ceiling_and_why_are_recorded_and_shown(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    """A real run against a crowd that takes two at once: the ledger records
+    each change of the bucket's concurrency, and status, --json and the
+    report show the bucket's concurrency, its ceiling estimate and why."""
+    spec = {
+        "default": "crowd",
+        "crowd_dir": str(tmp_path / "crowd"),
+        "crowd_limit": 2,
+        "sleep": 0.15,
+    }
+    limits = {"concurrency": 4, "backoff_base": "0.05s", "backoff_cap": "0.5s", "max_attempts": 2}
+    fake_worker_run(git_repo, "r", 12, spec, {"limits": limits, "model": {"default": "m-small"}})
+    assert start_run(git_repo, "r", quiet).exit_code == 0
+    changes = [r for r in _ledger(git_repo) if r.get("event") == "concurrency"]
+    assert changes, "no change of concurrency was recorded"
+    assert {r["bucket"] for r in changes} == {"command/m-small"}
+    assert any(str(r["reason"]).startswith("throttled at") for r in changes)
+    shown = subprocess.run(
+        [sys.executable, "-m", "gitrun", "status", "r", "--json"],
+        cwd=git_repo, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    (bucket,) = json.loads(shown.stdout)["buckets"]
+    assert bucket["bucket"] == "command/m-small" and bucket["reason"] == changes[-1]["reason"]
+    assert bucket["concurrency"] == changes[-1]["concurrency"] and bucket["ceiling"]
+    text = subprocess.run(
+        [sys.executable, "-m", "gitrun", "status", "r"],
+        cwd=git_repo, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert f"model bucket command/m-small: concurrency {bucket['concurrency']}" in text
+    report = tmp_path / "report.html"
+    subprocess.run(
+        [sys.executable, "-m", "gitrun", "report", "r", "-o", str(report)],
+        cwd=git_repo, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    page = report.read_text()
+    assert "halved at each throttle" not in page
+    assert "<code>command/m-small</code>" in page and "why it last changed" in page
+
+
 def test_missing_executor_trips_the_breaker_after_exactly_its_window(git_repo: Path) -> None:
     tasks = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(10)]
     # An agent that starts and fails at once, the same way, every time.
@@ -331,12 +372,13 @@ def test_one_decrease_per_congestion_event_to_just_under_the_load_refused() -> N
     assert 10.1 <= waited <= 10.1 + 0.2  # the ceiling found: a short wait, two throttles long
     _throttle(gov, "t1", 10.0, now=10.2)  # started before the decrease: the same event
     assert (gov.ceiling, gov.concurrency, gov.backoff_until) == (8, 7, waited)
-    # Under the ceiling, concurrency stays; after grow_after rounds a probe goes above.
+    # Just under the ceiling, concurrency stays; a probe goes above it after
+    # FOUND_WAIT x grow_after task durations (a ceiling found on the way up).
     for i in range(2, 8):
         _valid(gov, f"t{i}", 10.0, now=11.0)
-    for n in range(2 * 7 - 6):
-        gov.started(f"v{n}", now=12.0 + n)
-        _valid(gov, f"v{n}", 12.0 + n, now=12.5 + n)
+    assert gov.slots(0, now=12.0) and gov.concurrency == 7
+    assert gov.congestion.probe_at == pytest.approx(10.1 + 8 * 2 * 1.0)
+    gov.slots(0, now=26.2)
     assert gov.concurrency == 8  # the probe
     for i in range(7):
         gov.started(f"w{i}", now=30.0)
@@ -344,14 +386,14 @@ def test_one_decrease_per_congestion_event_to_just_under_the_load_refused() -> N
     _throttle(gov, "probe", 31.0, now=31.1)
     assert (gov.ceiling, gov.concurrency, gov.probe_failures) == (8, 7, 1)
     assert gov.backoff_until <= 31.1 + 0.2  # a failed probe: back under, a short wait
-    # Refused below the ceiling, not probing: the API takes fewer now.
+    # Refused at a level that worked: the API takes fewer now, and the bucket halves.
     for i in range(7):
         _valid(gov, f"w{i}", 30.0, now=32.0)
     for i in range(4):
         gov.started(f"x{i}", now=40.0)
     _throttle(gov, "x3", 40.0, now=40.1)
-    assert (gov.ceiling, gov.concurrency) == (4, 3)
-    assert 40.1 <= gov.backoff_until <= 41.1  # a jittered wait under backoff_base
+    assert (gov.ceiling, gov.concurrency) == (4, 2)
+    assert 40.1 <= gov.backoff_until <= 40.1 + 0.2  # the first drop: a short wait
     gov.backoff_until = 0
     for i in range(3):
         _valid(gov, f"x{i}", 40.0, now=41.0)

@@ -166,6 +166,13 @@ def format_status(status: RunStatus, limit: int | None = 20) -> str:
         )
     if status.parked_until:
         lines.append(f"  {parked_text(status.parked_until, status.park_reason)}")
+    for bucket in status.buckets:
+        ceiling = f"ceiling ~{bucket.ceiling}" if bucket.ceiling else "no ceiling known"
+        when = time.strftime("%H:%M:%S UTC", time.gmtime(bucket.when))
+        lines.append(
+            f"  model bucket {bucket.bucket}: concurrency {bucket.concurrency}, {ceiling} "
+            f"({bucket.reason}, {when})"
+        )
     lines += _stray_lines(status, limit)
     open_tasks = [t for t in status.tasks.values() if t.status not in COMPLETE]
     shown = open_tasks if limit is None else open_tasks[:limit]

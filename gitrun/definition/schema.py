@@ -184,6 +184,10 @@ class ModelSection(Table):
     # "" (not set) only as the default, never written
     default: Annotated[ModelName, Env("GITRUN_MODEL")] = ""
     stages: dict[str, ModelName] = Field(default_factory=dict)
+    # The governor keeps one adaptive concurrency per model bucket
+    # (gitrun.engine.congestion): a bucket is the executor's client and the
+    # model. Models named here to one bucket share it (one account's limit).
+    buckets: dict[ModelName, Identifier] = Field(default_factory=dict)
 
 
 class StageResources(Table):
@@ -371,6 +375,15 @@ class Packet(Table):
 
     def model_for(self, stage: str) -> str:
         return self.model.stages.get(stage) or self.model.default
+
+    def bucket_for(self, stage: str) -> str:
+        """The key of the governor's bucket ``stage``'s attempts call: the
+        executor's client (its preset, else its kind) and the model, or the
+        bucket ``[model.buckets]`` names for that model (``claude/haiku``,
+        ``claude/team``)."""
+        client = self.executor.preset or self.executor.kind
+        model = self.model_for(stage)
+        return f"{client}/{self.model.buckets.get(model) or model or 'default'}"
 
 
 class OutputSpec(Table):

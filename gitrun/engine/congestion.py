@@ -1,28 +1,44 @@
-"""Congestion control: how many attempts the API takes at once, learnt from its throttles.
+"""Congestion control: how many attempts one model bucket's API takes at once.
 
-:class:`Congestion` is the adaptive concurrency rule alone, with no halts, no
-canary and no budget (those are :class:`gitrun.engine.governor.Governor`'s).
-It hears of starts, valid endings and throttles, and answers how many
-attempts may be out and how many may start now. The rule:
+:class:`Congestion` is the adaptive concurrency rule of one bucket (the
+executor's client and the model, :meth:`gitrun.definition.schema.Packet.bucket_for`),
+with no halts, no canary and no budget (those are
+:class:`gitrun.engine.governor.Governor`'s, which keeps one Congestion per
+bucket). It hears of starts, valid endings and throttles, and answers how
+many attempts may be out and how many may start now. The API's ceiling is
+hidden and moves; the rule follows it:
 
+- the ceiling is found by climbing: starts above the level known to work go
+  one at a time, a throttle's latency apart, so that a throttle is heard
+  before another start runs into it; the first level refused is the ceiling,
+  and the concurrency stays just under it;
 - one decrease per congestion event (throttles of attempts that started
-  before the last decrease are the same event), to just under the lowest
-  level the API refused, which is remembered as the API's ceiling;
-- quick regrowth to just under the ceiling and slow probing above it;
-- starts above the level known to work spaced out, so that a throttle is
-  heard before many more start;
-- a jittered backoff when the API's capacity is found lower than it was.
+  before the last decrease are the same event);
+- a refusal at a level that worked is a drop: the concurrency halves, and
+  grows back one per valid ending, paced, to just under the level refused
+  next;
+- just under the ceiling, a probe (one start at the ceiling) goes after a
+  number of task durations, doubling with each probe refused and never
+  stopping, however long the bucket runs full; a ceiling that has moved is
+  probed sooner than one found on the way up (fixed limits are the common
+  case);
+- a probe that ends valid means the ceiling rose: the bucket climbs again;
+- a jittered backoff when the API refuses an attempt with nothing else out.
 
 The level of an attempt is how many attempts were out when it started,
-itself included. Times are on the caller's clock.
+itself included. Times are on the caller's clock. Each change of the
+concurrency is kept with its reason (:class:`Change`) for the ledger.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gitrun.store.events import ConcurrencyChange as Change
+from gitrun.store.events import iso
 from gitrun.store.records import VERSION, Fields, is_finite
 
 if TYPE_CHECKING:
@@ -33,6 +49,11 @@ BLIND_GAP = 0.1  # seconds at most, before any throttle came back
 MAX_GAP = 10.0  # seconds at most, after
 VALID_KEPT = 9  # the valid attempts' durations a typical one is the median of
 BURST = 0.05  # seconds: starts closer than this (or half the gap) are one burst
+# Probes just under a ceiling: after this many times ``grow_after`` task durations
+# for a ceiling found on the way up, once for one that moved, doubling with each
+# refused probe up to PROBE_MAX times.
+FOUND_WAIT = 8
+PROBE_MAX = 32
 
 
 @dataclass
@@ -41,6 +62,7 @@ class Congestion:
 
     limits: Limits
     rng: random.Random = field(default_factory=random.Random)
+    key: str = ""  # the bucket's key
     concurrency: int = 0
     backoff_until: float = 0.0
     throttles: int = 0  # congestion events since the last valid completion
@@ -55,9 +77,28 @@ class Congestion:
     burst: list[str] = field(default_factory=list)  # the attempts started together last
     paced: bool = True  # False: starts go out together (external dispatch)
     valid_durations: list[float] = field(default_factory=list)  # the last few
+    probe_at: float = 0.0  # when a probe may go above a known ceiling
+    since: dict[str, float] = field(default_factory=dict)  # running attempts' starts
+    throttle_slowest: float = 0.0  # how long the slowest throttle took to come back
+    moved: bool = False  # the ceiling was seen to move (a drop or a rise)
+    reason: str = "the packet's concurrency"  # why the concurrency is what it is
+    changes: list[Change] = field(default_factory=list)  # not yet in the ledger
 
     def __post_init__(self) -> None:
         self.concurrency = self.concurrency or self.limits.concurrency
+
+    def _set(self, concurrency: int, reason: str) -> None:
+        """The concurrency is now ``concurrency``, for ``reason``."""
+        concurrency = max(1, min(concurrency, self.limits.concurrency))
+        if concurrency != self.concurrency or reason != self.reason:
+            self.concurrency, self.reason = concurrency, reason
+            self.changes.append(
+                Change(self.key, concurrency, self.ceiling, reason, iso(time.time()))
+            )
+
+    def take_changes(self) -> list[Change]:
+        changes, self.changes = self.changes, []
+        return changes
 
     # -- may attempts start? ------------------------------------------------------
 
@@ -66,6 +107,7 @@ class Congestion:
         whether pacing holds them: above the level known to work, one start
         per gap, so that a throttle is heard before many more attempts run
         into it."""
+        self._probe(now)
         known = max(0, self.proven - running)
         gap = self.pace_gap()
         if gap and free > known:
@@ -74,6 +116,57 @@ class Congestion:
             probes = 1 if not known and now >= self.last_start + gap else 0
             return known + probes, True
         return free, False
+
+    def _climb(self, why: str) -> None:
+        """The API took more than the level it refused: the ceiling rose, and
+        the bucket climbs to find it again, as at the start."""
+        self.ceiling, self.probe_failures, self.moved, self.valid_run = 0, 0, True, 0
+        self._set(self.limits.concurrency, f"{why}: climbing")
+
+    def _probe(self, now: float) -> None:
+        """What the attempts out say, and a probe when one is due. An attempt
+        out twice as long as the slowest throttle took to come back was taken
+        at its level (once one has come back, and unless it started before
+        the last decrease): the level works, and a probe taken means the
+        ceiling rose. Just under a known ceiling, past ``probe_at``: one
+        start at the ceiling."""
+        if self.throttle_slowest:
+            taken = [
+                level
+                for task, level in self.levels.items()
+                if self.decreased_at <= self.since.get(task, 0.0) <= now - 2 * self.throttle_slowest
+            ]
+            if taken:
+                self.proven = max(self.proven, *taken)
+                if self.ceiling and max(taken) >= self.ceiling:
+                    self._climb(f"a probe at {max(taken)} was taken")
+                    return
+        if (
+            self.ceiling
+            and self.probe_at
+            and now >= self.probe_at
+            and self.concurrency == self.ceiling - 1
+            and self.concurrency < self.limits.concurrency
+        ):
+            self.probe_at = 0.0
+            self._set(self.ceiling, f"probe: does the API take {self.ceiling} now?")
+
+    def _probe_later(self, now: float) -> None:
+        """The next probe above the ceiling: a number of task durations from
+        ``now``, doubling with each refused probe; sooner for a ceiling seen
+        to move."""
+        if self.moved:  # the first two refused probes do not slow the next
+            rounds = self.limits.grow_after * 2 ** max(0, self.probe_failures - 2)
+        else:
+            rounds = self.limits.grow_after * FOUND_WAIT * 2**self.probe_failures
+        rounds = min(rounds, self.limits.grow_after * PROBE_MAX)
+        self.probe_at = now + rounds * self.typical()
+
+    def typical(self) -> float:
+        """A typical valid attempt's duration (a second before any)."""
+        if not self.valid_durations:
+            return 1.0
+        return sorted(self.valid_durations)[len(self.valid_durations) // 2]
 
     def pace_gap(self) -> float:
         """Seconds between two starts above the level known to work: as long
@@ -87,8 +180,7 @@ class Congestion:
             return min(MAX_GAP, self.throttle_latency)
         if not self.valid_durations:
             return 0.0
-        typical = sorted(self.valid_durations)[len(self.valid_durations) // 2]
-        return min(BLIND_GAP, typical / (2 * self.limits.concurrency))
+        return min(BLIND_GAP, self.typical() / (2 * self.limits.concurrency))
 
     # -- what happened ---------------------------------------------------------------
 
@@ -99,6 +191,7 @@ class Congestion:
         if now - self.last_start >= (min(BURST, gap / 2) if gap else BURST):
             self.burst = []
         if task:
+            self.since[task] = now
             # Attempts started together race to the API, and which of them it
             # refuses is chance: each has the level of the whole burst.
             self.burst.append(task)
@@ -111,71 +204,85 @@ class Congestion:
         """An attempt of ``task`` ended: the level it started at (0: not
         started here). Probes start alone, so a throttle's level is the load
         the API refused."""
+        self.since.pop(task, None)
         return self.levels.pop(task, 0)
 
-    def valid(self, level: int, duration: float, started: float) -> None:
+    def valid(self, level: int, duration: float, started: float, now: float = 0.0) -> None:
         """An attempt that started at ``level`` ended valid: that level works
         (unless it was out when the API refused that level: of a burst, some
-        get through). Below the ceiling concurrency grows back by one per
-        valid completion; at it, by one (a probe) after ``grow_after`` rounds
-        at the level, and twice as many rounds after each probe the API
-        throttled."""
+        get through). Under the ceiling concurrency grows back by one per
+        valid completion, to just under it; a probe at the ceiling that ends
+        valid means the ceiling rose, and the bucket climbs again."""
         self.throttles = 0
         self.valid_durations = [*self.valid_durations[-(VALID_KEPT - 1) :], duration]
-        if self.ceiling and started < self.decreased_at:
-            level = min(level, self.ceiling - 1)
+        if started < self.decreased_at:
+            # Out when the API refused: it got in before the ceiling was
+            # found (or dropped), and says nothing of the room there is now.
+            self.proven = max(self.proven, min(level, self.concurrency))
+            return
         self.proven = max(self.proven, level)
         if self.ceiling and level >= self.ceiling:
-            self.ceiling, self.probe_failures = level + 1, 0  # the API takes more now
-        limit = self.limits.concurrency
-        if self.concurrency >= limit:
+            self._climb(f"a probe at {level} ended valid")
+            return
+        if self.concurrency >= self.limits.concurrency:
             return
         if not self.ceiling or self.concurrency < self.ceiling - 1:
-            self.concurrency += 1
-            self.valid_run = 0
-            return
-        self.valid_run += 1
-        rounds = self.limits.grow_after * 2**self.probe_failures
-        if self.valid_run >= rounds * self.concurrency:
-            self.concurrency += 1
-            self.valid_run = 0
+            self._set(self.concurrency + 1, "grown back after a valid attempt")
+        if self.ceiling and self.concurrency == self.ceiling - 1 and not self.probe_at:
+            self._probe_later(now or started + duration)
 
     def throttled(self, load: int, duration: float, started: float, now: float) -> None:
         """The API throttled an attempt while ``load`` attempts were out (0:
-        unknown). One decrease per congestion event, to just under the
-        lowest load the API refused in it, and a jittered backoff: short when
-        the ceiling was found or held against a probe (the smaller fan-out
-        is under what the API takes), exponential when it is not."""
+        unknown). One decrease per congestion event: a refused probe or a
+        ceiling found keeps the bucket just under the level refused; a
+        refusal at a level that worked (a drop) halves it. The backoff is
+        short (as long as two throttles take to come back) unless the API
+        refused an attempt with nothing else out, or drops again before any
+        attempt is valid: then it is jittered and exponential."""
         self.valid_run = 0
         if duration > 0:
             fastest = self.throttle_latency or duration
             self.throttle_latency = min(fastest, duration)
+            self.throttle_slowest = max(self.throttle_slowest, duration)
         load = load or self.concurrency
         if started and started < self.decreased_at:
             # Started before the last decrease: the same congestion event. It
             # says only that the API takes fewer than was thought.
             if load < self.ceiling:
                 self.ceiling = load
-                self.concurrency = max(1, min(self.concurrency, load - 1))
-                self.proven = min(self.proven, self.concurrency)
+                self.proven = min(self.proven, load - 1)
+                self._set(min(self.concurrency, load - 1), f"throttled at {load} (same event)")
             return
         self.decreased_at = now
         previous = self.ceiling
-        probing = bool(previous) and self.concurrency >= previous
-        self.ceiling = min(previous or load, load)
-        self.concurrency = max(1, min(self.concurrency, self.ceiling) - 1)
-        self.proven = min(self.proven, self.concurrency)
+        probing = bool(previous) and load >= previous
+        # Refused at a level that worked: a drop. While climbing, a level is
+        # off by the throttles still on their way back: only a refusal at
+        # half of what worked is a drop then.
+        worked = self.proven if previous else self.proven // 2
+        dropped = not probing and load <= worked
+        self.ceiling = previous if probing else load
         if probing:
             self.probe_failures += 1  # the ceiling holds; probe less often
-        if (previous and not probing) or load <= 1:
-            # Refused at a load it took before, or with nothing else out: the
-            # API's capacity dropped, and a smaller fan-out is not enough.
+            self._set(self.ceiling - 1, f"probe at {load} throttled: the ceiling holds")
+        elif dropped:
+            self.moved, self.probe_failures = True, 0
+            self.proven = max(1, load // 2)
+            self._set(load // 2, f"throttled at {load}, a level that worked: the ceiling dropped")
+        else:
+            if not previous:  # found by climbing: until it moves again, probed rarely
+                self.moved = False
+            self._set(self.ceiling - 1, f"throttled at {load}: the ceiling found")
+        self.proven = min(self.proven, self.concurrency)
+        self._probe_later(now)
+        if load <= 1 or (dropped and self.throttles):
+            # Refused with nothing else out, or a second drop with nothing
+            # valid between: a smaller fan-out is not enough.
             self.throttles += 1
             cap = min(self.limits.backoff_cap, self.limits.backoff_base * 2 ** (self.throttles - 1))
         else:
-            # The ceiling found, or held against a probe: the smaller fan-out
-            # is under it, and a short wait (as long as two throttles take to
-            # come back) keeps the retries apart.
+            if dropped:
+                self.throttles += 1
             cap = min(self.limits.backoff_base, 2 * self.throttle_latency)
         self.backoff_until = max(self.backoff_until, now + self.rng.uniform(0, cap))
 
@@ -196,6 +303,9 @@ class Congestion:
             self.throttle_latency,
             dict(self.levels),
             tuple(self.valid_durations),
+            self.probe_at,
+            self.moved,
+            self.reason,
         )
 
     def restore(self, state: GovernorState) -> None:
@@ -212,6 +322,9 @@ class Congestion:
         self.throttle_latency = max(0.0, state.throttle_latency)
         self.levels = {t: n for t, n in state.levels.items() if n > 0}
         self.valid_durations = [d for d in state.valid_durations if d >= 0][-VALID_KEPT:]
+        self.probe_at = state.probe_at
+        self.moved = state.moved
+        self.reason = state.reason or self.reason
 
 
 @dataclass(frozen=True)
@@ -232,6 +345,9 @@ class GovernorState:
     throttle_latency: float = 0.0
     levels: dict[str, int] = field(default_factory=dict)
     valid_durations: tuple[float, ...] = ()
+    probe_at: float = 0.0
+    moved: bool = False
+    reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -248,6 +364,9 @@ class GovernorState:
             "throttle_latency": self.throttle_latency,
             "levels": self.levels,
             "valid_durations": list(self.valid_durations),
+            "probe_at": self.probe_at,
+            "moved": self.moved,
+            "reason": self.reason,
         }
 
     @classmethod
@@ -275,4 +394,31 @@ class GovernorState:
             number("throttle_latency"),
             {str(t): n for t, n in levels.items() if type(n) is int},
             tuple(float(d) for d in durations if is_finite(d)),
+            number("probe_at"),
+            data.data.get("moved") is True,
+            str(given.get("reason") or ""),
         )
+
+
+@dataclass(frozen=True)
+class GovernorRecord:
+    """Every bucket's state between two calls of external dispatch
+    (``.git/gitrun/<run>/governor.json``, version 1: ``{"buckets": {key:
+    state}}``; a record of one state, written before buckets, is the state
+    of the bucket the run calls first)."""
+
+    buckets: dict[str, GovernorState]
+
+    def to_json(self) -> dict[str, Any]:
+        states = {key: state.to_json() for key, state in self.buckets.items()}
+        return {"v": VERSION, "buckets": states}
+
+    @classmethod
+    def from_json(cls, data: Fields) -> GovernorRecord:
+        if "buckets" not in data.data:
+            return cls({"": GovernorState.from_json(data)})
+        buckets = {}
+        for key, state in data.mapping("buckets").items():
+            if isinstance(state, dict):
+                buckets[str(key)] = GovernorState.from_json(Fields(state))
+        return cls(buckets)

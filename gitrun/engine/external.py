@@ -31,7 +31,7 @@ from gitrun.engine.budget import read_said, write_said
 from gitrun.engine.collect import Collected as Collected  # what collect answers
 from gitrun.engine.collect import collect
 from gitrun.engine.committer import Committer, landing_message
-from gitrun.engine.congestion import GovernorState
+from gitrun.engine.congestion import GovernorRecord
 from gitrun.engine.governor import STRICT, Halt
 from gitrun.engine.states import FAILED, Engine
 from gitrun.errors import GitrunError
@@ -360,7 +360,7 @@ class External:
     def _restore_governor(self) -> None:
         state = load_record(
             self.local.governor,
-            GovernorState.from_json,
+            GovernorRecord.from_json,
             what="governor state",
             fix="concurrency and backoff start afresh from the packet's limits",
             warn=warn_stderr,

@@ -32,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gitrun.engine.congestion import Congestion, GovernorState
-from gitrun.store.events import Outcome
+from gitrun.engine.congestion import Congestion, GovernorRecord
+from gitrun.store.events import ConcurrencyChange, Outcome
 from gitrun.visible import last_lines
 
 if TYPE_CHECKING:
@@ -135,19 +135,48 @@ class Governor:
     # The clock every ``now`` given to the governor is read from: time.time
     # (external dispatch) or time.monotonic (a driver).
     clock: Callable[[], float] = time.time
-    # The adaptive concurrency (gitrun.engine.congestion).
-    congestion: Congestion = field(init=False)
+    # The bucket (gitrun.engine.congestion) each stage's attempts call, by
+    # stage; a stage not named calls the bucket "".
+    stage_buckets: dict[str, str] = field(default_factory=dict)
+    # One adaptive concurrency per bucket; ``current``: the key of the bucket
+    # of the stage last asked about (stages run one by one).
+    buckets: dict[str, Congestion] = field(default_factory=dict)
+    current: str = ""
+    _paced: bool = True  # False: starts go out together (external dispatch)
+    _bucket_of: dict[str, str] = field(default_factory=dict)  # running tasks' buckets
     _streak: list[EndFacts] = field(default_factory=list)  # fast, empty endings in a row
     _lost: int = 0  # attempts lost with their machine since the last valid completion
     _canary_failed: set[str] = field(default_factory=set)
     spend: SpendGate | None = None  # the spend budget, when the run has one
 
     def __post_init__(self) -> None:
-        self.congestion = Congestion(self.limits, self.rng)
+        if self.stage_buckets:
+            self.current = next(iter(self.stage_buckets.values()))
         self._check_budget()
         self._check_policy()
 
-    # -- the congestion control's numbers, as the callers read them ----------------
+    # -- the buckets -----------------------------------------------------------------
+
+    def bucket(self, stage: str | None = None) -> Congestion:
+        """The bucket ``stage``'s attempts call (the current one for None)."""
+        return self._by_key(self.current if stage is None else self.stage_buckets.get(stage, ""))
+
+    def _by_key(self, key: str) -> Congestion:
+        if key not in self.buckets:
+            self.buckets[key] = Congestion(self.limits, self.rng, key, paced=self._paced)
+        return self.buckets[key]
+
+    @property
+    def congestion(self) -> Congestion:
+        """The bucket of the current stage."""
+        return self.bucket()
+
+    def take_changes(self) -> list[ConcurrencyChange]:
+        """The buckets' changes of concurrency since the last call, in order."""
+        changes = [c for b in self.buckets.values() for c in b.take_changes()]
+        return sorted(changes, key=lambda c: c.when)
+
+    # -- the current bucket's numbers, as the callers read them ----------------------
 
     @property
     def concurrency(self) -> int:
@@ -175,11 +204,13 @@ class Governor:
 
     @property
     def paced(self) -> bool:
-        return self.congestion.paced
+        return self._paced
 
     @paced.setter
     def paced(self, value: bool) -> None:
-        self.congestion.paced = value
+        self._paced = value
+        for bucket in self.buckets.values():
+            bucket.paced = value
 
     def pace_gap(self) -> float:
         return self.congestion.pace_gap()
@@ -189,8 +220,11 @@ class Governor:
     def slots(self, running: int, now: float, stage: str | None = None) -> int:
         """How many attempts may start now, given ``running`` are out (all of
         ``stage``, the stage whose tasks would start: stages run one by one);
-        ``held`` says what kept it below the concurrency."""
+        ``held`` says what kept it below the concurrency. The concurrency,
+        backoff and pacing are those of ``stage``'s bucket."""
         self.held = ""
+        if stage is not None:
+            self.current = self.stage_buckets.get(stage, "")
         if self.halt is not None:
             return 0
         if now < self.park_ends:
@@ -249,26 +283,34 @@ class Governor:
             return self.congestion.last_start + self.pace_gap()
         return now + 1.0 if self.waiting_for_load else None
 
-    def started(self, task: str = "", now: float = 0.0) -> None:
-        """An attempt of ``task`` started at ``now``."""
+    def started(self, task: str = "", now: float = 0.0, stage: str | None = None) -> None:
+        """An attempt of ``task`` (of ``stage``: None, the current one) started at ``now``."""
         self.spawns += 1
-        self.congestion.started(task, now)
+        bucket = self.bucket(stage)
+        bucket.started(task, now)
+        if task:
+            self._bucket_of[task] = bucket.key
         self._check_budget()
 
     # -- an attempt ended ------------------------------------------------------------
 
     def ended(self, facts: EndFacts, now: float, failed_for_good: bool = False) -> None:
-        level = self.congestion.ended(facts.task)
+        key = self._bucket_of.pop(facts.task, None)
+        if key is None:  # started by an earlier process: the bucket that knows its level
+            held = [k for k, b in self.buckets.items() if facts.task in b.levels]
+            key = held[0] if held else self.current
+        bucket = self._by_key(key)
+        level = bucket.ended(facts.task)
         if facts.outcome == Outcome.VALID:
             self.usable += 1
             self._streak.clear()
             self._lost = 0
             if self.canary:
                 self.canary = []  # the canary passed: widen the fan-out
-            self.congestion.valid(level, facts.duration, facts.started)
+            bucket.valid(level, facts.duration, facts.started, now)
         elif facts.outcome == Outcome.THROTTLED:
             if now >= self.park_ends:  # (a usage limit is no congestion)
-                self.congestion.throttled(level, facts.duration, facts.started, now)
+                bucket.throttled(level, facts.duration, facts.started, now)
         elif facts.outcome in (Outcome.LOST, Outcome.ABANDONED):
             self._note_loss(facts)
         elif facts.outcome != Outcome.INTERRUPTED:
@@ -374,12 +416,13 @@ class Governor:
         if self.halt is None:
             self.halt = halt
 
-    def export(self) -> GovernorState:
+    def export(self) -> GovernorRecord:
         """What must outlive one process (external dispatch calls gitrun per batch)."""
-        return self.congestion.export()
+        return GovernorRecord({key: b.export() for key, b in self.buckets.items()})
 
-    def restore(self, state: GovernorState) -> None:
-        self.congestion.restore(state)
+    def restore(self, record: GovernorRecord) -> None:
+        for key, state in record.buckets.items():
+            self._by_key(key or self.current).restore(state)  # "": written before buckets
 
 
 def _describe_exit(facts: EndFacts) -> str:

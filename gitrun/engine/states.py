@@ -219,6 +219,7 @@ class Engine:
             usable=len(done),
             halt=Halt(**self.summary.halt) if self.summary.halt else None,
             clock=clock,
+            stage_buckets={stage: run.packet.bucket_for(stage) for stage in run.stage_names},
         )
         self.halt_recorded = self.summary.halt is not None
         park = self.summary.park
@@ -282,7 +283,7 @@ class Engine:
         """An attempt of ``tid`` starts (its number and throttles are the
         history's ``upcoming`` until its record is written)."""
         self._set(tid, RUNNING)
-        self.governor.started(tid, self.clock())
+        self.governor.started(tid, self.clock(), self.run.stage_of(self.tasks[tid]))
 
     def mark_done(self, tid: str) -> None:
         """``tid``'s valid outputs are on disk without an attempt to record
@@ -313,6 +314,8 @@ class Engine:
         self.governor.ended(facts, self.clock(), failed_for_good)
         backed_off = self.governor.concurrency if ended.outcome == Outcome.THROTTLED else None
         self.record(writer, ended, backed_off)
+        for change in self.governor.take_changes():  # what the governor did, and why
+            self.write(writer, change)
         if ended.outcome == Outcome.VALID:  # its cost is in self.usage now
             stage = self.run.stage_of(self.tasks[tid])
             self.governor.output_valid(stage, in_canary and not self.governor.canary)

@@ -19,7 +19,7 @@ from gitrun.engine.motion import AT_REST, STALLED, MotionFacts, last_record_time
 from gitrun.engine.states import COMPLETE, DONE, PENDING, RUNNING, STATUSES, Engine, load_engine
 from gitrun.engine.strays import DENIED, MAX_DENIED, SUSPECT, StrayWrite, kept_denials
 from gitrun.layout import branch_ref
-from gitrun.store import git, ledger
+from gitrun.store import events, git, ledger
 from gitrun.store.branches import Landed, landed
 from gitrun.store.events import AttemptRecord, iso
 from gitrun.store.jsonlines import shown
@@ -118,6 +118,9 @@ class RunStatus:
     landing_stopped: bool = False  # a `gitrun land` of it stopped half way (its journal)
     motion: str = AT_REST  # who moves it on now (gitrun.engine.motion), as read_status found
     stalled_since: float | None = None  # when its last driver was last seen, if it stalled
+    # Each model bucket's last change of concurrency (gitrun.engine.congestion),
+    # from the ledger: its concurrency, ceiling estimate and why.
+    buckets: list[events.ConcurrencyChange] = field(default_factory=list)
 
     @property
     def state(self) -> str:
@@ -165,6 +168,16 @@ class RunStatus:
                 else None
             ),
             "stalled_since": iso(self.stalled_since) if self.stalled_since else None,
+            "buckets": [
+                {
+                    "bucket": b.bucket,
+                    "concurrency": b.concurrency,
+                    "ceiling": b.ceiling or None,
+                    "reason": b.reason,
+                    "at": b.at,
+                }
+                for b in self.buckets
+            ],
             "spend": spend_json(self.usage, self.usable, self.budget),
             "tasks": {tid: task.to_json() for tid, task in self.tasks.items()},
         }
@@ -320,6 +333,7 @@ def status_of(
         park_reason=engine.governor.park_reason,
         usage=engine.usage,
         budget=engine.budget,
+        buckets=list({c.bucket: c for c in events.concurrency_changes(engine.records)}.values()),
     )
 
 

@@ -50,6 +50,7 @@ class Event(StrEnum):
     SUSPECT = "suspect"  # a task's valid output appeared, not by an attempt of it
     STRAY = "stray"  # what a confined attempt wrote outside its task's paths
     DENIED = "denied"  # a write the hooks denied an attempt
+    CONCURRENCY = "concurrency"  # a model bucket's concurrency changed, and why
 
 
 class Outcome(StrEnum):
@@ -625,6 +626,47 @@ class Denied(Record):
         )
 
 
+class ConcurrencyChange(Record):
+    """A model bucket's concurrency changed (gitrun.engine.congestion): to
+    what, its ceiling estimate then (0: none known), and why."""
+
+    __slots__ = ("at", "bucket", "ceiling", "concurrency", "reason")
+    event = Event.CONCURRENCY
+
+    def __init__(self, bucket: str, concurrency: int, ceiling: int, reason: str, at: str) -> None:
+        self.bucket, self.concurrency, self.ceiling = bucket, concurrency, ceiling
+        self.reason, self.at = reason, at
+
+    @property
+    def when(self) -> float:
+        """``at`` in epoch seconds."""
+        return _epoch(self.at)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "event": self.event,
+            "bucket": self.bucket,
+            "concurrency": self.concurrency,
+            "ceiling": self.ceiling,
+            "reason": self.reason,
+            "at": self.at,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self | None:
+        bucket, concurrency = data.get("bucket"), _int(data, "concurrency")
+        if not isinstance(bucket, str) or concurrency is None:
+            return None
+        ceiling = _int(data, "ceiling") or 0
+        return cls(bucket, concurrency, ceiling, _str(data, "reason"), _str(data, "at"))
+
+
+def concurrency_changes(records: list[dict[str, Any]]) -> list[ConcurrencyChange]:
+    """Every change of a bucket's concurrency among ``records``, in order."""
+    found = (ConcurrencyChange.from_json(r) for r in records if r.get("event") == Event.CONCURRENCY)
+    return [change for change in found if change is not None]
+
+
 EventRecord = (
     Start
     | Retry
@@ -637,6 +679,7 @@ EventRecord = (
     | Suspect
     | Stray
     | Denied
+    | ConcurrencyChange
 )
 LedgerRecord = AttemptRecord | EventRecord
 # The reader of each kind of event.
@@ -652,6 +695,7 @@ READERS: dict[str, Callable[[Mapping[str, Any]], EventRecord | None]] = {
     Event.SUSPECT: Suspect.from_json,
     Event.STRAY: Stray.from_json,
     Event.DENIED: Denied.from_json,
+    Event.CONCURRENCY: ConcurrencyChange.from_json,
 }
 
 

@@ -35,13 +35,14 @@ from gitrun.commands.report.timeline import (
     needless_reruns,
     parse_time,
     read_attempts,
+    recorded_allowed,
 )
 from gitrun.engine.budget import budget_of, money, per_usable, spend_text, tokens_text
 from gitrun.engine.states import DONE, FAILED, PENDING, UP_TO_DATE
 from gitrun.engine.strays import WRITTEN, stray_writes
 from gitrun.errors import GitrunError
 from gitrun.resources import template_text
-from gitrun.store import ledger
+from gitrun.store import events, ledger
 from gitrun.store.events import STOPPED, TIMED_OUT, Halt, Lift, Outcome
 from gitrun.store.local import LocalPaths
 from gitrun.store.tomlfile import write_atomic
@@ -129,6 +130,8 @@ def render_page(c: CommittedRun, max_rows: int = MAX_ROWS) -> str:
     canary = canary_attempts(attempts, run.limits.canary)
     task_ids = [task.id for task in run.tasks]
     conc = concurrency_over_time(attempts, run.limits, len(task_ids))
+    changes = events.concurrency_changes(c.records)
+    conc.allowed = recorded_allowed(conc.allowed, changes)
     markers = _markers(c.records, conc.takeovers)
     times = [a.start for a in attempts] + [a.end for a in attempts] + [m.at for m in markers]
     t0 = min(times, default=0.0)
@@ -158,19 +161,40 @@ def render_page(c: CommittedRun, max_rows: int = MAX_ROWS) -> str:
         f'<div class="chart">{timeline}</div></section>',
         '<section id="concurrency"><h2>Concurrency</h2>',
         '<p>Attempts <span class="key running"></span> running against '
-        '<span class="key allowed"></span> allowed (the governor\'s rules replayed over the '
-        'ledger: halved at each throttle <span class="key throttle"></span>, grown back '
-        f"after {run.packet.limits.grow_after} valid endings, the canary alone first); "
+        '<span class="key allowed"></span> allowed: the canary alone first, then each model '
+        "bucket's concurrency as the governor changed it, from the ledger's records (down "
+        'after a throttle <span class="key throttle"></span>, just under the ceiling it found, '
+        "up again after valid endings and probes); "
         '<span class="key backoff"></span> back-off windows, drawn to their longest. The load '
         "gate, which holds starts back while the machine is busy, leaves no record in the "
         "ledger: where it held, fewer ran than were allowed.</p>",
         f'<div class="chart">{concurrency_svg(conc, scale, run.packet.limits.concurrency, markers)}'
-        "</div></section>",
+        "</div>",
+        _buckets(changes),
+        "</section>",
         _table(c, attempts),
         f"<footer>gitrun {escape(__version__)}; the page needs no network.</footer>",
         f"<script>{template_text('report.js')}</script></body></html>\n",
     ]
     return "".join(parts)
+
+
+def _buckets(changes: list[events.ConcurrencyChange]) -> str:
+    """Each model bucket's last concurrency, ceiling estimate and why."""
+    last = {change.bucket: change for change in changes}
+    if not last:
+        return ""
+    rows = "".join(
+        f"<tr><td><code>{escape(c.bucket)}</code></td><td>{c.concurrency}</td>"
+        f"<td>{c.ceiling or '—'}</td><td>{escape(c.reason)}</td>"
+        f"<td>{len([x for x in changes if x.bucket == c.bucket])}</td></tr>"
+        for c in last.values()
+    )
+    return (
+        '<table class="buckets"><thead><tr><th>model bucket</th><th>concurrency</th>'
+        "<th>ceiling estimate</th><th>why it last changed</th><th>changes</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
 
 
 def _markers(records: list[dict[str, object]], takeovers: list[float]) -> list[Marker]:

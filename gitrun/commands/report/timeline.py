@@ -14,7 +14,7 @@ from typing import Any
 
 from gitrun.definition.schema import Limits
 from gitrun.engine.governor import EndFacts, Governor
-from gitrun.store import ledger
+from gitrun.store import events, ledger
 from gitrun.store.events import COMMAND, STOPPED, TIMED_OUT, AttemptRecord, Outcome
 
 # How an attempt is drawn: as status names it (gitrun.store.ledger.attempt_kind),
@@ -143,6 +143,25 @@ class Concurrency:
     throttles: list[Attempt]
     backoffs: list[tuple[float, float]]  # windows no attempt may start in, at most
     takeovers: list[float]  # moments a new driver took the run over
+
+
+def recorded_allowed(
+    replayed: list[tuple[float, int]], changes: list[events.ConcurrencyChange]
+) -> list[tuple[float, int]]:
+    """Allowed, as the governor recorded it: the replay up to its first
+    recorded change (the canary alone, the packet's concurrency), then each
+    change of a bucket's concurrency the ledger holds (stages run one by one,
+    so the bucket that changed last is the one attempts start in)."""
+    if not changes:
+        return replayed
+    first = changes[0].when
+    steps = [step for step in replayed if step[0] < first]
+    for change in changes:
+        if steps and steps[-1][0] == change.when:
+            steps[-1] = (change.when, change.concurrency)
+        elif not steps or steps[-1][1] != change.concurrency:
+            steps.append((change.when, change.concurrency))
+    return steps
 
 
 def concurrency_over_time(attempts: list[Attempt], limits: Limits, tasks: int) -> Concurrency:

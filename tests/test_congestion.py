@@ -1,0 +1,206 @@
+"""The governor per model bucket, against a ceiling that moves: its rule driven
+by stepped events from a simulated API whose ceiling the test sets (no timing)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import pytest
+
+from gitrun.definition.schema import Limits, Packet
+from gitrun.engine import governor as governor_module
+from gitrun.engine.congestion import GovernorRecord
+from gitrun.engine.governor import EndFacts, Governor
+from gitrun.store.events import ConcurrencyChange
+from gitrun.store.records import Fields
+
+STEP = 0.01  # seconds of the stepped clock
+LATENCY = 0.1  # a throttle comes back this long after its start
+
+
+@dataclass
+class SimulatedApi:
+    """One model's API: it refuses a call that finds ``ceiling(now)`` calls
+    held; a call it takes holds its slot for ``seconds``."""
+
+    ceilings: list[tuple[float, int]]  # (from, ceiling), in order
+    seconds: float = 1.0
+    held: int = 0
+    throttled: int = 0
+
+    def ceiling(self, now: float) -> int:
+        return [c for at, c in self.ceilings if now >= at][-1]
+
+
+@dataclass
+class Drive:
+    """A run of ``tasks`` per stage, stages side by side, stepped by STEP."""
+
+    gov: Governor
+    apis: dict[str, SimulatedApi]  # by stage
+    tasks: int
+    now: float = 0.0
+    left: dict[str, int] = field(default_factory=dict)
+    out: list[tuple[float, str, str, float]] = field(default_factory=list)  # ends, task, stage
+    done: dict[str, float] = field(default_factory=dict)  # stage: when its last output came
+    # (now, stage, the bucket's concurrency, calls the API holds)
+    seen: list[tuple[float, str, int, int]] = field(default_factory=list)
+    number: int = 0
+
+    def run(self, until: float = 200.0) -> None:
+        self.left = dict.fromkeys(self.apis, self.tasks)
+        while (any(self.left.values()) or self.out) and self.now < until:
+            for end in [e for e in self.out if e[0] <= self.now]:
+                self.out.remove(end)
+                at, task, stage, began = end
+                api = self.apis[stage]
+                valid = task.startswith("ok")
+                if valid:
+                    api.held -= 1
+                    self.done[stage] = at
+                else:
+                    self.left[stage] += 1
+                outcome = "valid" if valid else "throttled"
+                self.gov.ended(
+                    EndFacts(task, outcome, at - began, 0, None, not valid, "", began), at
+                )
+            for stage, api in self.apis.items():
+                running = sum(1 for e in self.out if e[2] == stage)
+                slots = self.gov.slots(running, self.now, stage) if self.left[stage] else 0
+                slots = min(slots, self.left[stage])
+                if stage not in self.done:  # the canary: one alone until one is valid
+                    slots = min(slots, 1 - running)
+                for _ in range(slots):
+                    self.start(stage, api)
+                concurrency = self.gov.bucket(stage).concurrency
+                self.seen.append((self.now, stage, concurrency, api.held))
+            self.now = round(self.now + STEP, 6)
+
+    def start(self, stage: str, api: SimulatedApi) -> None:
+        self.number += 1
+        self.left[stage] -= 1
+        if api.held < api.ceiling(self.now):
+            api.held += 1
+            task, ends = f"ok{self.number}", self.now + api.seconds
+        else:
+            api.throttled += 1
+            task, ends = f"no{self.number}", self.now + LATENCY
+        self.gov.started(task, self.now, stage)
+        self.out.append((ends, task, stage, self.now))
+
+    def concurrency_at(self, stage: str, at: float) -> int:
+        return [c for t, s, c, _ in self.seen if s == stage and t <= at][-1]
+
+    def held(self, stage: str, since: float, until: float) -> float:
+        """How many calls the API held on average from ``since`` to ``until``."""
+        held = [h for t, s, _, h in self.seen if s == stage and since <= t < until]
+        return sum(held) / len(held)
+
+
+@pytest.fixture(autouse=True)
+def _idle_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(governor_module, "read_load", lambda: 0.0)
+
+
+def _governor(buckets: dict[str, str], concurrency: int = 16) -> Governor:
+    limits = Limits(concurrency=concurrency)
+    return Governor(
+        limits, tasks=100_000, spawns=0, canary=[], rng=random.Random(7), stage_buckets=buckets
+    )
+
+
+def test_a_bucket_is_the_client_and_the_model_or_the_bucket_the_packet_names() -> None:
+    packet = Packet.model_validate(
+        {
+            "run": {"id": "r"},
+            "executor": {"preset": "claude"},
+            "model": {
+                "default": "claude-haiku-4-5",
+                "stages": {"review": "claude-sonnet-4-5", "check": "claude-opus-4-1"},
+                "buckets": {"claude-sonnet-4-5": "team", "claude-opus-4-1": "team"},
+            },
+            "stages": [{"name": "work"}, {"name": "review"}, {"name": "check"}],
+        }
+    )
+    assert packet.bucket_for("work") == "claude/claude-haiku-4-5"
+    assert packet.bucket_for("review") == packet.bucket_for("check") == "claude/team"
+
+
+def test_a_throttled_model_never_slows_another() -> None:
+    """Two models side by side, ceilings 3 and 6: each bucket learns its own."""
+    gov = _governor({"a": "claude/small", "b": "claude/big"})
+    apis = {"a": SimulatedApi([(0.0, 3)]), "b": SimulatedApi([(0.0, 6)])}
+    drive = Drive(gov, apis, tasks=60)
+    drive.run()
+    assert gov.bucket("a").ceiling == 4 and gov.bucket("a").concurrency == 3
+    assert gov.bucket("b").ceiling == 7 and gov.bucket("b").concurrency == 6
+    # Each near its own oracle (60 / C seconds, and the canary's second), few throttled.
+    assert drive.done["a"] <= 21 * 1.05 and drive.done["b"] <= 11 * 1.05
+    assert apis["a"].throttled <= 3 and apis["b"].throttled <= 3
+
+
+def test_stages_on_two_models_in_order_each_start_from_their_own_bucket() -> None:
+    gov = _governor({"a": "claude/small", "b": "claude/big"})
+    Drive(gov, {"a": SimulatedApi([(0.0, 3)])}, tasks=30).run()
+    assert gov.concurrency == 3
+    drive = Drive(gov, {"b": SimulatedApi([(0.0, 6)])}, tasks=60)
+    drive.now = 100.0
+    drive.run(until=300.0)
+    assert gov.current == "claude/big" and gov.concurrency == 6  # not held to 3
+    assert gov.bucket("a").concurrency == 3  # and the first bucket keeps what it learned
+
+
+def test_a_drop_is_followed_within_a_few_task_durations_and_a_rise_is_found() -> None:
+    gov = _governor({"w": "claude/m"})
+    api = SimulatedApi([(0.0, 8), (10.0, 4), (25.0, 12)])
+    drive = Drive(gov, {"w": api}, tasks=300)
+    drive.run()
+    # Before the drop: just under... at the ceiling 8.
+    assert drive.concurrency_at("w", 9.9) == 8
+    # After the drop: under the new ceiling within three task durations, and held there.
+    assert all(drive.concurrency_at("w", t) <= 4 for t in (13.0, 18.0, 24.9))
+    # After the rise: the room found (12) within a few task durations.
+    assert drive.held("w", 5.0, 10.0) >= 7.5
+    assert drive.held("w", 13.0, 25.0) >= 3.5
+    assert drive.held("w", 30.0, 35.0) >= 11
+    # A bounded number of throttles: one per probe at most.
+    assert api.throttled <= 10
+    reasons = [c.reason for c in gov.take_changes()]
+    assert any("the ceiling dropped" in r for r in reasons)
+    assert any("climbing" in r for r in reasons)
+
+
+def test_a_long_quiet_stretch_at_full_use_does_not_stop_upward_probing() -> None:
+    gov = _governor({"w": "claude/m"})
+    api = SimulatedApi([(0.0, 5), (300.0, 9)])
+    drive = Drive(gov, {"w": api}, tasks=6000)
+    drive.run(until=700.0)
+    assert drive.held("w", 250.0, 300.0) >= 4.5
+    assert drive.held("w", 450.0, 500.0) >= 8.5  # found, however long it held before
+    assert api.throttled <= 12
+
+
+def test_each_change_is_recorded_with_its_bucket_ceiling_and_reason() -> None:
+    gov = _governor({"w": "codex/gpt"}, concurrency=4)
+    for i in range(4):
+        gov.started(f"t{i}", 0.0, "w")
+    gov.ended(EndFacts("t3", "throttled", 0.1, 1, None, True, "", 0.0), 0.1)
+    (change,) = gov.take_changes()
+    assert (change.bucket, change.concurrency, change.ceiling) == ("codex/gpt", 3, 4)
+    assert change.reason == "throttled at 4: the ceiling found"
+    record = change.to_json()
+    assert record["event"] == "concurrency"
+    assert ConcurrencyChange.from_json(record) == change
+    assert gov.take_changes() == []
+
+
+def test_every_bucket_outlives_the_process_of_external_dispatch() -> None:
+    gov = _governor({"a": "claude/small", "b": "claude/big"}, concurrency=8)
+    gov.bucket("a").concurrency, gov.bucket("a").ceiling = 2, 3
+    gov.bucket("b").concurrency = 6
+    record = GovernorRecord.from_json(Fields(gov.export().to_json()))
+    again = _governor({"a": "claude/small", "b": "claude/big"}, concurrency=8)
+    again.restore(record)
+    assert (again.bucket("a").concurrency, again.bucket("a").ceiling) == (2, 3)
+    assert again.bucket("b").concurrency == 6
