@@ -104,6 +104,8 @@ def main() -> int:
     for path in outputs:
         write_whole(path, valid)
     _log(spec, "wrote")
+    # {task: seconds}: an agent's summary turn after its last write
+    time.sleep(float(spec.get("after", {}).get(task, 0)))
     if mode == "stray":
         stray = str(spec.get("stray_path", "stray/{task}.txt")).format(task=task)
         write_whole(stray, "not mine to write")

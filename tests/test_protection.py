@@ -16,9 +16,12 @@ import pytest
 
 from gitrun.commands.session import resume_run, start_run
 from gitrun.commands.watchdog import inspect_runs
+from gitrun.definition.load import load_run
 from gitrun.definition.schema import Limits
 from gitrun.engine import governor
 from gitrun.engine.governor import EndFacts, Governor
+from gitrun.engine.states import load_engine
+from gitrun.store.local import LocalPaths
 from gitrun.workers.sandbox import probe as sandbox_refusal
 from tests.helpers import (
     build_tree,
@@ -107,6 +110,9 @@ def test_each_bucket_s_concurrency_its_ceiling_and_why_are_recorded_and_shown(
     page = report.read_text()
     assert "halved at each throttle" not in page
     assert "<code>command/m-small</code>" in page and "why it last changed" in page
+    # A later driver's bucket starts where the ledger left it.
+    engine, _tip = load_engine(load_run(git_repo, "r"), LocalPaths.of(git_repo, "r"))
+    assert engine.governor.bucket("work").concurrency == bucket["concurrency"]
 
 
 def test_missing_executor_trips_the_breaker_after_exactly_its_window(git_repo: Path) -> None:
@@ -153,6 +159,27 @@ def test_canary_passes_then_the_fan_out_widens(git_repo: Path, tmp_path: Path) -
     t01_wrote = next(at for t, _, e, at in events if t == "t01" and e == "wrote")
     others = [at for t, _, e, at in events if t != "t01" and e == "start"]
     assert min(others) > t01_wrote
+
+
+def test_the_fan_out_widens_once_the_canary_s_outputs_validate(git_repo: Path) -> None:
+    """The canary writes its output, then spends 4 s on a summary turn: the
+    other tasks start when its output validates, not when it exits."""
+    spec = {"after": {"t01": 4.0}}
+    fake_worker_run(git_repo, "r", 4, spec, {"limits": {"canary": 1}}, isolation="none")
+    assert start_run(git_repo, "r", quiet).exit_code == 0
+    attempts = {str(r["task"]): r for r in _ledger(git_repo) if "outcome" in r}
+    canary_ended = str(attempts["t01"]["ended"])
+    assert all(str(attempts[t]["started"]) < canary_ended for t in ("t02", "t03", "t04"))
+
+
+def test_a_resumed_run_s_first_wave_goes_at_what_its_bucket_knew(git_repo: Path) -> None:
+    limits = Limits(concurrency=8)
+    gov = Governor(limits, tasks=40, spawns=0, canary=[], stage_buckets={"work": "claude/m"})
+    gov.seed("claude/m", 5, 6)
+    gov.started("c", now=0.0)
+    _valid(gov, "c", 0.0, now=1.0)  # a typical attempt's time is known: pacing applies
+    assert gov.slots(0, now=1.0, stage="work") == 5 and gov.held == ""
+    assert gov.ceiling == 6
 
 
 def test_spawn_budget_halts_with_the_numbers(git_repo: Path) -> None:

@@ -96,6 +96,14 @@ class Congestion:
                 Change(self.key, concurrency, self.ceiling, reason, iso(time.time()))
             )
 
+    def seed(self, concurrency: int, ceiling: int) -> None:
+        """Start from what an earlier driver learnt: ``concurrency`` works
+        (its first wave goes out at once), ``ceiling`` was refused."""
+        self.concurrency = max(1, min(concurrency, self.limits.concurrency))
+        self.ceiling = max(0, ceiling)
+        self.proven = self.concurrency
+        self.reason = "as the ledger last left it"
+
     def take_changes(self) -> list[Change]:
         changes, self.changes = self.changes, []
         return changes

@@ -61,6 +61,7 @@ __all__ = ["Driver", "Progress", "Reporter", "RunOutcome"]
 
 HEARTBEAT = 2.0  # seconds between owner-record heartbeats
 TICK = 0.5  # longest wait before the loop looks at deadlines and signals again
+CANARY_LOOK = 0.25  # seconds between two looks at a running canary's outputs
 AUDIT_EVERY = 2.0  # seconds between stray-write audits while attempts end
 
 
@@ -98,6 +99,7 @@ class Driver:
         self.commits: CommitQueue | None = None  # made when driving starts
         self.stop_signal: int | None = None
         self.stopping = False
+        self._canary_look = 0.0  # when to look at a running canary's outputs next
         self.started_at = time.monotonic()
         self.finished_here = 0
         self.load_gate = LoadGate(self.limits, report)
@@ -165,6 +167,7 @@ class Driver:
                         halted_reported = True
                         self._halted(halt)
                     if not self.stopping and halt is None:
+                        self._widen_past_the_canary(now)
                         self._launch_ready(now)
                         self.load_gate.look(self.governor)
                     if not self.running and not self._waiting(now):
@@ -209,6 +212,25 @@ class Driver:
         held = self.load_gate.held_for()
         tip = self.committer.last_tip
         return outcome_of(self.engine, tip, self.stop_signal, settled, self.violations, held)
+
+    def _widen_past_the_canary(self, now: float) -> None:
+        """A canary whose outputs already validate, in place, while its worker
+        still runs (an agent's summary turn after its last write): the
+        fan-out widens now instead of a task's time later. Not with a spend
+        budget, whose projection needs the canary's cost."""
+        governor = self.governor
+        if not governor.canary or governor.spend is not None or now < self._canary_look:
+            return
+        self._canary_look = now + CANARY_LOOK
+        for tid in governor.canary:
+            launched = self.launcher.launched.get(tid)
+            if launched is None or launched.confined is not None:
+                continue  # not running, or its outputs come back only when it ends
+            fmt = self.committer.object_format
+            if check_task(self.run, self.tasks[tid], launched.before, fmt).outcome == Outcome.VALID:
+                self.report(f"canary: {tid}'s outputs validate: the fan-out widens")
+                governor.canary_passed()
+                return
 
     def _halted(self, halt: Halt) -> None:
         self.report(f"halted: {halt.message}")

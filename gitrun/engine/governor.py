@@ -267,6 +267,16 @@ class Governor:
                 self.halt = Halt(SPEND, self.spend.halt_message(stage))
         return free
 
+    def canary_passed(self) -> None:
+        """The canary's outputs validate before its attempt ended: widen now."""
+        self.canary = []
+
+    def seed(self, key: str, concurrency: int, ceiling: int) -> None:
+        """Bucket ``key`` as the ledger last left it (a run resumed): its
+        first wave goes out at the concurrency it knew, not from one."""
+        bucket = self._by_key(key)
+        bucket.seed(concurrency, ceiling)
+
     def eligible(self, task: str) -> bool:
         """Whether ``task`` may start now (only canary tasks while the canary runs)."""
         return not self.canary or task in self.canary
