@@ -362,7 +362,7 @@ class External:
             self.local.governor,
             GovernorRecord.from_json,
             what="governor state",
-            fix="concurrency and backoff start afresh from the packet's limits",
+            fix="concurrency and backoff start afresh from the ledger and the packet's limits",
             warn=warn_stderr,
         )
         if state is not None:
