@@ -40,6 +40,7 @@ class Drive:
     gov: Governor
     apis: dict[str, SimulatedApi]  # by stage
     tasks: int
+    canary: bool = True  # the run's first stage: one alone until one is valid
     now: float = 0.0
     left: dict[str, int] = field(default_factory=dict)
     out: list[tuple[float, str, str, float]] = field(default_factory=list)  # ends, task, stage
@@ -69,7 +70,7 @@ class Drive:
                 running = sum(1 for e in self.out if e[2] == stage)
                 slots = self.gov.slots(running, self.now, stage) if self.left[stage] else 0
                 slots = min(slots, self.left[stage])
-                if stage not in self.done:  # the canary: one alone until one is valid
+                if self.canary and stage not in self.done:
                     slots = min(slots, 1 - running)
                 for _ in range(slots):
                     self.start(stage, api)
@@ -144,11 +145,15 @@ def test_stages_on_two_models_in_order_each_start_from_their_own_bucket() -> Non
     gov = _governor({"a": "claude/small", "b": "claude/big"})
     Drive(gov, {"a": SimulatedApi([(0.0, 3)])}, tasks=30).run()
     assert gov.concurrency == 3
-    drive = Drive(gov, {"b": SimulatedApi([(0.0, 6)])}, tasks=60)
+    drive = Drive(gov, {"b": SimulatedApi([(0.0, 6)])}, tasks=60, canary=False)
     drive.now = 100.0
     drive.run(until=300.0)
     assert gov.current == "claude/big" and gov.concurrency == 6  # not held to 3
     assert gov.bucket("a").concurrency == 3  # and the first bucket keeps what it learned
+    # Its first starts were paced by what the run knew of attempts' times:
+    # one throttle (with those already on their way) found its ceiling.
+    assert drive.apis["b"].throttled <= 2
+    assert drive.done["b"] <= 100.0 + 10 * 1.1
 
 
 def test_a_drop_is_followed_within_a_few_task_durations_and_a_rise_is_found() -> None:

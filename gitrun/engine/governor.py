@@ -163,7 +163,17 @@ class Governor:
 
     def _by_key(self, key: str) -> Congestion:
         if key not in self.buckets:
-            self.buckets[key] = Congestion(self.limits, self.rng, key, paced=self._paced)
+            bucket = Congestion(self.limits, self.rng, key, paced=self._paced)
+            met = [b for b in self.buckets.values() if b.valid_durations]
+            if met:
+                known = met[-1]
+                # How long attempts and throttles take, not what the API takes:
+                # a new bucket's first starts above one are paced from the
+                # start instead of going out together.
+                bucket.valid_durations = list(known.valid_durations)
+                bucket.throttle_latency = known.throttle_latency
+                bucket.throttle_slowest = known.throttle_slowest
+            self.buckets[key] = bucket
         return self.buckets[key]
 
     @property
