@@ -18,6 +18,7 @@ from gitrun.store import events
 from gitrun.store.events import (
     AttemptRecord,
     Budget,
+    ConcurrencyChange,
     DefinitionEvent,
     Denied,
     Event,
@@ -167,6 +168,9 @@ def _every_kind() -> list[Record]:
         Suspect("t5", ["out/t5.json"], ["t6"], 1, "2026-12-02T03:27:23.000+00:00"),
         Stray("t6", 1, ["out/t5.json"], "2026-12-02T03:27:24.000+00:00"),
         Denied("t6", 1, "out/t5.json", "Write", "not owned", "2026-12-02T03:27:25+00:00", 3),
+        ConcurrencyChange(
+            "claude/haiku", 3, 4, "throttled at 4: the ceiling found", "2026-12-02T03:27:26+00:00"
+        ),
     ]
 
 
