@@ -47,7 +47,7 @@ def test_throttled_workers_back_off_and_shrink_concurrency(git_repo: Path, tmp_p
         "default": "crowd",
         "crowd_dir": str(tmp_path / "crowd"),
         "crowd_limit": 2,
-        "sleep": 0.15,
+        "sleep": 0.3,  # long enough that three overlap whatever the load
     }
     limits = {"concurrency": 4, "backoff_base": "0.05s", "backoff_cap": "0.5s", "max_attempts": 2}
     fake_worker_run(git_repo, "r", 16, spec, {"limits": limits})
