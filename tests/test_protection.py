@@ -81,7 +81,7 @@ def test_each_bucket_s_concurrency_its_ceiling_and_why_are_recorded_and_shown(
         "default": "crowd",
         "crowd_dir": str(tmp_path / "crowd"),
         "crowd_limit": 2,
-        "sleep": 0.15,
+        "sleep": 0.3,  # three overlap whatever the load
     }
     limits = {"concurrency": 4, "backoff_base": "0.05s", "backoff_cap": "0.5s", "max_attempts": 2}
     fake_worker_run(git_repo, "r", 12, spec, {"limits": limits, "model": {"default": "m-small"}})
@@ -175,7 +175,7 @@ def test_the_fan_out_widens_once_the_canary_s_outputs_validate(git_repo: Path) -
 def test_a_resumed_run_s_first_wave_goes_at_what_its_bucket_knew(git_repo: Path) -> None:
     limits = Limits(concurrency=8)
     gov = Governor(limits, tasks=40, spawns=0, canary=[], stage_buckets={"work": "claude/m"})
-    gov.seed("claude/m", 5, 6)
+    gov.buckets.keyed("claude/m").seed(5, 6)  # as the ledger left it
     gov.started("c", now=0.0)
     _valid(gov, "c", 0.0, now=1.0)  # a typical attempt's time is known: pacing applies
     assert gov.slots(0, now=1.0, stage="work") == 5 and gov.held == ""

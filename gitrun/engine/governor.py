@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gitrun.engine.buckets import Buckets
 from gitrun.engine.congestion import Congestion, GovernorRecord
 from gitrun.store.events import ConcurrencyChange, Outcome
 from gitrun.visible import last_lines
@@ -135,23 +136,16 @@ class Governor:
     # The clock every ``now`` given to the governor is read from: time.time
     # (external dispatch) or time.monotonic (a driver).
     clock: Callable[[], float] = time.time
-    # The bucket (gitrun.engine.congestion) each stage's attempts call, by
-    # stage; a stage not named calls the bucket "".
+    # The bucket (gitrun.engine.buckets) each stage's attempts call, by stage.
     stage_buckets: dict[str, str] = field(default_factory=dict)
-    # One adaptive concurrency per bucket; ``current``: the key of the bucket
-    # of the stage last asked about (stages run one by one).
-    buckets: dict[str, Congestion] = field(default_factory=dict)
-    current: str = ""
-    _paced: bool = True  # False: starts go out together (external dispatch)
-    _bucket_of: dict[str, str] = field(default_factory=dict)  # running tasks' buckets
+    buckets: Buckets = field(init=False)  # one adaptive concurrency per model bucket
     _streak: list[EndFacts] = field(default_factory=list)  # fast, empty endings in a row
     _lost: int = 0  # attempts lost with their machine since the last valid completion
     _canary_failed: set[str] = field(default_factory=set)
     spend: SpendGate | None = None  # the spend budget, when the run has one
 
     def __post_init__(self) -> None:
-        if self.stage_buckets:
-            self.current = next(iter(self.stage_buckets.values()))
+        self.buckets = Buckets(self.limits, self.rng, dict(self.stage_buckets))
         self._check_budget()
         self._check_policy()
 
@@ -159,32 +153,21 @@ class Governor:
 
     def bucket(self, stage: str | None = None) -> Congestion:
         """The bucket ``stage``'s attempts call (the current one for None)."""
-        return self._by_key(self.current if stage is None else self.stage_buckets.get(stage, ""))
+        return self.buckets.of(stage)
 
-    def _by_key(self, key: str) -> Congestion:
-        if key not in self.buckets:
-            bucket = Congestion(self.limits, self.rng, key, paced=self._paced)
-            met = [b for b in self.buckets.values() if b.valid_durations]
-            if met:
-                known = met[-1]
-                # How long attempts and throttles take, not what the API takes:
-                # a new bucket's first starts above one are paced from the
-                # start instead of going out together.
-                bucket.valid_durations = list(known.valid_durations)
-                bucket.throttle_latency = known.throttle_latency
-                bucket.throttle_slowest = known.throttle_slowest
-            self.buckets[key] = bucket
-        return self.buckets[key]
+    @property
+    def current(self) -> str:
+        """The key of the current stage's bucket."""
+        return self.buckets.current
 
     @property
     def congestion(self) -> Congestion:
         """The bucket of the current stage."""
-        return self.bucket()
+        return self.buckets.of()
 
     def take_changes(self) -> list[ConcurrencyChange]:
         """The buckets' changes of concurrency since the last call, in order."""
-        changes = [c for b in self.buckets.values() for c in b.take_changes()]
-        return sorted(changes, key=lambda c: c.when)
+        return self.buckets.take_changes()
 
     # -- the current bucket's numbers, as the callers read them ----------------------
 
@@ -214,13 +197,11 @@ class Governor:
 
     @property
     def paced(self) -> bool:
-        return self._paced
+        return self.buckets.paced
 
     @paced.setter
     def paced(self, value: bool) -> None:
-        self._paced = value
-        for bucket in self.buckets.values():
-            bucket.paced = value
+        self.buckets.pace(value)
 
     def pace_gap(self) -> float:
         return self.congestion.pace_gap()
@@ -234,7 +215,7 @@ class Governor:
         backoff and pacing are those of ``stage``'s bucket."""
         self.held = ""
         if stage is not None:
-            self.current = self.stage_buckets.get(stage, "")
+            self.buckets.asked(stage)
         if self.halt is not None:
             return 0
         if now < self.park_ends:
@@ -281,12 +262,6 @@ class Governor:
         """The canary's outputs validate before its attempt ended: widen now."""
         self.canary = []
 
-    def seed(self, key: str, concurrency: int, ceiling: int) -> None:
-        """Bucket ``key`` as the ledger last left it (a run resumed): its
-        first wave goes out at the concurrency it knew, not from one."""
-        bucket = self._by_key(key)
-        bucket.seed(concurrency, ceiling)
-
     def eligible(self, task: str) -> bool:
         """Whether ``task`` may start now (only canary tasks while the canary runs)."""
         return not self.canary or task in self.canary
@@ -306,21 +281,13 @@ class Governor:
     def started(self, task: str = "", now: float = 0.0, stage: str | None = None) -> None:
         """An attempt of ``task`` (of ``stage``: None, the current one) started at ``now``."""
         self.spawns += 1
-        bucket = self.bucket(stage)
-        bucket.started(task, now)
-        if task:
-            self._bucket_of[task] = bucket.key
+        self.buckets.started(task, now, stage)
         self._check_budget()
 
     # -- an attempt ended ------------------------------------------------------------
 
     def ended(self, facts: EndFacts, now: float, failed_for_good: bool = False) -> None:
-        key = self._bucket_of.pop(facts.task, None)
-        if key is None:  # started by an earlier process: the bucket that knows its level
-            held = [k for k, b in self.buckets.items() if facts.task in b.levels]
-            key = held[0] if held else self.current
-        bucket = self._by_key(key)
-        level = bucket.ended(facts.task)
+        bucket, level = self.buckets.ended(facts.task)
         if facts.outcome == Outcome.VALID:
             self.usable += 1
             self._streak.clear()
@@ -438,11 +405,10 @@ class Governor:
 
     def export(self) -> GovernorRecord:
         """What must outlive one process (external dispatch calls gitrun per batch)."""
-        return GovernorRecord({key: b.export() for key, b in self.buckets.items()})
+        return self.buckets.export()
 
     def restore(self, record: GovernorRecord) -> None:
-        for key, state in record.buckets.items():
-            self._by_key(key or self.current).restore(state)  # "": written before buckets
+        self.buckets.restore(record)
 
 
 def _describe_exit(facts: EndFacts) -> str:

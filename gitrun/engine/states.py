@@ -225,7 +225,7 @@ class Engine:
         # Each bucket as the ledger last left it: a resumed run's first wave
         # goes out at the concurrency its bucket knew.
         for change in {c.bucket: c for c in events.concurrency_changes(self.records)}.values():
-            self.governor.seed(change.bucket, change.concurrency, change.ceiling)
+            self.governor.buckets.keyed(change.bucket).seed(change.concurrency, change.ceiling)
         park = self.summary.park
         if park is not None:  # a usage limit's reset, from the ledger: any driver waits for it
             self.governor.park(float(park["until"]), str(park["reason"]))
