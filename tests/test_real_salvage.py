@@ -132,6 +132,49 @@ def test_claude_continues_a_conversation_a_throttle_cut_off(repo: Path) -> None:
     assert "was cut off" in said and "gitrun run c, task t1" in said
     assert "continuing the conversation of attempt 1" in done.stderr
     _committed_once(repo)
+    _shows_the_resume(repo, _env(repo, model.url), first, second)
+
+
+def _shows_the_resume(
+    repo: Path, env: dict[str, str], first: dict[str, Any], second: dict[str, Any]
+) -> None:
+    """status (text and --json) and the report say which try continued which,
+    and the turns it did not redo; tokens as the client reported them, or
+    "not measured"."""
+    assert second["resumed_turns"] == CUT_AT
+    said = "t1: try 2 (attempt 1) continued the conversation of attempt 1 (throttled)"
+    line = f"{said}; 3 turns not redone"
+    reported = "usage" in first  # what the client said its cut-off try spent
+    status = gitrun(repo, env, "status", "c")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert f"    {line}\n" in status.stdout
+    assert "  resumed 1 try in a cut-off conversation: 3 turns not redone; " in status.stdout
+    as_json = gitrun(repo, env, "status", "c", "--json")
+    resumed = json.loads(as_json.stdout)["resumed"]
+    assert resumed["continued"] == [
+        {
+            "task": "t1",
+            "try": 2,
+            "attempt": 1,
+            "of_try": 1,
+            "of_attempt": 1,
+            "cut": "throttled",
+            "turns": 3,
+        }
+    ]
+    assert resumed["turns_not_redone"] == 3 and resumed["fresh"] == []
+    if not reported:
+        assert resumed["cut_off_tokens"] is None and resumed["cut_off_unreported"] == 1
+        assert "tokens of the cut-off tries not measured" in status.stdout
+    else:
+        assert resumed["cut_off_tokens"] > 0 and resumed["cut_off_unreported"] == 0
+        assert f"the cut-off tries had spent {resumed['cut_off_tokens']:,} tokens" in status.stdout
+    page = repo.parent / "report.html"
+    report = gitrun(repo, env, "report", "c", "-o", str(page))
+    assert report.returncode == 0, report.stdout + report.stderr
+    html = page.read_text()
+    assert f"<li>{line}</li>" in html
+    assert '<div class="num" data-key="turns_not_redone"' in html and "<b>3</b>" in html
 
 
 def test_claude_continues_a_conversation_its_timeout_cut_off(repo: Path) -> None:
@@ -199,6 +242,9 @@ def test_claude_starts_fresh_when_the_conversation_is_gone(repo: Path) -> None:
     assert second["fresh_because"] == f"its conversation {first['conversation']} is gone"
     assert worker.asked[4] == 0  # from its first turn
     _committed_once(repo)
+    why = f"t1: try 2 (attempt 2) started fresh: its conversation {first['conversation']} is gone"
+    status = gitrun(repo, env, "status", "c")
+    assert f"  resumed no try; 1 try after a cut-off started fresh\n    {why}\n" in status.stdout
 
 
 def test_claude_starts_fresh_after_a_resumed_try_that_failed(repo: Path) -> None:

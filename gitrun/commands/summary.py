@@ -74,6 +74,9 @@ def format_summary(
         f"run {status.run!r}: {_counts_text(status.counts())} of {total} tasks; {_yield_text(status)}"
     ]
     lines += _spend_lines(status, "")
+    resumes = status.resumes
+    if resumes:
+        lines.append(resumes.saved_text())
     if load_held >= 1:
         lines.append(
             f"the load gate held starts back for {load_held:.0f} s (load average over max_load; "
@@ -160,6 +163,7 @@ def format_status(status: RunStatus, limit: int | None = 20) -> str:
         lines.append(f"  stage {stage}: {_counts_text(status.counts(stage))}")
     lines.append(f"  total: {_counts_text(status.counts())}; {_yield_text(status)}")
     lines += _spend_lines(status, "  ")
+    lines += _resumed_lines(status, limit)
     if status.halt:
         lines.append(
             f"  halted: {status.halt['message']} (`gitrun retry {status.run}` lifts the halt)"
@@ -209,6 +213,20 @@ def _last(task: TaskStatus, numbered: bool = True) -> str:
     if task.quarantine:
         said += f"; its outputs set aside in {task.quarantine}"
     return said
+
+
+def _resumed_lines(status: RunStatus, limit: int | None) -> list[str]:
+    """What resuming saved, then each try that continued a cut-off
+    conversation or started fresh after one (the first ``limit``)."""
+    resumes = status.resumes
+    if not resumes:
+        return []
+    tries = resumes.tries
+    shown = tries if limit is None else tries[:limit]
+    lines = [f"  {resumes.saved_text()}", *(f"    {t.describe()}" for t in shown)]
+    if len(shown) < len(tries):
+        lines.append(f"    ... and {len(tries) - len(shown)} more (--all lists them)")
+    return lines
 
 
 def _stray_lines(status: RunStatus, limit: int | None = 10) -> list[str]:

@@ -427,6 +427,7 @@ def _ended(end: AttemptEnd, verdict: Verdict, check: TaskCheck, launched: Launch
         span=end.span,
         resumed_from=launched.start.resumed_from if launched else None,
         fresh_because=launched.start.fresh_because if launched else "",
+        resumed_turns=launched.start.turns if launched else 0,
     )
 
 

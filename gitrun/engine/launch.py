@@ -314,6 +314,7 @@ class Launcher:
             throttles=throttles,
             conversation=start.conversation,
             resumed_from=start.resumed_from,
+            resumed_turns=start.turns,
         )
         self.journal.write(ahead)
         crash_point("launch.ahead")
@@ -342,6 +343,7 @@ class Launcher:
                 throttles=throttles,
                 conversation=start.conversation,
                 resumed_from=start.resumed_from,
+                resumed_turns=start.turns,
             )
             self.journal.write(spawned)
             crash_point("launch.journaled")

@@ -86,6 +86,7 @@ def recover_orphans(
             throttles=entry.throttles,
             conversation=conversation,
             resumed_from=entry.resumed_from,
+            resumed_turns=entry.resumed_turns,
         )
         fold_denials(engine, writer, tid, entry.attempt)
         engine.record(writer, ended)

@@ -29,11 +29,13 @@ from gitrun.workers.salvage import continuation, conversation_said, stored_conve
 @dataclass(frozen=True)
 class Start:
     """How a try starts: its conversation ("": one its client names), the
-    try it continues (None: fresh), and why it is fresh after a cut-off."""
+    try it continues (None: fresh) and the turns that conversation holds (what
+    the try does not redo), and why it is fresh after a cut-off."""
 
     conversation: str = ""
     resumed_from: tuple[int, int] | None = None
     fresh_because: str = ""
+    turns: int = 0
 
     @property
     def resumed(self) -> bool:
@@ -87,7 +89,7 @@ class Salvage:
         if plan.resume:
             values["conversation"] = history.conversation
             values["pointer"] = continuation(values["pointer"], _cut_off(history))
-            return Start(history.conversation, history.last_try)
+            return Start(history.conversation, history.last_try, turns=plan.turns)
         given = str(uuid.uuid4()) if self.resume.given else ""
         values["conversation"] = given
         return Start(given, None, plan.why)

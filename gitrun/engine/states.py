@@ -126,6 +126,7 @@ class Ended:
     conversation: str = ""
     resumed_from: tuple[int, int] | None = None
     fresh_because: str = ""
+    resumed_turns: int = 0  # the turns the continued conversation held
 
 
 def _try_named(found: tuple[int, int] | None) -> dict[str, int] | None:
@@ -365,6 +366,7 @@ class Engine:
             conversation=ended.conversation,
             resumed_from=_try_named(ended.resumed_from),
             fresh_because=ended.fresh_because,
+            resumed_turns=ended.resumed_turns,
         )
         self.write(writer, record)
         self.recorded.add(key)

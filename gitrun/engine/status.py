@@ -16,6 +16,7 @@ from gitrun.definition.committed import load_run_anywhere
 from gitrun.definition.load import RunDef
 from gitrun.engine.budget import Budget, spend_json
 from gitrun.engine.motion import AT_REST, STALLED, MotionFacts, last_record_time, latest, motion_of
+from gitrun.engine.resumes import Resumes, resumes_of
 from gitrun.engine.states import COMPLETE, DONE, PENDING, RUNNING, STATUSES, Engine, load_engine
 from gitrun.engine.strays import DENIED, MAX_DENIED, SUSPECT, StrayWrite, kept_denials
 from gitrun.layout import branch_ref
@@ -147,6 +148,11 @@ class RunStatus:
     def yield_ratio(self) -> float | None:
         return self.usable / self.spawns if self.spawns else None
 
+    @property
+    def resumes(self) -> Resumes:
+        """Its tries that continued a cut-off conversation, and those that could not."""
+        return resumes_of(r for task in self.tasks.values() for r in task.records)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "run": self.run,
@@ -179,6 +185,7 @@ class RunStatus:
                 for b in self.buckets
             ],
             "spend": spend_json(self.usage, self.usable, self.budget),
+            "resumed": self.resumes.to_json(),
             "tasks": {tid: task.to_json() for tid, task in self.tasks.items()},
         }
 

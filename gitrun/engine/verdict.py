@@ -227,6 +227,7 @@ class Tried:
 class NextTry:
     resume: bool  # continue the conversation
     why: str = ""  # why a try after a cut-off starts fresh ("": nothing to say)
+    turns: int = 0  # the turns a continued conversation holds: what the try does not redo
 
 
 def next_try(tried: Tried) -> NextTry:
@@ -245,4 +246,4 @@ def next_try(tried: Tried) -> NextTry:
         return NextTry(False, f"its conversation is too large to reload ({tried.size} bytes)")
     if tried.turns == 0:
         return NextTry(False)  # cut off before its first turn: nothing to continue
-    return NextTry(True)
+    return NextTry(True, turns=tried.turns)

@@ -186,6 +186,7 @@ class AttemptRecord(Record):
         "outcome",
         "reason",
         "resumed_from",
+        "resumed_turns",
         "said",
         "signal",
         "stage",
@@ -219,6 +220,7 @@ class AttemptRecord(Record):
         conversation: str = "",
         resumed_from: dict[str, int] | None = None,
         fresh_because: str = "",
+        resumed_turns: int = 0,
     ) -> None:
         self.task = task
         self.attempt = attempt
@@ -250,6 +252,9 @@ class AttemptRecord(Record):
         self.conversation = conversation
         self.resumed_from = resumed_from
         self.fresh_because = fresh_because
+        # The turns (tool calls) the continued conversation held as it started,
+        # counted in its client's own file: the turns it did not do again.
+        self.resumed_turns = resumed_turns
 
     @property
     def kind(self) -> str:
@@ -295,6 +300,8 @@ class AttemptRecord(Record):
             record["resumed_from"] = self.resumed_from
         if self.fresh_because:
             record["fresh_because"] = self.fresh_because
+        if self.resumed_turns:
+            record["resumed_turns"] = self.resumed_turns
         return record
 
     @classmethod
@@ -326,6 +333,7 @@ class AttemptRecord(Record):
             _str(data, "conversation"),
             _try(data.get("resumed_from")),
             _str(data, "fresh_because"),
+            _int(data, "resumed_turns") or 0,
         )
 
 

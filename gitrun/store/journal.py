@@ -49,6 +49,7 @@ class JournalEntry:
     # (attempt, throttles), for a later driver that records it.
     conversation: str = ""
     resumed_from: tuple[int, int] | None = None
+    resumed_turns: int = 0  # the turns that conversation held
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"v": JOURNAL_FORMAT, "task": self.task, "attempt": self.attempt}
@@ -67,6 +68,7 @@ class JournalEntry:
             "made_from": self.made_from,
             "conversation": self.conversation or None,
             "resumed_from": list(self.resumed_from) if self.resumed_from else None,
+            "resumed_turns": self.resumed_turns or None,
         }
         data.update({k: v for k, v in optional.items() if v is not None})
         return data
@@ -116,11 +118,16 @@ class JournalEntry:
             throttles=throttles,
             conversation=_text(item.get("conversation")),
             resumed_from=_try(item.get("resumed_from")),
+            resumed_turns=_count(item.get("resumed_turns")),
         )
 
 
 def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
+
+
+def _count(value: object) -> int:
+    return value if type(value) is int and value >= 0 else 0
 
 
 def _try(value: object) -> tuple[int, int] | None:

@@ -38,6 +38,7 @@ from gitrun.commands.report.timeline import (
     recorded_allowed,
 )
 from gitrun.engine.budget import budget_of, money, per_usable, spend_text, tokens_text
+from gitrun.engine.resumes import resumes_of
 from gitrun.engine.states import DONE, FAILED, PENDING, UP_TO_DATE
 from gitrun.engine.strays import WRITTEN, stray_writes
 from gitrun.errors import GitrunError
@@ -286,6 +287,9 @@ def _summary(c: CommittedRun, attempts: list[Attempt], throttles: int) -> str:
     spend_numbers, spend_lines = _spend(c, usable)
     numbers += spend_numbers
     lines = spend_lines
+    resumed_numbers, resumed_lines = _resumed(c)
+    numbers += resumed_numbers
+    lines += resumed_lines
     if summary.halt:
         lines.append(
             f'<p class="halted">Halted: {escape(visible(summary.halt["message"]))} '
@@ -355,6 +359,36 @@ def _spend(c: CommittedRun, usable: int) -> tuple[list[str], list[str]]:
     by_model = tokens_text(totals)
     if by_model:
         lines.append(f'<p class="tokens">{escape(by_model[0].upper() + by_model[1:])}.</p>')
+    return numbers, lines
+
+
+def _resumed(c: CommittedRun) -> tuple[list[str], list[str]]:
+    """The tries that continued a cut-off conversation and the turns they did
+    not redo (numbers), what resuming saved and each such try, or a try that
+    started fresh after a cut-off and why (lines); nothing in a run without."""
+    resumes = resumes_of(c.records)
+    if not resumes:
+        return [], []
+    numbers = [
+        _number(
+            "resumed",
+            f"{len(resumes.continued):,}",
+            "resumed tries",
+            "tries that continued the conversation of a cut-off attempt",
+        ),
+        _number(
+            "turns_not_redone",
+            f"{resumes.turns:,}",
+            "turns not redone",
+            "the turns the continued conversations held (their clients' own files)",
+        ),
+    ]
+    said = resumes.saved_text()
+    lines = [f'<p class="resumed">{escape(said[0].upper() + said[1:])}.</p>']
+    tries = resumes.tries
+    items = "".join(f"<li>{escape(visible(t.describe()))}</li>" for t in tries[:LISTED])
+    more = f"<li>... and {len(tries) - LISTED:,} more.</li>" if len(tries) > LISTED else ""
+    lines.append(f'<ul class="resumed">{items}{more}</ul>')
     return numbers, lines
 
 
