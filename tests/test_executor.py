@@ -97,7 +97,10 @@ def test_claude_preset_passes_the_write_hooks() -> None:
     hooks = settings["hooks"]
     assert settings["sandbox"]["filesystem"]["denyWrite"] == ["/work/repo"]
     assert "hook pre-write" in hooks["PreToolUse"][0]["hooks"][0]["command"]
-    assert hooks["PreToolUse"][0]["matcher"] == "Write|Edit|MultiEdit|NotebookEdit|Agent|Task|Bash"
+    assert (
+        hooks["PreToolUse"][0]["matcher"]
+        == "Write|Edit|MultiEdit|NotebookEdit|Agent|Task|SendMessage|Bash"
+    )
 
 
 def test_shell_preset_passes_its_script_untouched() -> None:

@@ -68,9 +68,11 @@ def _allowed(path: Path) -> set[str]:
 
 def _named(path: Path) -> set[str]:
     """What a skill's body tells the session to run: the gitrun commands
-    and `sleep` it quotes, and the skills it hands over to."""
+    and `sleep` it quotes, the tools it names (the `SendMessage` tool), and
+    the skills it hands over to."""
     body = path.read_text().split("---\n", 2)[2]
     commands = set(re.findall(r"`(gitrun [a-z]+|sleep)[ `]", body))
+    commands |= set(re.findall(r"the `([A-Z][A-Za-z]+)` tool", body))
     return commands | {f"skill {name}" for name in re.findall(r"skill `(gitrun:[a-z]+)`", body)}
 
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gitrun.commands.session import prepare_external
 from gitrun.definition.load import load_run
 from gitrun.workers.pointer import render_pointer
-from tests.helpers import commit_all, git, write_run
+from tests.helpers import commit_all, git, ledger_records, write_run
 from tests.realclient.claude import (
     claude_binary,
     claude_env,
@@ -27,7 +28,18 @@ from tests.realclient.claude import (
     run_claude,
     sandbox_or_skip,
 )
-from tests.realclient.mockmodel import MockModel, agent, agents, bash, say, write
+from tests.realclient.mockmodel import (
+    Failure,
+    MockModel,
+    Request,
+    ToolUse,
+    Turn,
+    agent,
+    agents,
+    bash,
+    say,
+    write,
+)
 
 pytestmark = pytest.mark.realclient
 
@@ -239,9 +251,106 @@ def test_a_p_lead_reads_a_worker_s_words_from_collect_and_waits_out_a_throttle(
     assert "I could not find the input, so I wrote nothing." in words
 
 
+def _told(message: dict[str, Any]) -> str:
+    """The text of a user message: its tool results' and its own."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    texts = []
+    for block in content or []:
+        inner = block.get("content", block.get("text", ""))
+        if isinstance(inner, list):
+            inner = "".join(str(part.get("text", "")) for part in inner if isinstance(part, dict))
+        texts.append(str(inner))
+    return "\n".join(texts)
+
+
 def _descriptions(home: Path) -> list[str]:
     """The description of every subagent the sessions under ``home`` started."""
     found = []
     for meta in (home / ".claude" / "projects").rglob("agent-*.meta.json"):
         found.append(json.loads(meta.read_text())["description"])
     return found
+
+
+def test_a_p_lead_continues_the_subagent_a_throttle_stopped(git_repo: Path, tmp_path: Path) -> None:
+    """A subagent refused with a 429 its client gives up on: collect records
+    its id with the throttled try, the next batch names it under `continue`,
+    and the lead's SendMessage of the pointer to it goes on in its context
+    (its next request carries the turns done) and counts for the new lease."""
+    sandbox_or_skip()
+    claude_binary()
+    packet = {
+        "executor": {"kind": "external"},
+        "limits": {
+            "canary": 0,
+            "concurrency": 1,
+            "max_load": 1e6,
+            "backoff_base": "1s",
+            "backoff_cap": "1s",
+        },
+    }
+    write_run(git_repo, "r", TASKS[:1], packet)
+    commit_all(git_repo, "run r")
+    assert gitrun_beside_claude(git_repo, "hooks", "install", "--claude").returncode == 0
+    git(git_repo, "add", ".claude")
+    git(git_repo, "commit", "-q", "-m", "gitrun hooks")
+    (tmp_path / "home").mkdir()
+    pointer = render_pointer(load_run(git_repo, "r"), load_run(git_repo, "r").tasks[0])
+    prepare_external(git_repo, "r", lambda _line: None, resume=False)
+    asked: list[int] = []  # the turns each of the worker's requests carried
+    throttled = Failure(headers=(("retry-after", "120"),))
+
+    def worker(request: Request) -> Turn | Failure:
+        steps = sum(1 for m in request.body.get("messages") or [] if m.get("role") == "assistant")
+        asked.append(steps)
+        if steps < 2:
+            return bash(f"echo step {steps + 1}", f"Step {steps + 1}")
+        if steps == 2 and asked.count(2) == 1:
+            return throttled
+        return write(str(git_repo / "out/t1.json"), '{"task": "t1"}') if steps == 2 else say("done")
+
+    seen: list[str] = []  # what the lead was told after each of its calls
+    sent: list[str] = []  # the subagent ids it sent the pointer to
+
+    def lead(request: Request) -> Turn | Failure:
+        told = _told((request.body.get("messages") or [{}])[-1])
+        seen.append(told)
+        if len(seen) == 1:
+            return bash("gitrun next r --json", "Lease the next batch")
+        if len(seen) == 2:
+            return Turn((agent(pointer, "t1", "gitrun-worker", wait=True),))
+        if len(seen) == 3:
+            return bash("gitrun collect r --throttled t1 --json", "Collect the batch")
+        if "task-notification" in told:
+            return bash("gitrun collect r --json", "Collect the batch")
+        if sent or len(seen) > 40:
+            return say("Waiting for the workers.")
+        if '"continue"' in told:
+            sent.append(_json_of(told)["continue"]["t1"])
+            message = {"to": sent[0], "message": pointer, "summary": "go on"}
+            return Turn((ToolUse("SendMessage", message),))
+        return bash("gitrun next r --json", "Lease the next batch")  # after the backoff
+
+    with MockModel(lead, agents={"task t1:": worker}, max_requests=90, lifetime=170) as model:
+        proc = run_claude(
+            git_repo,
+            "Lead the gitrun run r.",
+            claude_env(tmp_path / "home", model.url),
+            *LEAD_TOOLS,
+            "SendMessage",
+        )
+        assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
+    # The continued worker's next request carried the two turns done.
+    assert asked == [0, 1, 2, 2, 3], (asked, seen)
+    assert sent == [first_id := sent[0]] and first_id
+    tries = [r for r in ledger_records(git_repo, "r") if "outcome" in r and "event" not in r]
+    first, second = tries
+    assert first["outcome"] == "throttled" and first["conversation"] == first_id, first
+    assert second["outcome"] == "valid" and second["conversation"] == first["conversation"]
+    assert second["resumed_from"] == {"attempt": 1, "throttles": 0}
+    shown = git(git_repo, "show", "gitrun/r:out/t1.json")
+    assert json.loads(shown) == {"task": "t1"}
+    status = gitrun_beside_claude(git_repo, "status", "r")
+    said = "t1: try 2 (attempt 1) continued the conversation of attempt 1 (throttled)"
+    assert f"    {said}\n" in status.stdout, status.stdout

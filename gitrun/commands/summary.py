@@ -13,6 +13,7 @@ from gitrun.engine.status import BRANCH_GONE, RunStatus, TaskStatus
 from gitrun.engine.strays import WRITTEN
 from gitrun.store.events import TIMED_OUT
 from gitrun.store.lock import LiveState
+from gitrun.visible import visible
 from gitrun.words import counted
 
 if TYPE_CHECKING:
@@ -204,6 +205,10 @@ def _last(task: TaskStatus, numbered: bool = True) -> str:
     if task.kind is None:
         return f"not tried yet; outputs {', '.join(task.missing)}"
     said = f"last attempt {task.ended_attempt} {task.kind}" if numbered else task.kind
+    last = task.records[-1]
+    held_by = last.get("conversation")
+    if last.get("dispatch") == "external" and isinstance(held_by, str) and held_by:
+        said += f" (subagent {visible(held_by)})"  # the subagent that held its lease
     if task.kind == TIMED_OUT:
         took = task.records[-1].get("duration")
         if isinstance(took, int | float):

@@ -24,6 +24,7 @@ from gitrun.engine.strays import fold_denials
 from gitrun.engine.verdict import Facts, Rules, judge
 from gitrun.errors import GitrunError
 from gitrun.store import git
+from gitrun.store.dispatches import subagent_of
 from gitrun.store.events import Outcome
 from gitrun.store.records import warn_stderr
 from gitrun.store.regular import read_regular
@@ -146,6 +147,13 @@ def collect(ext: External, throttled: list[str], abandon: bool = False) -> Colle
             said = _said_by(ext, task_id, lease.attempt) if outcome != Outcome.VALID else []
             if said:
                 result.said[task_id] = said
+            # The subagent that held the lease (its client's conversation), and
+            # the try it continued when the lead sent it this lease's pointer.
+            subagent = subagent_of(ext.local, task_id, lease.try_of)
+            before = engine.history[task_id]
+            resumed = (
+                bool(subagent) and subagent == before.conversation and before.last_try != (0, 0)
+            )
             ended = Ended(
                 task_id,
                 lease.attempt,
@@ -154,6 +162,8 @@ def collect(ext: External, throttled: list[str], abandon: bool = False) -> Colle
                 outcome,
                 reason,
                 timed_out=facts.timed_out,
+                conversation=subagent,
+                resumed_from=before.last_try if resumed else None,
                 dispatch="external",
                 usage=_read_usage(ext, task_id, lease.attempt),
                 made_from=lease.made_from,

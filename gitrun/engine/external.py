@@ -40,8 +40,9 @@ from gitrun.guard.agents import worker_agent_type
 from gitrun.layout import branch_ref
 from gitrun.store import git
 from gitrun.store.branches import find_tip
-from gitrun.store.events import iso
+from gitrun.store.events import Outcome, iso
 from gitrun.store.leases import Lease, read_leases, write_leases
+from gitrun.store.ledger import TaskHistory
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import RunBusy, run_locked
 from gitrun.store.records import load_record, warn_stderr, write_record
@@ -88,6 +89,11 @@ class Batch:
             later = {item["task"]: item["attempt"] for item in self.leased if item["attempt"] != 1}
             if later:
                 shared["attempts"] = later  # of tasks not on their first attempt
+            going_on = {
+                item["task"]: item["continue"] for item in self.leased if "continue" in item
+            }
+            if going_on:
+                shared["continue"] = going_on  # the subagent to send the pointer to
         return {
             "leased": leased,
             **shared,
@@ -104,6 +110,16 @@ class Batch:
 # gitrun with the session's environment, CLAUDECODE=1 among it.
 CLIENT_LIMIT_ENV = "CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS"
 CLIENT_LIMIT_DEFAULT = 20
+
+
+def continued_subagent(history: TaskHistory) -> str:
+    """The subagent a lead continues (SendMessage, its context intact) with a
+    task's new lease instead of starting one: the one whose lease a throttle
+    or a usage limit ended; never after a continued try that failed
+    (``""``: start a fresh one)."""
+    if history.last_outcome != Outcome.THROTTLED or history.last_resumed:
+        return ""
+    return history.conversation
 
 
 def client_subagent_limit() -> int | None:
@@ -308,7 +324,9 @@ class External:
 
     def _lease(self, task_id: str, now: float) -> dict[str, Any]:
         task = self.run.tasks_by_id[task_id]
-        number, throttles = self.engine.history[task_id].upcoming
+        history = self.engine.history[task_id]
+        number, throttles = history.upcoming
+        going_on = continued_subagent(history)
         self.local.prune_logs(task_id, number)
         outputs = [o.path for o in self.run.outputs_of(task)]
         # Where a link standing at an output goes (left before this attempt).
@@ -341,6 +359,8 @@ class External:
             # names), from the repository root, where the lead runs.
             "usage_template": _from_repo(usage.parent / "{task}.{attempt}.usage.json", self.repo),
         }
+        if going_on:
+            item["continue"] = going_on
         return item
 
     def usage_file(self, task_id: str, attempt: int) -> Path:

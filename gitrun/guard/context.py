@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 WRITE_TOOLS = ("Write", "Edit", "MultiEdit", "NotebookEdit")
 AGENT_TOOLS = ("Agent", "Task")  # Task: the Agent tool's former name
+SEND_TOOLS = ("SendMessage",)  # continues a subagent by its id, its context intact
 SHELL_TOOLS = ("Bash",)
 # The first line of a pointer (templates/pointer.txt) names the run and the task.
 POINTER = re.compile(
@@ -86,8 +87,13 @@ def claims_task(data: object, environ: dict[str, str], raw: str = "") -> bool:
         if "agent_id" in data:
             return True
         tool_input = data.get("tool_input")
-        prompt = tool_input.get("prompt") if isinstance(tool_input, dict) else None
-        return data.get("tool_name") in AGENT_TOOLS and bool(pointers_in(str(prompt or "")))
+        tool = data.get("tool_name")
+        said = (
+            tool_input.get("message" if tool in SEND_TOOLS else "prompt")
+            if isinstance(tool_input, dict)
+            else None
+        )
+        return tool in (*AGENT_TOOLS, *SEND_TOOLS) and bool(pointers_in(str(said or "")))
     return '"agent_id"' in raw or bool(pointers_in(raw))
 
 

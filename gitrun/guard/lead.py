@@ -1,4 +1,4 @@
-"""The PreToolUse hook on the lead's Agent calls and on Bash.
+"""The PreToolUse hook on the lead's Agent and SendMessage calls and on Bash.
 
 - ``pre_agent``: a lead session's Agent call (``Task`` before the tool was
   renamed) whose prompt holds a gitrun pointer is allowed only for a task
@@ -7,6 +7,9 @@
   recorded (:mod:`gitrun.store.dispatches`), which is how the subagent's own hooks
   find the task. A worker (a subagent with a task, or a worker gitrun
   launched) may not launch subagents: theirs would be nobody's task.
+- ``pre_send``: a lead's SendMessage that continues a subagent (by the id
+  gitrun recorded for the lease it held) with a task's pointer dispatches
+  that task's new lease to it, the same way.
 - ``pre_bash``: a worker may not run gitrun, whose commands change the run's
   state (the lead runs them). Bash writes themselves are confined by the
   client's sandbox where the packet asks for it (``[executor] bash``).
@@ -17,10 +20,12 @@ cannot judge raises, and the caller blocks it where a task is concerned.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 
 from gitrun.guard.context import HookFailure, HookResult, deny, pointers_in, repo_of, task_context
+from gitrun.guard.subagents import Subagent, Unresolved, read_subagent
 from gitrun.layout import run_ids
 from gitrun.store.local import LocalPaths
 
@@ -62,7 +67,19 @@ def pre_bash(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
             "a gitrun worker may not run gitrun: its commands change the run's state, and the "
             "lead runs them; write your outputs with the Write tool, then stop"
         )
+    if "agent_id" in data:
+        _bind(data, environ)
     return HookResult(0)
+
+
+def _bind(data: dict[str, Any], environ: dict[str, str]) -> None:
+    """Learn which subagent took a dispatch at its first call, whatever the
+    tool (:func:`gitrun.guard.subagents.bind`): one that a throttle stops
+    before it writes is still known, and its lead can continue it. Its Bash
+    is not judged here: the client's sandbox confines it."""
+    cwd = data.get("cwd") if isinstance(data.get("cwd"), str) else None
+    with contextlib.suppress(Exception):  # unknown or stale: its writes are judged as they come
+        task_context(repo_of(cwd), data, environ)
 
 
 def pre_agent(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
@@ -74,6 +91,49 @@ def pre_agent(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
     if not found:
         return HookResult(0)  # not a gitrun dispatch
     assert isinstance(tool_input, dict)
+    tool_use_id = data.get("tool_use_id")
+    if not isinstance(tool_use_id, str) or not tool_use_id:
+        raise HookFailure("the Agent call has no tool_use_id, so its subagent could not be known")
+    return _dispatch(data, found, tool_use_id, tool_input, "dispatches")
+
+
+def pre_send(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
+    """The lead continues a subagent by its id (SendMessage, its context
+    intact) with a pointer: allowed only for that task's own subagent (the
+    one gitrun's dispatch of it started) and a lease of the task now; the
+    subagent's Agent call then dispatches the new lease, so its hooks find
+    the task again."""
+    tool_input = data.get("tool_input")
+    message = tool_input.get("message") if isinstance(tool_input, dict) else None
+    found = pointers_in(message) if isinstance(message, str) else []
+    if not found:
+        return HookResult(0)  # not a gitrun dispatch
+    if _is_worker(data, environ):
+        return _launch_from_worker(data, environ)
+    assert isinstance(tool_input, dict)
+    to = tool_input.get("to")
+    try:
+        sub = read_subagent({**data, "agent_id": to})
+    except Unresolved as exc:
+        return deny(
+            f"gitrun cannot continue subagent {to!r} ({exc}); dispatch the pointer to a new "
+            "subagent with the Agent tool instead"
+        )
+    return _dispatch(data, found, sub.tool_use_id, None, f"continues subagent {to} on", sub)
+
+
+def _dispatch(
+    data: dict[str, Any],
+    found: list[tuple[str, str]],
+    tool_use_id: str,
+    tool_input: dict[str, Any] | None,
+    how: str,
+    continued: Subagent | None = None,
+) -> HookResult:
+    """Record that the subagent of the Agent call ``tool_use_id`` works on the
+    one leased task ``found`` names (``tool_input``: the Agent call's, to
+    give it gitrun's description; ``continued``: the subagent a SendMessage
+    continues, which must be the task's own)."""
     if len(found) > 1:
         shown = ", ".join(task for _, task in found)
         return deny(
@@ -85,9 +145,6 @@ def pre_agent(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
     repo = repo_of(cwd)
     if repo is None:
         raise HookFailure(f"the pointer names gitrun run {run_id!r}, but {cwd} is no repository")
-    tool_use_id = data.get("tool_use_id")
-    if not isinstance(tool_use_id, str) or not tool_use_id:
-        raise HookFailure("the Agent call has no tool_use_id, so its subagent could not be known")
     # deferred: the write hook (<= 3x `python -c pass`) needs it only here
     from pathlib import Path
 
@@ -95,6 +152,11 @@ def pre_agent(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
 
     if run_id not in run_ids(repo.root):
         return deny(f"there is no gitrun run {run_id!r} in this repository; check the pointer")
+    if continued is not None and continued.description != description_of(run_id, task_id):
+        return deny(
+            f"subagent {continued.agent_id!r} was not gitrun task {task_id}'s; dispatch the "
+            "pointer to a new subagent with the Agent tool instead"
+        )
     local = LocalPaths.under(Path(repo.git_dir), run_id)
     outcome = record_dispatch(local, run_id, task_id, tool_use_id)
     if outcome is None:
@@ -107,16 +169,14 @@ def pre_agent(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
             f"gitrun task {task_id} of run {run_id} is already being worked on by another "
             f"subagent; wait for it, then `gitrun collect {run_id}`"
         )
-    updated = {**tool_input, "description": description_of(run_id, task_id)}
-    out = {
-        "hookSpecificOutput": {
-            "hookEventName": "PreToolUse",
-            "permissionDecision": "allow",
-            "permissionDecisionReason": f"gitrun dispatches task {task_id} (attempt {outcome})",
-            "updatedInput": updated,
-        }
+    decision: dict[str, Any] = {
+        "hookEventName": "PreToolUse",
+        "permissionDecision": "allow",
+        "permissionDecisionReason": f"gitrun {how} task {task_id} (attempt {outcome})",
     }
-    return HookResult(0, json.dumps(out, allow_nan=False))
+    if tool_input is not None:
+        decision["updatedInput"] = {**tool_input, "description": description_of(run_id, task_id)}
+    return HookResult(0, json.dumps({"hookSpecificOutput": decision}, allow_nan=False))
 
 
 def _launch_from_worker(data: dict[str, Any], environ: dict[str, str]) -> HookResult:

@@ -29,6 +29,7 @@ import time
 
 from gitrun.guard.context import (
     AGENT_TOOLS,
+    SEND_TOOLS,
     SHELL_TOOLS,
     WRITE_TOOLS,
     HookFailure,
@@ -38,7 +39,7 @@ from gitrun.guard.context import (
     repo_of,
     task_context,
 )
-from gitrun.guard.lead import pre_agent, pre_bash
+from gitrun.guard.lead import pre_agent, pre_bash, pre_send
 from gitrun.guard.rules import protected_of, started_runs
 from gitrun.guard.subagents import Unresolved, is_subagent, leased_try, meta_path
 from gitrun.layout import GITRUN_DIR, run_ids
@@ -95,6 +96,8 @@ def _pre_write(data: dict[str, Any], environ: dict[str, str]) -> HookResult:
     try:
         if tool in AGENT_TOOLS or tool in SHELL_TOOLS:
             return (pre_agent if tool in AGENT_TOOLS else pre_bash)(data, environ)
+        if tool in SEND_TOOLS:
+            return pre_send(data, environ)
         if tool not in WRITE_TOOLS:
             return HookResult(0)
         return _judge_write(data, environ)

@@ -180,6 +180,20 @@ def record_dispatch(local: LocalPaths, run_id: str, task_id: str, tool_use_id: s
             time.sleep(0.05)
 
 
+def subagent_of(local: LocalPaths, task_id: str, try_of: tuple[int, int]) -> str:
+    """The id of the subagent that took the dispatch of ``task_id``'s try
+    ``try_of`` (its hooks bound it, :func:`gitrun.guard.subagents.bind`);
+    ``""`` when none did, or the record cannot tell."""
+    for d in read_dispatches(local, warn=_quiet).values():
+        if d.task == task_id and d.try_of == try_of:
+            try:
+                said = (local.bound / d.tool_use_id).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                return ""
+            return said if said.isprintable() and 0 < len(said) <= 128 else ""
+    return ""
+
+
 def _current(dispatches: dict[str, Dispatch], leases: dict[str, Any]) -> dict[str, Dispatch]:
     """The dispatches of attempts still leased: the others were collected
     (their subagents are told so until the next dispatch drops them)."""
