@@ -37,7 +37,7 @@ DOCUMENTED = {
     ],
     "gemini": [
         "gemini", "--model", "configured-model", "--skip-trust", "--approval-mode", "yolo",
-        "--output-format", "json", "--prompt", POINTER,
+        "--output-format", "json", "--prompt", POINTER, "--session-id", "",
     ],
     "aider": [
         "aider", "--model", "configured-model", "--no-git", "--no-gitignore", "--no-auto-commits",
@@ -73,6 +73,9 @@ def test_a_preset_whose_attempts_may_be_resumed_keeps_its_conversation() -> None
     ]  # fmt: skip
     confined = command_template(Executor(preset="codex"), confined=True, resumed=True) or []
     assert "sandbox_mode=danger-full-access" in confined
+    resumed = command_template(Executor(preset="gemini"), resumed=True) or []
+    argv = render_command(resumed, values)
+    assert argv[-4:] == ["--resume", values["conversation"], "--prompt", POINTER]
     resumed = command_template(Executor(preset="claude"), resumed=True) or []
     argv = render_command(resumed, values)
     assert argv[:5] == ["claude", "-p", POINTER, "--resume", values["conversation"]]

@@ -10,6 +10,7 @@ when gemini is not installed (``.ci/install-clients``).
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,8 @@ import pytest
 from gitrun.engine import governor
 from tests.helpers import commit_all, git, ledger_records, write_run
 from tests.realclient.clis import client_binary, gitrun, offline_env, private_bin
-from tests.realclient.gemini_mock import GeminiMock, write_file
-from tests.realclient.scripted import Reply
+from tests.realclient.gemini_mock import GeminiMock, run_shell, write_file
+from tests.realclient.scripted import Answer, Refuse, Reply, Request, Turn
 
 pytestmark = pytest.mark.realclient
 
@@ -163,3 +164,59 @@ def test_a_careless_gemini_worker_confined_changes_nothing_of_anyone_else(
     assert "t2: refused" in told, told
     assert "read-only file system" in json.dumps(responses[1]).lower(), responses[1]
     assert "wrote out/t2.json" not in done.stderr
+
+
+class _CutAtThird(GeminiMock):
+    """Two shell turns, then 429s until the attempt is cut off (gemini retries
+    a 429 for minutes, so its timeout ends the attempt); a request that
+    carries the continuation prompt is answered with the write and a line."""
+
+    def __init__(self) -> None:
+        super().__init__([], max_requests=200)
+        self.asked: list[int] = []  # the calls each agent request carried
+        self.serving = threading.local()  # the request this handler thread answers
+
+    def answer(self, request: Request) -> Answer:
+        self.serving.request = request
+        return super().answer(request)
+
+    def next_turn(self) -> Turn:
+        request = self.serving.request
+        contents = json.dumps(request.body.get("contents") or [])
+        done = contents.count('"functionCall"')  # the calls it made (each answered)
+        self.asked.append(done)
+        if done < 2:
+            return run_shell(f"echo step {done + 1}")
+        if "was cut off" not in contents:
+            error = {"code": 429, "message": "Resource exhausted.", "status": "RESOURCE_EXHAUSTED"}
+            return Refuse(429, {"error": error})
+        return write_file(OUTPUT, '{"task": "t1"}') if done == 2 else Reply("Wrote it.")
+
+
+def test_gemini_continues_the_session_its_timeout_cut_off_in_its_retries(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    client_binary("gemini")
+    write_run(
+        git_repo,
+        "r",
+        [{"id": "t1", "outputs": [OUTPUT]}],
+        {
+            "model": {"default": "gemini-mock"},
+            "executor": {"kind": "command", "preset": "gemini"},
+            "limits": {"canary": 0, "max_attempts": 3, "timeout": "25s", "max_load": 1e6},
+        },
+    )
+    commit_all(git_repo, "run r")
+    with _CutAtThird() as api:
+        done = gitrun(git_repo, _gemini_env(tmp_path, api.url), "start", "r")
+        asked = api.asked
+    assert done.returncode == 0, done.stdout + done.stderr
+    first, second = [r for r in ledger_records(git_repo) if "outcome" in r and "event" not in r]
+    assert first["timed_out"] and first["conversation"], first
+    assert second["outcome"] == "valid" and second["conversation"] == first["conversation"]
+    assert second["resumed_from"] == {"attempt": 1, "throttles": 0}
+    assert second["resumed_turns"] == 2
+    # The resumed session's first request carried the two calls done: none redone.
+    assert asked[:2] == [0, 1] and asked[-2:] == [2, 3] and 0 not in asked[2:], asked
+    assert json.loads(git(git_repo, "show", f"gitrun/r:{OUTPUT}")) == {"task": "t1"}

@@ -243,6 +243,20 @@ GEMINI = Preset(
     ),
     # "Quota exceeded. Please retry in 41.220713462s."
     says=Says(throttle=(r"\b429\b",), quota=(r"\bquota exceeded\b",)),
+    # --resume takes the whole id its --session-id was given (its help names
+    # only "latest" and an index). The conversation: under $GEMINI_CLI_HOME
+    # (else $HOME), .gemini/tmp/<project>/chats/session-<time>-<first 8 of
+    # the id>.jsonl; a message that called tools holds "toolCalls".
+    resume=Resume(
+        argv=(
+            "gemini", "--model", "{model}", "--skip-trust", "--approval-mode", "yolo",
+            "--output-format", "json", "--resume", "{conversation}", "--prompt", "{pointer}",
+        ),
+        home=("GEMINI_CLI_HOME", ""),
+        stored=".gemini/tmp/*/chats/session-*-{conversation:.8}.jsonl",
+        turn=r'"toolCalls":\[\{',
+        given=("--session-id", "{conversation}"),
+    ),
 )
 AIDER = Preset(
     name="aider",

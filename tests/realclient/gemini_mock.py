@@ -17,7 +17,15 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from tests.realclient.scripted import Answer, Call, Reply, Request, ScriptedServer, Turn
+from tests.realclient.scripted import (
+    Answer,
+    Call,
+    Refuse,
+    Reply,
+    Request,
+    ScriptedServer,
+    Turn,
+)
 
 MODEL = "gemini-mock"
 # What gemini-cli's helper prompts (e.g. "who speaks next") accept as an answer.
@@ -48,6 +56,8 @@ class GeminiMock(ScriptedServer):
             return Answer.json({"totalTokens": 100})
         agent = bool(body.get("tools"))
         turn = self.next_turn() if agent else Reply(self.side_text)
+        if isinstance(turn, Refuse):  # the API's error body, as gemini reads it
+            return Answer.json(turn.body, turn.status)
         if path.endswith(":streamGenerateContent"):
             return Answer.sse([f"data: {json.dumps(self._response(turn))}\r\n\r\n".encode()])
         if path.endswith(":generateContent"):
