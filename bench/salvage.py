@@ -14,7 +14,7 @@ once with `[executor] resume = false`.
 
 Target: at least 70% of the cut-off attempt's turns not done again, every
 output valid and committed once, no attempt number used by the throttles.
-tests/test_real_salvage.py holds the same on one task, as a test (this one
+tests/realclient/test_real_salvage.py holds the same on one task, as a test (this one
 counts, it does not time).
 """
 

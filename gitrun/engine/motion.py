@@ -49,7 +49,7 @@ class MotionFacts:
 
 def motion_of(facts: MotionFacts) -> str:
     """Who moves the run on now: :data:`DRIVEN`, :data:`LED`, :data:`STALLED`
-    or :data:`AT_REST` (the table in tests/test_motion.py)."""
+    or :data:`AT_REST` (the table in tests/engine/test_motion.py)."""
     if facts.driver_alive:
         return DRIVEN
     if facts.external and facts.leases_out:

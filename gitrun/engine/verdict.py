@@ -8,7 +8,7 @@ given and the run's rules for reading them; what follows (a halt, a park,
 an attempt used or not) is the caller's to carry out, in that order, before
 the attempt is recorded.
 
-The order of the questions is the contract (tests/test_verdict.py reads it
+The order of the questions is the contract (tests/engine/test_verdict.py reads it
 as a table): valid outputs decide first; then what says the environment,
 not the task, failed (its directory taken away, a worker that could not
 start, a lost node, a client's environment fault); then the API's refusals

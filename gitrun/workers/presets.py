@@ -7,7 +7,7 @@ environment failed (:mod:`gitrun.workers.clients`), the throttle, usage-limit
 and billing words it prints, how ``gitrun check`` proves it is installed
 (``--version``) and how to install it, and what confinement changes for it.
 Every place that needs a preset reads :data:`PRESETS` or :func:`preset`; no
-other module keys a table by a preset's name (``tests/test_presets.py``).
+other module keys a table by a preset's name (``tests/workers/test_presets.py``).
 
 The model always goes in through ``--model {model}`` in the argv; no preset
 needs an environment variable of its own. The signs and the usage reader

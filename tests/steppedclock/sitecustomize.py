@@ -1,4 +1,4 @@
-"""A stepped wall clock for a child gitrun (tests/test_clock.py).
+"""A stepped wall clock for a child gitrun (tests/root/test_clock.py).
 
 Python imports ``sitecustomize`` at start from its path, so a child started
 with this folder first on ``PYTHONPATH`` gets a ``time.time`` that jumps by

@@ -204,7 +204,7 @@ def test_traces_configured_without_the_extra_say_so_and_the_run_goes_on(
     commit_all(git_repo, "run r")
     env = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
-        "PYTHONPATH": os.pathsep.join([str(hide), str(Path(__file__).resolve().parents[1])]),
+        "PYTHONPATH": os.pathsep.join([str(hide), str(Path(__file__).resolve().parents[2])]),
     }
     proc = run_gitrun(git_repo, "start", "r", env=env)
     assert proc.returncode == 0, proc.stderr
@@ -241,7 +241,7 @@ def test_a_halt_is_an_event_of_the_drive_and_makes_it_an_error(
 def test_a_park_is_an_event_of_the_drive(git_repo: Path, receiver: Receiver) -> None:
     """A usage limit with its reset 2 s away: the drive's park event names
     the reset the ledger records, and the run goes on after it."""
-    from tests.test_refusals import _run, _script
+    from tests.workers.test_refusals import _run, _script
 
     _run(git_repo, _script(2))
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}

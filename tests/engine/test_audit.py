@@ -219,7 +219,7 @@ def test_the_claude_sandbox_s_mark_is_no_violation_and_nothing_else_is_passed_ov
     git_repo: Path, body: str, stray: bool
 ) -> None:
     """Claude Code's Bash sandbox makes an empty .git/info/.claude-sandbox-noreplace
-    at each start (seen with the real client: tests/test_real_claude.py)."""
+    at each start (seen with the real client: tests/realclient/test_real_claude.py)."""
     _run(git_repo, body)
     outcome = start_run(git_repo, "r", quiet)
     assert (".git/info/.claude-sandbox-noreplace" in _violations(outcome)) is stray

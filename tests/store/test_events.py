@@ -38,7 +38,7 @@ from gitrun.store.jsonlines import line_of, parse_lines
 from gitrun.store.ledger import LedgerWriter, read_ledger
 from gitrun.store.usage import Usage
 
-PACKAGE = Path(__file__).resolve().parent.parent / "gitrun"
+PACKAGE = Path(__file__).resolve().parents[2] / "gitrun"
 EVENTS = PACKAGE / "store/events.py"
 KIND_WORDS = {str(k) for k in Event} | {str(o) for o in Outcome} | {events.TIMED_OUT}
 # Words of other vocabularies that happen to be spelled like a kind, compared

@@ -24,7 +24,7 @@ from gitrun.definition.schema import (
 from gitrun.errors import UsageError
 from gitrun.workers.presets import DEFAULT, LEAD, PRESETS, Preset, client_of, preset
 
-PACKAGE = Path(__file__).resolve().parent.parent / "gitrun"
+PACKAGE = Path(__file__).resolve().parents[2] / "gitrun"
 HOME = PACKAGE / "workers" / "presets.py"
 # "shell" is also the name of the [executor] field that holds the shell
 # preset's script: it counts alone only where it is compared with a preset.

@@ -24,7 +24,7 @@ from gitrun.store.usage import Usage, UsageTotals, usage_of
 from gitrun.workers.clientusage import AiderReader, ClaudeReader, read_usage_file
 from tests.helpers import commit_all, ledger_records, user_env, write_run
 
-PACKAGE = Path(__file__).resolve().parent.parent / "gitrun"
+PACKAGE = Path(__file__).resolve().parents[2] / "gitrun"
 
 
 def _gitrun(repo: Path, *args: str) -> Any:

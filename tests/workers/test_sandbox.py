@@ -418,7 +418,7 @@ def test_auto_confines_every_preset_but_those_with_a_sandbox_of_their_own(
     git_repo: Path,
 ) -> None:
     """gemini and aider have none by default and run confined (their real
-    CLIs do, tests/test_real_*.py); codex's cannot nest in gitrun's, so auto
+    CLIs do, tests/realclient/test_real_*.py); codex's cannot nest in gitrun's, so auto
     leaves it its own, and only an explicit sandbox takes its place."""
     from gitrun.workers.executor import command_template
     from gitrun.workers.sandbox import isolation_of

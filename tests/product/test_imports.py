@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "gitrun"
+PACKAGE = Path(__file__).resolve().parents[2] / "gitrun"
 
 # Bottom to top. The root (`gitrun/*.py`: errors, problems, file and branch
 # names) is the floor everything stands on; the path-pattern language is pure

@@ -24,7 +24,7 @@ from gitrun.definition.messages import fields_of, unwrap
 from gitrun.definition.schema import Limits, Packet
 from tests.helpers import commit_all, run_gitrun, write_run
 
-PACKAGE = Path(__file__).resolve().parent.parent / "gitrun"
+PACKAGE = Path(__file__).resolve().parents[2] / "gitrun"
 SCHEMA = PACKAGE / "definition/schema.py"
 
 

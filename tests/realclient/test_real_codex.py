@@ -61,7 +61,7 @@ def test_the_owned_write_lands_and_is_committed(git_repo: Path, tmp_path: Path) 
     prompt = json.dumps(first["input"])
     assert "gitrun run r, task t1" in prompt and OUTPUT in prompt
     # Its session is kept (no --ephemeral) under the id the ledger records,
-    # for a try that would continue it (tests/test_real_salvage.py).
+    # for a try that would continue it (tests/realclient/test_real_salvage.py).
     [record] = [r for r in ledger_records(git_repo) if "outcome" in r]
     saved = list((tmp_path / "home" / ".codex").glob("sessions/**/*.jsonl"))
     assert [p.name for p in saved] == [p.name for p in saved if record["conversation"] in p.name]

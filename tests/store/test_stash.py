@@ -43,7 +43,7 @@ def _gated_run(repo: Path, gates: Path) -> None:
         [{"id": t, "outputs": [f"out/{t}.json"]} for t in TASKS],
         {
             # Unconfined: a confined attempt whose output directory the stash
-            # takes away is interrupted and runs again (tests/test_sandbox.py).
+            # takes away is interrupted and runs again (tests/workers/test_sandbox.py).
             "executor": {"command": ["sh", "-c", script], "isolation": "none"},
             "limits": {"concurrency": 4, "timeout": "120s"},
         },

@@ -29,7 +29,7 @@ from tests.helpers import run_gitrun as _gitrun
 if TYPE_CHECKING:
     from gitrun.store.records import Record
 
-PACKAGE = Path(__file__).resolve().parent.parent / "gitrun"
+PACKAGE = Path(__file__).resolve().parents[2] / "gitrun"
 SHA = "0123456789abcdef0123456789abcdef01234567"
 
 OWNER = Owner(

@@ -25,7 +25,7 @@ from gitrun.proof.check import check_run
 from gitrun.store import ledger
 from tests.helpers import FAKE_WORKER, fake_worker_run, git, ledger_records, wait_for, write_run
 
-FAKE_SRUN = Path(__file__).resolve().parent / "fake_srun.py"
+FAKE_SRUN = Path(__file__).resolve().parent.parent / "fake_srun.py"
 
 
 def quiet(_line: str) -> None:

@@ -44,7 +44,7 @@ from gitrun.store import ledger
 from tests.helpers import build_tree, commit_all, git, git_env, run_gitrun, write_run
 
 runner = CliRunner()
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # -- reading the page back ----------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from gitrun.definition.schema import Limits
 from gitrun.engine.governor import Governor
 from tests.helpers import commit_all, ledger_records, user_env, wait_until, write_run
 
-SHIM = Path(__file__).parent / "steppedclock"
+SHIM = Path(__file__).parent.parent / "steppedclock"
 
 
 def _stepped_driver(repo: Path, trigger: Path, by: float) -> subprocess.Popen[str]:

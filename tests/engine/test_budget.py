@@ -307,7 +307,7 @@ def test_status_the_summary_and_the_html_report_show_the_same_spend(git_repo: Pa
     """Two attempts cost $0.25 each, one of them wasted (its output invalid),
     and one reports nothing: every view says so, from the committed ledger."""
     from gitrun.commands.report.page import render_report
-    from tests.test_htmlreport import numbers, parse
+    from tests.commands.test_htmlreport import numbers, parse
 
     table = [{"id": f"t{i}", "outputs": [f"out/t{i}.json"]} for i in range(1, 4)]
     script = """

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import user_env
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 # A command followed by the output it prints, as the README writes it:
 # `cat out/b.json   # {"words": 3}`.
 SAYS = re.compile(r"^(?:cat|gitrun) .*?\s{2,}# (.+)$")

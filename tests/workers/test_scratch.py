@@ -28,7 +28,7 @@ from tests.helpers import (
     wait_until,
     write_run,
 )
-from tests.test_sandbox import CARELESS
+from tests.workers.test_sandbox import CARELESS
 
 quiet = lambda _line: None  # noqa: E731
 

@@ -1,6 +1,6 @@
 """The claude worker's Bash is kept from writing around ownership:
 ``[executor] bash``, gitrun's ``--settings``, and what ``gitrun check`` says
-before a launch. The real client's side is in tests/test_real_claude.py."""
+before a launch. The real client's side is in tests/realclient/test_real_claude.py."""
 
 from __future__ import annotations
 

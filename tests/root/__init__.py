@@ -1,0 +1,1 @@
+"""Tests of the package's root modules (gitrun/*.py)."""
