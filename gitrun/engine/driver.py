@@ -22,6 +22,7 @@ from dataclasses import replace
 from gitrun.definition.load import RunDef
 from gitrun.definition.outputs import TaskCheck, check_task, quarantine
 from gitrun.definition.runfiles import definition_files, definition_snapshot, open_ledger
+from gitrun.definition.schema import Task
 from gitrun.engine.audit import Audit, Violation
 from gitrun.engine.commitqueue import CommitQueue, Committed
 from gitrun.engine.committer import Committer, Landing
@@ -48,6 +49,7 @@ from gitrun.engine.verdict import Facts, Park, Rules, Verdict, judge
 from gitrun.store import git
 from gitrun.store.events import Event, Outcome, iso
 from gitrun.store.journal import Journal, JournalEntry
+from gitrun.store.ledger import LedgerWriter
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import RunLock
 from gitrun.visible import last_lines
@@ -76,19 +78,17 @@ class Driver:
         progress: Callable[[Progress], None] | None = None,
     ) -> None:
         self.run = run
-        self.repo = run.repo
         self.local = local
         self.lock = lock
         self.committer = committer
         self.report = report
         self.progress = progress
-        self.limits = run.limits
         self.tasks = run.tasks_by_id
         self.journal: Journal | None = None  # started when driving starts
         self.traces: Traces = NoTraces()  # opened when driving starts (gitrun.engine.traces)
         # Nothing runs yet: the attempts a dead driver's journal names are
         # recovered (recover) before this driver starts its own.
-        tip = committer.last_tip or git.rev_parse(self.repo, committer.ref)
+        tip = committer.last_tip or git.rev_parse(run.repo, committer.ref)
         self.ledger = open_ledger(run, tip)
         # Its deadlines, backoff and holds on the monotonic clock (gitrun.clock).
         self.engine = Engine(run, local, tip, running=(), clock=time.monotonic)
@@ -102,7 +102,7 @@ class Driver:
         self._canary_look = 0.0  # when to look at a running canary's outputs next
         self.started_at = time.monotonic()
         self.finished_here = 0
-        self.load_gate = LoadGate(self.limits, report)
+        self.load_gate = LoadGate(run.limits, report)
         # The definition as it is now, which is what this driver runs: what a
         # worker writes into it later is reported by the audit, never committed.
         self.definition = definition_snapshot(run)
@@ -222,15 +222,10 @@ class Driver:
         if not governor.canary or governor.spend is not None or now < self._canary_look:
             return
         self._canary_look = now + CANARY_LOOK
-        for tid in governor.canary:
-            launched = self.launcher.launched.get(tid)
-            if launched is None or launched.confined is not None:
-                continue  # not running, or its outputs come back only when it ends
-            fmt = self.committer.object_format
-            if check_task(self.run, self.tasks[tid], launched.before, fmt).outcome == Outcome.VALID:
-                self.report(f"canary: {tid}'s outputs validate: the fan-out widens")
-                governor.canary_passed()
-                return
+        tid = _validating_canary(self.run, self.tasks, self.launcher, governor.canary)
+        if tid is not None:
+            self.report(f"canary: {tid}'s outputs validate: the fan-out widens")
+            governor.canary_passed()
 
     def _halted(self, halt: Halt) -> None:
         self.report(f"halted: {halt.message}")
@@ -306,13 +301,14 @@ class Driver:
         before = launched.before if launched else None
         check = check_task(self.run, self.tasks[end.task], before, self.committer.object_format)
         facts = _facts_of(end, check, confined, self.governor.parked_until)
-        verdict = judge(facts, Rules(self.run.id, self.limits, self.launcher.placement.client))
+        verdict = judge(facts, Rules(self.run.id, self.run.limits, self.launcher.placement.client))
         start = launched.start if launched else Start()
         salvage = self.launcher.salvage
         conversation = start.conversation or salvage.said(self.local.log_of(end.task, end.attempt))
         kept = salvage.after(verdict.outcome, end.timed_out, conversation, start.resumed).resume
         if check.outcome == Outcome.INVALID and not kept:  # a resumed try finds them in place
-            quarantine(self.repo, self.local.quarantine_of(end.task, end.attempt), check.outputs)
+            where = self.local.quarantine_of(end.task, end.attempt)
+            quarantine(self.run.repo, where, check.outputs)
         if verdict.halt is not None:
             self.governor.stop_for(verdict.halt)
         if verdict.park is not None:
@@ -350,18 +346,11 @@ class Driver:
     def _audit(self) -> None:
         if self.audit is None:
             return
-        for violation in self.audit.check(self.running):
-            self.engine.write(self.ledger, violation.to_record())
-            if violation.edit:
-                self.report(
-                    f"notice: {violation.describe()}; this driver goes on with the definition it "
-                    f"started with, and `gitrun resume {self.run.id} --take-edits` takes the edit"
-                )
-                continue
-            self.violations.append(violation)
-            self.report(f"ownership violation: {violation.describe()}")
-            if self.run.packet.ownership.strict:
-                self.governor.stop_for(Halt(STRICT, f"ownership violation: {violation.describe()}"))
+        found = self.audit.check(self.running)
+        counted = _record_violations(found, self.engine, self.ledger, self.report, self.run.id)
+        self.violations += counted
+        if counted and self.run.packet.ownership.strict:
+            self.governor.stop_for(Halt(STRICT, f"ownership violation: {counted[0].describe()}"))
 
     def _own_files(self) -> dict[str, bytes]:
         # What the committer last published is what the branch holds (else
@@ -378,6 +367,41 @@ class Driver:
 
     def _on_signal(self, signum: int) -> None:
         self.stop_signal = signum
+
+
+def _record_violations(
+    found: list[Violation], engine: Engine, ledger: LedgerWriter, report: Reporter, run_id: str
+) -> list[Violation]:
+    """Record each write the audit ``found`` and say it; the violations that
+    count (an edit of the run's own definition is a notice: the driver goes
+    on with the definition it started with)."""
+    counted = []
+    for violation in found:
+        engine.write(ledger, violation.to_record())
+        if violation.edit:
+            report(
+                f"notice: {violation.describe()}; this driver goes on with the definition it "
+                f"started with, and `gitrun resume {run_id} --take-edits` takes the edit"
+            )
+            continue
+        counted.append(violation)
+        report(f"ownership violation: {violation.describe()}")
+    return counted
+
+
+def _validating_canary(
+    run: RunDef, tasks: dict[str, Task], launcher: Launcher, canary: list[str]
+) -> str | None:
+    """The first of the running ``canary`` tasks whose outputs validate where
+    its worker writes them (a confined worker's come back only when it ends)."""
+    for tid in canary:
+        launched = launcher.launched.get(tid)
+        if launched is None or launched.confined is not None:
+            continue
+        fmt = launcher.committer.object_format
+        if check_task(run, tasks[tid], launched.before, fmt).outcome == Outcome.VALID:
+            return tid
+    return None
 
 
 def _facts_of(
