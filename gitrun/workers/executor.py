@@ -205,6 +205,7 @@ def executor_problems(executor: Executor) -> list[str]:
 def _field_namer(executor: Executor) -> Callable[[int], str]:
     """``command[2]``, ``args[0]``, ``shell``: where an argument of the template comes from."""
     own = len(executor.command) if executor.command is not None else -1
+    built = command_template(executor) or []
 
     def name(index: int) -> str:
         if executor.command is not None and index < own:
@@ -213,10 +214,8 @@ def _field_namer(executor: Executor) -> Callable[[int], str]:
             if index == 2:
                 return "shell"
             return f"args[{index - 3}]" if index > 2 else f"argument {index} of the preset"
-        record = find_preset(executor.preset)
-        base = len(record.argv if record is not None else ()) + len(preset_extras(executor))
-        if executor.command is not None:
-            base = own
+        # args come last, after the command or the preset's words as built
+        base = own if executor.command is not None else len(built) - len(executor.args)
         if index >= base:
             return f"args[{index - base}]"
         return f"argument {index} of the {executor.preset} preset"
