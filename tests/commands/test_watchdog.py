@@ -279,6 +279,7 @@ def _forge_owner(local: LocalPaths, pid: int) -> None:
 
     seen = psutil.Process(pid)
     forged = {
+        "v": 1,
         "pid": pid,
         "host": socket.gethostname(),
         "started": time.time() - 3600,
