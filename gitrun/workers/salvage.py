@@ -19,8 +19,10 @@ from pathlib import Path
 
 from gitrun.workers.presets import Resume
 
-# An id gitrun looks for in a client's home: a UUID or the like, never a glob.
-_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]{7,63}")
+# An id gitrun looks for in a client's home: a whole UUID (every resumable
+# client's ids are), never a glob, an option, or a piece of another
+# conversation's file name (codex's are matched by their tail).
+_ID = re.compile(r"[0-9A-Fa-f]{8}-(?:[0-9A-Fa-f]{4}-){3}[0-9A-Fa-f]{12}")
 SAID_WITHIN = 64 * 1024  # the head of a log the client names its conversation in
 
 
