@@ -333,7 +333,7 @@ class AttemptRecord(Record):
             _str(data, "conversation"),
             _try(data.get("resumed_from")),
             _str(data, "fresh_because"),
-            _int(data, "resumed_turns") or 0,
+            max(0, _int(data, "resumed_turns") or 0),  # a count: none below zero
         )
 
 
@@ -663,9 +663,9 @@ class ConcurrencyChange(Record):
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Self | None:
         bucket, concurrency = data.get("bucket"), _int(data, "concurrency")
-        if not isinstance(bucket, str) or concurrency is None:
-            return None
-        ceiling = _int(data, "ceiling") or 0
+        if not isinstance(bucket, str) or concurrency is None or concurrency < 1:
+            return None  # damaged: no bucket runs below one attempt at a time
+        ceiling = max(0, _int(data, "ceiling") or 0)
         return cls(bucket, concurrency, ceiling, _str(data, "reason"), _str(data, "at"))
 
 

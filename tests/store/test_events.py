@@ -246,3 +246,36 @@ def test_a_line_of_no_kind_this_gitrun_knows_reads_as_none() -> None:
     assert read({"note": "no task, no event"}) is None
     assert read({"event": "halt", "kind": 3}) is None  # a halt without its kind: none
     assert read({"event": "denied", "path": None}) is None  # a denial of no path
+
+
+def test_status_of_a_hand_edited_ledger_says_no_negative_count(git_repo: Path) -> None:
+    """Turns, concurrencies and ceilings edited below zero by hand are not
+    shown as such: the turns count none, a change of no possible level is skipped."""
+    import json
+
+    from tests.helpers import commit_all, run_gitrun, write_run
+
+    write_run(git_repo, "r", [{"id": "t1", "outputs": ["out/t1.json"]}])
+    commit_all(git_repo, "run r")
+    at = "2026-01-01T00:00:0{}.000+00:00"
+    edited = [
+        {"v": 1, "task": "t1", "attempt": 1, "stage": "work", "outcome": "throttled",
+         "started": at.format(0), "ended": at.format(1), "conversation": "c"},
+        {"v": 1, "task": "t1", "attempt": 2, "stage": "work", "outcome": "valid",
+         "started": at.format(2), "ended": at.format(3), "resumed_turns": -7,
+         "resumed_from": {"attempt": 1, "throttles": 0}},
+        {"v": 1, "event": "concurrency", "bucket": "claude/x", "concurrency": -2,
+         "ceiling": -1, "reason": "r", "at": at.format(3)},
+        {"v": 1, "event": "concurrency", "bucket": "claude/y", "concurrency": 2,
+         "ceiling": -1, "reason": "r", "at": at.format(3)},
+    ]  # fmt: skip
+    chunk = git_repo / ".gitrun/runs/r/ledger/0000/000001.jsonl"
+    chunk.parent.mkdir(parents=True, exist_ok=True)
+    chunk.write_text("".join(json.dumps(r) + "\n" for r in edited))
+    shown = run_gitrun(git_repo, "status", "r", "--json")
+    assert shown.returncode == 0, shown.stderr
+    said = json.loads(shown.stdout)
+    assert said["resumed"]["turns_not_redone"] == 0
+    assert [(b["bucket"], b["ceiling"]) for b in said["buckets"]] == [("claude/y", None)]
+    text = run_gitrun(git_repo, "status", "r").stdout
+    assert "-7" not in text and "-2" not in text and "~-1" not in text
