@@ -1,8 +1,9 @@
 """What the run branch stores of the ledger: 1,000 attempts over many commits.
 
 The same attempt records are committed the way gitrun commits them, through
-its committer, twice: as the single ``ledger.jsonl`` committed whole every
-time (before) and as chunks through the ledger writer (after). For each
+its committer, twice: as one ``ledger.jsonl`` committed whole every time
+(before: the layout chunks replaced, which gitrun itself no longer reads) and
+as chunks through the ledger writer (after). For each
 commit pattern it prints the bytes of every distinct ledger blob reachable
 from the branch against the final ledger's size (target: <= 2x), and the
 bytes of the trees that hold the chunks (each commit rewrites the current
@@ -43,6 +44,15 @@ def record(i: int) -> dict[str, object]:
     }
 
 
+SINGLE = "ledger.jsonl"  # the "before" layout's one file
+
+
+def _is_ledger(name: str) -> bool:
+    from gitrun.store import ledger
+
+    return name == SINGLE or ledger.is_ledger_name(name)
+
+
 def stored(repo: Path, run_dir: str) -> tuple[int, int, int]:
     """(distinct ledger blob bytes, ledger bytes at the tip, ledger tree bytes)."""
     from gitrun.store import ledger
@@ -60,7 +70,7 @@ def stored(repo: Path, run_dir: str) -> tuple[int, int, int]:
         if not path.startswith(prefix):
             continue
         name = path[len(prefix) :]
-        if ledger.is_ledger_name(name):
+        if _is_ledger(name):
             blobs.add(sha)
         elif name == ledger.CHUNK_DIR or name.startswith(ledger.CHUNK_DIR + "/"):
             trees.add(sha)
@@ -73,7 +83,7 @@ def stored(repo: Path, run_dir: str) -> tuple[int, int, int]:
     final = 0
     for line in tip.splitlines():
         meta, path = line.split("\t", 1)
-        if ledger.is_ledger_name(path[len(prefix) :]):
+        if _is_ledger(path[len(prefix) :]):
             blobs.add(meta.split()[2])
             final += int(meta.split()[3])
     sizes = subprocess.run(
@@ -104,7 +114,7 @@ def one(root: Path, tasks: int, per_commit: int, chunked: bool) -> tuple[int, in
     ).stdout.strip()
     committer.start_branch(head, definition_files(run), "start\n")
     writer = LedgerWriter(run_dir) if chunked else None
-    single = run_dir / "ledger.jsonl"
+    single = run_dir / SINGLE
     commits = 0
     started = time.perf_counter()
     for first in range(0, tasks, per_commit):
@@ -114,7 +124,10 @@ def one(root: Path, tasks: int, per_commit: int, chunked: bool) -> tuple[int, in
             else:
                 with single.open("a") as handle:
                     handle.write(line_of(record(i)))
-        committer.commit([], definition_files(run, writer), "ledger\n")
+        files = definition_files(run, writer)
+        if writer is None:
+            files[f"{run.dir}/{SINGLE}"] = single.read_bytes()
+        committer.commit([], files, "ledger\n")
         commits += 1
     elapsed = time.perf_counter() - started
     if writer is not None:

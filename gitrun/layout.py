@@ -12,7 +12,6 @@ RUNS_DIR = ".gitrun/runs"
 CONFIG_FILE = ".gitrun/config.toml"
 PACKET_NAME = "packet.toml"
 TASKS_NAME = "tasks.toml"
-LEDGER_NAME = "ledger.jsonl"
 ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 BRANCH_PREFIX = "gitrun/"
 

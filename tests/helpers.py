@@ -236,11 +236,10 @@ def ledger_records(repo: Path, run_id: str = "r") -> list[dict[str, object]]:
 def committed_ledger(
     repo: Path, rev: str = "gitrun/r", run_id: str = "r"
 ) -> list[dict[str, object]]:
-    """The ledger records committed at ``rev``, in order: an older run's single
-    file, then the chunks by number ([] when ``rev`` does not exist)."""
-    from gitrun.definition.load import LEDGER_NAME
+    """The ledger records committed at ``rev``, in order: the chunks by number
+    ([] when ``rev`` does not exist)."""
     from gitrun.store.jsonlines import parse_lines
-    from gitrun.store.ledger import is_ledger_name
+    from gitrun.store.ledger import chunk_number, is_ledger_name
 
     run_dir = f".gitrun/runs/{run_id}"
     proc = subprocess.run(
@@ -249,8 +248,7 @@ def committed_ledger(
         text=True,
     )
     names = [p[len(run_dir) + 1 :] for p in proc.stdout.split()]
-    names = [n for n in names if is_ledger_name(n)]
-    names.sort(key=lambda n: -1 if n == LEDGER_NAME else int(n.rsplit("/", 1)[1].split(".")[0]))
+    names = sorted((n for n in names if is_ledger_name(n)), key=chunk_number)
     records: list[dict[str, object]] = []
     for name in names:
         text = git(repo, "show", f"{rev}:{run_dir}/{name}")

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gitrun.definition.load import (
-    LEDGER_NAME,
     PACKET_NAME,
     RUNS_DIR,
     RunDef,
@@ -275,12 +274,12 @@ def take_remote_branch(repo: Path, run_id: str, report: Reporter) -> None:
 
 def _retire_stale_ledger(run: RunDef, local: LocalPaths, head: str) -> None:
     """A ledger without a branch is left from a run whose branch was deleted:
-    its chunks (and an older run's single file) move aside, kept for
-    inspection. A ledger HEAD holds as it is (the run landed, and its branch
-    went since) stays: the new round goes on with it."""
-    where = [f"{run.dir}/{LEDGER_NAME}", f"{run.dir}/{CHUNK_DIR}"]
+    its chunks move aside, kept for inspection. A ledger HEAD holds as it is
+    (the run landed, and its branch went since) stays: the new round goes on
+    with it."""
+    where = [f"{run.dir}/{CHUNK_DIR}"]
     held = {path: blob for path, (_mode, blob) in git.ls_tree(run.repo, head, where).items()}
-    paths = [f"{run.dir}/{name}" for name in ledger.ledger_names(run.repo / run.dir)]
+    paths = [f"{run.dir}/{name}" for name in ledger.chunk_names(run.repo / run.dir)]
     plain = all(os.path.isfile(p) and not os.path.islink(p) for p in (run.repo / q for q in paths))
     # Compared as git stores them: a clone checking text out with CRLF holds the same ledger.
     if (
@@ -290,12 +289,10 @@ def _retire_stale_ledger(run: RunDef, local: LocalPaths, head: str) -> None:
         and git.stored_blob_ids(run.repo, paths) == {path: held[path] for path in paths}
     ):
         return
-    stamp = int(time.time())
-    for name in (LEDGER_NAME, CHUNK_DIR):
-        stale = run.repo / run.dir / name
-        if os.path.lexists(stale):
-            local.root.mkdir(parents=True, exist_ok=True)
-            os.replace(stale, local.retired(name, stamp))
+    stale = run.repo / run.dir / CHUNK_DIR
+    if os.path.lexists(stale):
+        local.root.mkdir(parents=True, exist_ok=True)
+        os.replace(stale, local.retired(CHUNK_DIR, int(time.time())))
 
 
 def _ensure_branch(repo: Path, run_id: str, report: Reporter) -> str:
@@ -362,8 +359,6 @@ def _restore_definition(repo: Path, run_id: str, tip: str, report: Reporter) -> 
         elif not target.exists():
             write_atomic(target, git.cat_blob(repo, sha))
             restored += 1
-    # Chunks and an older run's single ledger.jsonl alike: that file stays the
-    # ledger's first part, read first and never written again.
     merge_committed_ledger(repo, ledger_blobs)
     if restored:
         report(f"run {run_id}: restored {restored} run files from the branch")

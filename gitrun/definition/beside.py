@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gitrun.definition.load import LEDGER_NAME, PACKET_NAME, RUNS_DIR, TASKS_NAME, RunDef, load_run
+from gitrun.definition.load import PACKET_NAME, RUNS_DIR, TASKS_NAME, RunDef, load_run
 from gitrun.errors import GitrunError
 from gitrun.layout import is_run_id, run_ids
 from gitrun.store import git, ledger
@@ -92,7 +92,7 @@ def has_started(repo: Path, run_id: str) -> bool:
 
 def _ledgers_in(repo: Path, head: str, runs: list[str]) -> set[str]:
     """Those of ``runs`` whose ledger HEAD's tree holds."""
-    paths = [f"{RUNS_DIR}/{r}/{name}" for r in runs for name in (LEDGER_NAME, ledger.CHUNK_DIR)]
+    paths = [f"{RUNS_DIR}/{r}/{ledger.CHUNK_DIR}" for r in runs]
     return {path.split("/")[2] for path in git.ls_tree(repo, head, paths)}
 
 

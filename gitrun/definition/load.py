@@ -22,7 +22,6 @@ from gitrun.definition.tasktoml import loads_task_table
 from gitrun.errors import DefinitionError, GitrunError
 from gitrun.layout import CONFIG_FILE as CONFIG_FILE
 from gitrun.layout import GITRUN_DIR as GITRUN_DIR
-from gitrun.layout import LEDGER_NAME as LEDGER_NAME
 from gitrun.layout import PACKET_NAME as PACKET_NAME
 from gitrun.layout import RUNS_DIR as RUNS_DIR
 from gitrun.layout import TASKS_NAME as TASKS_NAME

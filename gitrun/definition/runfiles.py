@@ -1,8 +1,7 @@
 """The run's own files: the only files gitrun commits besides validated outputs.
 
 They are the run definition in ``.gitrun/runs/<run>/``: ``packet.toml``,
-``tasks.toml``, the ledger (its chunks under ``ledger/``, and the single
-``ledger.jsonl`` of a run started before chunks), and the bundle and schema
+``tasks.toml``, the ledger (its chunks under ``ledger/``), and the bundle and schema
 files the definition names inside that directory. Nothing else is committed: not the repository's
 ``.gitrun/config.toml`` (it may hold secrets and stays where the user keeps
 it), not dot-files or dot-directories, not files the definition does not
@@ -19,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gitrun.definition.load import LEDGER_NAME, PACKET_NAME, TASKS_NAME, RunDef
+from gitrun.definition.load import PACKET_NAME, TASKS_NAME, RunDef
 from gitrun.definition.outputs import blob_id, blob_on_disk
 from gitrun.definition.schema import JsonSchemaValidator
 from gitrun.errors import GitrunError
@@ -35,7 +34,7 @@ def own_paths(run: RunDef) -> list[str]:
     its files exist or not) and the ledger's files (those on disk, or the first
     chunk's name when there are none yet)."""
     chunks = ledger.chunk_names(run.repo / run.dir) or [ledger.chunk_name(1)]
-    return definition_paths(run) + [f"{run.dir}/{name}" for name in [LEDGER_NAME, *chunks]]
+    return definition_paths(run) + [f"{run.dir}/{name}" for name in chunks]
 
 
 def is_ledger_path(run: RunDef, path: str) -> bool:
@@ -94,7 +93,7 @@ def definition_files(
         at_tip = _ledger_at_tip(run)
     if writer is None:
         fmt = git.object_format(run.repo)
-        for name in ledger.ledger_names(run.repo / run.dir):
+        for name in ledger.chunk_names(run.repo / run.dir):
             path = f"{run.dir}/{name}"
             _read_regular(run, path, files)
             _refuse_foreign_ledger(run, path, files)
@@ -104,7 +103,7 @@ def definition_files(
     with writer.held_for_commit() as written:
         for name, data in list(written.items()):
             _take_written(run, name, data, writer, at_tip, files)
-        for name in ledger.ledger_names(run.repo / run.dir):
+        for name in ledger.chunk_names(run.repo / run.dir):
             if name not in written:
                 _read_unless_committed(run, name, writer, at_tip, files)
     return files
@@ -147,7 +146,7 @@ def _ledger_at_tip(run: RunDef) -> dict[str, str]:
 
 def committed_ledger_files(repo: Path, run_dir: str, tip: str) -> dict[str, str]:
     """The ledger's files at ``tip``: repository-relative path -> blob id."""
-    where = [f"{run_dir}/{ledger.CHUNK_DIR}", f"{run_dir}/{LEDGER_NAME}"]
+    where = [f"{run_dir}/{ledger.CHUNK_DIR}"]
     return {
         path: sha
         for path, (_mode, sha) in git.ls_tree(repo, tip, where).items()
@@ -162,7 +161,7 @@ def last_committed_chunk(run: RunDef, tip: str | None) -> int:
         if tip
         else []
     )
-    return max((ledger.chunk_number(n) for n in names if n != LEDGER_NAME), default=0)
+    return max((ledger.chunk_number(n) for n in names), default=0)
 
 
 def open_ledger(run: RunDef, tip: str | None) -> ledger.LedgerWriter:
@@ -191,7 +190,7 @@ def read_run_ledger(repo: Path, run_dir: str, tip: str | None) -> list[dict[str,
         for path, sha in committed_ledger_files(repo, run_dir, tip).items()
     }
     fmt = git.object_format(repo)
-    texts = _present(on_disk, ledger.ledger_names(on_disk))
+    texts = _present(on_disk, ledger.chunk_names(on_disk))
     stale = [n for n, sha in committed.items() if n not in texts or blob_id(texts[n], fmt) != sha]
     blobs = read_blobs(repo, sorted({committed[n] for n in stale}))
     for name in stale:
@@ -199,7 +198,7 @@ def read_run_ledger(repo: Path, run_dir: str, tip: str | None) -> list[dict[str,
         local = texts.get(name, b"").decode("utf-8", errors="replace")
         texts[name] = ledger.merge_text(local, branch).encode()
     records: list[dict[str, Any]] = []
-    for name in ledger.reading_order(list(texts)):
+    for name in sorted(texts, key=ledger.chunk_number):
         records += parse_lines(texts[name].decode("utf-8", errors="replace"))
     return records
 

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from gitrun.errors import GitrunError
-from gitrun.layout import BRANCH_PREFIX, LEDGER_NAME, RUNS_DIR, branch_ref, is_run_id
+from gitrun.layout import BRANCH_PREFIX, RUNS_DIR, branch_ref, is_run_id
 from gitrun.processes.proc import run_cmd
 from gitrun.store import git
 from gitrun.store.jsonlines import parse_lines
-from gitrun.store.ledger import CHUNK_DIR, is_ledger_name
+from gitrun.store.ledger import CHUNK_DIR, chunk_number, is_ledger_name
 
 _FIELD = "\x1f"
 _LIST = "\x1d"
@@ -81,16 +81,11 @@ def find_tip(repo: Path, run_id: str) -> RunTip | None:
 
 def committed_records(repo: Path, run_id: str, tip: str) -> list[dict[str, Any]]:
     """Every ledger record committed at ``tip``, in the order the ledger is
-    read: an older run's single file first, then the chunks in number order."""
+    read: the chunks in number order."""
     run_dir = f"{RUNS_DIR}/{run_id}"
-    tree = git.ls_tree(repo, tip, [f"{run_dir}/{CHUNK_DIR}", f"{run_dir}/{LEDGER_NAME}"])
+    tree = git.ls_tree(repo, tip, [f"{run_dir}/{CHUNK_DIR}"])
     names = [p[len(run_dir) + 1 :] for p in tree]
-    chunks = sorted(
-        (int(n.rsplit("/", 1)[-1].split(".")[0]), n)
-        for n in names
-        if n != LEDGER_NAME and is_ledger_name(n)
-    )
-    order = ([LEDGER_NAME] if LEDGER_NAME in names else []) + [n for _, n in chunks]
+    order = sorted((n for n in names if is_ledger_name(n)), key=chunk_number)
     shas = [tree[f"{run_dir}/{n}"][1] for n in order]
     blobs = git.read_blobs(repo, list(dict.fromkeys(shas)))
     records: list[dict[str, Any]] = []
@@ -167,10 +162,9 @@ def landed(repo: Path, run_id: str, tip: str, git_dir: Path) -> Landed | None:
 
 
 def _same_ledger(repo: Path, run_id: str, commit: str, tip: str) -> bool:
-    run_dir = f"{RUNS_DIR}/{run_id}"
-    paths = [f"{run_dir}/{CHUNK_DIR}", f"{run_dir}/{LEDGER_NAME}"]
+    chunks = f"{RUNS_DIR}/{run_id}/{CHUNK_DIR}"
     proc = run_cmd(
-        [*git.GIT, "-C", str(repo), "diff-tree", "--quiet", "-r", commit, tip, "--", *paths],
+        [*git.GIT, "-C", str(repo), "diff-tree", "--quiet", "-r", commit, tip, "--", chunks],
         check=False,
     )
     return proc.returncode == 0

@@ -16,8 +16,6 @@ grow as commits x ledger. A chunk a commit has taken is not rewritten once its
 earlier copies outweigh it, so git stores each chunk at most twice over and the
 branch holds at most twice the final ledger, however many commits the run makes.
 (A hundred chunks to a directory keep small the trees a commit rewrites.)
-Runs started before chunks keep their single ``ledger.jsonl``: it is read first
-and never written again.
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from gitrun.errors import GitrunError
-from gitrun.layout import LEDGER_NAME
 from gitrun.store.events import COUNTED as COUNTED
 from gitrun.store.events import (
     AttemptRecord,
@@ -236,8 +233,6 @@ def chunk_name(number: int) -> str:
 
 def is_ledger_name(name: str) -> bool:
     """Whether ``name`` (relative to the run directory) is a file of the ledger."""
-    if name == LEDGER_NAME:
-        return True
     match = _CHUNK_FILE.fullmatch(name.rsplit("/", 1)[-1])
     return match is not None and chunk_name(int(match[1])) == name
 
@@ -245,11 +240,6 @@ def is_ledger_name(name: str) -> bool:
 def chunk_number(name: str) -> int:
     """The number of the chunk ``name`` (a name :func:`is_ledger_name` accepts)."""
     return int(name.rsplit("/", 1)[-1].split(".")[0])
-
-
-def reading_order(names: list[str]) -> list[str]:
-    """Ledger file names in the order they are read: an older run's single file, then chunks."""
-    return sorted(names, key=lambda n: -1 if n == LEDGER_NAME else chunk_number(n))
 
 
 def chunk_names(run_dir: Path) -> list[str]:
@@ -295,15 +285,9 @@ def _entries(directory: Path) -> list[os.DirEntry[str]]:
         raise file_error(directory, exc, "read") from exc
 
 
-def ledger_names(run_dir: Path) -> list[str]:
-    """The ledger's files on disk in reading order: an older run's single file, then chunks."""
-    legacy = [LEDGER_NAME] if os.path.lexists(run_dir / LEDGER_NAME) else []
-    return legacy + chunk_names(run_dir)
-
-
 def read_ledger(run_dir: Path) -> list[dict[str, Any]]:
     """Every record of the run's ledger, in the order they were written."""
-    records = read_lines(run_dir / LEDGER_NAME)
+    records: list[dict[str, Any]] = []
     for name in chunk_names(run_dir):
         records += read_lines(run_dir / name)
     return records

@@ -224,10 +224,9 @@ class LocalPaths:
         return self.quarantine / task / str(attempt)
 
     def retired(self, name: str, stamp: int) -> Path:
-        """Where a run file ``name`` (``ledger.jsonl``, the ``ledger`` directory)
-        left by an earlier run of the same id is kept: ``ledger.<stamp>.jsonl``."""
-        stem, dot, suffix = name.partition(".")
-        return self.root / f"{stem}.{stamp}{dot}{suffix}"
+        """Where a run file ``name`` (the ``ledger`` directory) left by an
+        earlier run of the same id is kept: ``ledger.<stamp>``."""
+        return self.root / f"{name}.{stamp}"
 
 
 def denials_name(task: str, attempt: int) -> str:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from gitrun.cli.main import app
+from gitrun.store.ledger import chunk_name
 from tests.helpers import build_tree, write_run
 
 runner = CliRunner()
@@ -353,12 +354,12 @@ def test_check_problems_are_capped_per_kind(git_repo: Path) -> None:
 
 def test_a_ledger_that_is_a_directory_is_one_sentence(git_repo: Path) -> None:
     run_dir = write_run(git_repo, "r", [{"id": "t1", "outputs": ["a"]}])
-    (run_dir / "ledger.jsonl").mkdir()
+    (run_dir / chunk_name(1)).mkdir(parents=True)
     for command in (["status", "r"], ["retry", "r"], ["status"]):
         result = runner.invoke(app, command)
         assert result.exit_code == 1, result.output
         assert result.output == (
-            "gitrun: error: .gitrun/runs/r/ledger.jsonl: is a directory, where gitrun keeps a "
+            f"gitrun: error: .gitrun/runs/r/{chunk_name(1)}: is a directory, where gitrun keeps a "
             "file of JSON lines; move it aside and run the command again\n"
         )
 

@@ -11,8 +11,11 @@ import pytest
 from gitrun.definition.outputs import OutputCheck
 from gitrun.engine.committer import Committer, Landing, landing_message
 from gitrun.errors import GitrunError
+from gitrun.store.ledger import chunk_name
 from gitrun.store.local import LocalPaths
 from tests.helpers import build_tree, git
+
+CHUNK = f".gitrun/runs/r/{chunk_name(1)}"  # the ledger's first chunk, as the writer names it
 
 
 def _committer(repo: Path) -> Committer:
@@ -105,7 +108,7 @@ def test_a_commit_on_the_committers_own_last_one_runs_six_git_processes(
     _land(committer, "t1", b"{}\n")
     build_tree(git_repo, {"out/t2.json": '{"t": 2}\n'})
     log = _git_shim(tmp_path, monkeypatch)
-    own = {".gitrun/runs/r/ledger.jsonl": b'{"n": 1}\n'}
+    own = {CHUNK: b'{"n": 1}\n'}
     landing = Landing("t2", 1, [OutputCheck("out/t2.json", "valid", data=b'{"t": 2}\n')])
     tip = committer.commit([landing], own, landing_message("r", [landing]))
     ran = log.read_text().split()
@@ -118,7 +121,7 @@ def test_a_commit_on_the_committers_own_last_one_runs_six_git_processes(
         "update-ref",
     ]
     files = git(git_repo, "ls-tree", "-r", "--name-only", tip).split()
-    assert files == [".gitrun/runs/r/ledger.jsonl", "README.md", "out/t1.json", "out/t2.json"]
+    assert files == [CHUNK, "README.md", "out/t1.json", "out/t2.json"]
     # gitrun's own file unchanged since: not hashed again.
     log.unlink()
     _land(committer, "t3", b"{}\n")
@@ -179,7 +182,7 @@ def test_a_flush_commits_the_last_landings_and_the_ledger_together(git_repo: Pat
     grows = iter(range(1000))  # the ledger grows between any two reads
 
     def own() -> dict[str, bytes]:
-        return {".gitrun/runs/r/ledger.jsonl": f"{next(grows)}\n".encode()}
+        return {CHUNK: f"{next(grows)}\n".encode()}
 
     made: list[Committed] = []
     first = threading.Event()
@@ -200,7 +203,7 @@ def test_a_flush_commits_the_last_landings_and_the_ledger_together(git_repo: Pat
     assert [c.tasks for c in made] == [["t1"], ["t2"]]
     tip = git(git_repo, "rev-parse", "gitrun/r").strip()
     assert tip == made[-1].commit
-    ledger = git(git_repo, "show", f"{tip}:.gitrun/runs/r/ledger.jsonl")
+    ledger = git(git_repo, "show", f"{tip}:{CHUNK}")
     assert int(ledger) == next(grows) - 1  # the last read is in the last commit
 
 
@@ -295,7 +298,7 @@ def test_a_big_batch_is_one_pack_of_the_validated_bytes(
         Landing(path[4:-5], 1, [OutputCheck(path, "valid", data=blob)])
         for path, blob in data.items()
     ]
-    own = {".gitrun/runs/r/ledger.jsonl": b'{"n": 1}\n'}
+    own = {CHUNK: b'{"n": 1}\n'}
     packs = set((git_repo / ".git/objects/pack").glob("*.pack"))
     log = _git_shim(tmp_path, monkeypatch)
     tip = committer.commit(landings, own, landing_message("r", landings))
@@ -310,5 +313,5 @@ def test_a_big_batch_is_one_pack_of_the_validated_bytes(
     assert len(set((git_repo / ".git/objects/pack").glob("*.pack")) - packs) == 1
     for path in (*list(data)[:3], list(data)[-1]):
         assert git(git_repo, "show", f"{tip}:{path}").encode() == data[path]
-    assert git(git_repo, "show", f"{tip}:.gitrun/runs/r/ledger.jsonl") == '{"n": 1}\n'
+    assert git(git_repo, "show", f"{tip}:{CHUNK}") == '{"n": 1}\n'
     assert git(git_repo, "fsck", "--no-dangling").strip() == ""

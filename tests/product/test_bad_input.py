@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 
 from gitrun.cli.main import app
 from gitrun.definition.layers import merge  # tables merge the way configuration layers do
+from gitrun.store.ledger import chunk_name
 from tests.helpers import build_tree, git_env
 
 RUN = "r"
@@ -522,9 +523,9 @@ STATE_CASES: list[tuple[str, dict[str, str | bytes | None], list[str], str]] = [
         "ledger is a directory",
         {},
         ["status", RUN],
-        r"\.gitrun/runs/r/ledger\.jsonl: is a directory",
+        r"\.gitrun/runs/r/ledger/0000/000001\.jsonl: is a directory",
     ),
-    ("ledger is a directory, retry", {}, ["retry", RUN], r"ledger\.jsonl: is a directory"),
+    ("ledger is a directory, retry", {}, ["retry", RUN], r"000001\.jsonl: is a directory"),
     ("packet is a directory", {}, ["check", RUN], r"packet\.toml: is not a regular file"),
     ("tasks is a directory", {}, ["status", RUN], r"tasks\.toml: is not a regular file"),
     ("run dir is a symlink", {}, ["check", RUN], r"\.gitrun/runs/r: is a symlink"),
@@ -546,7 +547,7 @@ def test_broken_state(
     _reset(git_repo, files)
     run_dir = git_repo / RUN_DIR
     if name.startswith("ledger is a directory"):
-        (run_dir / "ledger.jsonl").mkdir()
+        (run_dir / chunk_name(1)).mkdir(parents=True)
     elif name in ("packet is a directory", "tasks is a directory"):
         target = run_dir / ("packet.toml" if name.startswith("packet") else "tasks.toml")
         target.unlink()
@@ -576,7 +577,9 @@ def test_tolerated_state_is_not_an_error(git_repo: Path) -> None:
     """Lines a crash cut short, bytes that are not UTF-8 and junk records in the
     ledger and the local journal are skipped: status still answers."""
     _reset(git_repo, {})
-    (git_repo / RUN_DIR / "ledger.jsonl").write_bytes(
+    chunk = git_repo / RUN_DIR / chunk_name(1)
+    chunk.parent.mkdir(parents=True)
+    chunk.write_bytes(
         b'{"task": "t1", "attempt": 1, "outcome": "missing"}\n\xff\xfe\n[1]\n{"task": 5}\n{"tas'
     )
     journal = git_repo / ".git/gitrun" / RUN / "running.jsonl"

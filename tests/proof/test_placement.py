@@ -18,6 +18,7 @@ from gitrun.errors import GitrunError
 from gitrun.ownership.paths import canonical_problem
 from gitrun.problem import Problem
 from gitrun.proof.check import check_run
+from gitrun.store.ledger import chunk_name
 from gitrun.store.local import LocalPaths
 from tests.helpers import build_tree, commit_all, fake_worker_run, git, write_run
 
@@ -205,7 +206,9 @@ def test_the_run_files_are_committed_only_as_regular_files(git_repo: Path) -> No
     run_dir = write_run(git_repo, "r", [{"id": "ta", "outputs": ["a.out"]}])
     secret = git_repo.parent / "secret.toml"
     secret.write_text("token = 'x'\n")
-    (run_dir / "ledger.jsonl").symlink_to(secret)
+    chunk = run_dir / chunk_name(1)
+    chunk.parent.mkdir(parents=True)
+    chunk.symlink_to(secret)
     problems = check_run(load_run(git_repo, "r", environ={})).problems
     assert [p.code for p in problems] == ["run-file"]
     with pytest.raises(GitrunError, match="is a symlink"):

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import random
 import subprocess
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from gitrun.commands.session import resume_run, start_run
+from gitrun.commands.session import start_run
 from gitrun.definition.load import load_run
 from gitrun.definition.runfiles import definition_files
 from gitrun.engine.committer import Committer
@@ -68,12 +67,11 @@ def test_the_reader_returns_records_in_order_across_chunks(tmp_path: Path) -> No
         path = tmp_path / chunk_name(n)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(_record(n)) + "\n" + json.dumps(_record(n + 1)) + "\n")
-    (tmp_path / "ledger.jsonl").write_text(json.dumps(_record(0)) + "\n")
     # Not the ledger's: a chunk in the wrong directory, a stray name.
     (tmp_path / "ledger/0000/000100.jsonl").write_text(json.dumps(_record(7777)) + "\n")
     (tmp_path / "ledger/0000/notes.jsonl").write_text(json.dumps(_record(8888)) + "\n")
     got = [r["task"] for r in read_ledger(tmp_path)]
-    want = ["t0000"] + [f"t{m:04d}" for n in sorted(numbers) for m in (n, n + 1)]
+    want = [f"t{m:04d}" for n in sorted(numbers) for m in (n, n + 1)]
     assert got == want
     assert chunk_name(100) == "ledger/0001/000100.jsonl"
     assert chunk_names(tmp_path)[-1] == "ledger/10000/1000000.jsonl"
@@ -140,8 +138,8 @@ def test_a_run_of_many_commits_stores_its_ledger_at_most_twice(
     git_repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One task at a time, each landing in its own commit: git must keep at most
-    twice the final ledger (the single ledger.jsonl kept one copy per commit,
-    about commits/2 times the final size here)."""
+    twice the final ledger (one ledger file committed whole would keep one copy
+    per commit, about commits/2 times the final size here)."""
     from gitrun.engine import commitqueue, committer
 
     # Each landing is committed before the driver goes on, so the tasks share
@@ -196,55 +194,7 @@ def test_the_committer_keeps_the_bound_over_many_commits(git_repo: Path) -> None
     assert stored <= 2 * final, (stored, final)
 
 
-# -- older runs and resume -----------------------------------------------------------------
-
-
-def test_a_run_started_with_one_ledger_file_resumes_with_every_record_once(
-    git_repo: Path,
-) -> None:
-    """The branch holds the single ledger.jsonl an older gitrun committed; the
-    local copy has one more record (a kill before the commit) and a line cut
-    short. Resume keeps every record exactly once, carries the attempt counts,
-    and writes new records only to chunks."""
-    fake_worker_run(git_repo, "r", 3, {"tasks": {"t01": "invalid_then_write"}})
-    run = load_run(git_repo, "r")
-    old = [
-        {"task": "t01", "attempt": 1, "outcome": "invalid", "reason": "broken"},
-        {"task": "t02", "attempt": 1, "outcome": "missing"},
-    ]
-    lines = "".join(json.dumps(r) + "\n" for r in old)
-    legacy = git_repo / run.dir / "ledger.jsonl"
-    legacy.write_text(lines)
-    head = git(git_repo, "rev-parse", "HEAD").strip()
-    committer = Committer(git_repo, "r", LocalPaths.of(git_repo, "r"))
-    committer.start_branch(head, definition_files(run), "gitrun(r): start run\n")
-    assert ".gitrun/runs/r/ledger.jsonl" in git(
-        git_repo, "ls-tree", "-r", "--name-only", "gitrun/r"
-    )
-    late = {"task": "t02", "attempt": 2, "outcome": "missing"}
-    legacy.write_text(lines + json.dumps(late) + "\n" + '{"task": "t0')
-
-    assert resume_run(git_repo, "r", quiet).exit_code == 0
-    records = ledger_records(git_repo)
-    attempts = Counter((r.get("task"), r.get("attempt")) for r in records)
-    assert all(count == 1 for count in attempts.values()), attempts
-    # t01 and t02 went on from their recorded attempts; t03 began at 1.
-    assert {key for key in attempts} == {
-        ("t01", 1),
-        ("t01", 2),
-        ("t02", 1),
-        ("t02", 2),
-        ("t02", 3),
-        ("t03", 1),
-    }
-    assert records[:3] == [*old, late]  # the old file is the ledger's first part
-    assert not any(
-        r in old or r == late for r in ledger.read_lines(git_repo / run.dir / chunk_name(1))
-    )
-    assert committed_ledger(git_repo) == records
-    # A later resume changes nothing: no record is read or written twice.
-    assert resume_run(git_repo, "r", quiet).exit_code == 0
-    assert ledger_records(git_repo) == records
+# -- resume --------------------------------------------------------------------------------
 
 
 def test_a_fresh_clone_gets_every_chunk_back_byte_for_byte(git_repo: Path, tmp_path: Path) -> None:

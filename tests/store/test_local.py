@@ -288,10 +288,8 @@ def test_local_runs_lists_the_runs_with_local_state(git_repo: Path) -> None:
     assert local_runs(git_repo) == ["a", "b"]
 
 
-def test_retired_files_keep_their_suffix(tmp_path: Path) -> None:
-    local = LocalPaths(tmp_path)
-    assert local.retired("ledger.jsonl", 17).name == "ledger.17.jsonl"
-    assert local.retired("ledger", 17).name == "ledger.17"
+def test_a_retired_ledger_is_named_by_its_stamp(tmp_path: Path) -> None:
+    assert LocalPaths(tmp_path).retired("ledger", 17).name == "ledger.17"
 
 
 # -- what the user sees, from the real command line ---------------------------
@@ -413,7 +411,7 @@ def f(local, repo, run):
     g = self.git_dir / "gitrun" / run
 '''
     assert [line for line, _ in hand_built_paths(source)] == [4, 4, 5, 6, 7, 8, 9, 10]
-    fine = "x = local.leases\ny = local.retired('ledger.jsonl', 1)\nz = bin_dir / 'gitrun'\n"
+    fine = "x = local.leases\ny = local.retired('ledger', 1)\nz = bin_dir / 'gitrun'\n"
     assert hand_built_paths(fine) == []
 
 

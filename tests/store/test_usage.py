@@ -77,14 +77,16 @@ def test_a_usage_that_is_not_an_object_is_unknown() -> None:
 def test_a_ledger_written_before_usage_loads_and_counts_every_attempt_as_unknown(
     tmp_path: Path,
 ) -> None:
-    """An older run's ledger.jsonl: records of format 1 without usage, and one
-    from before records had a version at all."""
+    """Records of format 1 without usage, and one from before records had a
+    version at all, in a chunk on disk."""
     old = [
         {"v": 1, "task": "t1", "attempt": 1, "stage": "work", "outcome": "missing", "exit": 1},
         {"task": "t1", "attempt": 2, "stage": "work", "outcome": "valid", "exit": 0},
         {"event": "retry", "task": "t1"},
     ]
-    (tmp_path / "ledger.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old))
+    chunk = tmp_path / ledger.chunk_name(1)
+    chunk.parent.mkdir(parents=True)
+    chunk.write_text("".join(json.dumps(r) + "\n" for r in old))
     records = read_ledger(tmp_path)
     assert len(records) == 3
     totals = usage_totals(records)
