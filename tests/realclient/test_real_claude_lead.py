@@ -330,7 +330,11 @@ def test_a_p_lead_continues_the_subagent_a_throttle_stopped(git_repo: Path, tmp_
             sent.append(_json_of(told)["continue"]["t1"])
             message = {"to": sent[0], "message": pointer, "summary": "go on"}
             return Turn((ToolUse("SendMessage", message),))
-        return bash("gitrun next r --json", "Lease the next batch")  # after the backoff
+        # As the lead skill says: wait what `next` says to wait (a backoff as
+        # long as the throttled try took, which a loaded machine stretches).
+        wait = _json_of(told).get("wait_s") if "{" in told else None
+        pause = f"sleep {min(float(wait), 20.0):.1f}; " if isinstance(wait, int | float) else ""
+        return bash(f"{pause}gitrun next r --json", "Lease the next batch")  # after the backoff
 
     with MockModel(lead, agents={"task t1:": worker}, max_requests=90, lifetime=170) as model:
         proc = run_claude(
@@ -342,7 +346,8 @@ def test_a_p_lead_continues_the_subagent_a_throttle_stopped(git_repo: Path, tmp_
         )
         assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
     # The continued worker's next request carried the two turns done.
-    assert asked == [0, 1, 2, 2, 3], (asked, seen)
+    # (what the lead was told last says why, when it is not: its `next` results)
+    assert asked == [0, 1, 2, 2, 3], (asked, len(seen), [t[-300:] for t in seen[-4:]])
     assert sent == [first_id := sent[0]] and first_id
     tries = [r for r in ledger_records(git_repo, "r") if "outcome" in r and "event" not in r]
     first, second = tries
