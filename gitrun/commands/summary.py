@@ -6,7 +6,7 @@ import time
 from typing import TYPE_CHECKING
 
 from gitrun.engine.budget import spend_text, tokens_text
-from gitrun.engine.governor import parked_clause
+from gitrun.engine.governor import BUDGET, parked_clause
 from gitrun.engine.motion import LED, STALLED, utc
 from gitrun.engine.states import COMPLETE, DONE, FAILED, PENDING, RUNNING, UP_TO_DATE
 from gitrun.engine.status import BRANCH_GONE, RunStatus, TaskStatus
@@ -166,9 +166,13 @@ def format_status(status: RunStatus, limit: int | None = 20) -> str:
     lines += _spend_lines(status, "  ")
     lines += _resumed_lines(status, limit)
     if status.halt:
-        lines.append(
-            f"  halted: {status.halt['message']} (`gitrun retry {status.run}` lifts the halt)"
+        # The spawn budget's message says what lifts it (a higher max_spawns).
+        lifts = (
+            ""
+            if status.halt["kind"] == BUDGET
+            else f" (`gitrun retry {status.run}` lifts the halt)"
         )
+        lines.append(f"  halted: {status.halt['message']}{lifts}")
     if status.parked_until:
         lines.append(f"  {parked_text(status.parked_until, status.park_reason)}")
     for bucket in status.buckets:

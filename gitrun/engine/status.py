@@ -335,13 +335,25 @@ def status_of(
         spawns=engine.summary.spawns,
         driver=driver,
         violations=_stray_writes(engine, tasks),
-        halt=engine.summary.halt,
+        halt=_halt_of(engine, tasks),
         parked_until=parked if (parked := engine.governor.parked_until) > time.time() else None,
         park_reason=engine.governor.park_reason,
         usage=engine.usage,
         budget=engine.budget,
         buckets=list({c.bucket: c for c in events.concurrency_changes(engine.records)}.values()),
     )
+
+
+def _halt_of(engine: Engine, tasks: dict[str, TaskStatus]) -> dict[str, str] | None:
+    """The halt that holds the run: the one its ledger records, else one that
+    follows from the ledger and the limits (the spawn budget, the halt policy:
+    every driver halts at once on it) while tasks are left to run."""
+    if engine.summary.halt:
+        return engine.summary.halt
+    halt = engine.governor.halt
+    if halt is None or not any(task.status == PENDING for task in tasks.values()):
+        return None
+    return {"kind": halt.kind, "message": halt.message}
 
 
 def where(repo: Path) -> Repo:

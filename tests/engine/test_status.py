@@ -80,3 +80,23 @@ def test_each_task_not_done_says_its_last_attempt_s_kind_reason_and_quarantine(
 )
 def test_an_attempt_s_kind(record: dict[str, object], kind: str) -> None:
     assert ledger.attempt_kind(record) == kind
+
+
+def test_a_run_the_spawn_budget_halted_says_so_not_that_it_stalled(git_repo: Path) -> None:
+    """The spawn budget is not a recorded halt: it follows from the ledger and
+    the limits, and holds every later `resume`. Status says the run is halted
+    by it (and what lifts it), not that it stalled and `resume` goes on."""
+    spec = {"default": "nowrite"}
+    packet = {"limits": {"canary": 0, "max_attempts": 3, "max_spawns": 2, "concurrency": 1}}
+    fake_worker_run(git_repo, "r", 2, spec, packet, isolation="none")
+    commit_all(git_repo, "define r")
+    started = run_gitrun(git_repo, "start", "r")
+    assert started.returncode == 3, started.stdout + started.stderr
+
+    text = run_gitrun(git_repo, "status", "r").stdout
+    assert "halted: retry storm: 2 spawns for 0 usable outputs" in text, text
+    assert "raise limits.max_spawns" in text and "`gitrun retry r` lifts" not in text
+    assert "stalled" not in text
+    status = json.loads(run_gitrun(git_repo, "status", "r", "--json").stdout)
+    assert status["halt"]["kind"] == "spawn budget" and status["stalled_since"] is None
+    assert "stalled" not in run_gitrun(git_repo, "ls").stdout
