@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -573,3 +574,11 @@ fcntl.flock(fd, fcntl.LOCK_EX)
 print("holding", flush=True)
 time.sleep(60)
 """
+
+
+def test_a_landing_counts_its_files_in_words_one_file_or_more(finished: Path) -> None:
+    """The first landing brings many files; a round where every task was up to
+    date brings only its ledger's new chunk: "(1 file)", not "(1 files)"."""
+    assert re.search(r"\(\d+ files\)$", land_run(finished, "r"))
+    assert start_run(finished, "r", quiet).exit_code == 0  # a new round, nothing to run
+    assert land_run(finished, "r").endswith("(1 file)")

@@ -101,6 +101,7 @@ from gitrun.processes import reaper
 from gitrun.store import git
 from gitrun.store.branches import find_tip
 from gitrun.store.local import LocalPaths, local_runs_under
+from gitrun.words import counted
 
 
 def land_run(repo: Path, run_id: str, squash: bool = False, partial: bool = False) -> str:
@@ -199,7 +200,7 @@ def _kept(head_ref: str) -> str:
 def _files(changes: list[Change], plan: Plan) -> str:
     """How many files the landing changed, and how many of them a sparse
     checkout keeps out of the work tree."""
-    said = f"{len(changes)} files"
+    said = counted(len(changes), "file")
     if plan.skip:
         said += f", {len(plan.skip)} of them outside the sparse checkout: committed, not written"
     return said
