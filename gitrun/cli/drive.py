@@ -190,7 +190,7 @@ def logs(
     ],
     task: Annotated[
         str | None,
-        typer.Argument(metavar="[TASK]", help="The task; default every task not done."),
+        typer.Argument(metavar="TASK", help="The task; default every task not done."),
     ] = None,
     attempt: Annotated[
         int | None,

@@ -67,6 +67,7 @@ def test_every_command_has_help(command: list[str]) -> None:
     assert "Usage:" in result.output
     summary = next(ln for ln in result.output.splitlines()[1:] if ln.strip())
     assert not summary.lstrip().startswith(("Options", "Arguments", "╭")), result.output
+    assert "[[" not in result.output.splitlines()[0], result.output  # an optional said once
 
 
 @pytest.mark.parametrize("group", [[], ["hook"], ["hooks"]], ids=["gitrun", "hook", "hooks"])
