@@ -10,6 +10,9 @@ tasks that a runner trusting exit statuses would have redone for nothing.
 from __future__ import annotations
 
 import hashlib
+import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -210,4 +213,17 @@ def _report(repo: Path, say: Say) -> None:
     page = write_report(repo, RUN_ID, repo / default_path(RUN_ID))
     say(f"\nThe report, a page with the timeline of every attempt: {page}")
     say(f"The repository is {repo}")
-    say(f"Look around: cd {repo} && git log --graph --oneline && gitrun status {RUN_ID}")
+    look = f"cd {shlex.quote(str(repo))} && git log --graph --oneline"
+    say(f"Look around: {look} && {_gitrun_as_run()} status {RUN_ID}")
+
+
+def _gitrun_as_run() -> str:
+    """How the user's shell reaches this gitrun: ``gitrun`` when it is on the
+    PATH, else the path it was run by (``.venv/bin/gitrun demo`` with nothing
+    activated), else ``python -m gitrun``."""
+    if shutil.which("gitrun") is not None:
+        return "gitrun"
+    script = sys.argv[0] if sys.argv else ""
+    if os.path.basename(script) == "gitrun" and os.path.isfile(script):
+        return shlex.quote(os.path.abspath(script))
+    return f"{shlex.quote(sys.executable)} -m gitrun"

@@ -288,6 +288,10 @@ def test_installed_console_script_finds_templates(git_repo: Path) -> None:
 
 def test_demo_runs_offline_and_tells_the_story(tmp_path: Path) -> None:
     where = tmp_path / "demo"
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    without_gitrun = os.pathsep.join(
+        d for d in path if not os.path.exists(os.path.join(d, "gitrun"))
+    )
     proc = subprocess.run(
         [
             sys.executable,
@@ -304,10 +308,21 @@ def test_demo_runs_offline_and_tells_the_story(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, "PATH": without_gitrun},
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout
     assert "The session is lost now: driver killed with SIGKILL" in out
+    # Its last line is a command to paste: it works with no gitrun on the PATH.
+    look = out.rstrip().splitlines()[-1].removeprefix("Look around: ")
+    pasted = subprocess.run(
+        ["sh", "-c", look],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": without_gitrun, "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+    )
+    assert pasted.returncode == 0 and "run 'demo': landed in" in pasted.stdout, pasted.stderr
     assert "spawns for 8 usable outputs" in out
     assert "Gitrun-Task: t0001" in out and "Gitrun-Attempt:" in out
     assert f"The repository is {where}" in out
