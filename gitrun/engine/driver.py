@@ -169,7 +169,8 @@ class Driver:
                     if not self.stopping and halt is None:
                         self._widen_past_the_canary(now)
                         self._launch_ready(now)
-                        self.load_gate.look(self.governor)
+                        if self.engine.current_stage() is not None:  # a start to hold back
+                            self.load_gate.look(self.governor)
                     if not self.running and not self._waiting(now):
                         break
                     self._wait_and_finish(commits, now)

@@ -21,8 +21,10 @@ from tests.helpers import (
     committed_ledger,
     fake_worker_run,
     git,
+    gitrun_ok,
     gitrun_process,
     ledger_records,
+    run_gitrun,
     spawn_events,
     wait_until,
     write_run,
@@ -478,3 +480,18 @@ def _cmdline(pid: str) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_a_round_with_nothing_to_run_says_nothing_of_the_load_gate(git_repo: Path) -> None:
+    """Every task up to date: no start is held back by the load, so neither
+    "starts held" nor "the load gate held starts back" is said."""
+    if os.getloadavg()[0] <= 0.001:
+        pytest.skip("the load average is 0: the gate cannot hold")
+    fake_worker_run(git_repo, "r", 2, {}, isolation="none")
+    commit_all(git_repo, "define r")
+    gitrun_ok(git_repo, "start", "r")
+    gitrun_ok(git_repo, "land", "r")
+    again = run_gitrun(git_repo, "start", "r", env={"GITRUN_MAX_LOAD": "0.001"})
+    said = again.stdout + again.stderr
+    assert again.returncode == 0 and "2 up-to-date" in said, said
+    assert "starts held" not in said and "load gate" not in said, said
