@@ -144,8 +144,10 @@ def status(
     current branch, by a merge or a squash: the landing commit is named), or
     branch gone; a started run with tasks left that no driver or lead moves
     on, and no halt or park holds, is stalled since its last driver was last
-    seen (UTC). Derived from the run branch, the ledger and the files on
-    disk; safe to run while the run is being driven.
+    seen (UTC). It also says a halt or park that holds the run, each model
+    bucket's concurrency and ceiling estimate, and which tries continued a
+    cut-off attempt's conversation. Derived from the run branch, the ledger
+    and the files on disk; safe to run while the run is being driven.
     """
     if watch:
         # deferred: --help and status (<= 25x `python -c pass`) import only the command run
