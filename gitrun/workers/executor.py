@@ -199,13 +199,14 @@ def executor_problems(executor: Executor) -> list[str]:
         return ['[executor] preset "shell" needs `shell = "the command line to run"`']
     template = command_template(executor)
     assert template is not None
-    return template_problems(template, _field_namer(executor))
+    return template_problems(template, _field_namer(executor, template))
 
 
-def _field_namer(executor: Executor) -> Callable[[int], str]:
-    """``command[2]``, ``args[0]``, ``shell``: where an argument of the template comes from."""
+def _field_namer(executor: Executor, template: list[str]) -> Callable[[int], str]:
+    """``command[2]``, ``args[0]``, ``shell``: where an argument of ``template``
+    (the executor's, as built) comes from."""
     own = len(executor.command) if executor.command is not None else -1
-    built = command_template(executor) or []
+    base = len(template) - len(executor.args)  # args come last, after all the rest
 
     def name(index: int) -> str:
         if executor.command is not None and index < own:
@@ -214,8 +215,6 @@ def _field_namer(executor: Executor) -> Callable[[int], str]:
             if index == 2:
                 return "shell"
             return f"args[{index - 3}]" if index > 2 else f"argument {index} of the preset"
-        # args come last, after the command or the preset's words as built
-        base = own if executor.command is not None else len(built) - len(executor.args)
         if index >= base:
             return f"args[{index - base}]"
         return f"argument {index} of the {executor.preset} preset"
