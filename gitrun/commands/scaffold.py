@@ -309,8 +309,10 @@ def _write_error(repo: Path, exc: OSError, folder: str) -> GitrunError:
 
 def _toml_value(value: str) -> str:
     """``value`` as a TOML string literal, escaped by tomli-w (a text of
-    several lines as one ``\"\"\"`` string, to read as it was written)."""
-    text = tomli_w.dumps({"v": value}, multiline_strings=True)
+    several lines as one ``\"\"\"`` string, to read as it was written; a
+    carriage return stays escaped on one line, as a parser reads a raw CRLF
+    in a multi-line string as LF)."""
+    text = tomli_w.dumps({"v": value}, multiline_strings="\r" not in value)
     return text.removeprefix("v = ").removesuffix("\n")
 
 

@@ -23,8 +23,11 @@ runner = CliRunner()
 
 
 def _gitrun(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    # `--show-completion SHELL` takes the shell named, not the one typer finds
+    # among the test's parent processes (none, under some process managers).
+    env = {**os.environ, "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "gitrun", *args], cwd=cwd, capture_output=True, text=True
+        [sys.executable, "-m", "gitrun", *args], cwd=cwd, env=env, capture_output=True, text=True
     )
 
 
