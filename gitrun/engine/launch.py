@@ -235,8 +235,7 @@ class Launcher:
         # start at once (a driver killed in between leaves a worker the next
         # resume cannot stop). With /proc, a start needs no psutil at all.
         if not reaper.HAS_PROC:  # pragma: no cover - macOS and the BSDs
-            # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
-            import psutil  # noqa: F401
+            reaper.identity(os.getpid())  # psutil loads now
 
         # Set as driving begins (:meth:`begin`).
         self.journal: Journal | None = None

@@ -25,16 +25,39 @@ session, and anything named by a partial or ill-typed record.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import math
 import os
 import signal
 import sys
 import time
 from collections.abc import Mapping
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    import psutil
+
+
+def _lazy(name: str) -> ModuleType:
+    """The module ``name``, executed on first use (the recipe of
+    :class:`importlib.util.LazyLoader`)."""
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.loader is not None, name
+    loader = importlib.util.LazyLoader(spec.loader)
+    spec.loader = loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
+
+
+if not TYPE_CHECKING:
+    # deferred: psutil takes ~25 ms to import, and `status` (<= 25x `python -c pass`)
+    # imports this module; only a kill, or a machine without /proc, uses it.
+    psutil = sys.modules.get("psutil") or _lazy("psutil")
 
 CREATE_TIME_SLACK = 0.05  # seconds; psutil derives create times from clock ticks
 GONE_PATIENCE = 5.0  # seconds to wait for a killed group to go
@@ -77,9 +100,6 @@ def start_time(pid: int) -> float | None:
     own elsewhere. The one reading of a start time that records and the checks
     of records share: a pid reused by a later process has another."""
     if not HAS_PROC:  # pragma: no cover - macOS and the BSDs
-        # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
-        import psutil
-
         try:
             return float(psutil.Process(pid).create_time())
         except psutil.Error:
@@ -155,9 +175,6 @@ def _environ(pid: int) -> dict[str, str] | None:
     name skipped, a later one winning); None when it cannot be read (gone,
     or another user's)."""
     if not HAS_PROC:  # pragma: no cover - macOS and the BSDs
-        # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
-        import psutil
-
         try:
             return dict(psutil.Process(pid).environ())
         except psutil.Error:
@@ -277,9 +294,6 @@ def _argv_cmdline(argv: list[str]) -> list[str]:
 
 
 def _identity_psutil(pid: int) -> dict[str, Any]:  # pragma: no cover - macOS and the BSDs
-    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
-    import psutil
-
     deadline = time.monotonic() + CMDLINE_PATIENCE
     try:
         proc = psutil.Process(pid)
@@ -393,9 +407,6 @@ def kill_attempt_processes(record: Mapping[str, Any]) -> bool:
     unique per attempt) and when it was written. A process is killed only if
     it carries that id, with this run, task and attempt, and started after the
     record; a group it leads goes with it. Whether anything was killed."""
-    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
-    import psutil
-
     env = attempt_env(record)
     written = record.get("started")
     if env is None:
@@ -444,9 +455,6 @@ def is_recorded_process(record: Mapping[str, Any]) -> bool:
     same pid, same create time, same command line. Enough for a driver's
     owner record only together with proof that the pid holds the run's lock
     (:mod:`gitrun.commands.watchdog`); a worker needs :func:`is_recorded_worker`."""
-    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
-    import psutil
-
     fields = _recorded(record)
     if fields is None:
         return False
@@ -479,9 +487,6 @@ def _live_since(pid: int, created: float) -> Any:
     """The process ``pid`` (a ``psutil.Process``) when it runs, is not a
     zombie, and started when recorded; else None (the pid was reused, or it
     is gone)."""
-    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
-    import psutil
-
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE or not _same_start(proc, created):
@@ -534,9 +539,6 @@ def kill_recorded_group(record: Mapping[str, Any]) -> bool:
     ``attempt_id`` never leads to a signal, nor does one naming gitrun itself
     or its own group.
     """
-    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
-    import psutil
-
     found = _worker_record(record)
     if found is None:
         return False
@@ -570,9 +572,6 @@ def kill_recorded_group(record: Mapping[str, Any]) -> bool:
 
 def _kill_members(pgid: int, created: float, env: Mapping[str, str]) -> bool:
     """Kill, one by one, the members of a leaderless group that prove to be the attempt's."""
-    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
-    import psutil
-
     if not env.get("GITRUN_ATTEMPT_ID"):
         return False
     killed = False
@@ -590,9 +589,6 @@ def _kill_members(pgid: int, created: float, env: Mapping[str, str]) -> bool:
 
 
 def _is_attempt_member(proc: Any, created: float, env: Mapping[str, str]) -> bool:
-    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
-    import psutil
-
     try:
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
@@ -606,9 +602,6 @@ def _is_attempt_member(proc: Any, created: float, env: Mapping[str, str]) -> boo
 
 def group_members(pgid: int) -> list[Any]:
     """The processes (``psutil.Process``) whose process group is ``pgid``."""
-    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
-    import psutil
-
     members = []
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error, OSError):
@@ -620,9 +613,6 @@ def group_members(pgid: int) -> list[Any]:
 def is_running(pid: int) -> bool:
     """Whether ``pid`` runs: not gone, and not a zombie nobody reaped yet (a
     container's init may never reap the orphans it inherits)."""
-    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
-    import psutil
-
     try:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
@@ -669,9 +659,6 @@ def kill_leftovers(run_id: str, attempt_ids: set[str]) -> list[int]:
 def _kill_leftovers_psutil(
     run_id: str, attempt_ids: set[str]
 ) -> list[int]:  # pragma: no cover - macOS and the BSDs
-    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
-    import psutil
-
     killed: list[int] = []
     for proc in psutil.process_iter():
         if not may_signal(proc.pid):

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gitrun.errors import GitrunError
-from gitrun.processes.reaper import identity
+from gitrun.processes.reaper import identity, is_running
 from gitrun.store.flocks import (  # flock itself: filelock imports asyncio (~45 ms)
     Held,
     hold,
@@ -228,16 +228,13 @@ def _live_owner(local: LocalPaths, patience: float = 2.0) -> tuple[Owner | None,
     The holder writes its record just after taking the lock, so a record
     naming a dead process is the previous holder's: wait for the new one.
     """
-    # deferred: psutil takes ~25 ms to import; only where /proc is missing or to kill
-    import psutil
-
     deadline = time.monotonic() + patience
     while True:
         try:
             owner, damage = read_owner(local), ""
         except RecordDamaged as exc:
             owner, damage = None, f"{exc.path} {exc.problem}"
-        if owner is not None and (owner.host != _hostname() or psutil.pid_exists(owner.pid)):
+        if owner is not None and (owner.host != _hostname() or is_running(owner.pid)):
             return owner, ""
         if time.monotonic() >= deadline:
             return owner, damage
