@@ -11,6 +11,8 @@ from pathlib import Path
 
 import tomli_w
 
+from tests.forkserver import run_gitrun_call
+
 AUTHOR = {
     "GIT_AUTHOR_NAME": "Test Author",
     "GIT_AUTHOR_EMAIL": "author@example.com",
@@ -149,18 +151,9 @@ def run_gitrun(
     repo: Path, *args: str, env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """gitrun as a real child process in ``repo``, as a user's shell runs it
-    (:func:`user_env`, with ``env`` on top), run to its end, output captured."""
-    import sys
-
-    return subprocess.run(
-        [sys.executable, "-m", "gitrun", *args],
-        cwd=repo,
-        env={**user_env(), **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
+    (:func:`user_env`, with ``env`` on top), run to its end, output captured
+    (forked from a server that imported gitrun once: tests/forkserver.py)."""
+    return run_gitrun_call(list(args), repo, {**user_env(), **(env or {})})
 
 
 def gitrun_ok(repo: Path, *args: str) -> str:

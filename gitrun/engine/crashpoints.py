@@ -10,6 +10,7 @@ Unset (always, outside tests), :func:`crash_point` is one comparison.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
@@ -40,14 +41,15 @@ LAND_POINTS = (
 )
 
 
+@functools.cache
 def _plan() -> tuple[str, int] | None:
+    """The plan, read from the environment at the first crash point."""
     point, _, count = os.environ.get("GITRUN_CRASH_AT", "").partition(":")
     if point not in POINTS and point not in LAND_POINTS:
         return None
     return point, int(count) if count.isdigit() and int(count) > 0 else 1
 
 
-_PLAN = _plan()
 _arrivals = 0
 _lock = threading.Lock()  # commits arrive from the committer's thread
 
@@ -55,9 +57,10 @@ _lock = threading.Lock()  # commits arrive from the committer's thread
 def crash_point(point: str) -> None:
     """Die here by SIGKILL if the environment asks for it at this arrival."""
     global _arrivals
-    if _PLAN is None or _PLAN[0] != point:
+    plan = _plan()
+    if plan is None or plan[0] != point:
         return
     with _lock:
         _arrivals += 1
-        if _arrivals == _PLAN[1]:
+        if _arrivals == plan[1]:
             os.kill(os.getpid(), signal.SIGKILL)

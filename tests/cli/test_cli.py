@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from gitrun.cli.main import app
 from gitrun.store.ledger import chunk_name
+from tests.forkserver import run_gitrun_call
 from tests.helpers import build_tree, write_run
 
 runner = CliRunner()
@@ -26,9 +27,7 @@ def _gitrun(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     # `--show-completion SHELL` takes the shell named, not the one typer finds
     # among the test's parent processes (none, under some process managers).
     env = {**os.environ, "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "gitrun", *args], cwd=cwd, env=env, capture_output=True, text=True
-    )
+    return run_gitrun_call(list(args), cwd, env=env)
 
 
 def _all_commands() -> list[list[str]]:

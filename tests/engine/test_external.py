@@ -13,13 +13,12 @@ from pathlib import Path
 
 from pytest import MonkeyPatch
 
+from tests.forkserver import run_gitrun_call
 from tests.helpers import FAKE_WORKER, git, write_run
 
 
 def _gitrun(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gitrun", *args], cwd=repo, capture_output=True, text=True
-    )
+    return run_gitrun_call(list(args), repo)
 
 
 def _dispatch(repo: Path, spec: Path, batch: list[dict[str, object]]) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from gitrun.guard.sandbox import missing_sandbox_tools
+from tests.forkserver import run_gitrun_call
 from tests.helpers import commit_all, write_run
 
 LOCAL = ".claude/settings.local.json"
@@ -33,14 +34,7 @@ def _gitrun(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     (installed hooks call ``gitrun`` from PATH), no gitrun variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return subprocess.run(
-        [sys.executable, "-m", "gitrun", *args],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_gitrun_call(list(args), repo, env=env, timeout=300)
 
 
 def _local(repo: Path) -> dict[str, object]:

@@ -17,6 +17,7 @@ import pytest
 import tomli_w
 
 from gitrun.engine.crashpoints import POINTS
+from tests.forkserver import run_gitrun_call
 from tests.helpers import build_tree, committed_ledger, git, gitrun_process
 
 TASKS = 60
@@ -171,14 +172,7 @@ def _drive(repo: Path, command: str, crash_at: str | None) -> subprocess.Complet
     env = {k: v for k, v in os.environ.items() if k != "GITRUN_CRASH_AT"}
     if crash_at:
         env["GITRUN_CRASH_AT"] = crash_at
-    return subprocess.run(
-        [sys.executable, "-m", "gitrun", command, "r", "--quiet"],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_gitrun_call([command, "r", "--quiet"], repo, env=env)
 
 
 # Each plan: the crash points of successive drivers, then one that finishes.

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from gitrun.commands.session import start_run
+from tests.forkserver import run_gitrun_call
 from tests.helpers import build_tree, commit_all, git, one_task_run
 
 quiet = lambda _line: None  # noqa: E731
@@ -21,14 +21,7 @@ quiet = lambda _line: None  # noqa: E731
 def _gitrun(
     cwd: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gitrun", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_gitrun_call(list(args), cwd, env=env)
 
 
 def _one_sentence(proc: subprocess.CompletedProcess[str]) -> str:

@@ -18,13 +18,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from gitrun.store.local import LocalPaths
+from tests.forkserver import run_gitrun_call
 from tests.helpers import commit_all, run_gitrun, write_run
 
 DEADLINE = 60  # seconds; a hang is what is tested, so every call has one
@@ -56,14 +56,8 @@ def _gitrun(
     repo: Path, *args: str, stdin: str = "", env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(
-            [sys.executable, "-m", "gitrun", *args],
-            cwd=repo,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=DEADLINE,
-            env={**_env(), **(env or {})},
+        return run_gitrun_call(
+            list(args), repo, env={**_env(), **(env or {})}, stdin=stdin, timeout=DEADLINE
         )
     except subprocess.TimeoutExpired as exc:  # pragma: no cover - the failure tested for
         raise AssertionError(f"gitrun {' '.join(args)} hung (no end in {DEADLINE} s)") from exc
