@@ -256,9 +256,7 @@ def _complete(words: str, cwd: Path) -> list[str]:
         "COMP_WORDS": words,
         "COMP_CWORD": str(len(words.split(" ")) - 1),
     }
-    proc = subprocess.run(
-        [sys.executable, "-m", "gitrun"], cwd=cwd, env=env, capture_output=True, text=True
-    )
+    proc = run_gitrun_call([], cwd, env=env)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.split()
 

@@ -27,6 +27,7 @@ from gitrun.store.lock import (
     read_owner,
     run_locked,
 )
+from tests.forkserver import run_gitrun_call
 from tests.helpers import commit_all, gitrun_process, run_gitrun, wait_for, wait_until, write_run
 
 runner = CliRunner()
@@ -259,13 +260,7 @@ def test_one_damaged_run_does_not_blind_the_watchdog_to_the_others(
         assert found_bad.reason.startswith("damaged: ") and str(bad.lock) in found_bad.reason
         assert found_good.run == "good" and found_good.driver == "alive"
         assert not found_good.stale
-        out = subprocess.run(
-            [sys.executable, "-m", "gitrun", "watchdog", "--kill"],
-            cwd=git_repo,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        out = run_gitrun_call(["watchdog", "--kill"], git_repo, timeout=120)
     said = out.stdout + out.stderr
     assert out.returncode == 1, said
     assert "bad: damaged" in said and "good: driver pid" in said, said
@@ -292,13 +287,7 @@ def _forge_owner(local: LocalPaths, pid: int) -> None:
 
 
 def _watchdog_kill(repo: Path, stale: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gitrun", "watchdog", "--stale", stale, "--kill"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_gitrun_call(["watchdog", "--stale", stale, "--kill"], repo, timeout=120)
 
 
 # -- a run nobody drives ----------------------------------------------------------------

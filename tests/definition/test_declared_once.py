@@ -13,8 +13,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ import pytest
 from gitrun.definition.layers import env_overrides
 from gitrun.definition.messages import fields_of, unwrap
 from gitrun.definition.schema import Limits, Packet
+from tests.forkserver import run_gitrun_call
 from tests.helpers import commit_all, run_gitrun, write_run
 
 PACKAGE = Path(__file__).resolve().parents[2] / "gitrun"
@@ -159,13 +158,11 @@ def test_the_hook_rules_are_the_only_cached_form_of_a_definition(external: Path)
     (external / "out").mkdir(exist_ok=True)
     (external / "out" / "t0.json").write_text("{}")
     env = {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}
-    hook = subprocess.run(
-        [sys.executable, "-m", "gitrun", "hook", "pre-write"],
-        input=json.dumps({"tool_name": "Write", "tool_input": {"file_path": "out/t0.json"}}),
-        cwd=external,
+    hook = run_gitrun_call(
+        ["hook", "pre-write"],
+        external,
         env={**env, "GITRUN_RUN": "r", "GITRUN_TASK": "t0"},
-        capture_output=True,
-        text=True,
+        stdin=json.dumps({"tool_name": "Write", "tool_input": {"file_path": "out/t0.json"}}),
         timeout=60,
     )
     assert hook.returncode == 0, hook.stderr

@@ -419,13 +419,7 @@ def test_next_never_hands_a_claude_lead_more_than_its_client_starts(git_repo: Pa
     env["GITRUN_MAX_LOAD"] = "1000000"
 
     def start(run: str, **extra: str) -> dict[str, object]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "gitrun", "start", run, "--json"],
-            cwd=git_repo,
-            env={**env, **extra},
-            capture_output=True,
-            text=True,
-        )
+        proc = run_gitrun_call(["start", run, "--json"], git_repo, env={**env, **extra})
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout)  # type: ignore[no-any-return]
 

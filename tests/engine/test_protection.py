@@ -23,6 +23,7 @@ from gitrun.engine.governor import EndFacts, Governor
 from gitrun.engine.states import load_engine
 from gitrun.store.local import LocalPaths
 from gitrun.workers.sandbox import probe as sandbox_refusal
+from tests.forkserver import run_gitrun_call
 from tests.helpers import (
     build_tree,
     commit_all,
@@ -342,22 +343,12 @@ def test_sigstopped_driver_is_stale_and_watchdog_kill_lets_resume_finish(
             10,
             what="the stopped driver's heartbeat grew older than 1 s",
         )
-        check = subprocess.run(
-            [sys.executable, "-m", "gitrun", "watchdog", "--stale", "1s", "--json"],
-            cwd=git_repo,
-            capture_output=True,
-            text=True,
-        )
+        check = run_gitrun_call(["watchdog", "--stale", "1s", "--json"], git_repo)
         assert check.returncode == 1, check.stderr
         [health] = json.loads(check.stdout)
         assert health["stale"] is True and health["pid"] == driver.pid
         assert "no heartbeat" in health["reason"]
-        kill = subprocess.run(
-            [sys.executable, "-m", "gitrun", "watchdog", "--stale", "1s", "--kill"],
-            cwd=git_repo,
-            capture_output=True,
-            text=True,
-        )
+        kill = run_gitrun_call(["watchdog", "--stale", "1s", "--kill"], git_repo)
         assert "gitrun resume r" in kill.stdout
         assert driver.wait(timeout=10) == -signal.SIGKILL
     finally:
@@ -365,9 +356,7 @@ def test_sigstopped_driver_is_stale_and_watchdog_kill_lets_resume_finish(
             driver.kill()
     outcome = resume_run(git_repo, "r", quiet)
     assert outcome.exit_code == 0
-    healthy = subprocess.run(
-        [sys.executable, "-m", "gitrun", "watchdog"], cwd=git_repo, capture_output=True, text=True
-    )
+    healthy = run_gitrun_call(["watchdog"], git_repo)
     assert healthy.returncode == 0, healthy.stdout
 
 

@@ -8,7 +8,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gitrun.commands.session import resume_run
+from tests.forkserver import run_gitrun_call
 from tests.helpers import (
     build_tree,
     committed_ledger,
@@ -56,12 +56,7 @@ def test_kill_9_at_random_moments_then_resume(git_repo: Path, tmp_path: Path) ->
     time.sleep(rng.uniform(0.2, 1.2))
     driver.kill()
     driver.wait()
-    final = subprocess.run(
-        [sys.executable, "-m", "gitrun", "resume", "r"],
-        cwd=git_repo,
-        capture_output=True,
-        text=True,
-    )
+    final = run_gitrun_call(["resume", "r"], git_repo)
     assert final.returncode == 0, (seed, final.stdout, final.stderr[-3000:])
 
     # Every output committed exactly once on the run branch.
@@ -151,13 +146,7 @@ def test_resume_on_a_fresh_clone_carries_attempt_counts(git_repo: Path, tmp_path
     git(tmp_path, "clone", "-q", str(remote), str(clone))
     assert not (clone / ".gitrun").exists()
     (clone / "ALLOW").write_text("")
-    resumed = subprocess.run(
-        [sys.executable, "-m", "gitrun", "resume", "r", "--json"],
-        cwd=clone,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    resumed = run_gitrun_call(["resume", "r", "--json"], clone, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     status = json.loads(resumed.stdout)
     ledger = ledger_records(clone)
@@ -276,13 +265,7 @@ def test_the_journal_is_written_ahead_of_every_spawn(git_repo: Path) -> None:
     fake_worker_run(git_repo, "r", 3, {})
     # Killed once the last attempt's end is journaled: the journal as it was.
     env = {**os.environ, "GITRUN_CRASH_AT": "end.closed:3"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "gitrun", "start", "r", "-q"],
-        cwd=git_repo,
-        env=env,
-        capture_output=True,
-        timeout=120,
-    )
+    proc = run_gitrun_call(["start", "r", "-q"], git_repo, env=env, timeout=120, text=False)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     journal = LocalPaths.of(git_repo, "r").running
     records = [json.loads(line) for line in journal.read_text().splitlines()]

@@ -21,6 +21,7 @@ from gitrun.guard.subagents import dispatch_of, leased_try
 from gitrun.guard.write import pre_write
 from gitrun.store.local import LocalPaths
 from gitrun.store.repo import Repo, find_repo
+from tests.forkserver import run_gitrun_call
 from tests.helpers import commit_all, git, write_run
 
 WORKER = {"GITRUN_RUN": "r", "GITRUN_TASK": "t1"}
@@ -147,9 +148,7 @@ def test_next_writes_the_rules_and_a_hook_call_uses_them(git_repo: Path) -> None
     tasks = [{"id": "t1", "outputs": ["out/t1.json"]}]
     write_run(git_repo, "r", tasks, {"executor": {"kind": "external"}})
     commit_all(git_repo, "define r")
-    proc = subprocess.run(
-        [sys.executable, "-m", "gitrun", "start", "r"], cwd=git_repo, capture_output=True, text=True
-    )
+    proc = run_gitrun_call(["start", "r"], git_repo)
     assert proc.returncode == 0, proc.stderr
     header = json.loads(_cache(git_repo).read_text().splitlines()[0])
     assert header["key"] == source_key(str(git_repo), "r")
@@ -247,15 +246,7 @@ def test_a_fifo_as_definition_blocks_at_once_rather_than_hanging(run_repo: Path)
         {"cwd": str(run_repo), "tool_name": "Write", "tool_input": {"file_path": "out/t1.json"}}
     )
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}, **WORKER}
-    proc = subprocess.run(
-        [sys.executable, "-m", "gitrun", "hook", "pre-write"],
-        input=payload,
-        cwd=run_repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_gitrun_call(["hook", "pre-write"], run_repo, env=env, stdin=payload, timeout=60)
     assert proc.returncode == 2 and "not a regular file" in proc.stderr, proc.stderr
 
 
@@ -427,9 +418,7 @@ def test_notebook_edit_is_judged_by_every_path_it_names(git_repo: Path) -> None:
     tasks = [{"id": "t1", "outputs": ["out/t1.json"]}, {"id": "t2", "outputs": ["out/t2.json"]}]
     write_run(git_repo, "r", tasks, {"executor": {"kind": "external"}})
     commit_all(git_repo, "define r")
-    started = subprocess.run(
-        [sys.executable, "-m", "gitrun", "start", "r"], cwd=git_repo, capture_output=True, text=True
-    )
+    started = run_gitrun_call(["start", "r"], git_repo)
     assert started.returncode == 0, started.stderr
     run_repo = git_repo
 

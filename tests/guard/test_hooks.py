@@ -17,6 +17,7 @@ from gitrun.guard.install import (
     uninstall_claude,
     uninstall_git,
 )
+from tests.forkserver import run_gitrun_call
 from tests.helpers import build_tree, git, write_run
 
 WORKER = {"GITRUN_RUN": "r", "GITRUN_TASK": "t1"}
@@ -234,13 +235,11 @@ def test_git_hook_install_respects_core_hooks_path(git_repo: Path, tmp_path: Pat
 
 
 def test_hook_cli_entry_points(hooked: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "gitrun", "hook", "pre-write"],
-        input=_pre_tool_use(hooked, "out/t2.json"),
-        cwd=hooked,
-        capture_output=True,
-        text=True,
+    proc = run_gitrun_call(
+        ["hook", "pre-write"],
+        hooked,
         env={**os.environ, "GITRUN_RUN": "r", "GITRUN_TASK": "t1"},
+        stdin=_pre_tool_use(hooked, "out/t2.json"),
     )
     assert proc.returncode == 0 and _decision(proc) == "deny"
 
@@ -314,14 +313,8 @@ def test_a_task_context_that_cannot_identify_its_task_blocks(hooked: Path) -> No
 
     def pre_write(payload: str, **env: str) -> subprocess.CompletedProcess[str]:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}
-        return subprocess.run(
-            [sys.executable, "-m", "gitrun", "hook", "pre-write"],
-            input=payload,
-            cwd=hooked,
-            capture_output=True,
-            text=True,
-            env={**full_env, **env},
-            timeout=60,
+        return run_gitrun_call(
+            ["hook", "pre-write"], hooked, env={**full_env, **env}, stdin=payload, timeout=60
         )
 
     for env in ({"GITRUN_RUN": "r"}, {"GITRUN_RUN": "nope"}, {"GITRUN_TASK": "t1"}):
@@ -382,13 +375,7 @@ def test_install_falls_back_to_python3_m_gitrun_and_refuses_when_neither_runs(
     for install in (install_claude, install_git):
         with pytest.raises(GitrunError, match=r"put gitrun on PATH .*, then install again"):
             install(git_repo)
-    cli = subprocess.run(
-        [sys.executable, "-m", "gitrun", "hooks", "install"],
-        cwd=git_repo,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    cli = run_gitrun_call(["hooks", "install"], git_repo, timeout=120)
     assert cli.returncode == 1 and cli.stderr.startswith("gitrun: error: neither `gitrun`")
     assert cli.stderr.count("\n") == 1 and cli.stdout == ""
     assert not (git_repo / ".claude/settings.json").exists()
@@ -452,14 +439,7 @@ def test_installing_again_updates_an_old_gitrun_entry_in_place(hooked: Path) -> 
 def _status(repo: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("GITRUN_")}
     full_env.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "gitrun", "hooks", "status", *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=120,
-    )
+    return run_gitrun_call(["hooks", "status", *args], repo, env=full_env, timeout=120)
 
 
 def _set_write_hook(repo: Path, command: str) -> None:

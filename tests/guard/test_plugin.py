@@ -13,7 +13,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ import pytest
 import gitrun
 from gitrun.guard.install import claude_hooks, install_claude, plugin_dir
 from gitrun.guard.plugin import marketplace_dir
+from tests.forkserver import run_gitrun_call
 from tests.helpers import run_gitrun
 from tests.realclient.claude import claude_binary, gitrun_bin_dir
 
@@ -88,13 +88,8 @@ def test_a_skill_may_run_every_command_it_names_and_no_other(name: str) -> None:
 
 def test_next_help_is_the_lead_skill(git_repo: Path) -> None:
     body = SKILL.read_text().split("---\n", 2)[2].strip()
-    proc = subprocess.run(
-        [sys.executable, "-m", "gitrun", "next", "--help"],
-        cwd=git_repo,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "COLUMNS": "200"},
+    proc = run_gitrun_call(
+        ["next", "--help"], git_repo, env={**os.environ, "COLUMNS": "200"}, timeout=60
     )
     shown = " ".join(proc.stdout.split())
     for line in body.splitlines():

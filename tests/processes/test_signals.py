@@ -41,6 +41,7 @@ from gitrun.processes.reaper import (
 from gitrun.store.local import LocalPaths
 from gitrun.store.lock import read_owner
 from gitrun.workers.attempt import Monitor
+from tests.forkserver import run_gitrun_call
 from tests.helpers import ATTEMPT_ENV, ATTEMPT_ID, commit_all, gitrun_process, wait_for, write_run
 
 
@@ -498,13 +499,7 @@ def test_resume_kills_a_real_orphan_but_not_a_process_named_by_a_forged_record(
         ]
         with journal.open("a") as handle:
             handle.write("".join(json.dumps(record) + "\n" for record in forged))
-        resumed = subprocess.run(
-            [sys.executable, "-m", "gitrun", "resume", "r"],
-            cwd=git_repo,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        resumed = run_gitrun_call(["resume", "r"], git_repo, timeout=120)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         assert _running(victim.pid), "resume killed a process gitrun never started"
         wait_for(lambda: not _running(worker), 10, what="the real orphan ended")

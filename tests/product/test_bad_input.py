@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from typer.testing import CliRunner
 from gitrun.cli.main import app
 from gitrun.definition.layers import merge  # tables merge the way configuration layers do
 from gitrun.store.ledger import chunk_name
+from tests.forkserver import run_gitrun_call
 from tests.helpers import build_tree, git_env
 
 RUN = "r"
@@ -709,14 +709,7 @@ def test_bad_input_as_a_real_process(
     expect: str,
 ) -> None:
     _reset(git_repo, files)
-    proc = subprocess.run(
-        [sys.executable, "-m", "gitrun", *args],
-        cwd=git_repo,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **env},
-        timeout=120,
-    )
+    proc = run_gitrun_call([*args], git_repo, env={**os.environ, **env}, timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
     assert proc.stderr.startswith("gitrun: error: ") and expect in proc.stderr, proc.stderr

@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+from tests.forkserver import run_gitrun_call
 from tests.helpers import build_tree, commit_all, git, write_run
 
 
@@ -26,14 +26,7 @@ def _git_calls(repo: Path, tmp: Path, *args: str) -> list[str]:
     wrapper.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{log}"\nexec "{real}" "$@"\n')
     wrapper.chmod(0o755)
     env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "gitrun", *args],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_gitrun_call([*args], repo, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return log.read_text().splitlines()
 

@@ -27,6 +27,7 @@ from gitrun.store.dispatches import description_of
 from gitrun.store.leases import read_leases
 from gitrun.store.local import LocalPaths
 from gitrun.workers.pointer import render_pointer
+from tests.forkserver import run_gitrun_call
 from tests.helpers import commit_all, write_run
 from tests.subagent_helpers import (
     agent_call,
@@ -280,13 +281,7 @@ def test_a_new_external_run_writes_no_agent_file_and_says_how_to_lead_it(
     """`gitrun new --executor external` leaves .claude/ alone: the worker
     agent comes from the plugin (or `gitrun hooks install`), and a batch
     names the type the repository has."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "gitrun", "new", "e", "--executor", "external"],
-        cwd=git_repo,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_gitrun_call(["new", "e", "--executor", "external"], git_repo, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert not (git_repo / ".claude").exists()
     assert "`gitrun plugin install` once, and `/gitrun:lead e`" in proc.stdout

@@ -33,6 +33,7 @@ from gitrun.workers.executor import (
     template_problems,
 )
 from gitrun.workers.interpreters import code_slots
+from tests.forkserver import run_gitrun_call
 from tests.helpers import build_tree, commit_all, git, run_gitrun, write_run
 
 MARK = "@MARK@"  # replaced by the absolute path of a marker file
@@ -300,9 +301,7 @@ def test_gitrun_check_names_the_field_and_the_fix(git_repo: Path) -> None:
         [{"id": "t1", "outputs": ["a.json"]}],
         {"executor": {"preset": "shell", "shell": 'my-agent "{pointer}"'}},
     )
-    out = subprocess.run(
-        [sys.executable, "-m", "gitrun", "check", "r"], cwd=git_repo, capture_output=True, text=True
-    )
+    out = run_gitrun_call(["check", "r"], git_repo)
     assert out.returncode != 0
     assert "[executor] shell contains {pointer}" in out.stdout + out.stderr
     assert 'write "$GITRUN_POINTER" there instead' in out.stdout + out.stderr
@@ -424,13 +423,7 @@ def test_programs_that_run_a_command_line_are_refused(
     assert messages and all("[executor] command[" in m for m in messages), messages
     with pytest.raises(UnsafeCommand, match=r"\[executor\]"):
         render_command(template, values)  # also when check was skipped
-    started = subprocess.run(
-        [sys.executable, "-m", "gitrun", "start", "r"],
-        cwd=git_repo,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    started = run_gitrun_call(["start", "r"], git_repo, timeout=120)
     assert started.returncode == 1 and "[executor]" in started.stderr, started.stderr
     assert not marker.exists(), f"{name}: gitrun start ran the note"
 
@@ -568,13 +561,7 @@ def test_make_eval_never_runs_a_note_end_to_end(git_repo: Path, tmp_path: Path) 
     problems = check_run(load_run(git_repo, "r", environ={})).problems
     messages = [p.message for p in problems if p.code == "executor"]
     assert messages and "[executor] command[4] is {pointer}" in messages[0], messages
-    started = subprocess.run(
-        [sys.executable, "-m", "gitrun", "start", "r"],
-        cwd=git_repo,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    started = run_gitrun_call(["start", "r"], git_repo, timeout=120)
     assert not marker.exists(), "gitrun start ran a note through make --eval"
     assert started.returncode == 1 and "[executor]" in started.stderr, started.stderr
 

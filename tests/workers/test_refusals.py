@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from gitrun.commands.session import resume_run, start_run
 from gitrun.definition.schema import Limits
 from gitrun.engine import governor
 from gitrun.workers.refusals import BILLING, QUOTA, refusal_of, reset_of
+from tests.forkserver import run_gitrun_call
 from tests.helpers import commit_all, gitrun_process, ledger_records, wait_until, write_run
 
 quiet = lambda _line: None  # noqa: E731
@@ -139,9 +139,7 @@ def test_a_driver_killed_while_parked_leaves_the_park_to_the_next(git_repo: Path
     driver = gitrun_process(git_repo, "start", "r", capture=False)
     wait_until(driver, lambda: [r for r in ledger_records(git_repo) if r.get("event") == "park"])
     # A parked driver is healthy: it beats on while it waits.
-    watchdog = subprocess.run(
-        [sys.executable, "-m", "gitrun", "watchdog"], cwd=git_repo, capture_output=True, text=True
-    )
+    watchdog = run_gitrun_call(["watchdog"], git_repo)
     assert watchdog.returncode == 0, watchdog.stdout + watchdog.stderr
     driver.send_signal(signal.SIGKILL)
     driver.wait()
@@ -178,12 +176,7 @@ def test_an_external_run_s_next_waits_out_a_park(git_repo: Path) -> None:
     commit_all(git_repo, "run e")
 
     def gitrun(*args: str) -> dict[str, object]:
-        done = subprocess.run(
-            [sys.executable, "-m", "gitrun", *args, "--json", "--full"],
-            cwd=git_repo,
-            capture_output=True,
-            text=True,
-        )
+        done = run_gitrun_call([*args, "--json", "--full"], git_repo)
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)  # type: ignore[no-any-return]
 
@@ -235,13 +228,7 @@ def test_a_park_moves_with_the_branch_to_a_fresh_clone(git_repo: Path, tmp_path:
     git(tmp_path, "clone", "-q", str(remote), str(clone))
     (clone / ".git/reset-at").write_text((git_repo / ".git/reset-at").read_text())
     (clone / ".git/refused").touch()  # (the worker's own memory of its one refusal)
-    resumed = subprocess.run(
-        [sys.executable, "-m", "gitrun", "resume", "r"],
-        cwd=clone,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    resumed = run_gitrun_call(["resume", "r"], clone, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     assert time.time() >= until
     # The proof is the starts: none between the refusal and the reset, on
@@ -283,20 +270,8 @@ def test_a_parked_run_s_status_says_until_when_and_why_in_text_as_in_json(
         until = dt.datetime.fromisoformat(str(park["until"]))
         day_and_time = until.strftime("%Y-%m-%d %H:%M:%S UTC")
         for alive in (True, False):
-            text = subprocess.run(
-                [sys.executable, "-m", "gitrun", "status", "r"],
-                cwd=git_repo,
-                capture_output=True,
-                text=True,
-            ).stdout
-            data = json.loads(
-                subprocess.run(
-                    [sys.executable, "-m", "gitrun", "status", "r", "--json"],
-                    cwd=git_repo,
-                    capture_output=True,
-                    text=True,
-                ).stdout
-            )
+            text = run_gitrun_call(["status", "r"], git_repo).stdout
+            data = json.loads(run_gitrun_call(["status", "r", "--json"], git_repo).stdout)
             assert data["parked"] == {"until": park["until"], "reason": "usage limit of sh"}
             assert (
                 f"parked until {until.strftime('%H:%M')} UTC (usage limit of sh): no new starts "
