@@ -53,6 +53,7 @@ BURST = 0.05  # seconds: starts closer than this (or half the gap) are one burst
 # for a ceiling found on the way up, once for one that moved, doubling with each
 # refused probe up to PROBE_MAX times.
 FOUND_WAIT = 8
+MOVED_WAIT = 1.0
 PROBE_MAX = 32
 
 
@@ -70,10 +71,16 @@ class Congestion:
     ceiling: int = 0  # the lowest level the API throttled at (0: none known)
     decreased_at: float = 0.0  # when concurrency last went down for a throttle
     proven: int = 1  # the highest level an attempt started at and ended valid
+    # The level the bucket settled at after its last decrease, raised by valid
+    # attempts (less one: a level counts attempts whose call has just ended).
+    # A refusal at or under it is a drop; above it, the ceiling found again.
+    settled: int = 0
+    below: int = 0  # the ceiling a probe taken set off a climb from (0: none)
     last_start: float = 0.0  # when an attempt last started
     probe_failures: int = 0  # probes above the ceiling throttled since it was found
     throttle_latency: float = 0.0  # how long the fastest throttle took to come back
     levels: dict[str, int] = field(default_factory=dict)  # running attempts' levels
+    own: dict[str, int] = field(default_factory=dict)  # the same, before a burst raised them
     burst: list[str] = field(default_factory=list)  # the attempts started together last
     paced: bool = True  # False: starts go out together (external dispatch)
     valid_durations: list[float] = field(default_factory=list)  # the last few
@@ -101,7 +108,7 @@ class Congestion:
         (its first wave goes out at once), ``ceiling`` was refused."""
         self.concurrency = max(1, min(concurrency, self.limits.concurrency))
         self.ceiling = max(0, ceiling)
-        self.proven = self.concurrency
+        self.proven = self.settled = self.concurrency
         self.reason = "as the ledger last left it"
 
     def take_changes(self) -> list[Change]:
@@ -128,6 +135,7 @@ class Congestion:
     def _climb(self, why: str) -> None:
         """The API took more than the level it refused: the ceiling rose, and
         the bucket climbs to find it again, as at the start."""
+        self.below = self.ceiling
         self.ceiling, self.probe_failures, self.moved, self.valid_run = 0, 0, True, 0
         self._set(self.limits.concurrency, f"{why}: climbing")
 
@@ -139,8 +147,9 @@ class Congestion:
         ceiling rose. Just under a known ceiling, past ``probe_at``: one
         start at the ceiling."""
         if self.throttle_slowest:
+            # Its own level: a later member of its burst may be the one refused.
             taken = [
-                level
+                self.own.get(task, level)
                 for task, level in self.levels.items()
                 if self.decreased_at <= self.since.get(task, 0.0) <= now - 2 * self.throttle_slowest
             ]
@@ -159,12 +168,24 @@ class Congestion:
             self.probe_at = 0.0
             self._set(self.ceiling, f"probe: does the API take {self.ceiling} now?")
 
+    def taken_at(self) -> float | None:
+        """When an attempt out above the level known to work will have been
+        out long enough to count as taken (:meth:`_probe`), if one is out."""
+        if not self.throttle_slowest:
+            return None
+        times = [
+            self.since[task] + 2 * self.throttle_slowest
+            for task, level in self.own.items()
+            if level > self.proven and self.since.get(task, 0.0) >= self.decreased_at
+        ]
+        return min(times, default=None)
+
     def _probe_later(self, now: float) -> None:
         """The next probe above the ceiling: a number of task durations from
         ``now``, doubling with each refused probe; sooner for a ceiling seen
         to move."""
         if self.moved:  # the first two refused probes do not slow the next
-            rounds = self.limits.grow_after * 2 ** max(0, self.probe_failures - 2)
+            rounds = MOVED_WAIT * self.limits.grow_after * 2 ** max(0, self.probe_failures - 2)
         else:
             rounds = self.limits.grow_after * FOUND_WAIT * 2**self.probe_failures
         rounds = min(rounds, self.limits.grow_after * PROBE_MAX)
@@ -200,6 +221,7 @@ class Congestion:
             self.burst = []
         if task:
             self.since[task] = now
+            self.own[task] = level
             # Attempts started together race to the API, and which of them it
             # refuses is chance: each has the level of the whole burst.
             self.burst.append(task)
@@ -213,6 +235,7 @@ class Congestion:
         started here). Probes start alone, so a throttle's level is the load
         the API refused."""
         self.since.pop(task, None)
+        self.own.pop(task, None)
         return self.levels.pop(task, 0)
 
     def valid(self, level: int, duration: float, started: float, now: float = 0.0) -> None:
@@ -229,6 +252,7 @@ class Congestion:
             self.proven = max(self.proven, min(level, self.concurrency))
             return
         self.proven = max(self.proven, level)
+        self.settled = max(self.settled, min(level - 1, self.concurrency))
         if self.ceiling and level >= self.ceiling:
             self._climb(f"a probe at {level} ended valid")
             return
@@ -263,11 +287,17 @@ class Congestion:
             return
         self.decreased_at = now
         previous = self.ceiling
+        if not previous and load <= self.below:
+            # Refused at or under the ceiling a probe climbed from: the probe
+            # got in while a call out had just ended. The ceiling holds.
+            previous = self.below
+        self.below = 0
         probing = bool(previous) and load >= previous
         # Refused at a level that worked: a drop. While climbing, a level is
         # off by the throttles still on their way back: only a refusal at
-        # half of what worked is a drop then.
-        worked = self.proven if previous else self.proven // 2
+        # half of what worked is a drop then. Growing back after a decrease,
+        # a refusal above the level settled at is the ceiling found again.
+        worked = self.settled if previous else self.proven // 2
         dropped = not probing and load <= worked
         self.ceiling = previous if probing else load
         if probing:
@@ -282,6 +312,7 @@ class Congestion:
                 self.moved = False
             self._set(self.ceiling - 1, f"throttled at {load}: the ceiling found")
         self.proven = min(self.proven, self.concurrency)
+        self.settled = self.concurrency
         self._probe_later(now)
         if load <= 1 or (dropped and self.throttles):
             # Refused with nothing else out, or a second drop with nothing
@@ -314,6 +345,8 @@ class Congestion:
             self.probe_at,
             self.moved,
             self.reason,
+            self.settled,
+            self.below,
         )
 
     def restore(self, state: GovernorState) -> None:
@@ -333,6 +366,8 @@ class Congestion:
         self.probe_at = state.probe_at
         self.moved = state.moved
         self.reason = state.reason or self.reason
+        self.settled = max(0, state.settled)
+        self.below = max(0, state.below)
 
 
 @dataclass(frozen=True)
@@ -356,6 +391,8 @@ class GovernorState:
     probe_at: float = 0.0
     moved: bool = False
     reason: str = ""
+    settled: int = 0
+    below: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -375,6 +412,8 @@ class GovernorState:
             "probe_at": self.probe_at,
             "moved": self.moved,
             "reason": self.reason,
+            "settled": self.settled,
+            "below": self.below,
         }
 
     @classmethod
@@ -405,6 +444,8 @@ class GovernorState:
             number("probe_at"),
             data.data.get("moved") is True,
             str(given.get("reason") or ""),
+            whole("settled", 0),
+            whole("below", 0),
         )
 
 

@@ -274,9 +274,12 @@ class Governor:
             return self.park_ends
         if now < self.backoff_until:
             return self.backoff_until
+        wakes = [self.congestion.taken_at()]
         if self.held == "pacing":
-            return self.congestion.last_start + self.pace_gap()
-        return now + 1.0 if self.waiting_for_load else None
+            wakes.append(self.congestion.last_start + self.pace_gap())
+        if self.waiting_for_load:
+            wakes.append(now + 1.0)
+        return min((w for w in wakes if w is not None), default=None)
 
     def started(self, task: str = "", now: float = 0.0, stage: str | None = None) -> None:
         """An attempt of ``task`` (of ``stage``: None, the current one) started at ``now``."""

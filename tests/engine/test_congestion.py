@@ -10,7 +10,7 @@ import pytest
 
 from gitrun.definition.schema import Limits, Packet
 from gitrun.engine import governor as governor_module
-from gitrun.engine.congestion import GovernorRecord
+from gitrun.engine.congestion import Congestion, GovernorRecord
 from gitrun.engine.governor import EndFacts, Governor
 from gitrun.store.events import ConcurrencyChange
 from gitrun.store.records import Fields
@@ -41,9 +41,13 @@ class Drive:
     apis: dict[str, SimulatedApi]  # by stage
     tasks: int
     canary: bool = True  # the run's first stage: one alone until one is valid
+    # A call's slot is free this long before its attempt is seen to end (the
+    # worker writes, exits, is reaped): a level counts attempts whose call ended.
+    tail: float = 0.0
     now: float = 0.0
     left: dict[str, int] = field(default_factory=dict)
     out: list[tuple[float, str, str, float]] = field(default_factory=list)  # ends, task, stage
+    freed: list[tuple[float, str]] = field(default_factory=list)  # (when, stage): a slot freed
     done: dict[str, float] = field(default_factory=dict)  # stage: when its last output came
     # (now, stage, the bucket's concurrency, calls the API holds)
     seen: list[tuple[float, str, int, int]] = field(default_factory=list)
@@ -52,13 +56,15 @@ class Drive:
     def run(self, until: float = 200.0) -> None:
         self.left = dict.fromkeys(self.apis, self.tasks)
         while (any(self.left.values()) or self.out) and self.now < until:
+            for free in [f for f in self.freed if f[0] <= self.now]:
+                self.freed.remove(free)
+                self.apis[free[1]].held -= 1
             for end in [e for e in self.out if e[0] <= self.now]:
                 self.out.remove(end)
                 at, task, stage, began = end
                 api = self.apis[stage]
                 valid = task.startswith("ok")
                 if valid:
-                    api.held -= 1
                     self.done[stage] = at
                 else:
                     self.left[stage] += 1
@@ -83,7 +89,8 @@ class Drive:
         self.left[stage] -= 1
         if api.held < api.ceiling(self.now):
             api.held += 1
-            task, ends = f"ok{self.number}", self.now + api.seconds
+            task, ends = f"ok{self.number}", self.now + api.seconds + self.tail
+            self.freed.append((self.now + api.seconds, stage))
         else:
             api.throttled += 1
             task, ends = f"no{self.number}", self.now + LATENCY
@@ -174,6 +181,81 @@ def test_a_drop_is_followed_within_a_few_task_durations_and_a_rise_is_found() ->
     reasons = [c.reason for c in gov.take_changes()]
     assert any("the ceiling dropped" in r for r in reasons)
     assert any("climbing" in r for r in reasons)
+
+
+def _at_ceiling(found: int) -> Congestion:
+    """A bucket that found the ceiling ``found`` by climbing and has been
+    running just under it, every level up to it proven."""
+    bucket = Congestion(Limits(concurrency=16), random.Random(7), key="claude/m")
+    for i in range(1, found + 1):
+        bucket.started(f"c{i}", 0.1 * i)
+    level = bucket.ended(f"c{found}")
+    bucket.throttled(level, 0.1, 0.1 * found, 0.1 * found + 0.1)
+    for i in range(1, found):
+        level = bucket.ended(f"c{i}")
+        bucket.valid(level, 1.0, 0.1 * i, 2.0 + 0.1 * i)
+    assert (bucket.ceiling, bucket.concurrency) == (found, found - 1)
+    return bucket
+
+
+def test_a_refusal_above_where_a_drop_settled_is_the_ceiling_found_not_a_second_drop() -> None:
+    """After a drop halves the bucket, it grows back; the first refusal on the
+    way up finds the new ceiling. A start counts attempts whose calls have
+    just ended (the worker still exits), so a level above the ceiling may
+    seem to work: it is no proof that the refusal is a second drop."""
+    bucket = _at_ceiling(9)
+    for i in range(8):
+        bucket.started(f"w{i}", 10.0 + 0.01 * i)
+    level = bucket.ended("w7")
+    bucket.throttled(level, 0.05, 10.07, 10.12)  # refused at 8: the ceiling dropped
+    assert bucket.concurrency == 4
+    for i in range(7):
+        bucket.valid(bucket.ended(f"w{i}"), 1.0, 10.0 + 0.01 * i, 11.0)
+    for i in range(4):  # grown back to 5; one started at level 5 got in
+        bucket.started(f"g{i}", 11.1 + 0.01 * i)
+    bucket.started("g4", 11.2)
+    bucket.paced_room(1, 5, 11.5)  # out for long enough: level 5 counted as taken
+    assert bucket.proven == 5
+    bucket.valid(bucket.ended("g0"), 1.0, 11.1, 11.55)
+    bucket.started("g5", 11.6)
+    level = bucket.ended("g5")
+    assert level == 5
+    bucket.throttled(level, 0.05, 11.6, 11.65)  # refused at 5, where g4 got in
+    assert bucket.concurrency >= 4, bucket.reason
+    assert "the ceiling found" in bucket.reason
+
+
+def test_a_probe_taken_by_chance_then_refused_keeps_the_ceiling_probed_soon() -> None:
+    """A probe that got in because a call out had just ended sets off a climb;
+    the refusal at that level that follows is the probe refused, not a
+    ceiling found by climbing (which would be probed eight times as rarely)."""
+    bucket = _at_ceiling(9)
+    bucket.moved = True
+    for i in range(8):
+        bucket.started(f"w{i}", 20.0)
+    bucket.probe_at = 20.5
+    bucket.paced_room(8, 8, 20.5)
+    assert bucket.concurrency == 9  # the probe may go
+    bucket.started("probe", 20.6)
+    bucket.paced_room(7, 9, 21.0)  # out for long enough: taken, the bucket climbs
+    assert "climbing" in bucket.reason
+    bucket.valid(bucket.ended("w0"), 1.0, 20.0, 21.05)
+    bucket.started("next", 21.1)  # at the probe's level, 9
+    level = bucket.ended("next")
+    bucket.throttled(level, 0.05, 21.1, 21.15)
+    assert (bucket.ceiling, bucket.concurrency) == (9, 8)
+    assert "the ceiling holds" in bucket.reason
+    assert bucket.probe_at - 21.15 <= bucket.limits.grow_after * bucket.typical() + 1e-9
+
+
+def test_the_driver_wakes_when_a_probe_out_counts_as_taken() -> None:
+    gov = _governor({"w": "claude/m"})
+    bucket = gov.bucket("w")
+    bucket.throttle_slowest = 0.1
+    bucket.proven = 3
+    for i in range(4):
+        gov.started(f"t{i}", 1.0 + i, "w")
+    assert gov.next_wake(4.0) == pytest.approx(4.0 + 2 * 0.1)  # t3, at level 4
 
 
 def test_a_long_quiet_stretch_at_full_use_does_not_stop_upward_probing() -> None:
