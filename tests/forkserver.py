@@ -52,6 +52,9 @@ def _preload() -> None:
             importlib.import_module(info.name)
         except ImportError:  # pragma: no cover - an extra that is not installed
             continue
+    from gitrun.cli.app import command
+
+    command()  # the command line typer builds once a process
 
 
 def _exit_code(status: int) -> int:
@@ -76,6 +79,11 @@ def _child(request: dict[str, object], fds: list[int]) -> None:  # pragma: no co
         os.environ.clear()
         os.environ.update(env)
         random.seed()
+        if any(key.startswith("_TYPER") for key in env):
+            # typer reads these when it builds the command line: build it again
+            from gitrun.cli.app import command
+
+            command.cache_clear()
         args = request["args"]
         assert isinstance(args, list)
         sys.argv = ["gitrun", *map(str, args)]

@@ -9,12 +9,15 @@ log file holding the traceback.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import typer.core
+import typer.main
 from typer.core import TyperGroup
 
 from gitrun import __version__
@@ -126,10 +129,21 @@ def complete_run(ctx: typer.Context, incomplete: str) -> list[str]:
     return run_names(directory, incomplete)
 
 
+@functools.cache
+def command() -> typer.core.TyperGroup:
+    """The click command typer builds from ``app``, built once in a process:
+    typer builds it again on each call of ``app`` (~40 ms of reading every
+    command's signature). _Group.invoke reports every error, so typer's
+    traceback hook, which ``app()`` would install, has nothing to show."""
+    built = typer.main.get_command(app)
+    assert isinstance(built, typer.core.TyperGroup)
+    return built
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point."""
     try:
-        app(args=argv, prog_name="gitrun", standalone_mode=True)
+        command().main(args=argv, prog_name="gitrun", standalone_mode=True)
     except SystemExit as exc:
         code = exc.code
         code = code if isinstance(code, int) else (0 if code is None else 1)
