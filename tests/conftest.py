@@ -18,6 +18,25 @@ if "PYTEST_DEBUG_TEMPROOT" not in os.environ and os.path.isdir("/var/tmp"):
     os.environ["PYTEST_DEBUG_TEMPROOT"] = "/var/tmp"
 
 
+def _built_once() -> None:
+    """typer's CliRunner builds the click command from the app on each
+    invoke (~40 ms of reading every command's signature); the in-process
+    tests invoke it thousands of times. They get the command gitrun itself
+    builds once a process (gitrun.cli.app.command)."""
+    import typer.main
+    import typer.testing
+
+    from gitrun.cli.app import app, command
+
+    def get_command(typer_app: typer.Typer) -> typer.core.TyperGroup | object:
+        return command() if typer_app is app else typer.main.get_command(typer_app)
+
+    typer.testing._get_command = get_command  # type: ignore[assignment]
+
+
+_built_once()
+
+
 @pytest.fixture(autouse=True)
 def _isolated_git(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
