@@ -122,16 +122,18 @@ def _serve_one(conn: socket.socket) -> None:  # pragma: no cover - forked
     for fd in fds:
         os.close(fd)
     conn.sendall(f"{pid}\n".encode())
-    _, status = os.waitpid(pid, 0)
-    conn.sendall(f"{_exit_code(status)}\n".encode())
+    _, status, usage = os.wait4(pid, 0)
+    cpu = usage.ru_utime + usage.ru_stime
+    conn.sendall(f"{_exit_code(status)} {cpu}\n".encode())
 
 
 def serve(path: str) -> None:  # pragma: no cover - the server process
     _preload()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the waiters are reaped by the kernel
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
+    listener.bind(path + ".new")
     listener.listen(64)
+    os.rename(path + ".new", path)  # the path appears once calls can connect
     parent = os.getppid()
     listener.settimeout(1.0)
     while os.getppid() == parent:  # ends with the test process that started it
@@ -157,6 +159,7 @@ class ForkServer:
         self.process: subprocess.Popen[bytes] | None = None
         self.broken = False
         self.forked = 0  # calls served by a fork
+        self.cpu = 0.0  # CPU seconds the forked children used (without their own children)
         self.env = dict(os.environ)  # the environment the server starts with
 
     def _start(self) -> bool:
@@ -230,7 +233,9 @@ class ForkServer:
                 pid = int(reader.readline())
                 conn.settimeout(timeout)
                 try:
-                    code = int(reader.readline())
+                    said = reader.readline().split()
+                    code = int(said[0])
+                    self.cpu += float(said[1])
                 except (TimeoutError, OSError):
                     os.kill(pid, signal.SIGKILL)  # the child this call forked
                     out.seek(0)
