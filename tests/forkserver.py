@@ -158,12 +158,15 @@ class ForkServer:
         self.path = ""
         self.process: subprocess.Popen[bytes] | None = None
         self.broken = False
+        self.starts_failed = 0
         self.forked = 0  # calls served by a fork
         self.cpu = 0.0  # CPU seconds the forked children used (without their own children)
+        self.plain: dict[str, int] = {}  # calls run as plain children, by the reason
         self.env = dict(os.environ)  # the environment the server starts with
 
     def _start(self) -> bool:
         if self.broken:
+            self.plain["no server"] = self.plain.get("no server", 0) + 1
             return False
         if self.process is not None and self.process.poll() is None:
             return True
@@ -182,7 +185,10 @@ class ForkServer:
         deadline = time.monotonic() + 60
         while not os.path.exists(self.path):
             if self.process.poll() is not None or time.monotonic() > deadline:
-                self.broken = True
+                self.starts_failed += 1
+                self.broken = self.starts_failed >= 3
+                self.plain["server did not start"] = self.plain.get("server did not start", 0) + 1
+                self.stop()
                 return False
             time.sleep(0.02)
         atexit.register(self.stop)
@@ -193,10 +199,27 @@ class ForkServer:
             self.process.kill()
             self.process.wait()
 
+    def _connect(self) -> socket.socket | None:
+        """A connection to a live server (started again if it died or its
+        socket went), or None."""
+        for _ in range(2):
+            if not self._start():
+                return None
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                conn.connect(self.path)
+                return conn
+            except OSError:
+                conn.close()
+                self.plain["server gone"] = self.plain.get("server gone", 0) + 1
+                self.stop()
+        return None
+
     def forkable(self, env: Mapping[str, str]) -> bool:
         """Whether ``env`` starts an interpreter as the server's started."""
         for key in set(env) | set(self.env):
             if key.startswith(_STARTUP) and env.get(key) != self.env.get(key):
+                self.plain[key] = self.plain.get(key, 0) + 1
                 return False
         return True
 
@@ -210,7 +233,10 @@ class ForkServer:
         text: bool,
     ) -> subprocess.CompletedProcess[str] | subprocess.CompletedProcess[bytes] | None:
         """The call's result, or None where it must run as a plain child."""
-        if not self.forkable(env) or not self._start():
+        if not self.forkable(env):
+            return None
+        conn = self._connect()
+        if conn is None:
             return None
         data = stdin.encode() if isinstance(stdin, str) else (stdin or b"")
         with (
@@ -221,9 +247,7 @@ class ForkServer:
             given.write(data)
             given.seek(0)
             request = {"args": args, "cwd": str(cwd), "env": dict(env)}
-            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                conn.connect(self.path)
                 socket.send_fds(
                     conn,
                     [json.dumps(request).encode()],
