@@ -35,6 +35,7 @@ from pathlib import Path
 
 # Settings read when an interpreter starts: a call that changes one is no fork.
 _STARTUP = ("PYTHON", "LC_", "LANG")
+_AT_CALL = {"PYTHONBREAKPOINT"}  # read when breakpoint() is called, not at start
 _PRELOAD_SKIP = ("gitrun.workers.ray", "gitrun.engine.otel", "gitrun.mcp")
 
 
@@ -218,7 +219,9 @@ class ForkServer:
     def forkable(self, env: Mapping[str, str]) -> bool:
         """Whether ``env`` starts an interpreter as the server's started."""
         for key in set(env) | set(self.env):
-            if key.startswith(_STARTUP) and env.get(key) != self.env.get(key):
+            if key in _AT_CALL or not key.startswith(_STARTUP):
+                continue
+            if env.get(key) != self.env.get(key):
                 self.plain[key] = self.plain.get(key, 0) + 1
                 return False
         return True
