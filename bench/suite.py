@@ -41,7 +41,10 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the clone and its log")
     args = parser.parse_args()
     line = readme_line()
-    where = Path(tempfile.mkdtemp(prefix="gitrun-suite-"))
+    # Not under /tmp: a confined worker gets a /tmp of its own, and the
+    # suite's workers run scripts from the clone.
+    base = "/var/tmp" if os.path.isdir("/var/tmp") else None
+    where = Path(tempfile.mkdtemp(prefix="gitrun-suite-", dir=base))
     clone = where / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     log = where / "suite.log"
