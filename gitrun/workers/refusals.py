@@ -60,6 +60,10 @@ class Refusal:
     until: float | None = None  # the reset (epoch seconds), when it could be read
 
 
+# seconds: a stated reset this recent has passed during the attempt, not long ago
+RESET_JUST_PASSED = 300.0
+
+
 def refusal_of(
     output: str, quota: list[str], billing: list[str], now: float, local: dt.tzinfo | None = None
 ) -> Refusal | None:
@@ -73,10 +77,13 @@ def refusal_of(
 
 
 def reset_of(output: str, now: float, local: dt.tzinfo | None = None) -> float | None:
-    """When the quota ``output`` speaks of resets (epoch seconds, later than ``now``), or None."""
+    """When the quota ``output`` speaks of resets (epoch seconds, no earlier
+    than ``now``), or None. A stated instant that passed a little before
+    ``now`` passed while the client went on or exited: the limit has reset,
+    and the answer is ``now``; one long gone is no reset."""
     epoch = _EPOCH.search(output)
-    if epoch and float(epoch[1]) > now:
-        return float(epoch[1])
+    if epoch and float(epoch[1]) > now - RESET_JUST_PASSED:
+        return max(now, float(epoch[1]))
     wait = _IN.search(output)
     if wait:
         return now + int(wait[1]) * _UNIT[wait[2].lower()]

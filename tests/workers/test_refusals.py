@@ -72,6 +72,11 @@ def test_a_reset_is_read_from_every_form_or_not_at_all() -> None:
     )
     assert reset_of("Quota exceeded. Please retry in 41.220713462s.", NOW) == NOW + 41  # gemini
     assert reset_of("You've hit your limit", NOW) is None
+    # Claude Code's epoch, stated before the attempt ended and passed since
+    # (a loaded machine, a client that went on): reset now, no half-hour park.
+    assert reset_of(f'{{"resetsAt": {int(NOW + 60)}}}', NOW) == NOW + 60
+    assert reset_of(f'{{"resetsAt": {int(NOW - 4)}}}', NOW) == NOW
+    assert reset_of(f'{{"resetsAt": {int(NOW - 3600)}}}', NOW) is None
     assert reset_of("resets 25:99", NOW) is None
 
     # codex names the date when the reset is on another day (NOW is 20:00 UTC, Dec 3rd).
