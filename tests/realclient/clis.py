@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from functools import cache
 from pathlib import Path
 
@@ -122,17 +121,11 @@ def offline_env(home: Path, bin_dir: Path, **extra: str) -> dict[str, str]:
 
 
 def gitrun(repo: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    """``gitrun ARGS`` as a real process in ``repo``, bounded in time."""
-    return subprocess.run(
-        [sys.executable, "-m", "gitrun", *args],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    """``gitrun ARGS`` as a real process in ``repo``, bounded in time
+    (forked from the suite's server: tests/forkserver.py)."""
+    from tests.forkserver import run_gitrun_call
+
+    return run_gitrun_call(list(args), repo, env=env, timeout=DEADLINE)
 
 
 def codex_env(tmp_path: Path, base_url: str, config: str = "") -> dict[str, str]:
