@@ -53,7 +53,6 @@ BURST = 0.05  # seconds: starts closer than this (or half the gap) are one burst
 # for a ceiling found on the way up, once for one that moved, doubling with each
 # refused probe up to PROBE_MAX times.
 FOUND_WAIT = 8
-MOVED_WAIT = 1.0
 PROBE_MAX = 32
 
 
@@ -185,7 +184,7 @@ class Congestion:
         ``now``, doubling with each refused probe; sooner for a ceiling seen
         to move."""
         if self.moved:  # the first two refused probes do not slow the next
-            rounds = MOVED_WAIT * self.limits.grow_after * 2 ** max(0, self.probe_failures - 2)
+            rounds = self.limits.grow_after * 2 ** max(0, self.probe_failures - 2)
         else:
             rounds = self.limits.grow_after * FOUND_WAIT * 2**self.probe_failures
         rounds = min(rounds, self.limits.grow_after * PROBE_MAX)
