@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gitrun.engine.congestion import Congestion, GovernorRecord
+from gitrun.engine.congestion import Congestion, GovernorRecord, GovernorState
 
 if TYPE_CHECKING:
     from gitrun.definition.schema import Limits
@@ -86,8 +86,8 @@ class Buckets:
         return sorted(changes, key=lambda c: c.when)
 
     def export(self) -> GovernorRecord:
-        return GovernorRecord({key: b.export() for key, b in self.by_key.items()})
+        return GovernorRecord({key: GovernorState.of(b) for key, b in self.by_key.items()})
 
     def restore(self, record: GovernorRecord) -> None:
         for key, state in record.buckets.items():
-            self.keyed(key or self.current).restore(state)  # "": written before buckets
+            state.apply(self.keyed(key or self.current))  # "": written before buckets

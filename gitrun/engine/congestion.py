@@ -324,50 +324,6 @@ class Congestion:
             cap = min(self.limits.backoff_base, 2 * self.throttle_latency)
         self.backoff_until = max(self.backoff_until, now + self.rng.uniform(0, cap))
 
-    # -- between two processes -----------------------------------------------------
-
-    def export(self) -> GovernorState:
-        """What must outlive one process (external dispatch calls gitrun per batch)."""
-        return GovernorState(
-            self.concurrency,
-            self.backoff_until,
-            self.throttles,
-            self.valid_run,
-            self.ceiling,
-            self.decreased_at,
-            self.proven,
-            self.last_start,
-            self.probe_failures,
-            self.throttle_latency,
-            dict(self.levels),
-            tuple(self.valid_durations),
-            self.probe_at,
-            self.moved,
-            self.reason,
-            self.settled,
-            self.below,
-        )
-
-    def restore(self, state: GovernorState) -> None:
-        if 1 <= state.concurrency <= self.limits.concurrency:
-            self.concurrency = state.concurrency
-        self.backoff_until = state.backoff_until
-        self.throttles = max(0, state.throttles)
-        self.valid_run = max(0, state.valid_run)
-        self.ceiling = max(0, state.ceiling)
-        self.decreased_at = state.decreased_at
-        self.proven = max(1, state.proven)
-        self.last_start = state.last_start
-        self.probe_failures = max(0, state.probe_failures)
-        self.throttle_latency = max(0.0, state.throttle_latency)
-        self.levels = {t: n for t, n in state.levels.items() if n > 0}
-        self.valid_durations = [d for d in state.valid_durations if d >= 0][-VALID_KEPT:]
-        self.probe_at = state.probe_at
-        self.moved = state.moved
-        self.reason = state.reason or self.reason
-        self.settled = max(0, state.settled)
-        self.below = max(0, state.below)
-
 
 @dataclass(frozen=True)
 class GovernorState:
@@ -392,6 +348,51 @@ class GovernorState:
     reason: str = ""
     settled: int = 0
     below: int = 0
+
+    @classmethod
+    def of(cls, bucket: Congestion) -> GovernorState:
+        """What of ``bucket`` must outlive one process (external dispatch
+        calls gitrun per batch)."""
+        return cls(
+            bucket.concurrency,
+            bucket.backoff_until,
+            bucket.throttles,
+            bucket.valid_run,
+            bucket.ceiling,
+            bucket.decreased_at,
+            bucket.proven,
+            bucket.last_start,
+            bucket.probe_failures,
+            bucket.throttle_latency,
+            dict(bucket.levels),
+            tuple(bucket.valid_durations),
+            bucket.probe_at,
+            bucket.moved,
+            bucket.reason,
+            bucket.settled,
+            bucket.below,
+        )
+
+    def apply(self, bucket: Congestion) -> None:
+        """``bucket`` as this state left it, each value within its bounds."""
+        if 1 <= self.concurrency <= bucket.limits.concurrency:
+            bucket.concurrency = self.concurrency
+        bucket.backoff_until = self.backoff_until
+        bucket.throttles = max(0, self.throttles)
+        bucket.valid_run = max(0, self.valid_run)
+        bucket.ceiling = max(0, self.ceiling)
+        bucket.decreased_at = self.decreased_at
+        bucket.proven = max(1, self.proven)
+        bucket.last_start = self.last_start
+        bucket.probe_failures = max(0, self.probe_failures)
+        bucket.throttle_latency = max(0.0, self.throttle_latency)
+        bucket.levels = {t: n for t, n in self.levels.items() if n > 0}
+        bucket.valid_durations = [d for d in self.valid_durations if d >= 0][-VALID_KEPT:]
+        bucket.probe_at = self.probe_at
+        bucket.moved = self.moved
+        bucket.reason = self.reason or bucket.reason
+        bucket.settled = max(0, self.settled)
+        bucket.below = max(0, self.below)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -248,8 +248,7 @@ class Driver:
                 attempt.stop()
 
     def _waiting(self, now: float) -> bool:
-        """Nothing runs: is there still work that may start later (after a backoff
-        or once the load drops)?"""
+        """Nothing runs: may work still start later (after a backoff, or once the load drops)?"""
         if self.stopping or self.governor.halt is not None or self.engine.current_stage() is None:
             return False
         return self.governor.next_wake(now) is not None

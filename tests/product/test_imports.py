@@ -373,3 +373,21 @@ def test_the_deferred_check_finds_an_unexplained_import(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     assert _deferred(package) == (3, ["pkg/a.py:9", "pkg/a.py:12"])
+
+
+def test_no_class_over_300_lines_and_no_engine_module_over_500() -> None:
+    """The engine's jobs stay apart (the loop, launching, the verdict, the
+    governor...): a class that outgrows 300 lines or an engine module 500
+    has taken on a second job."""
+    too_long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        where = path.relative_to(PACKAGE.parent)
+        if path.parent.name == "engine" and len(source.splitlines()) > 500:
+            too_long.append(f"{where}: {len(source.splitlines())} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > 300:
+                    too_long.append(f"{where}: class {node.name}, {length} lines")
+    assert not too_long, "\n".join(too_long)
