@@ -274,7 +274,8 @@ class Governor:
             return self.park_ends
         if now < self.backoff_until:
             return self.backoff_until
-        wakes = [self.congestion.taken_at()]
+        taken = self.congestion.taken_at()  # one gone by: the next slots() reads it
+        wakes = [taken] if taken is not None and taken > now else []
         if self.held == "pacing":
             wakes.append(self.congestion.last_start + self.pace_gap())
         if self.waiting_for_load:
