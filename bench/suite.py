@@ -39,6 +39,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--busy", type=int, default=2, help="spinning processes (default 2)")
     parser.add_argument("--keep", action="store_true", help="keep the clone and its log")
+    parser.add_argument(
+        "--durations", type=int, default=0, help="append pytest's --durations=N (the slowest N)"
+    )
     args = parser.parse_args()
     line = readme_line()
     # Not under /tmp: a confined worker gets a /tmp of its own, and the
@@ -55,7 +58,7 @@ def main() -> int:
         began = time.monotonic()
         with open(log, "w") as out:
             done = subprocess.run(
-                ["bash", "-c", line],
+                ["bash", "-c", line + (f" --durations={args.durations}" if args.durations else "")],
                 cwd=clone,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
