@@ -58,10 +58,6 @@ def _preload() -> None:
     command()  # the command line typer builds once a process
 
 
-def _exit_code(status: int) -> int:
-    return os.waitstatus_to_exitcode(status)
-
-
 def _child(request: dict[str, object], fds: list[int]) -> None:  # pragma: no cover - forked
     """Become `python -m gitrun ARGS` in the call's directory and environment."""
     import random
@@ -125,7 +121,7 @@ def _serve_one(conn: socket.socket) -> None:  # pragma: no cover - forked
     conn.sendall(f"{pid}\n".encode())
     _, status, usage = os.wait4(pid, 0)
     cpu = usage.ru_utime + usage.ru_stime
-    conn.sendall(f"{_exit_code(status)} {cpu}\n".encode())
+    conn.sendall(f"{os.waitstatus_to_exitcode(status)} {cpu}\n".encode())
 
 
 def serve(path: str) -> None:  # pragma: no cover - the server process
@@ -300,6 +296,18 @@ def run_gitrun_call(
     done = SERVER.run(args, cwd, env, stdin, timeout, text)
     if done is not None:
         return done  # type: ignore[return-value]
+    return run_plain(args, cwd, env, stdin, timeout, text)
+
+
+def run_plain(
+    args: list[str],
+    cwd: Path | str,
+    env: Mapping[str, str],
+    stdin: str | bytes | None = None,
+    timeout: float = 120,
+    text: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """`python -m gitrun ARGS` as a plain child process: an interpreter of its own."""
     return subprocess.run(
         [sys.executable, "-m", "gitrun", *args],
         cwd=cwd,

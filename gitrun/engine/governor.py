@@ -280,7 +280,7 @@ class Governor:
             wakes.append(self.congestion.last_start + self.pace_gap())
         if self.waiting_for_load:
             wakes.append(now + 1.0)
-        return min((w for w in wakes if w is not None), default=None)
+        return min(wakes, default=None)
 
     def started(self, task: str = "", now: float = 0.0, stage: str | None = None) -> None:
         """An attempt of ``task`` (of ``stage``: None, the current one) started at ``now``."""

@@ -8,25 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.forkserver import SERVER, run_gitrun_call
+from tests.forkserver import SERVER, run_gitrun_call, run_plain
 
 
-def _plain(
-    args: list[str], cwd: Path, env: dict[str, str], stdin: str = ""
-) -> tuple[int, str, str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "gitrun", *args],
-        cwd=cwd,
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def _plain(args: list[str], cwd: Path, env: dict[str, str], stdin: str) -> tuple[int, str, str]:
+    done = run_plain(args, cwd, env, stdin)
     return done.returncode, done.stdout, done.stderr
 
 
