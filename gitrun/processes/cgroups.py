@@ -100,7 +100,9 @@ class AttemptGroup:
 
     def entered(self, pid: int) -> None:
         """Wait (briefly) until the worker ``pid`` started from :meth:`wrap`
-        became its program: its identity is then the worker's own."""
+        became its program: its identity is then the worker's own. A worker
+        that already ended shows no command line (a zombie until the driver
+        reaps it): nothing to wait for."""
         wrapper = "\0".join([SHELL, "-c", ENTER, self.procs]).encode() + b"\0"
         deadline = time.monotonic() + PATIENCE
         while time.monotonic() < deadline:
@@ -109,7 +111,7 @@ class AttemptGroup:
                     shown = handle.read()
             except OSError:
                 return
-            if shown and not shown.startswith(wrapper):
+            if not shown.startswith(wrapper):
                 return
             time.sleep(0.0002)
 

@@ -12,15 +12,17 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from gitrun.processes import cgroups
 from gitrun.processes.cgroups import HIERARCHIES, cgroup_root
 from gitrun.workers.sandbox import probe
-from tests.helpers import commit_all, git, run_gitrun, write_run
+from tests.helpers import commit_all, git, run_gitrun, wait_for, write_run
 
 # The daemon's own sleep names it (its environment is cleared): the test
 # finds it by this, and kills what it finds when it is done.
@@ -102,3 +104,34 @@ def test_a_daemon_ends_with_its_attempt_in_its_cgroup(git_repo: Path, no_daemon_
     assert own.rpartition("/")[2].startswith("gitrun-attempt-")
     hierarchy = next(h for h in HIERARCHIES if Path(h, "cgroup.controllers").exists())
     assert not Path(hierarchy, own.lstrip("/")).exists()
+
+
+@pytest.mark.skipif(cgroup_root()[0] is None, reason=cgroup_root()[1])
+def test_a_worker_gone_before_its_entry_is_seen_is_waited_for_no_longer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that ends at once is a zombie (its command line empty) until
+    the driver reaps it, after the launch: the launch does not wait for it
+    to show the worker's command line. It waited the whole patience, 5 s a
+    launch, for every worker that had already ended."""
+    monkeypatch.setattr(cgroups, "PATIENCE", 600.0)
+    root, _why = cgroup_root()
+    assert root is not None
+    group = cgroups.AttemptGroup.make(root, os.urandom(8).hex())
+    try:
+        proc = subprocess.Popen(group.wrap(["true"]))
+        try:
+            wait_for(lambda: _state(proc.pid) == "Z", what="the worker ended, unreaped")
+            began = time.monotonic()
+            group.entered(proc.pid)
+            assert time.monotonic() - began < 300, "entered() waited out its patience"
+        finally:
+            proc.wait()
+    finally:
+        group.end()
+
+
+def _state(pid: int) -> str:
+    """A process's state letter from /proc (R, S, Z, ...)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rpartition(")")[2].split()[0]
