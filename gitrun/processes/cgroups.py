@@ -101,8 +101,9 @@ class AttemptGroup:
     def entered(self, pid: int) -> None:
         """Wait (briefly) until the worker ``pid`` started from :meth:`wrap`
         became its program: its identity is then the worker's own. A worker
-        that already ended shows no command line (a zombie until the driver
-        reaps it): nothing to wait for."""
+        that already ended (a zombie until the driver reaps it) is not waited
+        for. An empty command line alone says nothing: a process shows one
+        for a moment while it execs."""
         wrapper = "\0".join([SHELL, "-c", ENTER, self.procs]).encode() + b"\0"
         deadline = time.monotonic() + PATIENCE
         while time.monotonic() < deadline:
@@ -111,7 +112,9 @@ class AttemptGroup:
                     shown = handle.read()
             except OSError:
                 return
-            if not shown.startswith(wrapper):
+            if shown and not shown.startswith(wrapper):
+                return
+            if not shown and _ended(pid):
                 return
             time.sleep(0.0002)
 
@@ -156,6 +159,16 @@ class AttemptGroup:
             return [int(line) for line in Path(self.procs).read_text().split()]
         except (OSError, ValueError):
             return []
+
+
+def _ended(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie, or gone), from /proc/PID/stat."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return True
+    return stat.rpartition(b")")[2].split()[:1] in ([b"Z"], [b"X"])
 
 
 def end_left_group(attempt_id: str) -> int:
