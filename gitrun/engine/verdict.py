@@ -27,7 +27,11 @@ from gitrun.store import events
 from gitrun.store.events import COUNTED, Outcome
 from gitrun.visible import visible
 from gitrun.workers.refusals import BILLING as BILLING_REFUSAL
-from gitrun.workers.refusals import Refusal, refusal_of
+from gitrun.workers.refusals import RESET_JUST_PASSED, Refusal, refusal_of
+
+# seconds: the park of a run refused again, right after a park, with a reset
+# it states as passed
+REFUSED_AGAIN = 60.0
 
 
 class Kind(StrEnum):
@@ -164,6 +168,15 @@ def _refused(refusal: Refusal, facts: Facts, rules: Rules) -> Verdict:
         reason = f"the API refused to bill: {refusal.said}"
         return Verdict(Kind.BILLING, Outcome.UNSTARTED, reason, halt)
     until, unread = refusal.until, ""
+    if (
+        until is not None
+        and until <= facts.now
+        and facts.parked_until > facts.now - RESET_JUST_PASSED
+    ):
+        # Its stated reset has passed, and the run has just come out of a
+        # park: the API refuses on (a clock ahead of the server's). Wait a
+        # while rather than start attempts that are refused at once.
+        until = facts.now + min(REFUSED_AGAIN, rules.limits.park_default)
     if until is None:
         if facts.parked_until > facts.now:  # parked already: a guess adds nothing
             return Verdict(Kind.PARKED, Outcome.THROTTLED, refusal.said)

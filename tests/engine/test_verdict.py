@@ -153,6 +153,21 @@ ROWS: list[tuple[str, Facts | dict[str, Any], Then]] = [
         Then(Kind.PARKED, "throttled", "...rejected...", park=NOW + 3 * HOUR),
     ),
     (
+        "a usage limit whose stated reset passed during the attempt: parked until now",
+        {"exit_code": 1, "said": QUOTA % (NOW - 4)},
+        Then(Kind.PARKED, "throttled", "...rejected...", park=NOW),
+    ),
+    (
+        "refused again with a reset stated as passed, right after a park: a minute, not a spin",
+        {"exit_code": 1, "said": QUOTA % (NOW - 30), "parked_until": NOW - 20},
+        Then(Kind.PARKED, "throttled", "...rejected...", park=NOW + 60),
+    ),
+    (
+        "a reset stated as passed after a park long over: parked until now",
+        {"exit_code": 1, "said": QUOTA % (NOW - 4), "parked_until": NOW - HOUR},
+        Then(Kind.PARKED, "throttled", "...rejected...", park=NOW),
+    ),
+    (
         "exit 75: throttled, no attempt used",
         {"exit_code": 75},
         Then(Kind.THROTTLED, "throttled", GONE),
