@@ -188,7 +188,14 @@ class _State:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-class _Server(ThreadingHTTPServer):
+class QuietServer(ThreadingHTTPServer):
+    """The mock servers' HTTP server: a client that hung up is no error.
+
+    Reporting one would print a traceback from the request's thread, which
+    may outlive its test; Python 3.11's traceback parses source lines with
+    ast, and two threads building ASTs at once can fail the other with
+    "AST constructor recursion depth mismatch" (CPython gh-106905)."""
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client killed mid-request (a test's SIGKILL) is no error of the mock's."""
         if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
@@ -211,7 +218,7 @@ class MockModel:
         scripts = {key: _script(turns) for key, turns in (agents or {}).items()}
         self._state = _State(_script(script), max_requests, side_text, scripts)
         self._lifetime = lifetime
-        self._server = _Server(("127.0.0.1", 0), _handler(self._state))
+        self._server = QuietServer(("127.0.0.1", 0), _handler(self._state))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._serve, daemon=True)
 

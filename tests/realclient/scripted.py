@@ -19,8 +19,10 @@ import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.realclient.mockmodel import QuietServer
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ class ScriptedServer:
     ) -> None:
         self._state = _State(list(script), max_requests)
         self._lifetime = lifetime
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server = QuietServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._serve, daemon=True)
 
