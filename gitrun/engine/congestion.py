@@ -102,13 +102,25 @@ class Congestion:
                 Change(self.key, concurrency, self.ceiling, reason, iso(time.time()))
             )
 
-    def seed(self, concurrency: int, ceiling: int) -> None:
+    def seed(
+        self,
+        concurrency: int,
+        ceiling: int,
+        reason: str = "as the ledger last left it",
+        recorded: bool = False,
+    ) -> None:
         """Start from what an earlier driver learnt: ``concurrency`` works
-        (its first wave goes out at once), ``ceiling`` was refused."""
+        (its first wave goes out at once), ``ceiling`` was refused.
+        ``recorded``: the start is a change for the ledger (it came from
+        another run, not from this run's ledger)."""
         self.concurrency = max(1, min(concurrency, self.limits.concurrency))
         self.ceiling = max(0, ceiling)
         self.proven = self.settled = self.concurrency
-        self.reason = "as the ledger last left it"
+        self.reason = reason
+        if recorded:
+            self.changes.append(
+                Change(self.key, self.concurrency, self.ceiling, reason, iso(time.time()))
+            )
 
     def take_changes(self) -> list[Change]:
         changes, self.changes = self.changes, []

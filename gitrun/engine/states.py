@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gitrun.definition.runfiles import read_run_ledger
+from gitrun.engine import memory
 from gitrun.engine.budget import SpendGate, budget_of
 from gitrun.engine.governor import PERSISTENT, EndFacts, Governor, Halt, choose_canary
 from gitrun.engine.strays import StrayWrite, stray_writes
@@ -225,8 +226,12 @@ class Engine:
         self.halt_recorded = self.summary.halt is not None
         # Each bucket as the ledger last left it: a resumed run's first wave
         # goes out at the concurrency its bucket knew.
-        for change in {c.bucket: c for c in events.concurrency_changes(self.records)}.values():
+        seen = {c.bucket: c for c in events.concurrency_changes(self.records)}
+        for change in seen.values():
             self.governor.buckets.keyed(change.bucket).seed(change.concurrency, change.ceiling)
+        if not seen and not self.recorded:  # no attempt yet: what this repository's runs learnt
+            keys = (run.packet.bucket_for(stage) for stage in run.stage_names)
+            memory.recall(self.governor.buckets, keys, local, time.time())
         park = self.summary.park
         if park is not None:  # a usage limit's reset, from the ledger: any driver waits for it
             self.governor.park(float(park["until"]), str(park["reason"]))
@@ -319,8 +324,10 @@ class Engine:
         self.governor.ended(facts, self.clock(), failed_for_good)
         backed_off = self.governor.concurrency if ended.outcome == Outcome.THROTTLED else None
         self.record(writer, ended, backed_off)
-        for change in self.governor.take_changes():  # what the governor did, and why
+        changes = self.governor.take_changes()
+        for change in changes:  # what the governor did, and why
             self.write(writer, change)
+        memory.keep(self.local, self.run.id, changes)  # and for the next run
         if ended.outcome == Outcome.VALID:  # its cost is in self.usage now
             stage = self.run.stage_of(self.tasks[tid])
             self.governor.output_valid(stage, in_canary and not self.governor.canary)

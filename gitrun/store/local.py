@@ -78,6 +78,12 @@ class LocalPaths:
         return self.root.parent.parent
 
     @property
+    def buckets(self) -> Path:
+        """What the runs of this repository last learnt of each model bucket
+        (:mod:`gitrun.engine.memory`), shared by its runs and work trees."""
+        return self.root.parent / "buckets.json"
+
+    @property
     def lock(self) -> Path:
         return self.root / "driver.lock"
 
