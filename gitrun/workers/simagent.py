@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from gitrun.workers.attempt import is_running
+from gitrun.processes.reaper import is_running
 
 TEMPERAMENTS = ("steady", "steady", "steady", "liar", "flaky", "sloppy")
 THROTTLE_MESSAGE = "Server is temporarily limiting requests (not your usage limit)"
