@@ -122,6 +122,14 @@ class Congestion:
                 Change(self.key, self.concurrency, self.ceiling, reason, iso(time.time()))
             )
 
+    def remembered(self, concurrency: int, ceiling: int, reason: str) -> None:
+        """Start from what another run learnt of this bucket (gitrun.engine.memory):
+        its concurrency, of which half goes out at once and the rest paced,
+        as a climb: the ceiling may have moved since, and a lower one is then
+        found by one refusal instead of a wave of them."""
+        self.seed(concurrency, ceiling, reason, recorded=True)
+        self.proven = self.settled = max(1, self.concurrency // 2)
+
     def take_changes(self) -> list[Change]:
         changes, self.changes = self.changes, []
         return changes

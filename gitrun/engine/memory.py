@@ -101,7 +101,7 @@ def recall(buckets: Buckets, keys: Iterable[str], local: LocalPaths, now: float)
             continue
         ago = max(1, round((now - learnt.at) / 60))
         reason = f"as run {learnt.run} left it {ago} min ago"
-        buckets.keyed(key).seed(learnt.concurrency, learnt.ceiling, reason, recorded=True)
+        buckets.keyed(key).remembered(learnt.concurrency, learnt.ceiling, reason)
 
 
 def keep(local: LocalPaths, run_id: str, changes: Iterable[ConcurrencyChange]) -> None:

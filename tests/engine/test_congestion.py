@@ -291,3 +291,37 @@ def test_every_bucket_outlives_the_process_of_external_dispatch() -> None:
     again.restore(record)
     assert (again.bucket("a").concurrency, again.bucket("a").ceiling) == (2, 3)
     assert again.bucket("b").concurrency == 6
+
+
+@pytest.mark.parametrize(
+    ("now_takes", "refusals_at_most"),
+    [(8, 0), (4, 3), (12, 0)],
+    ids=["the same ceiling", "a lower ceiling since", "a higher ceiling since"],
+)
+def test_a_remembered_bucket_starts_at_what_it_knew_and_finds_a_moved_ceiling(
+    now_takes: int, refusals_at_most: int
+) -> None:
+    """A bucket that another run left at 8 under a ceiling found at 9
+    (gitrun.engine.memory): after the canary, where the API still takes 8
+    the run goes at 8 at once with no refusal; where it takes fewer now,
+    half goes out at once and the paced climb above it meets the new ceiling
+    with a climb's refusals (the starts within one throttle's latency: 3
+    here), where starting all 8 at once cost a drop and 10; where it takes
+    more, a probe finds the room and the bucket climbs. Later probes (one
+    refusal each) are the rule's ordinary price of a ceiling that may rise."""
+    gov = _governor({"w": "claude/m"})
+    gov.bucket("w").remembered(8, 9, "as run r1 left it 5 min ago")
+    api = SimulatedApi([(0.0, now_takes)])
+    drive = Drive(gov, {"w": api}, tasks=200)
+    drive.run()
+    changes = gov.take_changes()
+    assert (changes[0].concurrency, changes[0].ceiling, changes[0].reason) == (
+        8,
+        9,
+        "as run r1 left it 5 min ago",
+    )
+    probes_refused = sum(1 for c in changes if c.reason.startswith("probe at"))
+    assert api.throttled - probes_refused <= refusals_at_most
+    # The first wave after the canary (1 s) is not a climb from one.
+    assert drive.held("w", 1.2, 2.0) >= min(now_takes, 8) / 2
+    assert drive.held("w", 5.0, 10.0) >= min(now_takes, 8) - 1
