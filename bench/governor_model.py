@@ -2,7 +2,7 @@
 discrete-event model: seconds of work in milliseconds of time.
 
     python bench/governor_model.py [--seeds 7] [--start 0.01] [--call 0.03]
-                                   [--seen 0.05] [--refused 0.03]
+                                   [--seen 0.05] [--refused 0.03] [--warm]
 
 The real :class:`gitrun.engine.governor.Governor` decides; the model stands
 in for the driver's loop (it asks for slots whenever an attempt ends, the
@@ -56,11 +56,16 @@ def run(
     seen: float,
     refused: float,
     k: int = 16,
-) -> tuple[float, int]:
-    """The API's time (first call to last output) and the calls it refused."""
+    learnt: tuple[int, int] | None = None,
+) -> tuple[float, int, tuple[int, int]]:
+    """The API's time (first call to last output), the calls it refused, and
+    the bucket's concurrency and ceiling at the end. ``learnt``: the bucket
+    starts there, as a run after one that learnt it does (gitrun.engine.memory)."""
     rng = random.Random(seed)
     tasks = [f"t{i:03d}" for i in range(n)]
     gov = Governor(Limits(concurrency=k), n, 0, tasks[:1], rng=random.Random(seed))
+    if learnt is not None:
+        gov.bucket().remembered(*learnt, "as a first run left it")
     pending, running, held = list(tasks), 0, []
     events: list[tuple[float, int, str, str, float, float]] = []
     now, first, last_out, throttled, done, number = 0.0, -1.0, 0.0, 0, 0, 0
@@ -106,7 +111,8 @@ def run(
                 pending.insert(0, task)
                 facts = EndFacts(task, Outcome.THROTTLED, end - began, 1, None, True, "", began)
                 gov.ended(facts, end)
-    return last_out - first, throttled
+    bucket = gov.bucket()
+    return last_out - first, throttled, (bucket.concurrency, bucket.ceiling)
 
 
 def main() -> int:
@@ -118,16 +124,24 @@ def main() -> int:
     parser.add_argument("--call", type=float, default=0.03)
     parser.add_argument("--seen", type=float, default=0.05)
     parser.add_argument("--refused", type=float, default=0.03)
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="each round is a second run, its bucket started where a first run of it ended",
+    )
     args = parser.parse_args()
     governor_module.read_load = lambda: 0.0  # the model has no machine
     print(f"governor model: medians of {args.seeds} seeds, K = 16, T = 1 s")
     print("| scenario | API time | oracle | ratio | throttled |")
     print("|---|---|---|---|---|")
     for name, (phases, n) in SCENARIOS.items():
-        rounds = [
-            run(phases, n, seed, args.start, args.call, args.seen, args.refused)
-            for seed in range(args.seeds)
-        ]
+        costs = (args.start, args.call, args.seen, args.refused)
+        rounds = []
+        for seed in range(args.seeds):
+            outcome = run(phases, n, seed, *costs)
+            if args.warm:  # a second run, where the first left the bucket
+                outcome = run(phases, n, seed + 1000, *costs, learnt=outcome[2])
+            rounds.append(outcome)
         took = statistics.median(r[0] for r in rounds)
         throttled = statistics.median(r[1] for r in rounds)
         oracle = oracle_time(phases, 1.0, n)
