@@ -29,6 +29,11 @@ against an oracle that knows the ceiling at each instant and never waits):
 - ``fixed``: ceilings 3, 5 and 8 (N = 40, 50, 60), K = 16. Targets: <= 1.05x
   the oracle, throttled <= 3% of N.
 
+``--warm``: each round is a second run, started from the buckets a first
+run of the same case left (``.git/gitrun/buckets.json``,
+gitrun.engine.memory), as a user's next run in the same repository is; the
+first run is not counted.
+
 Without GNU parallel the peer columns stay empty (`apt-get install parallel`).
 """
 
@@ -162,11 +167,21 @@ def api_seen(api: Path, model: str) -> Seen:
 
 
 def run_models(
-    root: Path, stages: list[tuple[str, list[list[float]], int]], k: int, t: float
+    root: Path,
+    stages: list[tuple[str, list[list[float]], int]],
+    k: int,
+    t: float,
+    learnt: Path | None = None,
 ) -> dict[str, Seen]:
     """One gitrun run of stages in order, each of its own tasks on its own
-    model (``stages``: model, its ceiling's schedule, tasks)."""
+    model (``stages``: model, its ceiling's schedule, tasks). ``learnt``: the
+    buckets an earlier run of the same repository left
+    (``.git/gitrun/buckets.json``), which this run starts from."""
+    root.mkdir(parents=True, exist_ok=True)
     repo = make_repo(root / "repo")
+    if learnt is not None and learnt.is_file():
+        (repo / ".git/gitrun").mkdir(parents=True, exist_ok=True)
+        shutil.copy(learnt, repo / ".git/gitrun/buckets.json")
     api = root / "api"
     api.mkdir()
     tasks: list[dict[str, object]] = []
@@ -207,17 +222,24 @@ SCENARIOS: dict[str, list[tuple[str, list[tuple[str, list[list[float]], int]], f
 }
 
 
-def run_scenario(name: str, repeat: int) -> bool:
-    """Each case of scenario ``name`` ``repeat`` times; its table; whether its targets hold."""
+def run_scenario(name: str, repeat: int, warm: bool = False) -> bool:
+    """Each case of scenario ``name`` ``repeat`` times; its table; whether its
+    targets hold. ``warm``: each round is a second run, started from the
+    buckets a first run of the same case left (the first is not counted)."""
     ok = True
-    print(f"throttle --scenario {name}: medians of {repeat} rounds, K = 16, T = 1 s")
+    second = ", each a second run (--warm)" if warm else ""
+    print(f"throttle --scenario {name}: medians of {repeat} rounds{second}, K = 16, T = 1 s")
     print("| case | model | API time | oracle | ratio | throttled | outputs | target |")
     print("|---|---|---|---|---|---|---|---|")
     for case, stages, wall_target, share in SCENARIOS[name]:
         rounds = []
         for _ in range(repeat):
             with tempfile.TemporaryDirectory(prefix="gitrun-throttle-") as tmp:
-                rounds.append(run_models(Path(tmp), stages, 16, 1.0))
+                learnt = None
+                if warm:
+                    run_models(Path(tmp) / "first", stages, 16, 1.0)
+                    learnt = Path(tmp) / "first/repo/.git/gitrun/buckets.json"
+                rounds.append(run_models(Path(tmp) / "round", stages, 16, 1.0, learnt))
         for model, phases, n in stages:
             took = statistics.median(r[model].took for r in rounds)
             throttled = statistics.median(r[model].throttled for r in rounds)
@@ -295,6 +317,11 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--case", action="append", help="C,K,T,N (repeatable)")
     parser.add_argument("--scenario", choices=sorted(SCENARIOS), action="append")
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="with --scenario: each round a second run, from the buckets a first one left",
+    )
     parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--api", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -305,7 +332,7 @@ def main() -> int:
         api, model, seconds, output = args.api
         return api_call(Path(api), model, float(seconds), Path(output))
     if args.scenario:
-        passed = [run_scenario(name, args.repeat) for name in args.scenario]
+        passed = [run_scenario(name, args.repeat, args.warm) for name in args.scenario]
         print(f"machine: {machine()}; load average (1 min) at the end {os.getloadavg()[0]:.2f}")
         return 0 if all(passed) else 1
     cases = CASES
