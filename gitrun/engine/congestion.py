@@ -126,7 +126,7 @@ class Congestion:
         """Start from what another run learnt of this bucket (gitrun.engine.memory):
         its concurrency, of which half goes out at once and the rest paced,
         as a climb: the ceiling may have moved since, and a lower one is then
-        found by one refusal instead of a wave of them."""
+        met by a climb's refusals instead of a whole wave's and a drop."""
         self.seed(concurrency, ceiling, reason, recorded=True)
         self.proven = self.settled = max(1, self.concurrency // 2)
 
