@@ -108,13 +108,14 @@ def test_a_daemon_ends_with_its_attempt_in_its_cgroup(git_repo: Path, no_daemon_
 
 @pytest.mark.skipif(cgroup_root()[0] is None, reason=cgroup_root()[1])
 def test_a_worker_gone_before_its_entry_is_seen_is_waited_for_no_longer(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A worker that ends at once is a zombie (its command line empty) until
     the driver reaps it, after the launch: the launch does not wait for it
     to show the worker's command line. It waited the whole patience, 5 s a
-    launch, for every worker that had already ended."""
-    monkeypatch.setattr(cgroups, "PATIENCE", 600.0)
+    launch, for every worker that had already ended (here a patience of a
+    minute: a return within half of it is no wait)."""
+    monkeypatch.setattr(cgroups, "PATIENCE", 60.0)
     root, _why = cgroup_root()
     assert root is not None
     group = cgroups.AttemptGroup.make(root, os.urandom(8).hex())
@@ -124,7 +125,7 @@ def test_a_worker_gone_before_its_entry_is_seen_is_waited_for_no_longer(
             wait_for(lambda: _state(proc.pid) == "Z", what="the worker ended, unreaped")
             began = time.monotonic()
             group.entered(proc.pid)
-            assert time.monotonic() - began < 300, "entered() waited out its patience"
+            assert time.monotonic() - began < 30, "entered() waited out its patience"
         finally:
             proc.wait()
     finally:
