@@ -103,32 +103,26 @@ class Congestion:
             )
 
     def seed(
-        self,
-        concurrency: int,
-        ceiling: int,
-        reason: str = "as the ledger last left it",
-        recorded: bool = False,
+        self, concurrency: int, ceiling: int, reason: str = "as the ledger last left it"
     ) -> None:
         """Start from what an earlier driver learnt: ``concurrency`` works
-        (its first wave goes out at once), ``ceiling`` was refused.
-        ``recorded``: the start is a change for the ledger (it came from
-        another run, not from this run's ledger)."""
+        (its first wave goes out at once), ``ceiling`` was refused."""
         self.concurrency = max(1, min(concurrency, self.limits.concurrency))
         self.ceiling = max(0, ceiling)
         self.proven = self.settled = self.concurrency
         self.reason = reason
-        if recorded:
-            self.changes.append(
-                Change(self.key, self.concurrency, self.ceiling, reason, iso(time.time()))
-            )
 
     def remembered(self, concurrency: int, ceiling: int, reason: str) -> None:
         """Start from what another run learnt of this bucket (gitrun.engine.memory):
         its concurrency, of which half goes out at once and the rest paced,
         as a climb: the ceiling may have moved since, and a lower one is then
         met by a climb's refusals instead of a whole wave's and a drop."""
-        self.seed(concurrency, ceiling, reason, recorded=True)
+        self.seed(concurrency, ceiling, reason)
         self.proven = self.settled = max(1, self.concurrency // 2)
+        # Not this run's ledger's: a change for it to record.
+        self.changes.append(
+            Change(self.key, self.concurrency, self.ceiling, reason, iso(time.time()))
+        )
 
     def take_changes(self) -> list[Change]:
         changes, self.changes = self.changes, []
