@@ -134,8 +134,7 @@ class Congestion:
         """Of ``free`` starts the other limits allow, how many may go now, and
         whether pacing holds them: above the level known to work, one start
         per gap, so that a throttle is heard before many more attempts run
-        into it."""
-        self._probe(now)
+        into it. The caller has :meth:`look`-ed at ``now`` first."""
         known = max(0, self.proven - running)
         gap = self.pace_gap()
         if gap and free > known:
@@ -152,8 +151,10 @@ class Congestion:
         self.ceiling, self.probe_failures, self.moved, self.valid_run = 0, 0, True, 0
         self._set(self.limits.concurrency, f"{why}: climbing")
 
-    def _probe(self, now: float) -> None:
-        """What the attempts out say, and a probe when one is due. An attempt
+    def look(self, now: float) -> None:
+        """What the attempts out say, and a probe when one is due: before the
+        concurrency is read for a start, so that a probe due now starts now.
+        An attempt
         out twice as long as the slowest throttle took to come back was taken
         at its level (once one has come back, and unless it started before
         the last decrease): the level works, and a probe taken means the
@@ -171,15 +172,22 @@ class Congestion:
                 if self.ceiling and max(taken) >= self.ceiling:
                     self._climb(f"a probe at {max(taken)} was taken")
                     return
+        due = self.probe_due()
+        if due is not None and now >= due:
+            self.probe_at = 0.0
+            self._set(self.ceiling, f"probe: does the API take {self.ceiling} now?")
+
+    def probe_due(self) -> float | None:
+        """When the next probe above the ceiling goes, if one is to go: just
+        under a known ceiling, with room under the packet's concurrency."""
         if (
             self.ceiling
             and self.probe_at
-            and now >= self.probe_at
             and self.concurrency == self.ceiling - 1
             and self.concurrency < self.limits.concurrency
         ):
-            self.probe_at = 0.0
-            self._set(self.ceiling, f"probe: does the API take {self.ceiling} now?")
+            return self.probe_at
+        return None
 
     def taken_at(self) -> float | None:
         """When an attempt out above the level known to work will have been
@@ -236,11 +244,13 @@ class Congestion:
             self.since[task] = now
             self.own[task] = level
             # Attempts started together race to the API, and which of them it
-            # refuses is chance: each has the level of the whole burst.
+            # refuses is chance: each has the level of the whole burst, the
+            # highest any of them started at (one out may have ended between).
             self.burst.append(task)
+            top = max([level] + [self.levels[m] for m in self.burst if m in self.levels])
             for member in self.burst:
                 if member in self.levels or member == task:
-                    self.levels[member] = level
+                    self.levels[member] = top
         self.last_start = now
 
     def ended(self, task: str) -> int:

@@ -226,6 +226,7 @@ class Governor:
             return 0
         self.load = read_load()
         self.waiting_for_load = self.load > self.limits.load_bound()
+        self.congestion.look(now)
         cap = self.concurrency
 
         def hold(limit: int, why: str) -> None:
@@ -274,8 +275,10 @@ class Governor:
             return self.park_ends
         if now < self.backoff_until:
             return self.backoff_until
-        taken = self.congestion.taken_at()  # one gone by: the next slots() reads it
-        wakes = [taken] if taken is not None and taken > now else []
+        # An attempt out long enough to count as taken, or a probe due: the
+        # next slots() reads either.
+        looks = (self.congestion.taken_at(), self.congestion.probe_due())
+        wakes = [at for at in looks if at is not None and at > now]
         if self.held == "pacing":
             wakes.append(self.congestion.last_start + self.pace_gap())
         if self.waiting_for_load:

@@ -214,7 +214,7 @@ def test_a_refusal_above_where_a_drop_settled_is_the_ceiling_found_not_a_second_
     for i in range(4):  # grown back to 5; one started at level 5 got in
         bucket.started(f"g{i}", 11.1 + 0.01 * i)
     bucket.started("g4", 11.2)
-    bucket.paced_room(1, 5, 11.5)  # out for long enough: level 5 counted as taken
+    bucket.look(11.5)  # out for long enough: level 5 counted as taken
     assert bucket.proven == 5
     bucket.valid(bucket.ended("g0"), 1.0, 11.1, 11.55)
     bucket.started("g5", 11.6)
@@ -234,10 +234,10 @@ def test_a_probe_taken_by_chance_then_refused_keeps_the_ceiling_probed_soon() ->
     for i in range(8):
         bucket.started(f"w{i}", 20.0)
     bucket.probe_at = 20.5
-    bucket.paced_room(8, 8, 20.5)
+    bucket.look(20.5)
     assert bucket.concurrency == 9  # the probe may go
     bucket.started("probe", 20.6)
-    bucket.paced_room(7, 9, 21.0)  # out for long enough: taken, the bucket climbs
+    bucket.look(21.0)  # out for long enough: taken, the bucket climbs
     assert "climbing" in bucket.reason
     bucket.valid(bucket.ended("w0"), 1.0, 20.0, 21.05)
     bucket.started("next", 21.1)  # at the probe's level, 9
@@ -256,6 +256,44 @@ def test_the_driver_wakes_when_a_probe_out_counts_as_taken() -> None:
     for i in range(4):
         gov.started(f"t{i}", 1.0 + i, "w")
     assert gov.next_wake(4.0) == pytest.approx(4.0 + 2 * 0.1)  # t3, at level 4
+
+
+def test_a_probe_that_falls_due_starts_then_and_the_driver_wakes_for_it() -> None:
+    """Just under a ceiling, every attempt out: nothing ends, and the probe's
+    time comes. The driver wakes at that time, and the one call to slots
+    that finds it due starts it (not the next call, an attempt's end later)."""
+    gov = _governor({"w": "claude/m"})
+    bucket = gov.bucket("w")
+    for i in range(9):
+        gov.started(f"c{i}", 0.1 * i, "w")
+    gov.ended(EndFacts("c8", "throttled", 0.1, 1, None, True, "", 0.8), 0.9)
+    for i in range(8):
+        gov.ended(EndFacts(f"c{i}", "valid", 1.0, 0, None, False, "", 0.1 * i), 1.0 + 0.1 * i)
+        gov.started(f"d{i}", 1.0 + 0.1 * i, "w")
+    assert (bucket.ceiling, bucket.concurrency) == (9, 8)
+    due = bucket.probe_at
+    assert due > 2.0
+    assert gov.next_wake(2.0) == pytest.approx(due)
+    assert gov.slots(8, due - 0.01, "w") == 0
+    assert gov.slots(8, due, "w") == 1
+    assert "probe" in bucket.reason
+
+
+def test_a_burst_s_level_is_the_highest_any_member_started_at() -> None:
+    """A probe starts at 10; two attempts out end and another starts at once
+    (at 9): one burst. Its level stays 10: a refusal of the probe is a probe
+    refused, not a refusal at 9 (a level that worked, a drop)."""
+    bucket = _at_ceiling(10)
+    for i in range(9):
+        bucket.started(f"w{i}", 5.0 + 0.1 * i)
+    bucket.started("probe", 7.0)
+    for i in range(2):
+        bucket.valid(bucket.ended(f"w{i}"), 1.0, 5.0 + 0.1 * i, 7.01)
+    bucket.started("next", 7.02)
+    assert bucket.ended("probe") == 10
+    bucket.throttled(10, 0.1, 7.0, 7.1)
+    assert "the ceiling holds" in bucket.reason
+    assert bucket.concurrency == 9
 
 
 def test_a_long_quiet_stretch_at_full_use_does_not_stop_upward_probing() -> None:
