@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 # Pacing of starts above the level known to work (Congestion.pace_gap).
 BLIND_GAP = 0.1  # seconds at most, before any throttle came back
 MAX_GAP = 10.0  # seconds at most, after
+GAP_MARGIN = 1.25  # the gap after a throttle: this many times the fastest's return
 VALID_KEPT = 9  # the valid attempts' durations a typical one is the median of
 BURST = 0.05  # seconds: starts closer than this (or half the gap) are one burst
 # Probes just under a ceiling: after this many times ``grow_after`` task durations
@@ -76,6 +77,7 @@ class Congestion:
     settled: int = 0
     below: int = 0  # the ceiling a probe taken set off a climb from (0: none)
     last_start: float = 0.0  # when an attempt last started
+    raised_at: float = 0.0  # when one last started above the level known to work
     probe_failures: int = 0  # probes above the ceiling throttled since it was found
     throttle_latency: float = 0.0  # how long the fastest throttle took to come back
     levels: dict[str, int] = field(default_factory=dict)  # running attempts' levels
@@ -135,14 +137,23 @@ class Congestion:
         whether pacing holds them: above the level known to work, one start
         per gap, so that a throttle is heard before many more attempts run
         into it. The caller has :meth:`look`-ed at ``now`` first."""
-        known = max(0, self.proven - running)
+        known = max(0, self._worked() - running)
         gap = self.pace_gap()
         if gap and free > known:
-            # A probe starts alone, a gap after any other start: whatever the
-            # API refuses next is then the probe, not an attempt beside it.
-            probes = 1 if not known and now >= self.last_start + gap else 0
+            # A start above the level known to work goes a gap after the
+            # last one: whatever the API refuses next is then that start, at
+            # its level (with the starts beside it, the burst's). Starts that
+            # only keep the level (an attempt ended) go meanwhile: however
+            # often attempts end, the climb goes on.
+            probes = 1 if now >= self.raised_at + gap else 0
             return known + probes, True
         return free, False
+
+    def _worked(self) -> int:
+        """The highest level a start may go to without a gap: the level
+        known to work, or that of an attempt out (a start in its place
+        raises the load on the API no higher)."""
+        return max(self.proven, *self.levels.values()) if self.levels else self.proven
 
     def _climb(self, why: str) -> None:
         """The API took more than the level it refused: the ceiling rose, and
@@ -219,24 +230,28 @@ class Congestion:
         return sorted(self.valid_durations)[len(self.valid_durations) // 2]
 
     def pace_gap(self) -> float:
-        """Seconds between two starts above the level known to work: as long
-        as a throttle took to come back, once one has (at most MAX_GAP);
-        before that a fraction of a typical attempt's time, so that finding
-        the ceiling costs a run of long attempts little and one of short
-        attempts nothing (no attempt has ended valid yet: no gap)."""
+        """Seconds between two starts above the level known to work, so that
+        a throttle is heard before the next start runs into it: a quarter
+        more than the fastest throttle took to come back, once one has (at
+        most MAX_GAP; throttles come back later than the fastest); before
+        that BLIND_GAP, or an eighth of a typical attempt's time for
+        attempts under a second, whose climb would otherwise cost a share of
+        the run (no attempt has ended valid yet: no gap)."""
         if not self.paced:
             return 0.0
         if self.throttle_latency:
-            return min(MAX_GAP, self.throttle_latency)
+            return min(MAX_GAP, GAP_MARGIN * self.throttle_latency)
         if not self.valid_durations:
             return 0.0
-        return min(BLIND_GAP, self.typical() / (2 * self.limits.concurrency))
+        return min(BLIND_GAP, self.typical() / 8)
 
     # -- what happened ---------------------------------------------------------------
 
     def started(self, task: str, now: float) -> None:
         """An attempt of ``task`` started at ``now``."""
         level = len(self.levels) + 1
+        if level > self._worked():
+            self.raised_at = now
         gap = self.pace_gap()
         if now - self.last_start >= (min(BURST, gap / 2) if gap else BURST):
             self.burst = []

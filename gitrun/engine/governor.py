@@ -280,7 +280,7 @@ class Governor:
         looks = (self.congestion.taken_at(), self.congestion.probe_due())
         wakes = [at for at in looks if at is not None and at > now]
         if self.held == "pacing":
-            wakes.append(self.congestion.last_start + self.pace_gap())
+            wakes.append(self.congestion.raised_at + self.pace_gap())
         if self.waiting_for_load:
             wakes.append(now + 1.0)
         return min(wakes, default=None)

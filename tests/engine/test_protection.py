@@ -423,15 +423,49 @@ def test_starts_above_the_level_known_to_work_are_spaced_out() -> None:
     gov.started("c", now=0.0)
     _valid(gov, "c", 0.0, now=1.6)  # the canary: 1.6 s, level 1
     gap = gov.pace_gap()
-    assert gap == pytest.approx(0.1)  # at most BLIND_GAP: 1.6 / (2 x 8) = 0.1
-    assert gov.slots(0, now=2.0) == 1 and gov.held == "pacing"  # one probe, alone
+    assert gap == pytest.approx(0.1)  # BLIND_GAP: an eighth of 1.6 s is more
+    # Level 1 works and goes at once, with one start above it.
+    assert gov.slots(0, now=2.0) == 2 and gov.held == "pacing"
+    gov.started("k1", now=2.0)
     gov.started("p1", now=2.0)
-    assert gov.slots(1, now=2.05) == 0 and gov.next_wake(2.05) == pytest.approx(2.0 + gap)
-    assert gov.slots(1, now=2.0 + gap) == 1
-    # Once a throttle came back, the gap is as long as it took.
-    gov.started("p2", now=2.2)
-    _throttle(gov, "p2", 2.2, now=2.5)
-    assert gov.pace_gap() == pytest.approx(0.3)
+    assert gov.slots(2, now=2.05) == 0 and gov.next_wake(2.05) == pytest.approx(2.0 + gap)
+    assert gov.slots(2, now=2.0 + gap) == 1
+    gov.started("p2", now=2.0 + gap)
+    # An attempt at a level that works ends and is replaced at once, and the
+    # next start above it still waits its gap from the last one above.
+    _valid(gov, "k1", 2.0, now=2.12)
+    assert gov.slots(2, now=2.12) == 1
+    gov.started("k2", now=2.12)
+    assert gov.slots(3, now=2.15) == 0
+    assert gov.slots(3, now=2.0 + 2 * gap) == 1
+    # Once a throttle came back, the gap is a quarter longer than it took.
+    gov.started("p3", now=2.2)
+    _throttle(gov, "p3", 2.2, now=2.5)
+    assert gov.pace_gap() == pytest.approx(1.25 * 0.3)
+
+
+def test_a_climb_goes_on_however_often_attempts_end() -> None:
+    """Climbing with ten attempts out of half a second each, one ending every
+    twentieth of a second and replaced at once: the starts above the level
+    known to work still go one per gap, up to the packet's concurrency."""
+    gov = Governor(Limits(concurrency=16), tasks=10_000, spawns=0, canary=[])
+    bucket = gov.congestion
+    bucket.throttle_latency = bucket.throttle_slowest = 0.1  # a throttle came back once
+    gap = gov.pace_gap()
+    out = {f"w{i}": 0.05 * i for i in range(10)}
+    for task, began in out.items():
+        gov.started(task, began)
+    now, number = 0.5, 0
+    while now < 0.5 + 8 * gap:
+        for task, began in [(t, b) for t, b in out.items() if now - b >= 0.5 - 1e-9]:
+            del out[task]
+            _valid(gov, task, began, now)
+        for _ in range(gov.slots(len(out), now)):
+            number += 1
+            out[f"t{number}"] = now
+            gov.started(f"t{number}", now)
+        now = round(now + 0.01, 6)
+    assert len(out) == 16
 
 
 def test_breaker_needs_one_repeated_diagnostic() -> None:
