@@ -76,6 +76,7 @@ class Congestion:
     # A refusal at or under it is a drop; above it, the ceiling found again.
     settled: int = 0
     below: int = 0  # the ceiling a probe taken set off a climb from (0: none)
+    found_at: float = 0.0  # when a climb last found the ceiling
     last_start: float = 0.0  # when an attempt last started
     raised_at: float = 0.0  # when one last started above the level known to work
     probe_failures: int = 0  # probes above the ceiling throttled since it was found
@@ -335,8 +336,11 @@ class Congestion:
         # off by the throttles still on their way back: only a refusal at
         # half of what worked is a drop then. Growing back after a decrease,
         # a refusal above the level settled at is the ceiling found again.
+        # Within a task duration of a climb finding the ceiling, a refusal
+        # under it is the same climb's: its levels counted attempts whose
+        # refusals were on their way back. The ceiling is found lower.
         worked = self.settled if previous else self.proven // 2
-        dropped = not probing and load <= worked
+        dropped = not probing and load <= worked and now >= self.found_at + self.typical()
         self.ceiling = previous if probing else load
         if probing:
             self.probe_failures += 1  # the ceiling holds; probe less often
@@ -347,7 +351,7 @@ class Congestion:
             self._set(load // 2, f"throttled at {load}, a level that worked: the ceiling dropped")
         else:
             if not previous:  # found by climbing: until it moves again, probed rarely
-                self.moved = False
+                self.moved, self.found_at = False, now
             self._set(self.ceiling - 1, f"throttled at {load}: the ceiling found")
         self.proven = min(self.proven, self.concurrency)
         self.settled = self.concurrency
@@ -387,6 +391,7 @@ class GovernorState:
     reason: str = ""
     settled: int = 0
     below: int = 0
+    found_at: float = 0.0
 
     @classmethod
     def of(cls, bucket: Congestion) -> GovernorState:
@@ -410,6 +415,7 @@ class GovernorState:
             bucket.reason,
             bucket.settled,
             bucket.below,
+            bucket.found_at,
         )
 
     def apply(self, bucket: Congestion) -> None:
@@ -432,6 +438,7 @@ class GovernorState:
         bucket.reason = self.reason or bucket.reason
         bucket.settled = max(0, self.settled)
         bucket.below = max(0, self.below)
+        bucket.found_at = self.found_at
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -453,6 +460,7 @@ class GovernorState:
             "reason": self.reason,
             "settled": self.settled,
             "below": self.below,
+            "found_at": self.found_at,
         }
 
     @classmethod
@@ -485,6 +493,7 @@ class GovernorState:
             str(given.get("reason") or ""),
             whole("settled", 0),
             whole("below", 0),
+            number("found_at"),
         )
 
 

@@ -279,6 +279,29 @@ def test_a_probe_that_falls_due_starts_then_and_the_driver_wakes_for_it() -> Non
     assert "probe" in bucket.reason
 
 
+def test_a_refusal_just_after_a_climb_found_the_ceiling_finds_it_lower_not_a_drop() -> None:
+    """A climb's first refusal came at 14; a start right after, at 13, is
+    refused too: the level 14 counted attempts whose refusals were on their
+    way back. The ceiling is 13, not halved to 6."""
+    bucket = Congestion(Limits(concurrency=16), random.Random(7), key="claude/m")
+    for i in range(1, 15):
+        bucket.started(f"c{i}", 0.1 * i)
+    bucket.throttled(bucket.ended("c14"), 0.1, 1.4, 1.5)
+    assert (bucket.ceiling, bucket.concurrency) == (14, 13)
+    bucket.valid(bucket.ended("c1"), 1.4, 0.1, 1.51)
+    bucket.started("next", 1.52)
+    level = bucket.ended("next")
+    assert level == 13
+    bucket.throttled(level, 0.08, 1.52, 1.6)
+    assert (bucket.ceiling, bucket.concurrency) == (13, 12), bucket.reason
+    assert "the ceiling found" in bucket.reason
+    # Later than a task duration on, a refusal at the level settled at is a drop.
+    bucket.valid(bucket.ended("c2"), 1.4, 0.2, 3.9)
+    bucket.started("late", 4.0)
+    bucket.throttled(bucket.ended("late"), 0.08, 4.0, 4.1)
+    assert "the ceiling dropped" in bucket.reason
+
+
 def test_a_burst_s_level_is_the_highest_any_member_started_at() -> None:
     """A probe starts at 10; two attempts out end and another starts at once
     (at 9): one burst. Its level stays 10: a refusal of the probe is a probe
