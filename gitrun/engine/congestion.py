@@ -8,12 +8,15 @@ bucket). It hears of starts, valid endings and throttles, and answers how
 many attempts may be out and how many may start now. The API's ceiling is
 hidden and moves; the rule follows it:
 
-- the ceiling is found by climbing: starts above the level known to work go
-  one at a time, a throttle's latency apart, so that a throttle is heard
-  before another start runs into it; the first level refused is the ceiling,
-  and the concurrency stays just under it;
+- the ceiling is found by climbing: starts that raise the load above the
+  level known to work go one at a time, a little longer apart than a
+  throttle takes to come back, so that a throttle is heard before the next
+  raise runs into it (a start in an ended attempt's place goes at once);
+  the first level refused is the ceiling, and the concurrency stays just
+  under it;
 - one decrease per congestion event (throttles of attempts that started
-  before the last decrease are the same event);
+  before the last decrease are the same event, and a refusal just after a
+  climb found the ceiling finds it lower);
 - a refusal at a level that worked is a drop: the concurrency halves, and
   grows back one per valid ending, paced, to just under the level refused
   next;
