@@ -1,10 +1,11 @@
 """A rate-limited API with a hidden ceiling: gitrun against GNU parallel.
 
-The simulated API has C slots (lock files); a worker that finds all C taken
-prints what Claude Code prints when the server throttles (`API Error: Server
-is temporarily limiting requests (not your usage limit) · Rate limited`) and
-exits 1 at once; otherwise it holds its slot for T seconds and writes its
-output. N tasks; gitrun's concurrency K (above C: it must find the ceiling).
+The simulated API (`bench/simapi.py`, a process a call) has C slots (lock
+files); a worker that finds all C taken prints what Claude Code prints when
+the server throttles (`API Error: Server is temporarily limiting requests
+(not your usage limit) · Rate limited`) and exits 1 at once; otherwise it
+holds its slot for T seconds and writes its output. N tasks; gitrun's
+concurrency K (above C: it must find the ceiling).
 
 Per case (C, K, T, N), interleaved round by round, medians of the rounds:
 
@@ -40,8 +41,6 @@ Without GNU parallel the peer columns stay empty (`apt-get install parallel`).
 from __future__ import annotations
 
 import argparse
-import fcntl
-import json
 import math
 import os
 import shutil
@@ -57,78 +56,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import git_env, gitrun_argv, machine, make_repo, write_bench_run
 
-THROTTLED = (
-    "API Error: Server is temporarily limiting requests (not your usage limit) · Rate limited"
-)
+# The simulated API, one call a process (it starts in a third of this script's time).
+SIMAPI = Path(__file__).resolve().parent / "simapi.py"
+
 # C in {3, 5, 8}, K in {2C, 16}, T = 1 s, N from 40 to 60 (T = 3 s with --case).
 CASES = [(3, 6, 1.0, 40), (3, 16, 1.0, 40), (5, 10, 1.0, 50), (5, 16, 1.0, 50)]
 CASES += [(8, 16, 1.0, 60)]
 TARGET_WALL = 1.15  # x ideal
 TARGET_THROTTLED = 0.10  # of N
-
-
-def worker(slots: Path, ceiling: int, seconds: float, output: Path) -> int:
-    """One call of the simulated API: a free slot, or a throttle at once."""
-    slots.mkdir(parents=True, exist_ok=True)
-    for number in range(ceiling):
-        handle = open(slots / f"slot{number}", "w")  # noqa: SIM115 - held until exit
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            continue
-        time.sleep(seconds)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps({"task": output.stem}) + "\n")
-        return 0
-    print(THROTTLED, file=sys.stderr)
-    return 1
-
-
-def api_call(api: Path, model: str, seconds: float, output: Path) -> int:
-    """One call of a simulated API whose ceiling per model follows a schedule
-    (``schedule-<model>.json``: [[from_s, ceiling], ...], seconds after the
-    first call on the model): a slot is free while fewer calls are held than
-    the ceiling now; calls in flight keep theirs when it drops."""
-    phases = json.loads((api / f"schedule-{model}.json").read_text())
-    slots = api / f"slots-{model}"
-    slots.mkdir(parents=True, exist_ok=True)
-    log = api / f"calls-{model}.log"
-    with open(api / f"gate-{model}", "w") as gate:
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        now = time.time()
-        first = api / f"first-{model}"
-        try:
-            began = float(first.read_text())
-        except FileNotFoundError:
-            began = now
-            first.write_text(repr(now))
-        ceiling = [c for at, c in phases if now - began >= at][-1]
-        held, free = 0, None
-        for number in range(max(c for _, c in phases)):
-            handle = open(slots / f"slot{number}", "w")  # noqa: SIM115 - held until exit
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                held += 1
-                handle.close()
-                continue
-            if free is None:
-                free = handle
-            else:
-                handle.close()
-        accepted = free is not None and held < ceiling
-        with open(log, "a") as said:
-            said.write(f"{'start' if accepted else 'throttled'} {now}\n")
-    if not accepted:
-        print(THROTTLED, file=sys.stderr)
-        return 1
-    time.sleep(seconds)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps({"task": output.stem}) + "\n")
-    with open(log, "a") as said:
-        said.write(f"out {time.time()}\n")
-    return 0
 
 
 def oracle_time(phases: list[list[float]], seconds: float, n: int) -> float:
@@ -187,15 +122,14 @@ def run_models(
     tasks: list[dict[str, object]] = []
     models: dict[str, str] = {}
     for number, (model, phases, n) in enumerate(stages):
-        (api / f"schedule-{model}.json").write_text(json.dumps(phases))
+        (api / f"schedule-{model}").write_text("".join(f"{at!r} {c}\n" for at, c in phases))
         stage = f"s{number}"
         models[stage] = model
         tasks += [
             {"id": f"{stage}t{i:03d}", "stage": stage, "outputs": [f"out/{stage}t{i:03d}.json"]}
             for i in range(1, n + 1)
         ]
-    script = str(Path(__file__).resolve())
-    command = [sys.executable, script, "--api", str(api), "{model}", str(t), "{outputs}"]
+    command = [sys.executable, str(SIMAPI), "--api", str(api), "{model}", str(t), "{outputs}"]
     # The simulated API is shared state in a temporary directory: no private /tmp.
     executor = {"kind": "command", "command": command, "isolation": "none"}
     run_dir = write_bench_run(repo, tasks, executor, concurrency=k)
@@ -257,8 +191,7 @@ def run_scenario(name: str, repeat: int, warm: bool = False) -> bool:
 
 
 def _worker_argv(slots: Path, ceiling: int, seconds: float, output: str) -> list[str]:
-    script = str(Path(__file__).resolve())
-    return [sys.executable, script, "--worker", str(slots), str(ceiling), str(seconds), output]
+    return [sys.executable, str(SIMAPI), "--worker", str(slots), str(ceiling), str(seconds), output]
 
 
 @dataclass(frozen=True)
@@ -322,15 +255,7 @@ def main() -> int:
         action="store_true",
         help="with --scenario: each round a second run, from the buckets a first one left",
     )
-    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
-    parser.add_argument("--api", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.worker:
-        slots, ceiling, seconds, output = args.worker
-        return worker(Path(slots), int(ceiling), float(seconds), Path(output))
-    if args.api:
-        api, model, seconds, output = args.api
-        return api_call(Path(api), model, float(seconds), Path(output))
     if args.scenario:
         passed = [run_scenario(name, args.repeat, args.warm) for name in args.scenario]
         print(f"machine: {machine()}; load average (1 min) at the end {os.getloadavg()[0]:.2f}")
