@@ -1,8 +1,8 @@
 """The governor against the simulated API of `bench/throttle.py`, as a
 discrete-event model: seconds of work in milliseconds of time.
 
-    python bench/governor_model.py [--seeds 7] [--start 0.01] [--call 0.03]
-                                   [--seen 0.05] [--refused 0.03] [--warm]
+    python bench/governor_model.py [--seeds 7] [--start 0.01] [--call 0.015]
+                                   [--seen 0.02] [--refused 0.005] [--warm]
 
 The real :class:`gitrun.engine.governor.Governor` decides; the model stands
 in for the driver's loop (it asks for slots whenever an attempt ends, the
@@ -121,9 +121,9 @@ def main() -> int:
     )
     parser.add_argument("--seeds", type=int, default=7)
     parser.add_argument("--start", type=float, default=0.01)
-    parser.add_argument("--call", type=float, default=0.03)
-    parser.add_argument("--seen", type=float, default=0.05)
-    parser.add_argument("--refused", type=float, default=0.03)
+    parser.add_argument("--call", type=float, default=0.015)
+    parser.add_argument("--seen", type=float, default=0.02)
+    parser.add_argument("--refused", type=float, default=0.005)
     parser.add_argument(
         "--warm",
         action="store_true",
