@@ -5,16 +5,18 @@ A bucket's key is the executor's client and the model
 that call it share its :class:`gitrun.engine.congestion.Congestion`, and a
 stage on another model has its own, so a throttled model never slows
 another. :class:`Buckets` finds the bucket of a stage or of a running
-attempt, and keeps them between two processes of external dispatch.
+attempt, and keeps them between two processes of external dispatch
+(:class:`GovernorRecord`).
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from gitrun.engine.congestion import Congestion, GovernorRecord, GovernorState
+from gitrun.engine.congestion import VALID_KEPT, Congestion
+from gitrun.store.records import VERSION, Fields, is_finite
 
 if TYPE_CHECKING:
     from gitrun.definition.schema import Limits
@@ -91,3 +93,156 @@ class Buckets:
     def restore(self, record: GovernorRecord) -> None:
         for key, state in record.buckets.items():
             state.apply(self.keyed(key or self.current))  # "": written before buckets
+
+
+@dataclass(frozen=True)
+class GovernorState:
+    """The governor's state between two calls of external dispatch
+    (``.git/gitrun/<run>/governor.json``, a version-1 record; a record
+    written before congestion control has its fields' defaults)."""
+
+    concurrency: int
+    backoff_until: float = 0.0
+    throttles: int = 0  # congestion events since the last valid completion
+    valid_run: int = 0  # valid completions since the last change of concurrency
+    ceiling: int = 0
+    decreased_at: float = 0.0
+    proven: int = 1
+    last_start: float = 0.0
+    probe_failures: int = 0
+    throttle_latency: float = 0.0
+    levels: dict[str, int] = field(default_factory=dict)
+    valid_durations: tuple[float, ...] = ()
+    probe_at: float = 0.0
+    moved: bool = False
+    reason: str = ""
+    settled: int = 0
+    below: int = 0
+    found_at: float = 0.0
+
+    @classmethod
+    def of(cls, bucket: Congestion) -> GovernorState:
+        """What of ``bucket`` must outlive one process (external dispatch
+        calls gitrun per batch)."""
+        return cls(
+            bucket.concurrency,
+            bucket.backoff_until,
+            bucket.throttles,
+            bucket.valid_run,
+            bucket.ceiling,
+            bucket.decreased_at,
+            bucket.proven,
+            bucket.last_start,
+            bucket.probe_failures,
+            bucket.throttle_latency,
+            dict(bucket.levels),
+            tuple(bucket.valid_durations),
+            bucket.probe_at,
+            bucket.moved,
+            bucket.reason,
+            bucket.settled,
+            bucket.below,
+            bucket.found_at,
+        )
+
+    def apply(self, bucket: Congestion) -> None:
+        """``bucket`` as this state left it, each value within its bounds."""
+        if 1 <= self.concurrency <= bucket.limits.concurrency:
+            bucket.concurrency = self.concurrency
+        bucket.backoff_until = self.backoff_until
+        bucket.throttles = max(0, self.throttles)
+        bucket.valid_run = max(0, self.valid_run)
+        bucket.ceiling = max(0, self.ceiling)
+        bucket.decreased_at = self.decreased_at
+        bucket.proven = max(1, self.proven)
+        bucket.last_start = self.last_start
+        bucket.probe_failures = max(0, self.probe_failures)
+        bucket.throttle_latency = max(0.0, self.throttle_latency)
+        bucket.levels = {t: n for t, n in self.levels.items() if n > 0}
+        bucket.valid_durations = [d for d in self.valid_durations if d >= 0][-VALID_KEPT:]
+        bucket.probe_at = self.probe_at
+        bucket.moved = self.moved
+        bucket.reason = self.reason or bucket.reason
+        bucket.settled = max(0, self.settled)
+        bucket.below = max(0, self.below)
+        bucket.found_at = self.found_at
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "v": VERSION,
+            "concurrency": self.concurrency,
+            "backoff_until": self.backoff_until,
+            "throttles": self.throttles,
+            "valid_run": self.valid_run,
+            "ceiling": self.ceiling,
+            "decreased_at": self.decreased_at,
+            "proven": self.proven,
+            "last_start": self.last_start,
+            "probe_failures": self.probe_failures,
+            "throttle_latency": self.throttle_latency,
+            "levels": self.levels,
+            "valid_durations": list(self.valid_durations),
+            "probe_at": self.probe_at,
+            "moved": self.moved,
+            "reason": self.reason,
+            "settled": self.settled,
+            "below": self.below,
+            "found_at": self.found_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: Fields) -> GovernorState:
+        given = data.data
+
+        def whole(name: str, default: int) -> int:
+            return data.integer(name) if name in given else default
+
+        def number(name: str) -> float:
+            return data.number(name) if name in given else 0.0
+
+        levels = data.mapping("levels") if "levels" in given else {}
+        durations = data.array("valid_durations") if "valid_durations" in given else []
+        return cls(
+            data.integer("concurrency"),
+            data.number("backoff_until"),
+            data.integer("throttles"),
+            data.integer("valid_run"),
+            whole("ceiling", 0),
+            number("decreased_at"),
+            whole("proven", 1),
+            number("last_start"),
+            whole("probe_failures", 0),
+            number("throttle_latency"),
+            {str(t): n for t, n in levels.items() if type(n) is int},
+            tuple(float(d) for d in durations if is_finite(d)),
+            number("probe_at"),
+            data.data.get("moved") is True,
+            str(given.get("reason") or ""),
+            whole("settled", 0),
+            whole("below", 0),
+            number("found_at"),
+        )
+
+
+@dataclass(frozen=True)
+class GovernorRecord:
+    """Every bucket's state between two calls of external dispatch
+    (``.git/gitrun/<run>/governor.json``, version 1: ``{"buckets": {key:
+    state}}``; a record of one state, written before buckets, is the state
+    of the bucket the run calls first)."""
+
+    buckets: dict[str, GovernorState]
+
+    def to_json(self) -> dict[str, Any]:
+        states = {key: state.to_json() for key, state in self.buckets.items()}
+        return {"v": VERSION, "buckets": states}
+
+    @classmethod
+    def from_json(cls, data: Fields) -> GovernorRecord:
+        if "buckets" not in data.data:
+            return cls({"": GovernorState.from_json(data)})
+        buckets = {}
+        for key, state in data.mapping("buckets").items():
+            if isinstance(state, dict):
+                buckets[str(key)] = GovernorState.from_json(Fields(state))
+        return cls(buckets)

@@ -38,11 +38,10 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gitrun.store.events import ConcurrencyChange as Change
 from gitrun.store.events import iso
-from gitrun.store.records import VERSION, Fields, is_finite
 
 if TYPE_CHECKING:
     from gitrun.definition.schema import Limits
@@ -123,12 +122,9 @@ class Congestion:
         its concurrency, of which half goes out at once and the rest paced,
         as a climb: the ceiling may have moved since, and a lower one is then
         met by a climb's refusals instead of a whole wave's and a drop."""
-        self.seed(concurrency, ceiling, reason)
+        self.seed(concurrency, ceiling, "")
         self.proven = self.settled = max(1, self.concurrency // 2)
-        # Not this run's ledger's: a change for it to record.
-        self.changes.append(
-            Change(self.key, self.concurrency, self.ceiling, reason, iso(time.time()))
-        )
+        self._set(self.concurrency, reason)  # not this run's ledger's: a change to record
 
     def take_changes(self) -> list[Change]:
         changes, self.changes = self.changes, []
@@ -169,12 +165,11 @@ class Congestion:
     def look(self, now: float) -> None:
         """What the attempts out say, and a probe when one is due: before the
         concurrency is read for a start, so that a probe due now starts now.
-        An attempt
-        out twice as long as the slowest throttle took to come back was taken
-        at its level (once one has come back, and unless it started before
-        the last decrease): the level works, and a probe taken means the
-        ceiling rose. Just under a known ceiling, past ``probe_at``: one
-        start at the ceiling."""
+        An attempt out twice as long as the slowest throttle took to come
+        back was taken at its level (once one has come back, and unless it
+        started before the last decrease): the level works, and a probe
+        taken means the ceiling rose. Just under a known ceiling, past
+        ``probe_at``: one start at the ceiling."""
         if self.throttle_slowest:
             # Its own level: a later member of its burst may be the one refused.
             taken = [
@@ -195,18 +190,12 @@ class Congestion:
     def probe_due(self) -> float | None:
         """When the next probe above the ceiling goes, if one is to go: just
         under a known ceiling, with room under the packet's concurrency."""
-        if (
-            self.ceiling
-            and self.probe_at
-            and self.concurrency == self.ceiling - 1
-            and self.concurrency < self.limits.concurrency
-        ):
-            return self.probe_at
-        return None
+        waiting = self.ceiling and self.probe_at and self.concurrency == self.ceiling - 1
+        return self.probe_at if waiting and self.concurrency < self.limits.concurrency else None
 
     def taken_at(self) -> float | None:
         """When an attempt out above the level known to work will have been
-        out long enough to count as taken (:meth:`_probe`), if one is out."""
+        out long enough to count as taken (:meth:`look`), if one is out."""
         if not self.throttle_slowest:
             return None
         times = [
@@ -369,156 +358,3 @@ class Congestion:
                 self.throttles += 1
             cap = min(self.limits.backoff_base, 2 * self.throttle_latency)
         self.backoff_until = max(self.backoff_until, now + self.rng.uniform(0, cap))
-
-
-@dataclass(frozen=True)
-class GovernorState:
-    """The governor's state between two calls of external dispatch
-    (``.git/gitrun/<run>/governor.json``, a version-1 record; a record
-    written before congestion control has its fields' defaults)."""
-
-    concurrency: int
-    backoff_until: float = 0.0
-    throttles: int = 0  # congestion events since the last valid completion
-    valid_run: int = 0  # valid completions since the last change of concurrency
-    ceiling: int = 0
-    decreased_at: float = 0.0
-    proven: int = 1
-    last_start: float = 0.0
-    probe_failures: int = 0
-    throttle_latency: float = 0.0
-    levels: dict[str, int] = field(default_factory=dict)
-    valid_durations: tuple[float, ...] = ()
-    probe_at: float = 0.0
-    moved: bool = False
-    reason: str = ""
-    settled: int = 0
-    below: int = 0
-    found_at: float = 0.0
-
-    @classmethod
-    def of(cls, bucket: Congestion) -> GovernorState:
-        """What of ``bucket`` must outlive one process (external dispatch
-        calls gitrun per batch)."""
-        return cls(
-            bucket.concurrency,
-            bucket.backoff_until,
-            bucket.throttles,
-            bucket.valid_run,
-            bucket.ceiling,
-            bucket.decreased_at,
-            bucket.proven,
-            bucket.last_start,
-            bucket.probe_failures,
-            bucket.throttle_latency,
-            dict(bucket.levels),
-            tuple(bucket.valid_durations),
-            bucket.probe_at,
-            bucket.moved,
-            bucket.reason,
-            bucket.settled,
-            bucket.below,
-            bucket.found_at,
-        )
-
-    def apply(self, bucket: Congestion) -> None:
-        """``bucket`` as this state left it, each value within its bounds."""
-        if 1 <= self.concurrency <= bucket.limits.concurrency:
-            bucket.concurrency = self.concurrency
-        bucket.backoff_until = self.backoff_until
-        bucket.throttles = max(0, self.throttles)
-        bucket.valid_run = max(0, self.valid_run)
-        bucket.ceiling = max(0, self.ceiling)
-        bucket.decreased_at = self.decreased_at
-        bucket.proven = max(1, self.proven)
-        bucket.last_start = self.last_start
-        bucket.probe_failures = max(0, self.probe_failures)
-        bucket.throttle_latency = max(0.0, self.throttle_latency)
-        bucket.levels = {t: n for t, n in self.levels.items() if n > 0}
-        bucket.valid_durations = [d for d in self.valid_durations if d >= 0][-VALID_KEPT:]
-        bucket.probe_at = self.probe_at
-        bucket.moved = self.moved
-        bucket.reason = self.reason or bucket.reason
-        bucket.settled = max(0, self.settled)
-        bucket.below = max(0, self.below)
-        bucket.found_at = self.found_at
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "v": VERSION,
-            "concurrency": self.concurrency,
-            "backoff_until": self.backoff_until,
-            "throttles": self.throttles,
-            "valid_run": self.valid_run,
-            "ceiling": self.ceiling,
-            "decreased_at": self.decreased_at,
-            "proven": self.proven,
-            "last_start": self.last_start,
-            "probe_failures": self.probe_failures,
-            "throttle_latency": self.throttle_latency,
-            "levels": self.levels,
-            "valid_durations": list(self.valid_durations),
-            "probe_at": self.probe_at,
-            "moved": self.moved,
-            "reason": self.reason,
-            "settled": self.settled,
-            "below": self.below,
-            "found_at": self.found_at,
-        }
-
-    @classmethod
-    def from_json(cls, data: Fields) -> GovernorState:
-        given = data.data
-
-        def whole(name: str, default: int) -> int:
-            return data.integer(name) if name in given else default
-
-        def number(name: str) -> float:
-            return data.number(name) if name in given else 0.0
-
-        levels = data.mapping("levels") if "levels" in given else {}
-        durations = data.array("valid_durations") if "valid_durations" in given else []
-        return cls(
-            data.integer("concurrency"),
-            data.number("backoff_until"),
-            data.integer("throttles"),
-            data.integer("valid_run"),
-            whole("ceiling", 0),
-            number("decreased_at"),
-            whole("proven", 1),
-            number("last_start"),
-            whole("probe_failures", 0),
-            number("throttle_latency"),
-            {str(t): n for t, n in levels.items() if type(n) is int},
-            tuple(float(d) for d in durations if is_finite(d)),
-            number("probe_at"),
-            data.data.get("moved") is True,
-            str(given.get("reason") or ""),
-            whole("settled", 0),
-            whole("below", 0),
-            number("found_at"),
-        )
-
-
-@dataclass(frozen=True)
-class GovernorRecord:
-    """Every bucket's state between two calls of external dispatch
-    (``.git/gitrun/<run>/governor.json``, version 1: ``{"buckets": {key:
-    state}}``; a record of one state, written before buckets, is the state
-    of the bucket the run calls first)."""
-
-    buckets: dict[str, GovernorState]
-
-    def to_json(self) -> dict[str, Any]:
-        states = {key: state.to_json() for key, state in self.buckets.items()}
-        return {"v": VERSION, "buckets": states}
-
-    @classmethod
-    def from_json(cls, data: Fields) -> GovernorRecord:
-        if "buckets" not in data.data:
-            return cls({"": GovernorState.from_json(data)})
-        buckets = {}
-        for key, state in data.mapping("buckets").items():
-            if isinstance(state, dict):
-                buckets[str(key)] = GovernorState.from_json(Fields(state))
-        return cls(buckets)

@@ -27,11 +27,11 @@ from gitrun.definition.outputs import prepare_outputs
 from gitrun.definition.provenance import Provenance
 from gitrun.definition.runfiles import definition_files, open_ledger
 from gitrun.engine.audit import Audit, AuditState
+from gitrun.engine.buckets import GovernorRecord
 from gitrun.engine.budget import read_said, write_said
 from gitrun.engine.collect import Collected as Collected  # what collect answers
 from gitrun.engine.collect import collect
 from gitrun.engine.committer import Committer, landing_message
-from gitrun.engine.congestion import GovernorRecord
 from gitrun.engine.governor import STRICT, Halt
 from gitrun.engine.states import FAILED, Engine
 from gitrun.errors import GitrunError
@@ -173,7 +173,7 @@ class External:
         self.governor = self.engine.governor
         # Each batch costs the lead a turn: its leases go out together, unpaced
         # (a throttle among them still finds the ceiling, as one burst).
-        self.governor.paced = False
+        self.governor.buckets.pace(False)
         self.limits = run.limits
         self._restore_governor()
         self._said = self._restore_said(afresh)

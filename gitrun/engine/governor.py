@@ -32,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gitrun.engine.buckets import Buckets
-from gitrun.engine.congestion import Congestion, GovernorRecord
+from gitrun.engine.buckets import Buckets, GovernorRecord
+from gitrun.engine.congestion import Congestion
 from gitrun.store.events import ConcurrencyChange, Outcome
 from gitrun.visible import last_lines
 
@@ -156,11 +156,6 @@ class Governor:
         return self.buckets.of(stage)
 
     @property
-    def current(self) -> str:
-        """The key of the current stage's bucket."""
-        return self.buckets.current
-
-    @property
     def congestion(self) -> Congestion:
         """The bucket of the current stage."""
         return self.buckets.of()
@@ -186,25 +181,6 @@ class Governor:
     @backoff_until.setter
     def backoff_until(self, value: float) -> None:
         self.congestion.backoff_until = value
-
-    @property
-    def ceiling(self) -> int:
-        return self.congestion.ceiling
-
-    @property
-    def probe_failures(self) -> int:
-        return self.congestion.probe_failures
-
-    @property
-    def paced(self) -> bool:
-        return self.buckets.paced
-
-    @paced.setter
-    def paced(self, value: bool) -> None:
-        self.buckets.pace(value)
-
-    def pace_gap(self) -> float:
-        return self.congestion.pace_gap()
 
     # -- may attempts start? ------------------------------------------------------
 
@@ -280,7 +256,7 @@ class Governor:
         looks = (self.congestion.taken_at(), self.congestion.probe_due())
         wakes = [at for at in looks if at is not None and at > now]
         if self.held == "pacing":
-            wakes.append(self.congestion.raised_at + self.pace_gap())
+            wakes.append(self.congestion.raised_at + self.congestion.pace_gap())
         if self.waiting_for_load:
             wakes.append(now + 1.0)
         return min(wakes, default=None)

@@ -10,7 +10,8 @@ import pytest
 
 from gitrun.definition.schema import Limits, Packet
 from gitrun.engine import governor as governor_module
-from gitrun.engine.congestion import Congestion, GovernorRecord
+from gitrun.engine.buckets import GovernorRecord
+from gitrun.engine.congestion import Congestion
 from gitrun.engine.governor import EndFacts, Governor
 from gitrun.store.events import ConcurrencyChange
 from gitrun.store.records import Fields
@@ -155,7 +156,7 @@ def test_stages_on_two_models_in_order_each_start_from_their_own_bucket() -> Non
     drive = Drive(gov, {"b": SimulatedApi([(0.0, 6)])}, tasks=60, canary=False)
     drive.now = 100.0
     drive.run(until=300.0)
-    assert gov.current == "claude/big" and gov.concurrency == 6  # not held to 3
+    assert gov.buckets.current == "claude/big" and gov.concurrency == 6  # not held to 3
     assert gov.bucket("a").concurrency == 3  # and the first bucket keeps what it learned
     # Its first starts were paced by what the run knew of attempts' times:
     # one throttle (with those already on their way) found its ceiling.

@@ -180,7 +180,7 @@ def test_a_resumed_run_s_first_wave_goes_at_what_its_bucket_knew(git_repo: Path)
     gov.started("c", now=0.0)
     _valid(gov, "c", 0.0, now=1.0)  # a typical attempt's time is known: pacing applies
     assert gov.slots(0, now=1.0, stage="work") == 5 and gov.held == ""
-    assert gov.ceiling == 6
+    assert gov.congestion.ceiling == 6
 
 
 def test_spawn_budget_halts_with_the_numbers(git_repo: Path) -> None:
@@ -383,11 +383,11 @@ def test_one_decrease_per_congestion_event_to_just_under_the_load_refused() -> N
     for i in range(8):  # started together: one burst, each of level 8
         gov.started(f"t{i}", now=10.0)
     _throttle(gov, "t0", 10.0, now=10.1)
-    assert (gov.ceiling, gov.concurrency) == (8, 7)
+    assert (gov.congestion.ceiling, gov.concurrency) == (8, 7)
     waited = gov.backoff_until
     assert 10.1 <= waited <= 10.1 + 0.2  # the ceiling found: a short wait, two throttles long
     _throttle(gov, "t1", 10.0, now=10.2)  # started before the decrease: the same event
-    assert (gov.ceiling, gov.concurrency, gov.backoff_until) == (8, 7, waited)
+    assert (gov.congestion.ceiling, gov.concurrency, gov.backoff_until) == (8, 7, waited)
     # Just under the ceiling, concurrency stays; a probe goes above it after
     # FOUND_WAIT x grow_after task durations (a ceiling found on the way up).
     for i in range(2, 8):
@@ -400,7 +400,7 @@ def test_one_decrease_per_congestion_event_to_just_under_the_load_refused() -> N
         gov.started(f"w{i}", now=30.0)
     gov.started("probe", now=31.0)
     _throttle(gov, "probe", 31.0, now=31.1)
-    assert (gov.ceiling, gov.concurrency, gov.probe_failures) == (8, 7, 1)
+    assert (gov.congestion.ceiling, gov.concurrency, gov.congestion.probe_failures) == (8, 7, 1)
     assert gov.backoff_until <= 31.1 + 0.2  # a failed probe: back under, a short wait
     # Refused at a level that worked: the API takes fewer now, and the bucket halves.
     for i in range(7):
@@ -408,7 +408,7 @@ def test_one_decrease_per_congestion_event_to_just_under_the_load_refused() -> N
     for i in range(4):
         gov.started(f"x{i}", now=40.0)
     _throttle(gov, "x3", 40.0, now=40.1)
-    assert (gov.ceiling, gov.concurrency) == (4, 2)
+    assert (gov.congestion.ceiling, gov.concurrency) == (4, 2)
     assert 40.1 <= gov.backoff_until <= 40.1 + 0.2  # the first drop: a short wait
     gov.backoff_until = 0
     for i in range(3):
@@ -422,7 +422,7 @@ def test_starts_above_the_level_known_to_work_are_spaced_out() -> None:
     gov = Governor(Limits(concurrency=8), tasks=40, spawns=0, canary=[])
     gov.started("c", now=0.0)
     _valid(gov, "c", 0.0, now=1.6)  # the canary: 1.6 s, level 1
-    gap = gov.pace_gap()
+    gap = gov.congestion.pace_gap()
     assert gap == pytest.approx(0.1)  # BLIND_GAP: an eighth of 1.6 s is more
     # Level 1 works and goes at once, with one start above it.
     assert gov.slots(0, now=2.0) == 2 and gov.held == "pacing"
@@ -441,7 +441,7 @@ def test_starts_above_the_level_known_to_work_are_spaced_out() -> None:
     # Once a throttle came back, the gap is a quarter longer than it took.
     gov.started("p3", now=2.2)
     _throttle(gov, "p3", 2.2, now=2.5)
-    assert gov.pace_gap() == pytest.approx(1.25 * 0.3)
+    assert gov.congestion.pace_gap() == pytest.approx(1.25 * 0.3)
 
 
 def test_a_climb_goes_on_however_often_attempts_end() -> None:
@@ -451,7 +451,7 @@ def test_a_climb_goes_on_however_often_attempts_end() -> None:
     gov = Governor(Limits(concurrency=16), tasks=10_000, spawns=0, canary=[])
     bucket = gov.congestion
     bucket.throttle_latency = bucket.throttle_slowest = 0.1  # a throttle came back once
-    gap = gov.pace_gap()
+    gap = gov.congestion.pace_gap()
     out = {f"w{i}": 0.05 * i for i in range(10)}
     for task, began in out.items():
         gov.started(task, began)
