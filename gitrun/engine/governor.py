@@ -141,6 +141,8 @@ class Governor:
     buckets: Buckets = field(init=False)  # one adaptive concurrency per model bucket
     _streak: list[EndFacts] = field(default_factory=list)  # fast, empty endings in a row
     _lost: int = 0  # attempts lost with their machine since the last valid completion
+    _refused: int = 0  # attempts the API refused in a row (throttles, usage limits)
+    _refused_said: str = ""  # what the last of them said
     _canary_failed: set[str] = field(default_factory=set)
     spend: SpendGate | None = None  # the spend budget, when the run has one
 
@@ -271,6 +273,11 @@ class Governor:
 
     def ended(self, facts: EndFacts, now: float, failed_for_good: bool = False) -> None:
         bucket, level = self.buckets.ended(facts.task)
+        if facts.outcome == Outcome.THROTTLED:
+            self._refused += 1
+            self._refused_said = facts.diagnostic or self._refused_said
+        elif facts.outcome != Outcome.INTERRUPTED:
+            self._refused, self._refused_said = 0, ""
         if facts.outcome == Outcome.VALID:
             self.usable += 1
             self._streak.clear()
@@ -337,12 +344,20 @@ class Governor:
     def _check_budget(self) -> None:
         budget = self.limits.spawn_budget(self.tasks)
         if self.spawns >= budget and self.halt is None:
-            self.halt = Halt(
-                BUDGET,
-                f"retry storm: {self.spawns} spawns for {self.usable} usable outputs (max_spawns "
-                f"{budget}); find the cause in the ledger and logs, then raise limits.max_spawns "
-                "(or GITRUN_MAX_SPAWNS) to continue",
-            )
+            numbers = f"{self.spawns} spawns for {self.usable} usable outputs (max_spawns {budget})"
+            fix = "raise limits.max_spawns (or GITRUN_MAX_SPAWNS) to continue"
+            if self._refused:
+                # Refusals use no attempt but are spawns: a limit that does
+                # not lift spends the budget, and that is the cause to name.
+                said = f" (last: `{self._refused_said}`)" if self._refused_said else ""
+                last = f"last {self._refused} attempts" if self._refused > 1 else "last attempt"
+                cause = (
+                    f"the API refused the {last} that ended{said}: its limit has not "
+                    f"lifted; once it has, {fix}"
+                )
+            else:
+                cause = f"find the cause in the ledger and logs, then {fix}"
+            self.halt = Halt(BUDGET, f"retry storm: {numbers}; {cause}")
 
     def _check_policy(self) -> None:
         limit = self.limits.halt_after(self.tasks)

@@ -183,6 +183,64 @@ def test_a_resumed_run_s_first_wave_goes_at_what_its_bucket_knew(git_repo: Path)
     assert gov.congestion.ceiling == 6
 
 
+def test_a_spawn_budget_spent_on_refusals_names_them_as_its_cause() -> None:
+    """Refusals use no attempt but are spawns: a limit that does not lift
+    spends the budget, and the halt names it, with what the API said last."""
+    said = "You've hit your usage limit · resets 3am"
+    gov = Governor(Limits(concurrency=1), tasks=2, spawns=0, canary=[])  # budget 6
+    gov.started("t1", now=0.0)
+    gov.ended(EndFacts("t1", "missing", 5.0, 0, None, True, "done"), now=5.0)
+    for i in range(4):
+        gov.started("t2", now=10.0 + i)
+        gov.ended(EndFacts("t2", "throttled", 0.1, 1, None, True, said), now=10.1 + i)
+    gov.started("t2", now=20.0)
+    assert gov.halt is not None
+    assert gov.halt.message == (
+        "retry storm: 6 spawns for 0 usable outputs (max_spawns 6); the API refused the "
+        f"last 4 attempts that ended (last: `{said}`): its limit has not lifted; once it "
+        "has, raise limits.max_spawns (or GITRUN_MAX_SPAWNS) to continue"
+    )
+    # Failures of the task's own are no refusal: the cause is then not named.
+    other = Governor(Limits(concurrency=1), tasks=1, spawns=0, canary=[])  # budget 3
+    for i in range(3):
+        other.started("t1", now=float(i))
+        if i < 2:
+            other.ended(
+                EndFacts("t1", "throttled" if i == 0 else "missing", 5.0, 0, None, True, ""),
+                now=i + 0.5,
+            )
+    assert other.halt is not None
+    assert "find the cause in the ledger and logs" in other.halt.message
+
+
+def test_a_usage_limit_that_never_lifts_halts_as_such(git_repo: Path) -> None:
+    """A real worker refused every time by a usage limit whose stated reset
+    has passed (a clock ahead of the server's): the run parks between tries
+    and, its spawn budget spent, halts naming the refusals, not its tasks."""
+    said = 'You\'ve hit your usage limit {"resetsAt": 1700000000}'
+    script = f"import sys; sys.stderr.write({said!r} + '\\n'); sys.exit(1)"
+    command = [sys.executable, "-c", script, "{pointer}"]
+    limits = {"max_spawns": 3, "park_default": "1s", "canary": 1}
+    write_run(
+        git_repo,
+        "r",
+        [{"id": "t1", "outputs": ["out/t1.json"]}],
+        {
+            "executor": {"kind": "command", "command": command, "isolation": "none"},
+            "limits": limits,
+        },
+    )
+    commit_all(git_repo, "the run")
+    outcome = start_run(git_repo, "r", quiet)
+    assert outcome.exit_code == 3
+    assert outcome.halt is not None
+    message = outcome.halt.message
+    assert message.startswith("retry storm: 3 spawns for 0 usable outputs (max_spawns 3); ")
+    assert "the API refused the last 2 attempts that ended" in message, message
+    assert "You've hit your usage limit" in message
+    assert "its limit has not lifted" in message
+
+
 def test_spawn_budget_halts_with_the_numbers(git_repo: Path) -> None:
     limits = {"canary": 0, "max_spawns": 5, "concurrency": 1, "max_attempts": 3}
     fake_worker_run(git_repo, "r", 10, {"default": "invalid"}, {"limits": limits})
