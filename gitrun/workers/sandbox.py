@@ -94,11 +94,14 @@ STATE_DRAFT = "state.json.new"
 Signature = tuple[int, int, int]  # a file's inode, size and mtime (ns)
 # The most neighbours' names one attempt walls off. Each is a mount, and
 # bubblewrap reads every mount made before it for each, so the cost grows
-# with the square: measured, a start took ~10 ms with none, ~30 ms with 100
-# on an idle machine (~150 ms with 128 on a loaded one), ~1.7 s with 1,000,
-# and bubblewrap refuses more than ~3,000 (its 9,000 arguments). The rest,
-# in sorted order, are left to the staging directory (counted nowhere).
-WALLS = 128
+# with the square: measured on 2 busy cores, a start took ~7 ms with none,
+# ~15 ms with 32, ~55 ms with 128, ~1.7 s with 1,000; bubblewrap refuses
+# more than ~3,000 (its 9,000 arguments). Concurrent starts wait on one another for the mount
+# table: 160 tasks of 0.2 s at concurrency 16, each with 159 neighbours,
+# took 3.6 s with no walls, 9 s with 32 and 23 s with 128 (bench/dispatch.py
+# --case width). The rest, in sorted order, are left to the staging
+# directory (counted nowhere).
+WALLS = 32
 
 
 class Unconfinable(Exception):
