@@ -303,6 +303,7 @@ class Congestion:
         refused an attempt with nothing else out, or drops again before any
         attempt is valid: then it is jittered and exponential."""
         self.valid_run = 0
+        self.burst = []  # a start after a refusal is made knowing of it: not the same race
         if duration > 0:
             fastest = self.throttle_latency or duration
             self.throttle_latency = min(fastest, duration)

@@ -320,6 +320,36 @@ def test_a_burst_s_level_is_the_highest_any_member_started_at() -> None:
     assert bucket.concurrency == 9
 
 
+def test_a_start_after_a_refusal_is_of_a_burst_of_its_own() -> None:
+    """Attempts end and are replaced a few ms apart around a probe at 11:
+    the starts chain into one burst, at the probe's level. The probe is
+    refused; a start right after it, at 10 (a level that works), is no
+    longer of that race: it ends valid at 10, and the bucket does not take
+    it for a probe taken and climb."""
+    bucket = _at_ceiling(11)
+    for i in range(10):
+        bucket.started(f"w{i}", 3.0 + 0.1 * i)
+    bucket.probe_at = 4.0
+    bucket.look(5.0)
+    assert bucket.concurrency == 11  # the probe is due
+
+    def replace(ending: str, starting: str, now: float) -> None:
+        began = bucket.since[ending]
+        bucket.valid(bucket.ended(ending), now - began, began, now)
+        bucket.started(starting, now)
+
+    replace("w0", "r0", 5.00)
+    bucket.started("probe", 5.01)
+    replace("w1", "r1", 5.04)
+    replace("w2", "r2", 5.08)
+    bucket.throttled(bucket.ended("probe"), 0.1, 5.01, 5.11)
+    assert "the ceiling holds" in bucket.reason
+    replace("w3", "late", 5.12)
+    assert bucket.levels["late"] == 10
+    bucket.valid(bucket.ended("late"), 0.2, 5.12, 5.32)
+    assert (bucket.ceiling, bucket.concurrency) == (11, 10), bucket.reason
+
+
 def test_a_long_quiet_stretch_at_full_use_does_not_stop_upward_probing() -> None:
     gov = _governor({"w": "claude/m"})
     api = SimulatedApi([(0.0, 5), (300.0, 9)])
