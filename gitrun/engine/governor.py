@@ -255,13 +255,12 @@ class Governor:
             return self.backoff_until
         # An attempt out long enough to count as taken, or a probe due: the
         # next slots() reads either.
-        looks = (self.congestion.taken_at(), self.congestion.probe_due())
-        wakes = [at for at in looks if at is not None and at > now]
-        if self.held == "pacing":
-            wakes.append(self.congestion.raised_at + self.congestion.pace_gap())
+        looks = [self.congestion.taken_at(), self.congestion.probe_due()]
+        if self.held == "pacing":  # (past: a start may go now, and none is waiting)
+            looks.append(self.congestion.raised_at + self.congestion.pace_gap())
         if self.waiting_for_load:
-            wakes.append(now + 1.0)
-        return min(wakes, default=None)
+            looks.append(now + 1.0)
+        return min((at for at in looks if at is not None and at > now), default=None)
 
     def started(self, task: str = "", now: float = 0.0, stage: str | None = None) -> None:
         """An attempt of ``task`` (of ``stage``: None, the current one) started at ``now``."""

@@ -350,6 +350,32 @@ def test_a_start_after_a_refusal_is_of_a_burst_of_its_own() -> None:
     assert (bucket.ceiling, bucket.concurrency) == (11, 10), bucket.reason
 
 
+def test_the_driver_wakes_for_the_next_paced_start_and_not_once_it_may_go() -> None:
+    """Before any throttle the pace is an eighth of a typical attempt (at
+    most 0.1 s), counted from the last start that raised the load, not from
+    a start in an ended attempt's place. Once a start may go and none is
+    waiting, pacing asks for no wake: the driver sleeps until an attempt
+    ends instead of polling."""
+    gov = _governor({"w": "claude/m"})
+    bucket = gov.bucket("w")
+    bucket.valid_durations = [0.4] * 9
+    assert bucket.pace_gap() == pytest.approx(0.05)
+    bucket.valid_durations = [1.0] * 9
+    assert bucket.pace_gap() == pytest.approx(0.1)
+    assert gov.slots(0, 0.0, "w") == 1
+    gov.started("a", 0.0, "w")
+    assert gov.slots(1, 0.0, "w") == 0 and gov.held == "pacing"
+    assert gov.next_wake(0.0) == pytest.approx(0.1)
+    assert gov.slots(1, 0.1, "w") == 1
+    gov.started("b", 0.1, "w")  # raises the load to 2
+    gov.ended(EndFacts("a", "valid", 1.0, 0, None, False, "", 0.0), 0.15)
+    gov.started("c", 0.15, "w")  # in a's place: the load stays 2
+    assert gov.slots(2, 0.15, "w") == 0 and gov.held == "pacing"
+    assert gov.next_wake(0.15) == pytest.approx(0.2)  # b's start and the gap
+    assert gov.slots(2, 0.25, "w") == 1 and gov.held == "pacing"  # a start may go now
+    assert gov.next_wake(0.25) is None  # (nothing to start: no wake in the past)
+
+
 def test_a_long_quiet_stretch_at_full_use_does_not_stop_upward_probing() -> None:
     gov = _governor({"w": "claude/m"})
     api = SimulatedApi([(0.0, 5), (300.0, 9)])
