@@ -119,6 +119,12 @@ class GovernorState:
     settled: int = 0
     below: int = 0
     found_at: float = 0.0
+    # The attempts out: when each started and the level it started at itself
+    # (an attempt out long enough counts as taken), and how long the slowest
+    # throttle took to come back (how long is long enough).
+    since: dict[str, float] = field(default_factory=dict)
+    own: dict[str, int] = field(default_factory=dict)
+    throttle_slowest: float = 0.0
 
     @classmethod
     def of(cls, bucket: Congestion) -> GovernorState:
@@ -143,6 +149,9 @@ class GovernorState:
             bucket.settled,
             bucket.below,
             bucket.found_at,
+            dict(bucket.since),
+            dict(bucket.own),
+            bucket.throttle_slowest,
         )
 
     def apply(self, bucket: Congestion) -> None:
@@ -166,6 +175,9 @@ class GovernorState:
         bucket.settled = max(0, self.settled)
         bucket.below = max(0, self.below)
         bucket.found_at = self.found_at
+        bucket.since = {t: at for t, at in self.since.items() if t in bucket.levels}
+        bucket.own = {t: n for t, n in self.own.items() if t in bucket.levels and n > 0}
+        bucket.throttle_slowest = max(self.throttle_latency, self.throttle_slowest)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -188,6 +200,9 @@ class GovernorState:
             "settled": self.settled,
             "below": self.below,
             "found_at": self.found_at,
+            "since": self.since,
+            "own": self.own,
+            "throttle_slowest": self.throttle_slowest,
         }
 
     @classmethod
@@ -200,7 +215,10 @@ class GovernorState:
         def number(name: str) -> float:
             return data.number(name) if name in given else 0.0
 
-        levels = data.mapping("levels") if "levels" in given else {}
+        def table(name: str) -> dict[str, Any]:
+            return data.mapping(name) if name in given else {}
+
+        levels, since, own = table("levels"), table("since"), table("own")
         durations = data.array("valid_durations") if "valid_durations" in given else []
         return cls(
             data.integer("concurrency"),
@@ -221,6 +239,9 @@ class GovernorState:
             whole("settled", 0),
             whole("below", 0),
             number("found_at"),
+            {str(t): float(at) for t, at in since.items() if is_finite(at)},
+            {str(t): n for t, n in own.items() if type(n) is int},
+            number("throttle_slowest"),
         )
 
 

@@ -3,6 +3,7 @@ by stepped events from a simulated API whose ceiling the test sets (no timing)."
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass, field
 
@@ -404,11 +405,25 @@ def test_every_bucket_outlives_the_process_of_external_dispatch() -> None:
     gov = _governor({"a": "claude/small", "b": "claude/big"}, concurrency=8)
     gov.bucket("a").concurrency, gov.bucket("a").ceiling = 2, 3
     gov.bucket("b").concurrency = 6
-    record = GovernorRecord.from_json(Fields(gov.export().to_json()))
+    # b finds its ceiling at 7 by 10.5 s; a probe goes at 20 s.
+    for i in range(7):
+        gov.started(f"b{i}", 10.0 + 0.01 * i, "b")
+    gov.ended(EndFacts("b6", "throttled", 0.44, 1, None, True, "", 10.06), 10.5)
+    gov.bucket("b").probe_at = 20.0
+    assert gov.slots(6, 20.0, "b") == 1
+    gov.started("probe", 20.0, "b")
+    taken_at = gov.bucket("b").taken_at()
+    assert taken_at == pytest.approx(20.88)
+    record = GovernorRecord.from_json(Fields(json.loads(json.dumps(gov.export().to_json()))))
     again = _governor({"a": "claude/small", "b": "claude/big"}, concurrency=8)
     again.restore(record)
     assert (again.bucket("a").concurrency, again.bucket("a").ceiling) == (2, 3)
-    assert again.bucket("b").concurrency == 6
+    b = again.bucket("b")
+    assert (b.concurrency, b.ceiling, b.found_at) == (7, 7, 10.5)
+    # The next process knows when the probe out counts as taken, and so it is.
+    assert b.taken_at() == pytest.approx(taken_at)
+    again.slots(7, 21.0, "b")
+    assert b.ceiling == 0 and "a probe at 7 was taken" in b.reason
 
 
 @pytest.mark.parametrize(
