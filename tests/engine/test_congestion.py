@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import pytest
 
 from gitrun.definition.schema import Limits, Packet
 from gitrun.engine import governor as governor_module
-from gitrun.engine.buckets import GovernorRecord
+from gitrun.engine.buckets import GovernorRecord, GovernorState
 from gitrun.engine.congestion import Congestion
 from gitrun.engine.governor import EndFacts, Governor
 from gitrun.store.events import ConcurrencyChange
@@ -424,6 +424,24 @@ def test_every_bucket_outlives_the_process_of_external_dispatch() -> None:
     assert b.taken_at() == pytest.approx(taken_at)
     again.slots(7, 21.0, "b")
     assert b.ceiling == 0 and "a probe at 7 was taken" in b.reason
+
+
+def test_every_field_of_a_bucket_is_kept_between_calls_or_says_why_not() -> None:
+    """External dispatch rebuilds each bucket from its record every call: a
+    field added to Congestion is kept in GovernorState, or named here with
+    the reason it need not be."""
+    not_kept = {
+        "limits": "the packet's, read again each call",
+        "rng": "a fresh one each call",
+        "key": "the record's key",
+        "paced": "external dispatch is unpaced",
+        "raised_at": "read only by pacing",
+        "burst": "calls are more than a burst apart",
+        "changes": "in the ledger as they are taken",
+    }
+    kept = {f.name for f in fields(GovernorState)}
+    assert {f.name for f in fields(Congestion)} - kept == set(not_kept)
+    assert kept <= {f.name for f in fields(Congestion)}
 
 
 @pytest.mark.parametrize(
