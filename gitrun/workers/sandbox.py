@@ -49,6 +49,7 @@ once by ``check`` and ``start``.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import errno
 import functools
@@ -99,8 +100,8 @@ Signature = tuple[int, int, int]  # a file's inode, size and mtime (ns)
 # more than ~3,000 (its 9,000 arguments). Concurrent starts wait on one another for the mount
 # table: 160 tasks of 0.2 s at concurrency 16, each with 159 neighbours,
 # took 3.6 s with no walls, 9 s with 32 and 23 s with 128 (bench/dispatch.py
-# --case width). The rest, in sorted order, are left to the staging
-# directory (counted nowhere).
+# --case width). They are the nearest to the task's own name in sorted
+# order; the rest are left to the staging directory (counted nowhere).
 WALLS = 32
 
 
@@ -308,17 +309,23 @@ class Confined:
 
     def _wall(self, stage: Path, directory: str, most: int) -> list[tuple[str, Path]]:
         """Make a mount point in ``stage`` for each other task's name in
-        ``directory`` (up to ``most``); return each name with what is
+        ``directory`` (up to ``most``, the nearest to its own); return each name with what is
         mounted there read-only: the real file or directory when the
         attempt reads it (an input), else an empty one, so that a
         neighbour's content is read only where it is declared."""
         claims = self.claims.get(directory, {})
         taken = self._mounts_in(directory) | set(self._copies[stage.name])
-        names = sorted(
+        others = sorted(
             name
             for name, claim in claims.items()
             if claim.owners - {self.task} and name not in taken
-        )[: max(most, 0)]
+        )
+        # The nearest to its own name in sorted order, where a worker's slip
+        # most likely lands (the next item's output, the one before).
+        mine = min((n for path in self.own if (n := _child(path, directory))), default="")
+        at = bisect.bisect_left(others, mine)
+        nearest = sorted(range(len(others)), key=lambda i: abs(i + 0.5 - at))[: max(most, 0)]
+        names = [others[i] for i in sorted(nearest)]
         links = self._links[stage.name]
         for name in links.intersection(names):  # an input: the wall shows the real one
             os.unlink(stage / name)

@@ -567,27 +567,31 @@ def test_a_neighbour_s_output_in_the_same_folder_is_a_wall(git_repo: Path) -> No
 
 
 def test_walls_stop_at_their_bound_and_what_passes_is_a_stray(tmp_path: Path) -> None:
-    """Past :data:`WALLS` neighbours' names in a folder, a write lands in the
+    """Of the neighbours' names in a folder, the :data:`WALLS` nearest to the
+    task's own in sorted order are walls (where a slip most likely lands:
+    the next item's output, the one before); past them a write lands in the
     staging directory, is kept out of the work tree and named."""
     repo = tmp_path / "repo"
     (repo / "out").mkdir(parents=True)
-    names = [f"n{i:04d}.json" for i in range(WALLS + 10)]
-    claims = {"out": {name: Claim({name}) for name in [*names, "mine.json"]}}
-    own = ("out/mine.json",)
+    names = [f"n{i:04d}.json" for i in range(3 * WALLS)]
+    mine = names[WALLS]
+    claims = {"out": {name: Claim({name}) for name in names}}
+    own = (f"out/{mine}",)
     confined = Confined(
-        repo, Plan((), ("out",)), tmp_path / "a", own, own, (), (), (), "mine.json", claims
+        repo, Plan((), ("out",)), tmp_path / "a", own, own, (), (), (), mine, claims
     )
     prefix = confined.prefix()
     assert prefix.count("--ro-bind") == WALLS + 1  # (and the repository)
-    first, last = names[0], names[-1]
+    before, after, first, last = names[WALLS - 1], names[WALLS + 1], names[0], names[-1]
     script = (
-        f"echo x > out/{first} || echo walled; echo x > out/{last} && echo passed; "
-        "echo '{}' > out/mine.json"
+        f"echo x > out/{before} || echo walled; echo x > out/{after} || echo walled; "
+        f"echo x > out/{first} && echo passed; echo x > out/{last} && echo passed; "
+        f"echo '{{}}' > out/{mine}"
     )
     done = subprocess.run([*prefix, "sh", "-c", script], capture_output=True, text=True, timeout=60)
-    assert done.stdout == "walled\npassed\n", done.stderr
-    assert confined.finish() == [f"out/{last}"]
-    assert sorted(p.name for p in (repo / "out").iterdir()) == ["mine.json"]
+    assert done.stdout == "walled\nwalled\npassed\npassed\n", done.stderr
+    assert confined.finish() == [f"out/{first}", f"out/{last}"]
+    assert sorted(p.name for p in (repo / "out").iterdir()) == [mine]
 
 
 # A worker of t1 plants, in the run's logs folder (writable to it, for its
