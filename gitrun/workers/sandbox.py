@@ -323,9 +323,9 @@ class Confined:
         # The nearest to its own name in sorted order, where a worker's slip
         # most likely lands (the next item's output, the one before).
         mine = min((n for path in self.own if (n := _child(path, directory))), default="")
-        at = bisect.bisect_left(others, mine)
-        nearest = sorted(range(len(others)), key=lambda i: abs(i + 0.5 - at))[: max(most, 0)]
-        names = [others[i] for i in sorted(nearest)]
+        most = min(max(most, 0), len(others))
+        start = min(max(0, bisect.bisect_left(others, mine) - most // 2), len(others) - most)
+        names = others[start : start + most]
         links = self._links[stage.name]
         for name in links.intersection(names):  # an input: the wall shows the real one
             os.unlink(stage / name)
