@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from gitrun.engine.buckets import Buckets, GovernorRecord
 from gitrun.engine.congestion import Congestion
 from gitrun.store.events import ConcurrencyChange, Outcome
+from gitrun.store.ledger import Refused, refusals
 from gitrun.visible import last_lines
 
 if TYPE_CHECKING:
@@ -124,6 +125,9 @@ class Governor:
     rng: random.Random = field(default_factory=random.Random)
     waiting_for_load: bool = False
     load: float = 0.0  # the last load average read
+    # The attempts the API refused in a row (throttles, usage limits) and what
+    # the last of them said, from the ledger and kept current.
+    refused: Refused = (0, "")
     # What held the last `slots` below the concurrency: "throttled", "load",
     # "canary running", "failing fast", "spawn budget" or "budget"; "" for nothing.
     held: str = ""
@@ -141,8 +145,6 @@ class Governor:
     buckets: Buckets = field(init=False)  # one adaptive concurrency per model bucket
     _streak: list[EndFacts] = field(default_factory=list)  # fast, empty endings in a row
     _lost: int = 0  # attempts lost with their machine since the last valid completion
-    _refused: int = 0  # attempts the API refused in a row (throttles, usage limits)
-    _refused_said: str = ""  # what the last of them said
     _canary_failed: set[str] = field(default_factory=set)
     spend: SpendGate | None = None  # the spend budget, when the run has one
 
@@ -272,11 +274,7 @@ class Governor:
 
     def ended(self, facts: EndFacts, now: float, failed_for_good: bool = False) -> None:
         bucket, level = self.buckets.ended(facts.task)
-        if facts.outcome == Outcome.THROTTLED:
-            self._refused += 1
-            self._refused_said = facts.diagnostic or self._refused_said
-        elif facts.outcome != Outcome.INTERRUPTED:
-            self._refused, self._refused_said = 0, ""
+        self.refused = refusals(self.refused, facts.outcome, facts.diagnostic)
         if facts.outcome == Outcome.VALID:
             self.usable += 1
             self._streak.clear()
@@ -345,11 +343,12 @@ class Governor:
         if self.spawns >= budget and self.halt is None:
             numbers = f"{self.spawns} spawns for {self.usable} usable outputs (max_spawns {budget})"
             fix = "raise limits.max_spawns (or GITRUN_MAX_SPAWNS) to continue"
-            if self._refused:
+            count, said = self.refused
+            if count:
                 # Refusals use no attempt but are spawns: a limit that does
                 # not lift spends the budget, and that is the cause to name.
-                said = f" (last: `{self._refused_said}`)" if self._refused_said else ""
-                last = f"last {self._refused} attempts" if self._refused > 1 else "last attempt"
+                said = f" (last: `{said}`)" if said else ""
+                last = f"last {count} attempts" if count > 1 else "last attempt"
                 cause = (
                     f"the API refused the {last} that ended{said}: its limit has not "
                     f"lifted; once it has, {fix}"

@@ -219,6 +219,7 @@ class Engine:
             canary=[],
             failed=self.count(FAILED),
             usable=len(done),
+            refused=self.summary.refused,
             halt=Halt(**self.summary.halt) if self.summary.halt else None,
             clock=clock,
             stage_buckets={stage: run.packet.bucket_for(stage) for stage in run.stage_names},

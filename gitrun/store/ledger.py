@@ -102,6 +102,19 @@ class TaskHistory:
             self.attempts, self.throttles = attempt, 0
 
 
+Refused = tuple[int, str]  # attempts the API refused in a row, and what the last said
+
+
+def refusals(refused: Refused, outcome: object, said: str) -> Refused:
+    """The run of refusals after an attempt ended ``outcome``: one more for
+    a throttle or usage limit (a limit that does not lift spends the spawn
+    budget on them), none after any other ending but an interruption."""
+    count, last = refused
+    if outcome == Outcome.THROTTLED:
+        return count + 1, said or last
+    return refused if outcome == Outcome.INTERRUPTED else (0, "")
+
+
 @dataclass
 class LedgerSummary:
     tasks: dict[str, TaskHistory] = field(default_factory=dict)
@@ -109,6 +122,7 @@ class LedgerSummary:
     halt: dict[str, str] | None = None
     # The last park (a usage limit): {"until": epoch seconds, "reason": ...}.
     park: dict[str, Any] | None = None
+    refused: Refused = (0, "")  # the attempts the API refused last, in a row
 
     @property
     def spawns(self) -> int:
@@ -162,6 +176,8 @@ def note(summary: LedgerSummary, data: Mapping[str, Any]) -> None:
         history.conversation = record.conversation
         history.last_resumed = record.resumed_from is not None
         history.last_reason = record.reason if isinstance(data.get("reason"), str) else None
+        said = record.said[-1] if record.said and isinstance(record.said[-1], str) else ""
+        summary.refused = refusals(summary.refused, record.outcome, said)
         if record.outcome == Outcome.VALID:
             history.made = record.made
     # else run-level events (ownership violations, a task's suspect output...)

@@ -216,7 +216,8 @@ def test_a_spawn_budget_spent_on_refusals_names_them_as_its_cause() -> None:
 def test_a_usage_limit_that_never_lifts_halts_as_such(git_repo: Path) -> None:
     """A real worker refused every time by a usage limit whose stated reset
     has passed (a clock ahead of the server's): the run parks between tries
-    and, its spawn budget spent, halts naming the refusals, not its tasks."""
+    and, its spawn budget spent, halts naming the refusals, not its tasks;
+    a resume says the same."""
     said = 'You\'ve hit your usage limit {"resetsAt": 1700000000}'
     script = f"import sys; sys.stderr.write({said!r} + '\\n'); sys.exit(1)"
     command = [sys.executable, "-c", script, "{pointer}"]
@@ -239,6 +240,12 @@ def test_a_usage_limit_that_never_lifts_halts_as_such(git_repo: Path) -> None:
     assert "the API refused the last 2 attempts that ended" in message, message
     assert "You've hit your usage limit" in message
     assert "its limit has not lifted" in message
+    # A driver rebuilt from the ledger (a resume, each call of external
+    # dispatch, status) names them too: the run of refusals is the ledger's.
+    again = resume_run(git_repo, "r", quiet)
+    assert again.exit_code == 3 and again.halt is not None
+    assert "the API refused the last 3 attempts that ended" in again.halt.message
+    assert "You've hit your usage limit" in again.halt.message
 
 
 def test_spawn_budget_halts_with_the_numbers(git_repo: Path) -> None:
