@@ -97,11 +97,12 @@ Signature = tuple[int, int, int]  # a file's inode, size and mtime (ns)
 # bubblewrap reads every mount made before it for each, so the cost grows
 # with the square: measured on 2 busy cores, a start took ~7 ms with none,
 # ~15 ms with 32, ~55 ms with 128, ~1.7 s with 1,000; bubblewrap refuses
-# more than ~3,000 (its 9,000 arguments). Concurrent starts wait on one another for the mount
-# table: 160 tasks of 0.2 s at concurrency 16, each with 159 neighbours,
-# took 3.6 s with no walls, 9 s with 32 and 23 s with 128 (bench/dispatch.py
-# --case width). They are the nearest to the task's own name in sorted
-# order; the rest are left to the staging directory (counted nowhere).
+# more than ~3,000 (its 9,000 arguments). Concurrent starts wait on one
+# another for the mount table: 160 tasks of 0.2 s at concurrency 16, each
+# with 159 neighbours, took 3.6 s with no walls, 9 s with 32 and 23 s with
+# 128 (bench/dispatch.py --case width). They are the nearest to the task's
+# own name in sorted order; the rest are left to the staging directory
+# (counted nowhere).
 WALLS = 32
 
 
@@ -309,10 +310,10 @@ class Confined:
 
     def _wall(self, stage: Path, directory: str, most: int) -> list[tuple[str, Path]]:
         """Make a mount point in ``stage`` for each other task's name in
-        ``directory`` (up to ``most``, the nearest to its own); return each name with what is
-        mounted there read-only: the real file or directory when the
-        attempt reads it (an input), else an empty one, so that a
-        neighbour's content is read only where it is declared."""
+        ``directory`` (up to ``most``, the nearest to its own); return each
+        name with what is mounted there read-only: the real file or
+        directory when the attempt reads it (an input), else an empty one,
+        so that a neighbour's content is read only where it is declared."""
         claims = self.claims.get(directory, {})
         taken = self._mounts_in(directory) | set(self._copies[stage.name])
         others = sorted(
